@@ -1,0 +1,167 @@
+"""The narrow NVML surface the exporter uses, as a protocol.
+
+Three implementations exist: :class:`exporter.backends.nvml.PynvmlApi` (the real library),
+:class:`exporter.backends.replay.ReplayApi` (a recorded or synthetic trace) and
+:class:`exporter.backends.fake.FaultyApi` (wraps another and injects faults). The read logic
+that turns these calls into readings lives once, in :mod:`exporter.backends.gpu`, so replay
+and fault tests exercise the same code a GPU does.
+
+Units are NVML's own (percent, mW, mJ, MHz, KiB/s, MiB/s); converting them to base units is the
+collector's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+# NVML return codes we act on (nvml.h, nvmlReturn_t).
+UNINITIALIZED = 1
+INVALID_ARGUMENT = 2
+NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+NOT_FOUND = 6
+DRIVER_NOT_LOADED = 9
+TIMEOUT = 10
+LIBRARY_NOT_FOUND = 12
+FUNCTION_NOT_FOUND = 13
+GPU_IS_LOST = 15
+RESET_REQUIRED = 16
+LIB_RM_VERSION_MISMATCH = 18
+UNKNOWN = 999
+
+ERROR_NAMES = {
+    UNINITIALIZED: "UNINITIALIZED",
+    INVALID_ARGUMENT: "INVALID_ARGUMENT",
+    NOT_SUPPORTED: "NOT_SUPPORTED",
+    NO_PERMISSION: "NO_PERMISSION",
+    NOT_FOUND: "NOT_FOUND",
+    DRIVER_NOT_LOADED: "DRIVER_NOT_LOADED",
+    TIMEOUT: "TIMEOUT",
+    LIBRARY_NOT_FOUND: "LIBRARY_NOT_FOUND",
+    FUNCTION_NOT_FOUND: "FUNCTION_NOT_FOUND",
+    GPU_IS_LOST: "GPU_IS_LOST",
+    RESET_REQUIRED: "RESET_REQUIRED",
+    LIB_RM_VERSION_MISMATCH: "LIB_RM_VERSION_MISMATCH",
+    UNKNOWN: "UNKNOWN",
+}
+ERROR_CODES = {name: code for code, name in ERROR_NAMES.items()}
+
+# Errors after which the whole NVML session is unusable and must be re-initialised
+# (driver unloaded or reloaded underneath us).
+SESSION_ERRORS = frozenset({UNINITIALIZED, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH})
+# Errors meaning "this field does not exist here": the field is skipped from then on.
+FIELD_ERRORS = frozenset({NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION, INVALID_ARGUMENT})
+
+ClockKind = Literal["sm", "mem"]
+PcieDirection = Literal["tx", "rx"]
+
+# GPM metric ids (nvml.h nvmlGpmMetricId_t).
+GPM_SM_UTIL = 2
+GPM_SM_OCCUPANCY = 3
+GPM_ANY_TENSOR_UTIL = 5
+GPM_DRAM_BW_UTIL = 10
+GPM_PCIE_TX_PER_SEC = 20
+GPM_PCIE_RX_PER_SEC = 21
+
+GPM_NAMES = {
+    GPM_SM_UTIL: "sm_util",
+    GPM_SM_OCCUPANCY: "sm_occupancy",
+    GPM_ANY_TENSOR_UTIL: "any_tensor_util",
+    GPM_DRAM_BW_UTIL: "dram_bw_util",
+    GPM_PCIE_TX_PER_SEC: "pcie_tx_per_sec",
+    GPM_PCIE_RX_PER_SEC: "pcie_rx_per_sec",
+}
+GPM_IDS = {name: metric_id for metric_id, name in GPM_NAMES.items()}
+
+
+class NvmlError(Exception):
+    """An NVML call failed with return code ``code``."""
+
+    def __init__(self, code: int, message: str = "") -> None:
+        self.code = code
+        super().__init__(message or ERROR_NAMES.get(code, f"NVML error {code}"))
+
+    @property
+    def name(self) -> str:
+        return ERROR_NAMES.get(self.code, str(self.code))
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One Xid error the driver reported."""
+
+    gpu: int
+    xid: int
+
+
+class NvmlApi(Protocol):
+    """The NVML calls the exporter makes. Each method is one NVML call (GPM: see below).
+
+    Handles are opaque. Every method may raise :class:`NvmlError`.
+    """
+
+    def init(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+    def driver_version(self) -> str: ...
+
+    def device_count(self) -> int: ...
+
+    def handle(self, index: int) -> object: ...
+
+    def uuid(self, handle: object) -> str: ...
+
+    def name(self, handle: object) -> str: ...
+
+    def pci_bus_id(self, handle: object) -> str: ...
+
+    def mig_mode(self, handle: object) -> int:
+        """Current MIG mode: 1 enabled, 0 disabled."""
+        ...
+
+    def utilization_samples(self, handle: object, last_seen_us: int) -> list[tuple[int, float]]:
+        """GPU utilisation samples ``(timestamp_us, percent)`` newer than ``last_seen_us``."""
+        ...
+
+    def utilization_rates(self, handle: object) -> tuple[int, int]:
+        """``(gpu_percent, memory_controller_busy_percent)``."""
+        ...
+
+    def memory_info(self, handle: object) -> tuple[int, int]:
+        """``(used_bytes, total_bytes)``."""
+        ...
+
+    def power_usage_mw(self, handle: object) -> int: ...
+
+    def total_energy_mj(self, handle: object) -> int: ...
+
+    def temperature_c(self, handle: object) -> int: ...
+
+    def clock_mhz(self, handle: object, kind: ClockKind) -> int: ...
+
+    def clock_event_reasons(self, handle: object) -> int: ...
+
+    def pcie_throughput_kibps(self, handle: object, direction: PcieDirection) -> int: ...
+
+    def gpm_supported(self, handle: object) -> bool: ...
+
+    def gpm_sample(self, handle: object) -> object:
+        """Take a GPM sample (allocation plus one sampling call)."""
+        ...
+
+    def gpm_metrics(
+        self, older: object, newer: object, metric_ids: Sequence[int]
+    ) -> dict[int, float | None]:
+        """Metric values between two samples; ``None`` where the metric is unsupported."""
+        ...
+
+    def gpm_free(self, sample: object) -> None: ...
+
+    def register_xid_events(self, handles: Sequence[object]) -> None: ...
+
+    def wait_xid_events(self, timeout_ms: int) -> list[XidEvent]:
+        """Block up to ``timeout_ms`` for Xid events; empty on timeout."""
+        ...

@@ -1,0 +1,466 @@
+"""Trace parsing and :class:`ReplayApi`, stepped with an injected clock."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import exporter
+from exporter.backends.gpu import GpuReader, read_identity
+from exporter.backends.nvml_api import (
+    GPM_DRAM_BW_UTIL,
+    GPM_SM_UTIL,
+    NvmlError,
+    XidEvent,
+)
+from exporter.backends.replay import (
+    MAX_BUFFERED_SAMPLES,
+    TRACE_FORMAT,
+    ReplayApi,
+    Trace,
+    TraceError,
+    load_trace,
+    parse_trace,
+)
+
+SHIPPED = Path(exporter.__file__).parent / "data" / "replay-2gpu-synthetic.jsonl"
+WALL0 = 1_700_000_000_000_000  # epoch µs at init
+GPU_IS_LOST_CODE = 15
+NOT_SUPPORTED_CODE = 3
+UNINITIALIZED_CODE = 1
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def header(gpus: int = 1, **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "header",
+        "format": TRACE_FORMAT,
+        "version": 1,
+        "synthetic": True,
+        "description": "hand-written test trace",
+        "driver_version": "550.54.15",
+        "gpus": [
+            {
+                "index": i,
+                "uuid": f"GPU-{i:08d}-0000-0000-0000-000000000000",
+                "name": "NVIDIA H100 80GB HBM3",
+                "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0",
+                "mig_mode": 0,
+                "gpm": True,
+            }
+            for i in range(gpus)
+        ],
+        **extra,
+    }
+
+
+def record(t: float, gpu: int = 0, **fields: Any) -> dict[str, Any]:
+    """A full record whose values encode its time (power_mw = 100000 + 1000 * t)."""
+    base: dict[str, Any] = {
+        "t": t,
+        "gpu": gpu,
+        "samples": [],
+        "util": [int(t) % 100, 40],
+        "memory": [1000 + int(t), 2000],
+        "power_mw": 100_000 + int(1000 * t),
+        "energy_mj": 5_000_000 + int(100_000 * t),
+        "temp_c": 50,
+        "clocks_mhz": [1980, 2619],
+        "clock_events": 0,
+        "pcie_kibps": [10, 20],
+        "gpm": {"dram_bw_util": 50.0 + t, "sm_util": 60.0},
+    }
+    base.update(fields)
+    return base
+
+
+def lines(*objs: dict[str, Any]) -> list[str]:
+    return [json.dumps(o) for o in objs]
+
+
+def with_samples(n: int, period_s: float = 1.0) -> list[dict[str, Any]]:
+    """``n`` records, one per second, each with 2 samples since the previous one."""
+    recs = []
+    for k in range(n):
+        if k == 0:
+            samples = [[-1_000_000, 5], [-500_000, 6], [0, 7]]
+        else:
+            samples = [[k * 1_000_000 - 500_000, k % 100], [k * 1_000_000, 100 - k % 100]]
+        recs.append(record(k * period_s, samples=samples))
+    return recs
+
+
+def start(trace: Trace, clock: FakeClock | None = None) -> tuple[ReplayApi, FakeClock]:
+    clock = clock or FakeClock()
+    api = ReplayApi(trace, clock=clock, wall_us=lambda: WALL0)
+    api.init()
+    return api, clock
+
+
+# --- values follow the trace in time ---------------------------------------------------------
+
+
+def test_values_follow_records_in_time() -> None:
+    trace = parse_trace(lines(header(), *(record(float(k)) for k in range(20))))
+    api, clock = start(trace)
+    h = api.handle(0)
+    assert api.power_usage_mw(h) == 100_000
+    assert api.utilization_rates(h) == (0, 40)
+    assert api.memory_info(h) == (1000, 2000)
+    clock.advance(10.5)
+    assert api.power_usage_mw(h) == 110_000
+    assert api.utilization_rates(h) == (10, 40)
+    assert api.memory_info(h) == (1010, 2000)
+    assert api.total_energy_mj(h) == 6_000_000
+    assert api.temperature_c(h) == 50
+    assert api.clock_mhz(h, "sm") == 1980
+    assert api.clock_mhz(h, "mem") == 2619
+    assert api.clock_event_reasons(h) == 0
+    assert api.pcie_throughput_kibps(h, "tx") == 10
+    assert api.pcie_throughput_kibps(h, "rx") == 20
+    older = api.gpm_sample(h)
+    newer = api.gpm_sample(h)
+    values = api.gpm_metrics(older, newer, [GPM_DRAM_BW_UTIL, GPM_SM_UTIL, 5])
+    assert values == {GPM_DRAM_BW_UTIL: 60.0, GPM_SM_UTIL: 60.0, 5: None}
+
+
+def test_identity_and_driver() -> None:
+    trace = parse_trace(lines(header(gpus=2), record(0.0), record(0.0, gpu=1)))
+    api, _ = start(trace)
+    assert api.driver_version() == "550.54.15"
+    assert api.device_count() == 2
+    h = api.handle(1)
+    assert api.uuid(h) == "GPU-00000001-0000-0000-0000-000000000000"
+    assert api.name(h) == "NVIDIA H100 80GB HBM3"
+    assert api.pci_bus_id(h) == "00000000:19:00.0"
+    assert api.mig_mode(h) == 0
+    assert api.gpm_supported(h) is True
+    with pytest.raises(NvmlError):
+        api.handle(2)
+
+
+def test_calls_before_init_fail() -> None:
+    trace = parse_trace(lines(header(), record(0.0)))
+    api = ReplayApi(trace, clock=FakeClock(), wall_us=lambda: WALL0)
+    with pytest.raises(NvmlError) as exc:
+        api.device_count()
+    assert exc.value.code == UNINITIALIZED_CODE
+
+
+# --- utilisation samples ---------------------------------------------------------------------
+
+
+def test_samples_up_to_now_and_never_twice() -> None:
+    trace = parse_trace(lines(header(duration_s=10.0), *with_samples(10)))
+    api, clock = start(trace)
+    h = api.handle(0)
+    first = api.utilization_samples(h, 0)
+    assert first == [(WALL0 - 1_000_000, 5.0), (WALL0 - 500_000, 6.0), (WALL0, 7.0)]
+    seen = list(first)
+    last = first[-1][0]
+    assert api.utilization_samples(h, last) == []
+    clock.advance(0.7)  # one sample (0.5 s) is due, the one at 1.0 s not yet
+    got = api.utilization_samples(h, last)
+    assert got == [(WALL0 + 500_000, 1.0)]
+    seen += got
+    last = got[-1][0]
+    for _ in range(12):
+        clock.advance(0.45)
+        got = api.utilization_samples(h, last)
+        now_us = WALL0 + round((clock.now - 1000.0) * 1e6)
+        assert all(last < ts <= now_us for ts, _ in got)
+        seen += got
+        if got:
+            last = got[-1][0]
+    stamps = [ts for ts, _ in seen]
+    assert stamps == sorted(set(stamps))  # strictly increasing: nothing twice
+    expected = [
+        (WALL0 + rel, float(v)) for r in trace.records[0] for rel, v in r.samples
+    ]  # everything up to 6.1 s
+    assert seen == [s for s in expected if s[0] <= WALL0 + 6_100_000]
+
+
+def test_samples_across_loops_keep_increasing() -> None:
+    trace = parse_trace(lines(header(duration_s=5.0), *with_samples(5)))
+    api, clock = start(trace)
+    h = api.handle(0)
+    last, stamps, energy = 0, [], []
+    for _ in range(40):  # 4 loops
+        got = api.utilization_samples(h, last)
+        if got:
+            last = got[-1][0]
+            stamps += [ts for ts, _ in got]
+        energy.append(api.total_energy_mj(h))
+        clock.advance(0.5)
+    assert stamps == sorted(set(stamps))
+    assert stamps[-1] > WALL0 + 3 * 5_000_000  # reached the 4th loop
+    # The pre-start buffer appears once, on the first call only.
+    assert sum(ts < WALL0 for ts in stamps) == 2
+    assert all(a <= b for a, b in itertools.pairwise(energy))
+    assert energy[-1] > energy[0]
+    # At each loop start energy continues from the previous loop's last record.
+    trace_energy = [r.values["energy_mj"] for r in trace.records[0]]
+    assert energy[10] == trace_energy[0] + (trace_energy[-1] - trace_energy[0]) + 100_000
+
+
+def test_reader_behind_keeps_only_the_driver_buffer() -> None:
+    recs = [record(0.0)] + [
+        record(float(k), samples=[[k * 1_000_000 - 1000 * j, 50] for j in range(299, -1, -1)])
+        for k in range(1, 10)
+    ]
+    trace = parse_trace(lines(header(), *recs))
+    api, clock = start(trace)
+    clock.advance(9.9)
+    got = api.utilization_samples(api.handle(0), 0)
+    assert len(got) == MAX_BUFFERED_SAMPLES  # 2700 were due: the oldest are gone
+    assert got[-1][0] == WALL0 + 9_000_000
+
+
+def test_shipped_trace_loops_with_increasing_counters() -> None:
+    trace = load_trace(SHIPPED)
+    api, clock = start(trace)
+    for index in range(2):
+        h = api.handle(index)
+        clock.now = 1000.0
+        last, prev_energy, count = 0, -1, 0
+        for _ in range(int(2.5 * trace.duration_s / 3)):  # 2.5 loops, polled every 3 s
+            got = api.utilization_samples(h, last)
+            assert all(ts > last for ts, _ in got)
+            assert got == sorted(got)
+            if got:
+                last = got[-1][0]
+            count += len(got)
+            energy = api.total_energy_mj(h)
+            assert energy > prev_energy
+            prev_energy = energy
+            clock.advance(3.0)
+        assert count > 2 * 700
+
+
+# --- faults ----------------------------------------------------------------------------------
+
+
+def test_error_record_fails_only_its_gpu() -> None:
+    recs = []
+    for k in range(4):
+        recs.append(record(float(k), gpu=0))
+        recs.append(record(float(k), gpu=1, **({"error": "GPU_IS_LOST"} if k == 2 else {})))
+    trace = parse_trace(lines(header(gpus=2), *recs))
+    api, clock = start(trace)
+    h0, h1 = api.handle(0), api.handle(1)
+    assert api.power_usage_mw(h1) == 100_000
+    clock.advance(2.2)
+    for call in (
+        lambda: api.power_usage_mw(h1),
+        lambda: api.utilization_samples(h1, 0),
+        lambda: api.memory_info(h1),
+        lambda: api.gpm_sample(h1),
+    ):
+        with pytest.raises(NvmlError) as exc:
+            call()
+        assert exc.value.code == GPU_IS_LOST_CODE
+        assert exc.value.name == "GPU_IS_LOST"
+    assert api.power_usage_mw(h0) == 102_000
+    assert api.uuid(h1).startswith("GPU-")  # identity does not touch the record
+    clock.advance(1.0)
+    assert api.power_usage_mw(h1) == 103_000
+
+
+def test_missing_field_is_not_supported() -> None:
+    rec = record(0.0)
+    del rec["power_mw"], rec["pcie_kibps"]
+    rec["temp_c"] = None
+    trace = parse_trace(lines(header(), rec))
+    api, _ = start(trace)
+    h = api.handle(0)
+    for call in (
+        lambda: api.power_usage_mw(h),
+        lambda: api.pcie_throughput_kibps(h, "tx"),
+        lambda: api.temperature_c(h),
+    ):
+        with pytest.raises(NvmlError) as exc:
+            call()
+        assert exc.value.code == NOT_SUPPORTED_CODE
+    assert api.memory_info(h) == (1000, 2000)
+
+
+def test_mig_and_gpm_unsupported() -> None:
+    head = header()
+    head["gpus"][0].update(mig_mode=None, gpm=False)
+    api, _ = start(parse_trace(lines(head, record(0.0))))
+    h = api.handle(0)
+    with pytest.raises(NvmlError) as exc:
+        api.mig_mode(h)
+    assert exc.value.code == NOT_SUPPORTED_CODE
+    assert api.gpm_supported(h) is False
+    with pytest.raises(NvmlError) as exc:
+        api.gpm_sample(h)
+    assert exc.value.code == NOT_SUPPORTED_CODE
+
+
+def test_hang_blocks_the_first_call_only() -> None:
+    trace = parse_trace(lines(header(), record(0.0), record(1.0, hang_s=0.2), record(2.0)))
+    api, clock = start(trace)
+    h = api.handle(0)
+    clock.advance(1.5)
+    began = time.monotonic()
+    assert api.power_usage_mw(h) == 101_000
+    assert time.monotonic() - began >= 0.15
+    began = time.monotonic()
+    assert api.temperature_c(h) == 50
+    assert time.monotonic() - began < 0.15
+
+
+def test_shutdown_interrupts_a_hang() -> None:
+    trace = parse_trace(lines(header(), record(0.0, hang_s=60.0)))
+    api, _ = start(trace)
+    h = api.handle(0)
+    outcome: list[object] = []
+
+    def call() -> None:
+        try:
+            outcome.append(api.power_usage_mw(h))
+        except NvmlError as err:
+            outcome.append(err)
+
+    thread = threading.Thread(target=call, daemon=True)
+    began = time.monotonic()
+    thread.start()
+    time.sleep(0.1)
+    assert thread.is_alive()
+    api.shutdown()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert time.monotonic() - began < 5
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], NvmlError)
+    assert outcome[0].code == UNINITIALIZED_CODE
+
+
+def test_xids_are_delivered_once_per_loop() -> None:
+    recs = [record(0.0), record(1.0, xids=[79]), record(2.0, xids=[48, 63]), record(3.0)]
+    trace = parse_trace(lines(header(duration_s=4.0), *recs))
+    api, clock = start(trace)
+    api.register_xid_events([api.handle(0)])
+    assert api.wait_xid_events(0) == []
+    clock.advance(1.5)
+    assert api.wait_xid_events(0) == [XidEvent(0, 79)]
+    assert api.wait_xid_events(0) == []
+    clock.advance(1.0)
+    assert api.wait_xid_events(0) == [XidEvent(0, 48), XidEvent(0, 63)]
+    clock.advance(4.0)  # next loop: the same Xids again
+    assert sorted(api.wait_xid_events(0), key=lambda e: e.xid) == [
+        XidEvent(0, 48),
+        XidEvent(0, 63),
+        XidEvent(0, 79),
+    ]
+
+
+def test_shutdown_interrupts_xid_wait() -> None:
+    trace = parse_trace(lines(header(), record(0.0)))
+    api = ReplayApi(trace)  # real clock: the wait really waits
+    api.init()
+    api.register_xid_events([api.handle(0)])
+    result: list[list[XidEvent]] = []
+    thread = threading.Thread(target=lambda: result.append(api.wait_xid_events(30_000)))
+    began = time.monotonic()
+    thread.start()
+    time.sleep(0.1)
+    api.shutdown()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert time.monotonic() - began < 5
+    assert result == [[]]
+
+
+def test_gpu_reader_over_replay() -> None:
+    """The shared read logic, fed by the shipped trace, sees every sample once."""
+    trace = load_trace(SHIPPED)
+    api, clock = start(trace)
+    h = api.handle(0)
+    reader = GpuReader(api, read_identity(api, 0, h), h, clock=clock)
+    assert reader.identity.gpm_supported
+    assert reader.identity.mig_mode == "disabled"
+    seen: list[int] = []
+    for _ in range(10):
+        reading = reader.read()
+        seen += [ts for ts, _ in reading.samples]
+        assert reading.power_mw is not None and reading.energy_mj is not None
+        clock.advance(3.0)
+    assert seen == sorted(set(seen))
+    assert reading.gpm  # from the second read on
+    assert reading.pcie_tx_kibps is None  # GPM supplies PCIe
+    assert reader.unsupported == set()
+
+
+# --- malformed traces ------------------------------------------------------------------------
+
+
+def _raises_at(text_lines: list[str], line: int, match: str) -> None:
+    with pytest.raises(TraceError, match=match) as exc:
+        parse_trace(text_lines, "t.jsonl")
+    assert f"t.jsonl:{line}:" in str(exc.value)
+
+
+def test_bad_json() -> None:
+    _raises_at([*lines(header(), record(0.0)), "{not json"], 3, "not JSON")
+
+
+def test_missing_header() -> None:
+    _raises_at(lines(record(0.0), record(1.0)), 1, "header")
+
+
+def test_wrong_version() -> None:
+    _raises_at(lines({**header(), "version": 2}, record(0.0)), 1, "version")
+
+
+def test_non_increasing_t() -> None:
+    _raises_at(lines(header(), record(0.0), record(1.0), record(1.0)), 4, "increase")
+
+
+def test_unknown_error_name() -> None:
+    _raises_at(lines(header(), record(0.0, error="ON_FIRE")), 2, "ON_FIRE")
+
+
+def test_unknown_gpm_metric() -> None:
+    _raises_at(lines(header(), record(0.0, gpm={"warp_drive": 1.0})), 2, "warp_drive")
+
+
+def test_gpu_not_in_header() -> None:
+    _raises_at(lines(header(), record(0.0, gpu=3)), 2, "gpu 3")
+
+
+def test_line_numbers_count_blank_lines() -> None:
+    _raises_at([*lines(header(), record(0.0)), "", "[1, 2"], 4, "not JSON")
+
+
+def test_duration_must_cover_records() -> None:
+    _raises_at(lines(header(duration_s=1.0), record(0.0), record(1.0)), 1, "duration_s")
+
+
+def test_empty_and_unreadable(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="empty"):
+        parse_trace(["", "  "])
+    with pytest.raises(TraceError, match="cannot read"):
+        load_trace(tmp_path / "absent.jsonl")
+
+
+def test_duration_defaults_to_one_more_interval() -> None:
+    trace = parse_trace(lines(header(), record(0.0), record(2.0), record(4.0)))
+    assert trace.duration_s == 6.0
