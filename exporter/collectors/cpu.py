@@ -1,0 +1,161 @@
+"""Collector ``cpu``: node CPU time by mode, softirq load and the core that softirqs pin.
+
+Emits (see ``docs/metrics.md``)::
+
+    inference_cpu_seconds_total{mode}            user, nice, system, idle, iowait, irq,
+                                                 softirq, steal; summed over all CPUs
+    inference_cpu_softirq_hottest_core_ratio     softirq share of the busiest softirq core
+                                                 over the last window (>= min_window)
+    inference_cpu_online                         number of online CPUs
+    inference_softirqs_total{vector}             HI, TIMER, NET_TX, NET_RX, BLOCK, ...
+
+Example (``tests/fixtures/proc/many-cpu-later``, 5 s after ``many-cpu``, NET_RX pinned to
+cpu17)::
+
+    inference_cpu_seconds_total{mode="softirq"} 24852.83
+    inference_cpu_softirq_hottest_core_ratio 0.62
+    inference_cpu_online 96.0
+    inference_softirqs_total{vector="NET_RX"} 2.4052736e+07
+
+How it reads: ``<procfs>/stat`` and ``<procfs>/softirqs`` on every scrape (a few hundred
+microseconds). The hottest-core ratio needs two reads: each scrape keeps its per-CPU times
+with the time of the read, and the ratio compares the current read with the newest kept
+read at least ``min_window`` seconds old, so it is absent on the first scrape and while
+scrapes come faster than that. A collector whose file is missing or garbled reports
+unsuccessful and still emits what the other file gives.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.metrics_core import Metric
+
+from exporter import metrics as m
+from exporter.backends import procfs
+from exporter.backends.procfs import CpuStat, CpuTimes, ProcfsError, Softirqs
+from exporter.collectors.base import Collection, Collector
+
+# A read is kept only when at least min_window / _SLOTS_PER_WINDOW after the last kept one,
+# so however often scrapes come, the history spans a window in a handful of entries.
+_SLOTS_PER_WINDOW = 4
+_HISTORY_LEN = _SLOTS_PER_WINDOW + 2
+
+
+@dataclass(frozen=True)
+class _Reading:
+    at: float
+    per_cpu: dict[int, CpuTimes]
+
+
+def hottest_softirq_ratio(
+    before: Mapping[int, CpuTimes], after: Mapping[int, CpuTimes]
+) -> float | None:
+    """Highest Δsoftirq / Δtotal of any CPU between two reads; None when no CPU qualifies.
+
+    CPUs in only one read (hotplug) are skipped, as are CPUs whose softirq or total time went
+    backwards or did not move. A small drop in iowait alone is tolerated: the kernel
+    documents that iowait can decrease (``Documentation/filesystems/proc.rst``).
+    """
+    hottest: float | None = None
+    for cpu, now in after.items():
+        then = before.get(cpu)
+        if then is None:
+            continue
+        d_softirq = now.softirq - then.softirq
+        d_total = now.total - then.total
+        if d_softirq < 0 or d_total <= 0:
+            continue
+        ratio = min(1.0, d_softirq / d_total)
+        if hottest is None or ratio > hottest:
+            hottest = ratio
+    return hottest
+
+
+class CpuCollector(Collector):
+    """Reads ``<proc_path>/stat`` and ``<proc_path>/softirqs`` on every :meth:`collect`."""
+
+    name = "cpu"
+
+    def __init__(
+        self,
+        proc_path: Path = Path("/proc"),
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        min_window: float = 1.0,
+        clk_tck: int | None = None,
+    ) -> None:
+        if min_window < 0:
+            raise ValueError(f"min_window must not be negative, not {min_window}")
+        self._proc_path = proc_path
+        self._clock = clock
+        self._min_window = min_window
+        self._clk_tck = procfs.clock_ticks() if clk_tck is None else clk_tck
+        self._history: deque[_Reading] = deque(maxlen=_HISTORY_LEN)
+        # Overlapping scrapes (two Prometheus replicas) must not interleave history updates.
+        self._lock = threading.Lock()
+
+    def collect(self) -> Collection:
+        result = Collection()
+        errors: list[str] = []
+        try:
+            stat = procfs.read_stat(self._proc_path, clk_tck=self._clk_tck)
+        except ProcfsError as exc:
+            errors.append(str(exc))
+        else:
+            result.metrics.extend(self._stat_metrics(stat, self._clock()))
+        try:
+            softirqs = procfs.read_softirqs(self._proc_path)
+        except ProcfsError as exc:
+            errors.append(str(exc))
+        else:
+            result.metrics.append(_softirq_metric(softirqs))
+        if errors:
+            result.success = False
+            result.error = "; ".join(errors)
+        return result
+
+    def _stat_metrics(self, stat: CpuStat, now: float) -> list[Metric]:
+        seconds = m.counter("inference_cpu_seconds_total")
+        for mode, value in stat.aggregate.by_mode().items():
+            seconds.add_metric([mode], value)
+        online = m.gauge("inference_cpu_online")
+        online.add_metric([], len(stat.per_cpu))
+        families: list[Metric] = [seconds, online]
+        ratio = self._hottest_ratio(_Reading(now, stat.per_cpu))
+        if ratio is not None:
+            hottest = m.gauge("inference_cpu_softirq_hottest_core_ratio")
+            hottest.add_metric([], ratio)
+            families.append(hottest)
+        return families
+
+    def _hottest_ratio(self, current: _Reading) -> float | None:
+        """Compare ``current`` with the newest kept read old enough, then remember it."""
+        with self._lock:
+            baseline: _Reading | None = None
+            for earlier in reversed(self._history):
+                if current.at - earlier.at >= self._min_window:
+                    baseline = earlier
+                    break
+            if baseline is not None:
+                # Reads older than the baseline can never be the newest old-enough one again.
+                while self._history[0] is not baseline:
+                    self._history.popleft()
+            spacing = self._min_window / _SLOTS_PER_WINDOW
+            if not self._history or current.at - self._history[-1].at >= spacing:
+                self._history.append(current)
+        if baseline is None:
+            return None
+        return hottest_softirq_ratio(baseline.per_cpu, current.per_cpu)
+
+
+def _softirq_metric(softirqs: Softirqs) -> Metric:
+    family = m.counter("inference_softirqs_total")
+    for vector, count in softirqs.counts.items():
+        family.add_metric([vector], count)
+    return family

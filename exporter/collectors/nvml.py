@@ -1,0 +1,495 @@
+"""Collector ``nvml``: GPU utilisation at driver resolution, HBM bandwidth, power, clocks, Xids.
+
+Emits (labels ``gpu``, ``uuid`` unless noted; see ``docs/metrics.md``)::
+
+    inference_nvml_up                                   1 / 0
+    inference_nvml_calls_total{gpu}                     calls made for the GPU
+    inference_gpu_info{gpu,uuid,name,driver_version,pci_bus_id,mig_mode} 1
+    inference_gpu_up                                    0 when the GPU errors or hangs
+    inference_gpu_utilization_ratio                     latest driver sample
+    inference_gpu_busy_seconds_total                    integral of every driver sample
+    inference_gpu_utilization_samples_bucket{le}        every driver sample once
+    inference_gpu_memory_bandwidth_utilization_ratio    GPM DRAM_BW_UTIL (Hopper+)
+    inference_gpu_dram_active_seconds_total             its integral
+    inference_gpu_memory_busy_ratio, _sm_active_ratio, _sm_occupancy_ratio, _tensor_active_ratio
+    inference_gpu_memory_used_bytes, _memory_total_bytes, _pcie_{tx,rx}_bytes_per_second
+    inference_gpu_power_watts, _energy_joules_total, _temperature_celsius
+    inference_gpu_sm_clock_hertz, _memory_clock_hertz, _clock_event_active{reason}
+    inference_gpu_xid_errors_total{xid}
+
+How it reads: one thread per GPU polls every ``poll_interval`` (default 3 s, about 3.3 NVML
+calls per GPU per second), so a hung call stalls only its own GPU and never a scrape. The
+driver's utilisation buffer is drained on each poll, so the busy-seconds counter sees every
+driver sample whatever the scrape interval. ``collect()`` only reads the latest state.
+A poll in flight longer than ``deadline`` marks the GPU down and the collector unsuccessful;
+no second call is started for that GPU while one hangs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from prometheus_client.metrics_core import Metric
+
+from exporter import metrics as m
+from exporter.backends.gpu import GpuIdentity, GpuReader, GpuReading, read_identity
+from exporter.backends.nvml_api import (
+    FIELD_ERRORS,
+    SESSION_ERRORS,
+    NvmlApi,
+    NvmlError,
+)
+from exporter.collectors.base import Collection, Collector
+
+log = logging.getLogger(__name__)
+
+# Clock event reason bits (nvml.h nvmlClocksEventReason*), exported as label values.
+CLOCK_EVENT_REASONS = (
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal"),
+    (0x40, "hw_thermal"),
+    (0x80, "hw_power_brake"),
+    (0x100, "display_clock_setting"),
+)
+
+# A driver sample stands for the period since the one before it. Periods longer than this
+# (samples lost while the GPU was unreachable) are not credited beyond it.
+MAX_SAMPLE_PERIOD_S = 2.0
+
+MIB = 1024 * 1024
+KIB = 1024
+
+
+def integrate_samples(
+    previous: tuple[int, float] | None, samples: list[tuple[int, float]]
+) -> tuple[float, tuple[int, float] | None]:
+    """Busy seconds in ``samples`` (``(timestamp_us, percent)``, sorted).
+
+    Each sample's value covers the time since the sample before it; the very first sample
+    ever seen has no known period and adds nothing. Returns (busy seconds, last sample).
+    """
+    busy = 0.0
+    last = previous
+    for ts, value in samples:
+        if last is not None and ts > last[0]:
+            period = min((ts - last[0]) / 1e6, MAX_SAMPLE_PERIOD_S)
+            busy += period * min(max(value, 0.0), 100.0) / 100.0
+        last = (ts, value)
+    return busy, last
+
+
+@dataclass
+class GpuState:
+    """Everything the collector knows about one GPU; guarded by ``lock``."""
+
+    identity: GpuIdentity
+    reader: GpuReader | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    latest: GpuReading | None = None
+    latest_at: float = 0.0
+    latest_util: float | None = None
+    error: str = ""
+    inflight_since: float | None = None
+    busy_seconds: float = 0.0
+    last_sample: tuple[int, float] | None = None
+    buckets: list[int] = field(default_factory=lambda: [0] * len(m.UTILIZATION_BUCKETS))
+    sample_sum: float = 0.0
+    sample_count: int = 0
+    dram_active_seconds: float = 0.0
+    xids: Counter[int] = field(default_factory=Counter)
+    calls: int = 0
+    attempted: bool = False
+
+    def apply(self, reading: GpuReading, now: float) -> None:
+        """Fold one successful reading into the state (counters only grow)."""
+        busy, self.last_sample = integrate_samples(self.last_sample, reading.samples)
+        self.busy_seconds += busy
+        for _, value in reading.samples:
+            ratio = min(max(value, 0.0), 100.0) / 100.0
+            self.sample_sum += ratio
+            self.sample_count += 1
+            for i, bound in enumerate(m.UTILIZATION_BUCKETS):
+                if ratio <= bound:
+                    self.buckets[i] += 1
+                    break
+        if reading.samples:
+            self.latest_util = reading.samples[-1][1] / 100.0
+        elif reading.util_gpu_pct is not None and self.last_sample is None:
+            # No sample buffer on this GPU: the driver's own average is the best we have.
+            self.latest_util = reading.util_gpu_pct / 100.0
+        dram = reading.gpm.get("dram_bw_util")
+        if dram is not None and reading.gpm_interval_s:
+            self.dram_active_seconds += reading.gpm_interval_s * dram / 100.0
+        self.latest = reading
+        self.latest_at = now
+        self.error = ""
+
+
+class NvmlCollector(Collector):
+    """See the module docstring."""
+
+    name = "nvml"
+
+    def __init__(
+        self,
+        api_factory: Callable[[], NvmlApi],
+        *,
+        poll_interval: float = 3.0,
+        deadline: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        max_backoff: float = 60.0,
+    ) -> None:
+        self._api_factory = api_factory
+        self.poll_interval = poll_interval
+        self.deadline = deadline
+        self._clock = clock
+        self._max_backoff = max_backoff
+        self._states: dict[int, GpuState] = {}
+        self._by_uuid: dict[str, GpuState] = {}
+        self._driver_version = ""
+        self._up = False
+        self._last_init_error = ""
+        self._stop = threading.Event()
+        self._session_broken = threading.Event()
+        self._ready = threading.Event()
+        self._manager: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._stop.clear()
+        self._manager = threading.Thread(target=self._manage, name="nvml-manager", daemon=True)
+        self._manager.start()
+
+    def stop(self, timeout: float) -> None:
+        self._stop.set()
+        self._session_broken.set()
+        if self._manager is not None:
+            self._manager.join(timeout)
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self._ready.wait(timeout)
+
+    def _manage(self) -> None:
+        backoff = 1.0
+        while not self._stop.is_set():
+            api = self._api_factory()
+            try:
+                handles = self._open(api)
+            except NvmlError as err:
+                self._set_down(f"NVML initialisation failed: {err} ({err.name})")
+                self._ready.set()
+                if self._stop.wait(backoff):
+                    return
+                backoff = min(backoff * 2, self._max_backoff)
+                continue
+            backoff = 1.0
+            self._session_broken.clear()
+            self._run_session(api, handles)
+            self._close(api)
+
+    def _set_down(self, message: str) -> None:
+        with self._lock:
+            self._up = False
+        if message != self._last_init_error:
+            log.warning("%s; retrying with backoff, other collectors unaffected", message)
+            self._last_init_error = message
+        else:
+            log.debug("%s", message)
+
+    def _open(self, api: NvmlApi) -> list[object]:
+        api.init()
+        try:
+            driver = api.driver_version()
+            handles = [api.handle(i) for i in range(api.device_count())]
+            states: dict[int, GpuState] = {}
+            for index, handle in enumerate(handles):
+                identity = read_identity(api, index, handle)
+                # Keep counters across NVML sessions (driver reload): same GPU, same series.
+                state = self._by_uuid.get(identity.uuid) or GpuState(identity=identity)
+                state.identity = identity
+                state.reader = GpuReader(api, identity, handle, clock=self._clock)
+                state.inflight_since = None
+                states[index] = state
+        except NvmlError:
+            with contextlib.suppress(NvmlError):
+                api.shutdown()
+            raise
+        with self._lock:
+            self._driver_version = driver
+            self._states = states
+            self._by_uuid.update({s.identity.uuid: s for s in states.values()})
+            self._up = True
+        self._last_init_error = ""
+        log.info(
+            "NVML initialised: driver %s, %d GPU(s): %s",
+            driver,
+            len(states),
+            ", ".join(f"{s.identity.index}={s.identity.name}" for s in states.values()),
+        )
+        return handles
+
+    def _run_session(self, api: NvmlApi, handles: list[object]) -> None:
+        self._threads = [
+            threading.Thread(target=self._poll, args=(state,), name=f"nvml-gpu{i}", daemon=True)
+            for i, state in self._states.items()
+        ]
+        self._threads.append(
+            threading.Thread(
+                target=self._watch_xids, args=(api, handles), name="nvml-xid", daemon=True
+            )
+        )
+        for thread in self._threads:
+            thread.start()
+        if not self._states:
+            self._ready.set()
+        self._session_broken.wait()
+
+    def _close(self, api: NvmlApi) -> None:
+        end = self._clock() + self.deadline
+        for thread in self._threads:
+            thread.join(max(0.0, end - self._clock()))
+        with self._lock:
+            self._up = False
+        stuck = [t.name for t in self._threads if t.is_alive()]
+        if stuck:
+            # Shutting NVML down under a hung call can deadlock the driver library.
+            log.warning("NVML calls still hanging in %s; skipping nvmlShutdown", ", ".join(stuck))
+            return
+        for state in self._states.values():
+            if state.reader is not None:
+                state.reader.close()
+        try:
+            api.shutdown()
+        except NvmlError as err:
+            log.debug("nvmlShutdown: %s", err)
+
+    def poll_now(self) -> None:
+        """Read every GPU once, synchronously (tests and benchmarks step time with this)."""
+        with self._lock:
+            states = list(self._states.values())
+        for state in states:
+            self._poll_once(state)
+
+    def _poll(self, state: GpuState) -> None:
+        while not self._session_broken.is_set():
+            started = self._clock()
+            if not self._poll_once(state):
+                break
+            elapsed = self._clock() - started
+            if self._session_broken.wait(max(0.0, self.poll_interval - elapsed)):
+                break
+
+    def _poll_once(self, state: GpuState) -> bool:
+        """One read of one GPU; False when the NVML session is gone."""
+        reader = state.reader
+        assert reader is not None
+        state.inflight_since = self._clock()
+        calls_before = reader.calls
+        try:
+            reading = reader.read()
+        except NvmlError as err:
+            if err.code in SESSION_ERRORS:
+                log.warning("NVML session lost (%s); re-initialising", err.name)
+                self._session_broken.set()
+                return False
+            with state.lock:
+                if state.error != err.name:
+                    log.warning(
+                        "GPU %d (%s): %s; marked down, still polling",
+                        state.identity.index,
+                        state.identity.uuid,
+                        err.name,
+                    )
+                state.error = err.name
+        else:
+            with state.lock:
+                if state.error:
+                    log.info("GPU %d recovered", state.identity.index)
+                state.apply(reading, self._clock())
+        finally:
+            state.inflight_since = None
+            with state.lock:
+                state.calls += reader.calls - calls_before
+                state.attempted = True
+            if all(s.attempted for s in self._states.values()):
+                self._ready.set()
+        return True
+
+    def _watch_xids(self, api: NvmlApi, handles: list[object]) -> None:
+        try:
+            api.register_xid_events(handles)
+        except NvmlError as err:
+            level = logging.INFO if err.code in FIELD_ERRORS else logging.WARNING
+            log.log(level, "Xid events unavailable (%s); xid counters stay absent", err.name)
+            return
+        while not self._session_broken.is_set():
+            try:
+                events = api.wait_xid_events(1000)
+            except NvmlError as err:
+                if err.code in SESSION_ERRORS:
+                    return
+                log.debug("nvmlEventSetWait: %s", err.name)
+                self._session_broken.wait(1.0)
+                continue
+            for event in events:
+                state = self._states.get(event.gpu)
+                if state is None:
+                    continue
+                log.warning("GPU %d: Xid %d", event.gpu, event.xid)
+                with state.lock:
+                    state.xids[event.xid] += 1
+
+    # --- scrape ------------------------------------------------------------------------------
+    def collect(self) -> Collection:
+        now = self._clock()
+        with self._lock:
+            up, states, driver = self._up, list(self._states.values()), self._driver_version
+        fam_up = m.gauge("inference_nvml_up")
+        fam_up.add_metric([], 1.0 if up else 0.0)
+        out = Collection(metrics=[fam_up])
+        if not up:
+            out.success = False
+            out.error = self._last_init_error or "NVML not initialised"
+            return out
+        f = _Families()
+        stuck: list[str] = []
+        stale_after = max(3 * self.poll_interval, self.deadline)
+        for state in states:
+            with state.lock:
+                since = state.inflight_since
+                hung = since is not None and now - since > self.deadline
+                fresh = state.latest is not None and now - state.latest_at <= stale_after
+                healthy = not hung and not state.error and fresh
+                if hung:
+                    stuck.append(str(state.identity.index))
+                f.add_state(state, driver, healthy)
+        out.metrics.extend(f.all())
+        if stuck:
+            out.success = False
+            out.error = f"NVML call hanging for GPU {', '.join(stuck)}"
+        return out
+
+
+class _Families:
+    """The families of one scrape, filled GPU by GPU."""
+
+    def __init__(self) -> None:
+        self.calls = m.counter("inference_nvml_calls_total")
+        self.info = m.gauge("inference_gpu_info")
+        self.up = m.gauge("inference_gpu_up")
+        self.xid = m.counter("inference_gpu_xid_errors_total")
+        self.hist = m.histogram("inference_gpu_utilization_samples")
+        self.busy = m.counter("inference_gpu_busy_seconds_total")
+        self.dram_seconds = m.counter("inference_gpu_dram_active_seconds_total")
+        self.energy = m.counter("inference_gpu_energy_joules_total")
+        self.events = m.gauge("inference_gpu_clock_event_active")
+        self.gauges = {
+            name: m.gauge(name)
+            for name in (
+                "inference_gpu_utilization_ratio",
+                "inference_gpu_memory_bandwidth_utilization_ratio",
+                "inference_gpu_memory_busy_ratio",
+                "inference_gpu_sm_active_ratio",
+                "inference_gpu_sm_occupancy_ratio",
+                "inference_gpu_tensor_active_ratio",
+                "inference_gpu_memory_used_bytes",
+                "inference_gpu_memory_total_bytes",
+                "inference_gpu_pcie_tx_bytes_per_second",
+                "inference_gpu_pcie_rx_bytes_per_second",
+                "inference_gpu_power_watts",
+                "inference_gpu_temperature_celsius",
+                "inference_gpu_sm_clock_hertz",
+                "inference_gpu_memory_clock_hertz",
+            )
+        }
+
+    def all(self) -> list[Metric]:
+        fams: list[Metric] = [self.calls, self.info, self.up, self.xid, self.hist, self.busy]
+        fams += [self.dram_seconds, self.energy, self.events, *self.gauges.values()]
+        return [f for f in fams if f.samples]
+
+    def _gauge(self, name: str, labels: list[str], value: float | None) -> None:
+        if value is not None:
+            self.gauges[name].add_metric(labels, value)
+
+    def add_state(self, s: GpuState, driver: str, healthy: bool) -> None:
+        ident = s.identity
+        labels = [str(ident.index), ident.uuid]
+        self.calls.add_metric([labels[0]], float(s.calls))
+        self.info.add_metric([*labels, ident.name, driver, ident.pci_bus_id, ident.mig_mode], 1.0)
+        self.up.add_metric(labels, 1.0 if healthy else 0.0)
+        for xid, count in sorted(s.xids.items()):
+            self.xid.add_metric([*labels, str(xid)], float(count))
+        r = s.latest
+        if not healthy or r is None:
+            return
+        if s.sample_count:
+            cumulative, running = [], 0
+            for bound, count in zip(m.UTILIZATION_BUCKETS, s.buckets, strict=True):
+                running += count
+                cumulative.append((_le(bound), float(running)))
+            cumulative.append(("+Inf", float(s.sample_count)))
+            self.hist.add_metric(labels, cumulative, s.sample_sum)
+            self.busy.add_metric(labels, s.busy_seconds)
+        self._gauge("inference_gpu_utilization_ratio", labels, s.latest_util)
+        gpm = r.gpm
+        if "dram_bw_util" in gpm:
+            self._gauge(
+                "inference_gpu_memory_bandwidth_utilization_ratio",
+                labels,
+                gpm["dram_bw_util"] / 100,
+            )
+            self.dram_seconds.add_metric(labels, s.dram_active_seconds)
+        for key, name in (
+            ("sm_util", "inference_gpu_sm_active_ratio"),
+            ("sm_occupancy", "inference_gpu_sm_occupancy_ratio"),
+            ("any_tensor_util", "inference_gpu_tensor_active_ratio"),
+        ):
+            if key in gpm:
+                self._gauge(name, labels, gpm[key] / 100)
+        if r.mem_busy_pct is not None:
+            self._gauge("inference_gpu_memory_busy_ratio", labels, r.mem_busy_pct / 100)
+        self._gauge("inference_gpu_memory_used_bytes", labels, _f(r.memory_used_bytes))
+        self._gauge("inference_gpu_memory_total_bytes", labels, _f(r.memory_total_bytes))
+        for direction, gpm_key, fallback in (
+            ("tx", "pcie_tx_per_sec", r.pcie_tx_kibps),
+            ("rx", "pcie_rx_per_sec", r.pcie_rx_kibps),
+        ):
+            name = f"inference_gpu_pcie_{direction}_bytes_per_second"
+            if gpm_key in gpm:
+                self._gauge(name, labels, gpm[gpm_key] * MIB)
+            elif fallback is not None:
+                self._gauge(name, labels, float(fallback * KIB))
+        if r.power_mw is not None:
+            self._gauge("inference_gpu_power_watts", labels, r.power_mw / 1000)
+        if r.energy_mj is not None:
+            self.energy.add_metric(labels, r.energy_mj / 1000)
+        self._gauge("inference_gpu_temperature_celsius", labels, _f(r.temperature_c))
+        if r.sm_clock_mhz is not None:
+            self._gauge("inference_gpu_sm_clock_hertz", labels, r.sm_clock_mhz * 1e6)
+        if r.mem_clock_mhz is not None:
+            self._gauge("inference_gpu_memory_clock_hertz", labels, r.mem_clock_mhz * 1e6)
+        if r.clock_events is not None:
+            for bit, reason in CLOCK_EVENT_REASONS:
+                self.events.add_metric([*labels, reason], 1.0 if r.clock_events & bit else 0.0)
+
+
+def _f(value: int | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _le(bound: float) -> str:
+    """Bucket bound as prometheus_client writes it (``1.0``, ``0.05``)."""
+    return repr(float(bound))

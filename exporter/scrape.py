@@ -1,0 +1,125 @@
+"""Run every collector of a scrape under one deadline, and report each one's success.
+
+Each collector runs in its own single worker thread with at most one run in flight: a
+collector still stuck from an earlier scrape is reported as failed at once instead of
+piling up another run. A collector that raises or times out costs its own metrics only
+(node_exporter's ``execute()`` pattern).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector as PromCollector
+
+from exporter import metrics as m
+from exporter.collectors.base import Collection, Collector
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CollectorStatus:
+    """What the landing page shows for a collector."""
+
+    success: bool | None = None
+    duration: float = 0.0
+    error: str = ""
+    at: float = 0.0
+
+
+class _Slot:
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+        self.executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"collect-{collector.name}"
+        )
+        self.inflight: Future[tuple[Collection, float]] | None = None
+        self.status = CollectorStatus()
+        self.last_error_logged = ""
+
+
+class ScrapeCoordinator(PromCollector):
+    """A prometheus_client collector that fans out to the exporter's collectors."""
+
+    def __init__(
+        self,
+        collectors: Sequence[Collector],
+        *,
+        deadline: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.deadline = deadline
+        self._clock = clock
+        self._slots = [_Slot(c) for c in collectors]
+        self._lock = threading.Lock()
+
+    @property
+    def statuses(self) -> dict[str, CollectorStatus]:
+        return {s.collector.name: s.status for s in self._slots}
+
+    def collect(self) -> Iterator[Metric]:
+        started = self._clock()
+        success = m.gauge("inference_scrape_collector_success")
+        duration = m.gauge("inference_scrape_collector_duration_seconds")
+        with self._lock:
+            pending: dict[_Slot, Future[tuple[Collection, float]]] = {}
+            for slot in self._slots:
+                if slot.inflight is not None and not slot.inflight.done():
+                    continue  # still stuck since an earlier scrape
+                slot.inflight = slot.executor.submit(_timed, slot.collector, self._clock)
+                pending[slot] = slot.inflight
+            wait_futures(list(pending.values()), timeout=self.deadline)
+            for slot in self._slots:
+                name = slot.collector.name
+                fut = pending.get(slot)
+                if fut is None or not fut.done():
+                    error = (
+                        f"still running after {self.deadline:g}s deadline"
+                        if fut is not None
+                        else "previous run still in flight"
+                    )
+                    self._record(slot, False, self.deadline, error)
+                    success.add_metric([name], 0.0)
+                    duration.add_metric([name], self.deadline)
+                    continue
+                exc = fut.exception()
+                if exc is not None:
+                    self._record(
+                        slot, False, self._clock() - started, f"{type(exc).__name__}: {exc}"
+                    )
+                    success.add_metric([name], 0.0)
+                    duration.add_metric([name], self._clock() - started)
+                    continue
+                result, took = fut.result()
+                self._record(slot, result.success, took, result.error)
+                success.add_metric([name], 1.0 if result.success else 0.0)
+                duration.add_metric([name], took)
+                yield from result.metrics
+        yield success
+        yield duration
+
+    def _record(self, slot: _Slot, ok: bool, took: float, error: str) -> None:
+        slot.status = CollectorStatus(success=ok, duration=took, error=error, at=time.time())
+        if error and error != slot.last_error_logged:
+            log.warning("collector %s failed: %s", slot.collector.name, error)
+        elif ok and slot.last_error_logged:
+            log.info("collector %s recovered", slot.collector.name)
+        slot.last_error_logged = error
+
+    def close(self) -> None:
+        for slot in self._slots:
+            slot.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _timed(collector: Collector, clock: Callable[[], float]) -> tuple[Collection, float]:
+    start = clock()
+    result = collector.collect()
+    return result, clock() - start
