@@ -1,0 +1,249 @@
+"""Command line: ``serve`` (the default), ``record``.
+
+Errors the user can cause end in one line on stderr and exit code 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import platform
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from exporter import __version__, logs
+from exporter.config import (
+    OPTIONS,
+    ConfigError,
+    Option,
+    Settings,
+    collector_option,
+    parse_duration,
+    read_config_file,
+    resolve,
+    settings_from,
+)
+
+PROG = "inference-bottleneck-exporter"
+SUBCOMMANDS = ("serve", "record")
+EXIT_USAGE = 2
+
+log = logging.getLogger("exporter")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{PROG}: error: {message}\n")
+
+
+def _fail(message: str) -> NoReturn:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    raise SystemExit(EXIT_USAGE)
+
+
+def version_text() -> str:
+    return f"{PROG}, version {__version__} (python {platform.python_version()})"
+
+
+def serve_options() -> tuple[Option, ...]:
+    from exporter.collectors import COLLECTORS  # noqa: PLC0415
+
+    extra = tuple(
+        collector_option(name, entry.enabled_by_default, entry.help)
+        for name, entry in COLLECTORS.items()
+    )
+    return OPTIONS + extra
+
+
+def _serve_parser(options: tuple[Option, ...]) -> _Parser:
+    parser = _Parser(
+        prog=PROG,
+        description="Prometheus exporter that finds what a GPU LLM inference server waits for.",
+        argument_default=argparse.SUPPRESS,
+    )
+    parser.add_argument("--version", action="version", version=version_text())
+    parser.add_argument("--config.file", dest="config_file", metavar="PATH", help="YAML file.")
+    parser.add_argument(
+        "--config.check",
+        dest="config_check",
+        action="store_true",
+        help="Validate the configuration, print it, and exit.",
+    )
+    for opt in options:
+        env_help = f" [env {opt.env}]"
+        if opt.kind == "bool":
+            state = "enabled" if opt.default else "disabled"
+            parser.add_argument(
+                f"--{opt.name}",
+                dest=opt.dest,
+                action="store_const",
+                const=True,
+                help=f"{opt.help} (default: {state}){env_help}",
+            )
+            parser.add_argument(
+                f"--no-{opt.name}",
+                dest=opt.dest,
+                action="store_const",
+                const=False,
+                help=argparse.SUPPRESS,
+            )
+            continue
+        default = "" if opt.default is None else f" (default: {opt.default})"
+        parser.add_argument(
+            f"--{opt.name}",
+            dest=opt.dest,
+            metavar=opt.metavar or opt.kind.upper(),
+            help=f"{opt.help}{default}{env_help}",
+        )
+    return parser
+
+
+def _validate_replay(path: Path) -> None:
+    from exporter.backends.replay import TraceError, load_trace  # noqa: PLC0415
+
+    try:
+        load_trace(path)
+    except TraceError as err:
+        raise ConfigError("--gpu.replay-file", str(err)) from None
+
+
+def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, bool]:
+    """Parse ``serve`` arguments; raises ConfigError / SystemExit(2) on bad input."""
+    options = serve_options()
+    namespace = vars(_serve_parser(options).parse_args(list(argv)))
+    flags: dict[str, Any] = {o.name: namespace[o.dest] for o in options if o.dest in namespace}
+    config_path = namespace.get("config_file") or env.get("INFERENCE_EXPORTER_CONFIG_FILE")
+    file_values = read_config_file(Path(config_path)) if config_path else {}
+    values, sources = resolve(options, flags, env, file_values)
+    settings = settings_from(values, sources, _validate_replay)
+    return settings, bool(namespace.get("config_check", False))
+
+
+def _describe(settings: Settings) -> str:
+    lines = []
+    for opt in serve_options():
+        if opt.name.startswith("collector."):
+            value: Any = settings.collectors.get(opt.name.removeprefix("collector."))
+        else:
+            value = getattr(settings, opt.attr)
+        lines.append(f"{opt.name}={value} ({settings.sources.get(opt.name, 'default')})")
+    return "\n".join(lines)
+
+
+async def _serve(settings: Settings) -> int:
+    from aiohttp import web  # noqa: PLC0415
+
+    from exporter.app import SHUTDOWN_BUDGET_S, Exporter  # noqa: PLC0415
+    from exporter.collectors import build_collectors  # noqa: PLC0415
+
+    exporter = Exporter(settings, build_collectors(settings))
+    runner = web.AppRunner(exporter.make_app(), handle_signals=False, access_log=None)
+    await runner.setup()
+    host, port = settings.listen
+    site = web.TCPSite(runner, host or None, port, shutdown_timeout=1.0)
+    try:
+        await site.start()
+    except OSError as err:
+        await runner.cleanup()
+        log.error("cannot listen on %s: %s", settings.listen_address, err.strerror or err)
+        return 1
+    addresses = ", ".join(_fmt_addr(a) for a in runner.addresses)
+    log.info("listening on %s%s (version %s)", addresses, settings.telemetry_path, __version__)
+    exporter.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    try:
+        await asyncio.wait_for(runner.cleanup(), timeout=SHUTDOWN_BUDGET_S / 2)
+    except TimeoutError:
+        log.warning("HTTP server did not close in time")
+    await loop.run_in_executor(None, exporter.stop, SHUTDOWN_BUDGET_S / 2)
+    log.info("stopped")
+    return 0
+
+
+def _fmt_addr(address: Any) -> str:
+    if isinstance(address, tuple) and len(address) >= 2:
+        host = str(address[0])
+        return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
+    return str(address)
+
+
+def serve(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    try:
+        settings, check_only = load_settings(argv, env)
+    except ConfigError as err:
+        _fail(str(err))
+    if check_only:
+        print(_describe(settings))
+        return 0
+    logs.setup(settings.log_level, settings.log_format)
+    return asyncio.run(_serve(settings))
+
+
+def record(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    parser = _Parser(
+        prog=f"{PROG} record",
+        description="Record an NVML replay trace (JSON lines) from the GPUs of this machine.",
+    )
+    parser.add_argument("--duration", default="60s", help="How long to record (default 60s).")
+    parser.add_argument("--out", required=True, type=Path, help="Trace file to write.")
+    parser.add_argument(
+        "--gpu.poll-interval",
+        dest="interval",
+        default="1s",
+        help="Time between reads of each GPU (default 1s).",
+    )
+    parser.add_argument(
+        "--gpu.replay-file",
+        dest="replay",
+        type=Path,
+        default=None,
+        help="Record from a replay trace instead of NVML (for tests).",
+    )
+    parser.add_argument("--log.level", dest="log_level", default="info", choices=logs.LEVEL_NAMES)
+    args = parser.parse_args(list(argv))
+    try:
+        duration = parse_duration(args.duration)
+        interval = parse_duration(args.interval)
+    except ValueError as err:
+        _fail(str(err))
+    if not 0 < duration <= 86400:
+        _fail(f"--duration: {args.duration} must be more than 0 and at most 24h")
+    if not 0.1 <= interval <= 60:
+        _fail(f"--gpu.poll-interval: {args.interval} must be between 100ms and 1m")
+    if args.replay is not None:
+        try:
+            _validate_replay(args.replay)
+        except ConfigError as err:
+            _fail(str(err))
+    logs.setup(args.log_level, "logfmt")
+    from exporter.recorder import record_trace  # noqa: PLC0415
+
+    return record_trace(args.out, duration=duration, interval=interval, replay=args.replay)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ)
+    if args and args[0] in SUBCOMMANDS:
+        command, args = args[0], args[1:]
+    else:
+        command = "serve"
+    if command == "record":
+        return record(args, env)
+    return serve(args, env)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,318 @@
+"""Configuration: one table of options, read from flags, environment and a YAML file.
+
+Precedence is flag > environment (``INFERENCE_EXPORTER_<FLAG>``, dots and dashes as ``_``)
+> ``--config.file`` > default. Every value is parsed and range-checked here; a bad one raises
+:class:`ConfigError` naming the option and the problem, which the CLI prints as one line and
+exits 2 (an exporter whose user set a 3 ms interval must refuse, not burn a core).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENV_PREFIX = "INFERENCE_EXPORTER_"
+# Port 10960: the Prometheus default-port list (9100-9999) has been full since 2023 and newer
+# exporters take ports from 10000 up; 10960 was free in it when this was written.
+DEFAULT_PORT = 10960
+LOG_LEVELS = ("debug", "info", "warn", "error")
+LOG_FORMATS = ("logfmt", "json")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; ``str()`` is the one line the user sees."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        self.option = option
+        self.problem = problem
+        super().__init__(f"{option}: {problem}")
+
+
+_DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))+$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Prometheus-style duration (``500ms``, ``15s``, ``1m30s``) in seconds."""
+    text = text.strip()
+    if not _DURATION_RE.match(text):
+        raise ValueError(f"{text!r} is not a duration (use e.g. 500ms, 15s, 1m30s)")
+    return sum(float(n) * _UNITS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 1 and seconds * 1000 == int(seconds * 1000):
+        return f"{int(seconds * 1000)}ms"
+    return f"{seconds:g}s"
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``host:port``, ``:port`` (all interfaces) or ``[v6]:port``."""
+    text = text.strip()
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0 or text[end + 1 : end + 2] != ":":
+            raise ValueError(f"{text!r} is not [ipv6]:port")
+        host, port_text = text[1:end], text[end + 2 :]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            raise ValueError(f"{text!r} has no port (use host:port or :port)")
+        if ":" in host:
+            raise ValueError(f"{text!r}: write IPv6 addresses as [addr]:port")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{text!r}: port must be 0-65535")
+    return host, int(port_text)
+
+
+def parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"{text!r} is not a boolean (true/false)")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One configuration option. ``kind`` picks the parser; bounds apply to numbers."""
+
+    name: str
+    kind: str  # str | duration | bool | path | choice | address | url-path
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    metavar: str = ""
+    attr: str = ""  # the Settings field it fills
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + re.sub(r"[.-]", "_", self.name).upper()
+
+    @property
+    def dest(self) -> str:
+        return re.sub(r"[.-]", "_", self.name)
+
+    def parse(self, raw: Any) -> Any:
+        """Parse and validate a raw value (a string from flags/env, any YAML scalar from file)."""
+        try:
+            value = self._parse(raw)
+        except ValueError as err:
+            raise ConfigError(f"--{self.name}", str(err)) from None
+        if isinstance(value, float):
+            if self.minimum is not None and value < self.minimum:
+                raise ConfigError(
+                    f"--{self.name}",
+                    f"{raw} is below the minimum {format_duration(self.minimum)}",
+                )
+            if self.maximum is not None and value > self.maximum:
+                raise ConfigError(
+                    f"--{self.name}",
+                    f"{raw} is above the maximum {format_duration(self.maximum)}",
+                )
+        return value
+
+    def _parse(self, raw: Any) -> Any:
+        if raw is None:
+            raise ValueError("a value is required")
+        if self.kind == "bool":
+            return raw if isinstance(raw, bool) else parse_bool(str(raw))
+        if isinstance(raw, (dict, list)):
+            raise ValueError("expected a single value")
+        text = str(raw)
+        if self.kind == "duration":
+            seconds = (
+                float(raw)
+                if isinstance(raw, (int, float)) and not isinstance(raw, bool)
+                else parse_duration(text)
+            )
+            if not math.isfinite(seconds):
+                raise ValueError(f"{text!r} is not finite")
+            return seconds
+        if self.kind == "choice":
+            if text not in self.choices:
+                raise ValueError(f"{text!r} is not one of {', '.join(self.choices)}")
+            return text
+        if self.kind == "address":
+            parse_address(text)
+            return text
+        if self.kind == "url-path":
+            if not text.startswith("/") or any(c.isspace() for c in text) or text == "/":
+                raise ValueError(f"{text!r} must start with '/' and name a path other than '/'")
+            return text
+        if self.kind == "path":
+            if not text:
+                raise ValueError("empty path")
+            return Path(text)
+        return text
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "web.listen-address",
+        "address",
+        f":{DEFAULT_PORT}",
+        "Address to listen on for /metrics and the health endpoints.",
+        metavar="HOST:PORT",
+        attr="listen_address",
+    ),
+    Option(
+        "web.telemetry-path",
+        "url-path",
+        "/metrics",
+        "Path under which to expose metrics.",
+        metavar="PATH",
+        attr="telemetry_path",
+    ),
+    Option(
+        "path.procfs", "path", Path("/proc"), "procfs mountpoint.", metavar="PATH", attr="procfs"
+    ),
+    Option(
+        "gpu.replay-file",
+        "path",
+        None,
+        "Replay this NVML trace (JSON lines) instead of reading NVML.",
+        metavar="PATH",
+        attr="gpu_replay_file",
+    ),
+    Option(
+        "gpu.poll-interval",
+        "duration",
+        3.0,
+        "How often each GPU is read (about 10 NVML calls per read).",
+        minimum=0.5,
+        maximum=300.0,
+        metavar="DURATION",
+        attr="gpu_poll_interval",
+    ),
+    Option(
+        "scrape.timeout",
+        "duration",
+        2.0,
+        "Deadline for one collector in a scrape, and after which an NVML call counts as hung.",
+        minimum=0.1,
+        maximum=60.0,
+        metavar="DURATION",
+        attr="scrape_timeout",
+    ),
+    Option("log.level", "choice", "info", "Log level.", choices=LOG_LEVELS, attr="log_level"),
+    Option("log.format", "choice", "logfmt", "Log format.", choices=LOG_FORMATS, attr="log_format"),
+)
+BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def collector_option(name: str, enabled: bool, help_text: str) -> Option:
+    return Option(
+        f"collector.{name}", "bool", enabled, f"Enable the {name} collector: {help_text}."
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved, validated configuration of ``serve``."""
+
+    listen_address: str = f":{DEFAULT_PORT}"
+    telemetry_path: str = "/metrics"
+    procfs: Path = Path("/proc")
+    gpu_replay_file: Path | None = None
+    gpu_poll_interval: float = 3.0
+    scrape_timeout: float = 2.0
+    log_level: str = "info"
+    log_format: str = "logfmt"
+    collectors: dict[str, bool] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def listen(self) -> tuple[str, int]:
+        return parse_address(self.listen_address)
+
+
+def flatten_file(data: Any, prefix: str = "") -> dict[str, Any]:
+    """``{web: {listen-address: x}}`` and ``{"web.listen-address": x}`` both become dotted keys."""
+    if not isinstance(data, Mapping):
+        raise ConfigError("--config.file", "the top level must be a mapping of options")
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten_file(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError("--config.file", f"cannot read {path}: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError("--config.file", f"{path} is not valid YAML{where}") from None
+    return {} if data is None else flatten_file(data)
+
+
+def resolve(
+    options: tuple[Option, ...],
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    file_values: Mapping[str, Any],
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Apply precedence to every option; returns (values by option name, source by name)."""
+    known = {o.name for o in options}
+    unknown = sorted(set(file_values) - known)
+    if unknown:
+        raise ConfigError("--config.file", f"unknown option {unknown[0]!r}")
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for opt in options:
+        if opt.name in flags:
+            values[opt.name], sources[opt.name] = opt.parse(flags[opt.name]), "flag"
+        elif opt.env in env:
+            try:
+                values[opt.name] = opt.parse(env[opt.env])
+            except ConfigError as err:
+                raise ConfigError(opt.env, err.problem) from None
+            sources[opt.name] = "env"
+        elif opt.name in file_values:
+            try:
+                values[opt.name] = opt.parse(file_values[opt.name])
+            except ConfigError as err:
+                raise ConfigError(f"--config.file {opt.name}", err.problem) from None
+            sources[opt.name] = "file"
+        else:
+            values[opt.name], sources[opt.name] = opt.default, "default"
+    return values, sources
+
+
+def settings_from(
+    values: Mapping[str, Any],
+    sources: Mapping[str, str],
+    validate_replay: Callable[[Path], None] | None = None,
+) -> Settings:
+    """Build :class:`Settings` and check cross-field rules."""
+    collectors = {
+        name.removeprefix("collector."): bool(v)
+        for name, v in values.items()
+        if name.startswith("collector.")
+    }
+    fields = {o.attr: values[o.name] for o in OPTIONS}
+    settings = Settings(**fields, collectors=collectors, sources=dict(sources))
+    if settings.telemetry_path in {"/-/healthy", "/-/ready"}:
+        raise ConfigError("--web.telemetry-path", "collides with a health endpoint")
+    if settings.gpu_replay_file is not None and validate_replay is not None:
+        validate_replay(settings.gpu_replay_file)
+    return settings
