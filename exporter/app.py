@@ -25,6 +25,7 @@ from exporter import __version__
 from exporter import metrics as m
 from exporter.collectors.base import Collector
 from exporter.config import Settings
+from exporter.exposition import TextEncoder
 from exporter.scrape import ScrapeCoordinator
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class BuildInfo(PromCollector):
         yield fam
 
 
-class _Only:
+class _Only(PromCollector):
     """The families of ``registry`` named in ``names`` (``/metrics?name[]=...``)."""
 
     def __init__(self, registry: CollectorRegistry, names: frozenset[str]) -> None:
@@ -74,6 +75,7 @@ class Exporter:
         self.started_at = time.time()
         self._scrapes = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scrape")
         self._warmup: asyncio.Task[None] | None = None
+        self._text = TextEncoder()
 
     # --- lifecycle ---------------------------------------------------------------------------
     def make_app(self) -> web.Application:
@@ -111,9 +113,12 @@ class Exporter:
     # --- handlers ----------------------------------------------------------------------------
     def render(self, accept: str, names: Sequence[str]) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept)
-        if not names:
-            return encoder(self.registry), content_type
-        return encoder(_Only(self.registry, frozenset(names))), content_type
+        source: PromCollector = (
+            self.registry if not names else _Only(self.registry, frozenset(names))
+        )
+        if content_type.startswith("text/plain"):
+            return self._text.encode(source), content_type
+        return encoder(source), content_type
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
         names = request.query.getall("name[]", [])

@@ -1,0 +1,108 @@
+"""A faster encoder for the classic Prometheus text format (``text/plain; version=0.0.4``).
+
+prometheus_client's ``generate_latest`` validates and escapes every label of every sample on
+every scrape; that was three quarters of the exporter's CPU per scrape with 8 GPUs. Label sets
+repeat from scrape to scrape, so this encoder renders each ``name{labels}`` prefix once and
+caches it. The output is byte-for-byte what ``generate_latest`` writes (a test compares them);
+OpenMetrics requests still go through prometheus_client.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Protocol, cast
+
+from prometheus_client import utils
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import exposition as om
+
+_LEGACY_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_LEGACY_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_TYPES = {
+    "counter": "counter",
+    "info": "gauge",
+    "stateset": "gauge",
+    "gaugehistogram": "histogram",
+    "unknown": "untyped",
+}
+_OM_SUFFIXES = ("_created", "_gsum", "_gcount")
+_CACHE_LIMIT = 20_000
+
+float_to_go = cast(Callable[[float], str], utils.floatToGoString)
+
+
+class _Source(Protocol):
+    def collect(self) -> object: ...
+
+
+def _name(name: str) -> str:
+    if _LEGACY_NAME.match(name):
+        return name
+    return om.escape_metric_name(name, om.UNDERSCORES)
+
+
+def _label_name(name: str) -> str:
+    if _LEGACY_LABEL.match(name):
+        return name
+    return om.escape_label_name(name, om.UNDERSCORES)
+
+
+def _label_value(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+class TextEncoder:
+    """Renders a registry in the text format, caching sample prefixes between calls."""
+
+    def __init__(self) -> None:
+        self._prefixes: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+
+    def _prefix(self, name: str, labels: dict[str, str]) -> str:
+        # A family always builds its label dicts in the same order, so the unsorted items
+        # are a stable key; the rendering sorts them as generate_latest does.
+        key = (name, tuple(labels.items()))
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            if len(self._prefixes) >= _CACHE_LIMIT:
+                self._prefixes.clear()
+            rendered = ",".join(f'{_label_name(k)}="{_label_value(v)}"' for k, v in sorted(key[1]))
+            prefix = f"{_name(name)}{{{rendered}}} " if rendered else f"{_name(name)} "
+            self._prefixes[key] = prefix
+        return prefix
+
+    def _line(self, sample: object) -> str:
+        name, labels, value, timestamp = (
+            sample.name,  # type: ignore[attr-defined]
+            sample.labels,  # type: ignore[attr-defined]
+            sample.value,  # type: ignore[attr-defined]
+            sample.timestamp,  # type: ignore[attr-defined]
+        )
+        stamp = "" if timestamp is None else f" {int(float(timestamp) * 1000):d}"
+        return f"{self._prefix(name, labels)}{float_to_go(value)}{stamp}\n"
+
+    def encode(self, registry: _Source) -> bytes:
+        out: list[str] = []
+        for metric in cast(list[Metric], registry.collect()):
+            mname, mtype = metric.name, metric.type
+            if mtype == "counter":
+                mname += "_total"
+            elif mtype == "info":
+                mname += "_info"
+            mtype = _TYPES.get(mtype, mtype)
+            help_text = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
+            out.append(f"# HELP {_name(mname)} {help_text}\n")
+            out.append(f"# TYPE {_name(mname)} {mtype}\n")
+            extra: dict[str, list[str]] = {}
+            for sample in metric.samples:
+                for suffix in _OM_SUFFIXES:
+                    if sample.name == metric.name + suffix:
+                        extra.setdefault(suffix, []).append(self._line(sample))
+                        break
+                else:
+                    out.append(self._line(sample))
+            for suffix, lines in sorted(extra.items()):
+                out.append(f"# HELP {_name(metric.name + suffix)} {help_text}\n")
+                out.append(f"# TYPE {_name(metric.name + suffix)} gauge\n")
+                out.extend(lines)
+        return "".join(out).encode("utf-8")

@@ -1,0 +1,69 @@
+"""The fast text encoder writes exactly what prometheus_client's generate_latest writes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, Summary
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+
+from exporter.exposition import TextEncoder
+
+
+class Odd:
+    def collect(self) -> Iterator[Metric]:
+        fam = GaugeMetricFamily("odd_values", 'help with \\ backslash\nand "quotes"', labels=["v"])
+        for i, value in enumerate(
+            [0.0, -0.0, 1e-9, 123456789.0, 1e22, math.inf, -math.inf, math.nan]
+        ):
+            fam.add_metric([f"case{i}"], value)
+        fam.add_metric(['quote " back \\ newline \n tab \t'], 1.0)
+        fam.add_metric(["ünïcödé ✓"], 2.0, timestamp=1700000000.123)
+        yield fam
+
+
+def registry() -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    Counter("requests", "Requests.", ["code", "method"], registry=reg).labels("200", "GET").inc(3)
+    Gauge("temperature_celsius", "Temp.", registry=reg).set(21.5)
+    h = Histogram("latency_seconds", "Latency.", ["path"], registry=reg)
+    h.labels("/a").observe(0.2)
+    h.labels("/b").observe(7.0)
+    Summary("size_bytes", "Size.", registry=reg).observe(512)
+    Info("build", "Build.", registry=reg).info({"version": "1.2.3", "commit": "abc"})
+    reg.register(Odd())
+    return reg
+
+
+def test_matches_generate_latest_byte_for_byte() -> None:
+    reg = registry()
+    encoder = TextEncoder()
+    expected = generate_latest(reg)
+    assert encoder.encode(reg) == expected
+    # second pass: served from the prefix cache, still identical
+    assert encoder.encode(reg) == expected
+    assert b'v="quote \\" back \\\\ newline \\n tab \t"' in expected
+    assert b"_created" in expected  # OpenMetrics-only samples moved to their own gauges
+
+
+def test_cache_is_bounded() -> None:
+    encoder = TextEncoder()
+
+    class Many:
+        def __init__(self, start: int) -> None:
+            self.start = start
+
+        def collect(self) -> Iterator[Metric]:
+            fam = GaugeMetricFamily("many", "Many.", labels=["i"])
+            for i in range(self.start, self.start + 15_000):
+                fam.add_metric([str(i)], float(i))
+            yield fam
+
+    for start in (0, 15_000, 30_000):
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(Many(start))
+        assert encoder.encode(reg) == generate_latest(reg)
+        assert len(encoder._prefixes) <= 20_000
