@@ -72,39 +72,44 @@ class ScrapeCoordinator(PromCollector):
         with self._lock:
             pending: dict[_Slot, Future[tuple[Collection, float]]] = {}
             for slot in self._slots:
+                if not slot.collector.blocking:
+                    continue
                 if slot.inflight is not None and not slot.inflight.done():
                     continue  # still stuck since an earlier scrape
                 slot.inflight = slot.executor.submit(_timed, slot.collector, self._clock)
                 pending[slot] = slot.inflight
             wait_futures(list(pending.values()), timeout=self.deadline)
             for slot in self._slots:
-                name = slot.collector.name
-                fut = pending.get(slot)
-                if fut is None or not fut.done():
-                    error = (
-                        f"still running after {self.deadline:g}s deadline"
-                        if fut is not None
-                        else "previous run still in flight"
-                    )
-                    self._record(slot, False, self.deadline, error)
-                    success.add_metric([name], 0.0)
-                    duration.add_metric([name], self.deadline)
-                    continue
-                exc = fut.exception()
-                if exc is not None:
-                    self._record(
-                        slot, False, self._clock() - started, f"{type(exc).__name__}: {exc}"
-                    )
-                    success.add_metric([name], 0.0)
-                    duration.add_metric([name], self._clock() - started)
-                    continue
-                result, took = fut.result()
-                self._record(slot, result.success, took, result.error)
-                success.add_metric([name], 1.0 if result.success else 0.0)
-                duration.add_metric([name], took)
-                yield from result.metrics
+                result, took, error = self._outcome(slot, pending.get(slot), started)
+                ok = result is not None and result.success
+                self._record(slot, ok, took, error)
+                success.add_metric([slot.collector.name], 1.0 if ok else 0.0)
+                duration.add_metric([slot.collector.name], took)
+                if result is not None:
+                    yield from result.metrics
         yield success
         yield duration
+
+    def _outcome(
+        self, slot: _Slot, fut: Future[tuple[Collection, float]] | None, started: float
+    ) -> tuple[Collection | None, float, str]:
+        """(collection or None, seconds taken, error) of one collector in this scrape."""
+        if not slot.collector.blocking:
+            # Reads state kept by background threads: cheap, run inline.
+            try:
+                result, took = _timed(slot.collector, self._clock)
+            except Exception as exc:
+                return None, self._clock() - started, f"{type(exc).__name__}: {exc}"
+            return result, took, result.error
+        if fut is None:
+            return None, self.deadline, "previous run still in flight"
+        if not fut.done():
+            return None, self.deadline, f"still running after {self.deadline:g}s deadline"
+        failure = fut.exception()
+        if failure is not None:
+            return None, self._clock() - started, f"{type(failure).__name__}: {failure}"
+        result, took = fut.result()
+        return result, took, result.error
 
     def _record(self, slot: _Slot, ok: bool, took: float, error: str) -> None:
         slot.status = CollectorStatus(success=ok, duration=took, error=error, at=time.time())

@@ -273,3 +273,25 @@ def test_statuses_follow_the_last_result(clock: FakeClock) -> None:
         assert list(coordinator.statuses) == ["flaky"]
     finally:
         coordinator.close()
+
+
+def test_non_blocking_collectors_run_inline_with_the_same_reporting(clock: FakeClock) -> None:
+    class InlineHealthy(Healthy):
+        blocking = False
+
+    class InlineRaising(Raising):
+        blocking = False
+
+    healthy, raising = InlineHealthy(clock, takes=0.25), InlineRaising()
+    coordinator = ScrapeCoordinator([raising, healthy], deadline=DEADLINE, clock=clock)
+    try:
+        reg, _ = scrape(coordinator)
+        assert success(reg, "healthy") == 1
+        assert duration(reg, "healthy") == pytest.approx(0.25)
+        assert reg.get_sample_value("fake_healthy_value") == 42
+        assert success(reg, "raising") == 0
+        assert coordinator.statuses["raising"].error == "RuntimeError: procfs vanished"
+        # inline: no worker thread was ever started for them
+        assert all(s.inflight is None for s in coordinator._slots)
+    finally:
+        coordinator.close()

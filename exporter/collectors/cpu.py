@@ -27,11 +27,8 @@ unsuccessful and still emits what the other file gives.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.metrics_core import Metric
@@ -39,18 +36,7 @@ from prometheus_client.metrics_core import Metric
 from exporter import metrics as m
 from exporter.backends import procfs
 from exporter.backends.procfs import CpuStat, CpuTimes, ProcfsError, Softirqs
-from exporter.collectors.base import Collection, Collector
-
-# A read is kept only when at least min_window / _SLOTS_PER_WINDOW after the last kept one,
-# so however often scrapes come, the history spans a window in a handful of entries.
-_SLOTS_PER_WINDOW = 4
-_HISTORY_LEN = _SLOTS_PER_WINDOW + 2
-
-
-@dataclass(frozen=True)
-class _Reading:
-    at: float
-    per_cpu: dict[int, CpuTimes]
+from exporter.collectors.base import Collection, Collector, WindowHistory
 
 
 def hottest_softirq_ratio(
@@ -96,9 +82,7 @@ class CpuCollector(Collector):
         self._clock = clock
         self._min_window = min_window
         self._clk_tck = procfs.clock_ticks() if clk_tck is None else clk_tck
-        self._history: deque[_Reading] = deque(maxlen=_HISTORY_LEN)
-        # Overlapping scrapes (two Prometheus replicas) must not interleave history updates.
-        self._lock = threading.Lock()
+        self._window: WindowHistory[dict[int, CpuTimes]] = WindowHistory(min_window)
 
     def collect(self) -> Collection:
         result = Collection()
@@ -127,31 +111,13 @@ class CpuCollector(Collector):
         online = m.gauge("inference_cpu_online")
         online.add_metric([], len(stat.per_cpu))
         families: list[Metric] = [seconds, online]
-        ratio = self._hottest_ratio(_Reading(now, stat.per_cpu))
+        baseline = self._window.push(now, stat.per_cpu)
+        ratio = None if baseline is None else hottest_softirq_ratio(baseline[1], stat.per_cpu)
         if ratio is not None:
             hottest = m.gauge("inference_cpu_softirq_hottest_core_ratio")
             hottest.add_metric([], ratio)
             families.append(hottest)
         return families
-
-    def _hottest_ratio(self, current: _Reading) -> float | None:
-        """Compare ``current`` with the newest kept read old enough, then remember it."""
-        with self._lock:
-            baseline: _Reading | None = None
-            for earlier in reversed(self._history):
-                if current.at - earlier.at >= self._min_window:
-                    baseline = earlier
-                    break
-            if baseline is not None:
-                # Reads older than the baseline can never be the newest old-enough one again.
-                while self._history[0] is not baseline:
-                    self._history.popleft()
-            spacing = self._min_window / _SLOTS_PER_WINDOW
-            if not self._history or current.at - self._history[-1].at >= spacing:
-                self._history.append(current)
-        if baseline is None:
-            return None
-        return hottest_softirq_ratio(baseline.per_cpu, current.per_cpu)
 
 
 def _softirq_metric(softirqs: Softirqs) -> Metric:
