@@ -1,0 +1,100 @@
+"""Engine adapters: from an engine's own ``/metrics`` to the normalised ``inference_*`` series.
+
+Pure functions over parsed families (no I/O except :func:`load_mapping`, no registry)::
+
+    families = parse_exposition(body)          # ValueError when the body is not an exposition
+    engine = detect(families)                  # "vllm", "sglang", ... or None
+    snapshot = normalise(families, engine, mapping=None, max_series=1000)
+
+One module per engine holds its declarative table (source names, current and deprecated,
+model label, unit conversion) and documents what it maps and why; :mod:`.rules` applies the
+tables the same way for every engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client.metrics_core import Metric
+
+from exporter.engines import custom, llamacpp, sglang, tgi, triton, vllm
+from exporter.engines.custom import CustomMapping, load_mapping
+from exporter.engines.model import EngineSnapshot
+from exporter.engines.parse import parse_exposition
+from exporter.engines.rules import NORMALISED, Rule, apply_rules
+
+__all__ = [
+    "ENGINES",
+    "NORMALISED",
+    "CustomMapping",
+    "detect",
+    "load_mapping",
+    "normalise",
+    "parse_exposition",
+]
+
+#: Engine types, as given to ``--engine.type`` (besides ``auto``) and used as label ``engine``.
+ENGINES: tuple[str, ...] = ("vllm", "sglang", "tgi", "triton", "llamacpp", "custom")
+
+_RULES: dict[str, tuple[Rule, ...]] = {
+    "vllm": vllm.RULES,
+    "sglang": sglang.RULES,
+    "tgi": tgi.RULES,
+    "triton": triton.RULES,
+    "llamacpp": llamacpp.RULES,
+}
+
+# Checked in this order: Triton first, because its Python and vLLM backends export their own
+# families next to nv_inference_*; the server is still Triton.
+_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("triton", triton.PREFIX),
+    ("vllm", vllm.PREFIX),
+    ("sglang", sglang.PREFIX),
+    ("tgi", tgi.PREFIX),
+    ("llamacpp", llamacpp.PREFIX),
+)
+
+
+def detect(families: Sequence[Metric]) -> str | None:
+    """The engine type whose metric names the families carry, or None.
+
+    ``custom`` when there is no known engine prefix but a normalised name itself (a server
+    instrumented with ``exporter.instrument``)."""
+    # Every family counts, even one left empty (all its values NaN, or a labelled metric
+    # with no series yet): its name alone tells the engine.
+    names = {family.name for family in families}
+    for engine, prefix in _PREFIXES:
+        if any(name.startswith(prefix) for name in names):
+            return engine
+    samples = {s.name for family in families for s in family.samples}
+    if any(_is_normalised_sample(name) for name in samples):
+        return "custom"
+    return None
+
+
+def _is_normalised_sample(name: str) -> bool:
+    return any(
+        name == n or (name.startswith(n) and name[len(n) :] in ("_bucket", "_sum", "_count"))
+        for n in NORMALISED
+    )
+
+
+def normalise(
+    families: Sequence[Metric],
+    engine: str,
+    *,
+    mapping: CustomMapping | None = None,
+    max_series: int = 1000,
+) -> EngineSnapshot:
+    """The normalised series of ``families`` read as engine type ``engine``.
+
+    ``mapping`` is used by ``custom`` only (None: the identity mapping alone). At most
+    ``max_series`` series per normalised name are kept; the others are counted in
+    ``EngineSnapshot.dropped[name]``. Raises :class:`ValueError` for an unknown engine type."""
+    if engine == "custom":
+        rules = custom.rules(mapping)
+    elif engine in _RULES:
+        rules = _RULES[engine]
+    else:
+        raise ValueError(f"unknown engine type {engine!r} (one of: {', '.join(ENGINES)})")
+    return apply_rules(families, engine, rules, max_series=max_series)

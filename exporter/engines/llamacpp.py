@@ -1,0 +1,39 @@
+"""llama.cpp server (``llama-server --metrics``): ``llamacpp:*`` metrics.
+
+Source: the ``/metrics`` handler of ``tools/server/server.cpp`` (``examples/server/server.cpp``
+before 2025): plain lines written by hand, every value printed as a C++ double (so counters
+above 999999 come out as e.g. ``1.23457e+06``), no labels, no histograms. One model per
+server: model ``""``.
+
+=====================================  =======================================================
+normalised                             llama.cpp
+=====================================  =======================================================
+inference_queue_depth                  llamacpp:requests_deferred
+inference_requests_running             llamacpp:requests_processing
+inference_kv_cache_usage_ratio         llamacpp:kv_cache_usage_ratio (builds before mid-2025;
+                                       later builds dropped it and the series is absent)
+inference_prompt_tokens_total          llamacpp:prompt_tokens_total
+inference_generation_tokens_total      llamacpp:tokens_predicted_total
+=====================================  =======================================================
+
+No latency histograms (only cumulative ``prompt_seconds_total`` and
+``tokens_predicted_seconds_total``), no tokenizer latency.
+"""
+
+from __future__ import annotations
+
+from exporter.engines.rules import Rule, Source, rule
+
+PREFIX = "llamacpp:"
+
+RULES: tuple[Rule, ...] = (
+    rule("inference_queue_depth", Source("llamacpp:requests_deferred")),
+    rule("inference_requests_running", Source("llamacpp:requests_processing")),
+    rule(
+        "inference_kv_cache_usage_ratio",
+        Source("llamacpp:kv_cache_usage_ratio"),
+        aggregate="max",
+    ),
+    rule("inference_prompt_tokens_total", Source("llamacpp:prompt_tokens_total")),
+    rule("inference_generation_tokens_total", Source("llamacpp:tokens_predicted_total")),
+)

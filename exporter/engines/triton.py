@@ -1,0 +1,91 @@
+"""Triton Inference Server: ``nv_inference_*`` metrics (port 8002) and, for TensorRT-LLM
+models, the backend's ``nv_trt_llm_*`` gauges.
+
+Sources: ``docs/user_guide/metrics.md`` of triton-inference-server/server (counters per model
+and version, rendered by prometheus-cpp: no ``_total``, labels ``model`` and ``version``) and
+the TensorRT-LLM backend README ("Triton Metrics"). The model is the ``model`` label; the
+versions of one model are summed into one series.
+
+=====================================  =======================================================
+normalised                             Triton
+=====================================  =======================================================
+inference_queue_depth                  nv_inference_pending_request_count (23.12+) +
+                                       nv_trt_llm_request_metrics{request_type="waiting"}
+                                       (TensorRT-LLM's own queue, which Triton hands requests
+                                       to at once, so Triton's pending count stays at 0)
+inference_requests_running             nv_trt_llm_request_metrics{request_type="active"}
+                                       (TensorRT-LLM models only; Triton itself has no gauge)
+inference_kv_cache_usage_ratio         nv_trt_llm_kv_cache_block_metrics
+                                       {kv_cache_block_type="fraction"}
+inference_time_to_first_token_seconds  nv_inference_first_response_histogram_ms (decoupled
+                                       models, ``--metrics-config histogram_latencies=true``;
+                                       bounds and sum converted from ms)
+inference_e2e_request_latency_seconds  nv_inference_request_duration_us / ..._request_success;
+                                       nv_inference_request_summary_us (summary_latencies)
+inference_queue_time_seconds           nv_inference_queue_duration_us / ..._request_success;
+                                       nv_inference_queue_summary_us
+=====================================  =======================================================
+
+The cumulative microsecond counters become histograms with only a ``+Inf`` bucket: ``_sum``
+is the counter in seconds, ``_count`` is ``nv_inference_request_success`` (the requests they
+timed), so ``rate(_sum) / rate(_count)`` is the mean latency. Compute time
+(``nv_inference_compute_*_duration_us``) is not mapped to prefill or decode: for an LLM it
+spans the whole generation. No token counters (TensorRT-LLM reports token counts as gauges
+per iteration), no tokenizer latency.
+"""
+
+from __future__ import annotations
+
+from exporter.engines.rules import CounterPair, LabelMatcher, Rule, Source, rule
+
+PREFIX = "nv_inference_"
+MODEL_LABEL = "model"
+
+_US = 1e6
+_MS = 1e3
+
+
+def _s(metric: str, *matchers: LabelMatcher, divisor: float = 1.0) -> Source:
+    return Source(metric, matchers, model_label=MODEL_LABEL, divisor=divisor)
+
+
+def _trt(metric: str, label: str, value: str) -> Source:
+    return _s(metric, LabelMatcher(label, "=", value))
+
+
+def _timed(counter: str) -> CounterPair:
+    return CounterPair(_s(counter, divisor=_US), _s("nv_inference_request_success"))
+
+
+RULES: tuple[Rule, ...] = (
+    rule(
+        "inference_queue_depth",
+        (
+            _s("nv_inference_pending_request_count"),
+            _trt("nv_trt_llm_request_metrics", "request_type", "waiting"),
+        ),
+    ),
+    rule(
+        "inference_requests_running",
+        _trt("nv_trt_llm_request_metrics", "request_type", "active"),
+    ),
+    rule(
+        "inference_kv_cache_usage_ratio",
+        _trt("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "fraction"),
+        aggregate="max",
+    ),
+    rule(
+        "inference_time_to_first_token_seconds",
+        _s("nv_inference_first_response_histogram_ms", divisor=_MS),
+    ),
+    rule(
+        "inference_e2e_request_latency_seconds",
+        _timed("nv_inference_request_duration_us"),
+        _s("nv_inference_request_summary_us", divisor=_US),
+    ),
+    rule(
+        "inference_queue_time_seconds",
+        _timed("nv_inference_queue_duration_us"),
+        _s("nv_inference_queue_summary_us", divisor=_US),
+    ),
+)
