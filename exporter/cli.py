@@ -114,6 +114,15 @@ def _validate_replay(path: Path) -> None:
         raise ConfigError("--gpu.replay-file", str(err)) from None
 
 
+def _validate_mapping(path: Path) -> None:
+    from exporter.engines import load_mapping  # noqa: PLC0415
+
+    try:
+        load_mapping(path)
+    except ValueError as err:
+        raise ConfigError("--engine.mapping-file", str(err)) from None
+
+
 def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, bool]:
     """Parse ``serve`` arguments; raises ConfigError / SystemExit(2) on bad input."""
     options = serve_options()
@@ -123,6 +132,8 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings
     file_values = read_config_file(Path(config_path)) if config_path else {}
     values, sources = resolve(options, flags, env, file_values)
     settings = settings_from(values, sources, _validate_replay)
+    if settings.engine_mapping_file is not None:
+        _validate_mapping(settings.engine_mapping_file)
     return settings, bool(namespace.get("config_check", False))
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -23,6 +24,12 @@ ENV_PREFIX = "INFERENCE_EXPORTER_"
 DEFAULT_PORT = 10960
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("logfmt", "json")
+ENGINE_TYPES = ("auto", "vllm", "sglang", "tgi", "triton", "llamacpp", "custom")
+# Default engine processes to watch: the front-ends and servers of the mainstream engines.
+DEFAULT_PROCESS_MATCH = (
+    r"(?i)vllm|sglang|text-generation-launcher|text-generation-router|text-generation-server"
+    r"|tritonserver|llama-server"
+)
 
 
 class ConfigError(ValueError):
@@ -72,6 +79,37 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+_BYTES_RE = re.compile(r"^(\d+)(B|KiB|MiB|GiB)?$")
+_BYTE_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+
+
+def parse_bytes(text: str) -> int:
+    """``16MiB``, ``512KiB``, ``1048576`` in bytes."""
+    match = _BYTES_RE.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a size (use e.g. 16MiB, 512KiB)")
+    return int(match.group(1)) * _BYTE_UNITS[match.group(2) or "B"]
+
+
+def format_bytes(n: int) -> str:
+    for unit in ("GiB", "MiB", "KiB"):
+        if n % _BYTE_UNITS[unit] == 0:
+            return f"{n // _BYTE_UNITS[unit]}{unit}"
+    return f"{n}B"
+
+
+def parse_url(text: str) -> str:
+    """An absolute http(s) URL with a host."""
+    parts = urlsplit(text.strip())
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ValueError(f"{text!r} is not an http:// or https:// URL with a host")
+    try:
+        parts.port  # noqa: B018 - validates the port
+    except ValueError:
+        raise ValueError(f"{text!r} has an invalid port") from None
+    return text.strip()
+
+
 def parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in {"1", "true", "yes", "on"}:
@@ -86,7 +124,8 @@ class Option:
     """One configuration option. ``kind`` picks the parser; bounds apply to numbers."""
 
     name: str
-    kind: str  # str | duration | bool | path | choice | address | url-path
+    # str, duration, bool, path, choice, address, url-path, url, int, bytes, regex
+    kind: str
     default: Any
     help: str
     choices: tuple[str, ...] = ()
@@ -109,18 +148,23 @@ class Option:
             value = self._parse(raw)
         except ValueError as err:
             raise ConfigError(f"--{self.name}", str(err)) from None
-        if isinstance(value, float):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
             if self.minimum is not None and value < self.minimum:
                 raise ConfigError(
-                    f"--{self.name}",
-                    f"{raw} is below the minimum {format_duration(self.minimum)}",
+                    f"--{self.name}", f"{raw} is below the minimum {self._show(self.minimum)}"
                 )
             if self.maximum is not None and value > self.maximum:
                 raise ConfigError(
-                    f"--{self.name}",
-                    f"{raw} is above the maximum {format_duration(self.maximum)}",
+                    f"--{self.name}", f"{raw} is above the maximum {self._show(self.maximum)}"
                 )
         return value
+
+    def _show(self, bound: float) -> str:
+        if self.kind == "duration":
+            return format_duration(bound)
+        if self.kind == "bytes":
+            return format_bytes(int(bound))
+        return f"{bound:g}"
 
     def _parse(self, raw: Any) -> Any:
         if raw is None:
@@ -149,6 +193,20 @@ class Option:
         if self.kind == "url-path":
             if not text.startswith("/") or any(c.isspace() for c in text) or text == "/":
                 raise ValueError(f"{text!r} must start with '/' and name a path other than '/'")
+            return text
+        if self.kind == "url":
+            return parse_url(text)
+        if self.kind == "int":
+            if isinstance(raw, float) or not text.strip().lstrip("-").isdigit():
+                raise ValueError(f"{text!r} is not an integer")
+            return int(text)
+        if self.kind == "bytes":
+            return parse_bytes(text)
+        if self.kind == "regex":
+            try:
+                re.compile(text)
+            except re.error as err:
+                raise ValueError(f"{text!r} is not a regular expression ({err})") from None
             return text
         if self.kind == "path":
             if not text:
@@ -205,6 +263,113 @@ OPTIONS: tuple[Option, ...] = (
         metavar="DURATION",
         attr="scrape_timeout",
     ),
+    Option(
+        "engine.url",
+        "url",
+        "http://127.0.0.1:8000/metrics",
+        "The inference engine's Prometheus endpoint.",
+        metavar="URL",
+        attr="engine_url",
+    ),
+    Option(
+        "engine.type",
+        "choice",
+        "auto",
+        "Engine whose metric names to read; auto recognises it from the names.",
+        choices=ENGINE_TYPES,
+        attr="engine_type",
+    ),
+    Option(
+        "engine.mapping-file",
+        "path",
+        None,
+        "YAML mapping from source metrics to normalised names (engine.type custom).",
+        metavar="PATH",
+        attr="engine_mapping_file",
+    ),
+    Option(
+        "engine.poll-interval",
+        "duration",
+        5.0,
+        "How often the engine's metrics are polled (off the scrape path).",
+        minimum=0.5,
+        maximum=300.0,
+        metavar="DURATION",
+        attr="engine_poll_interval",
+    ),
+    Option(
+        "engine.timeout",
+        "duration",
+        2.0,
+        "Deadline of one engine poll, body included (slow-drip bodies are cut).",
+        minimum=0.1,
+        maximum=60.0,
+        metavar="DURATION",
+        attr="engine_timeout",
+    ),
+    Option(
+        "engine.max-body",
+        "bytes",
+        16 * 1024**2,
+        "Largest engine response read; a larger one is a failed poll.",
+        minimum=1024,
+        maximum=1024**3,
+        metavar="SIZE",
+        attr="engine_max_body",
+    ),
+    Option(
+        "engine.max-series",
+        "int",
+        1000,
+        "Most normalised series kept per metric; the rest are dropped and counted.",
+        minimum=1,
+        maximum=1_000_000,
+        metavar="N",
+        attr="engine_max_series",
+    ),
+    Option(
+        "tokenizer.probe-interval",
+        "duration",
+        15.0,
+        "How often the tokenizer probe runs (two tokenize requests per probe).",
+        minimum=1.0,
+        maximum=3600.0,
+        metavar="DURATION",
+        attr="tokenizer_probe_interval",
+    ),
+    Option(
+        "tokenizer.url",
+        "str",
+        "",
+        "Tokenize endpoint; empty: the engine URL's host with the engine's tokenize path.",
+        metavar="URL",
+        attr="tokenizer_url",
+    ),
+    Option(
+        "tokenizer.prompt-file",
+        "path",
+        None,
+        "Text of the probe prompt (default: a bundled ~512-token prompt).",
+        metavar="PATH",
+        attr="tokenizer_prompt_file",
+    ),
+    Option(
+        "tokenizer.model",
+        "str",
+        "",
+        "Model name sent with the probe where the engine wants one (default: from the engine's "
+        "metrics).",
+        metavar="NAME",
+        attr="tokenizer_model",
+    ),
+    Option(
+        "process.match",
+        "regex",
+        DEFAULT_PROCESS_MATCH,
+        "Regular expression matched against process command lines to find the engine.",
+        metavar="REGEX",
+        attr="process_match",
+    ),
     Option("log.level", "choice", "info", "Log level.", choices=LOG_LEVELS, attr="log_level"),
     Option("log.format", "choice", "logfmt", "Log format.", choices=LOG_FORMATS, attr="log_format"),
 )
@@ -229,6 +394,18 @@ class Settings:
     scrape_timeout: float = 2.0
     log_level: str = "info"
     log_format: str = "logfmt"
+    engine_url: str = "http://127.0.0.1:8000/metrics"
+    engine_type: str = "auto"
+    engine_mapping_file: Path | None = None
+    engine_poll_interval: float = 5.0
+    engine_timeout: float = 2.0
+    engine_max_body: int = 16 * 1024**2
+    engine_max_series: int = 1000
+    tokenizer_probe_interval: float = 15.0
+    tokenizer_url: str = ""
+    tokenizer_prompt_file: Path | None = None
+    tokenizer_model: str = ""
+    process_match: str = DEFAULT_PROCESS_MATCH
     collectors: dict[str, bool] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -313,6 +490,13 @@ def settings_from(
     settings = Settings(**fields, collectors=collectors, sources=dict(sources))
     if settings.telemetry_path in {"/-/healthy", "/-/ready"}:
         raise ConfigError("--web.telemetry-path", "collides with a health endpoint")
+    if settings.tokenizer_url:
+        try:
+            parse_url(settings.tokenizer_url)
+        except ValueError as err:
+            raise ConfigError("--tokenizer.url", str(err)) from None
+    if settings.engine_type == "custom" and settings.engine_mapping_file is None:
+        raise ConfigError("--engine.mapping-file", "required with --engine.type custom")
     if settings.gpu_replay_file is not None and validate_replay is not None:
         validate_replay(settings.gpu_replay_file)
     return settings

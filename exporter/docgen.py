@@ -18,6 +18,9 @@ _COLLECTOR_TITLES = {
     "self": "Exporter (always on)",
     "nvml": "Collector `nvml`",
     "cpu": "Collector `cpu`",
+    "engine": "Collector `engine`",
+    "tokenizer": "Collector `tokenizer`",
+    "process": "Collector `process`",
 }
 
 

@@ -23,6 +23,9 @@ GPU_LABELS = ("gpu", "uuid")
 # Buckets of inference_gpu_utilization_samples: fine at both ends, where "idle" and
 # "saturated" are decided, coarse in the middle.
 UTILIZATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.6, 0.75, 0.9, 0.95, 1.0)
+# Tokenizer latency buckets, shared by the probe and exporter.instrument so that the
+# source="probe" and source="engine" series can be compared bucket by bucket.
+TOKENIZER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 @dataclass(frozen=True)
@@ -356,6 +359,239 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("vector",),
         "Softirq invocations of the node by vector (NET_RX, NET_TX, TIMER, ...), summed over CPUs.",
         source="<procfs>/softirqs",
+    ),
+    # --- engine -------------------------------------------------------------------------------
+    MetricSpec(
+        "inference_engine_up",
+        "gauge",
+        "engine",
+        ("engine",),
+        "1 when the last poll of the engine's metrics endpoint succeeded and parsed, 0 otherwise.",
+        source="poll of --engine.url",
+    ),
+    MetricSpec(
+        "inference_engine_last_success_timestamp_seconds",
+        "gauge",
+        "engine",
+        ("engine",),
+        "Unix time of the last successful poll of the engine's metrics endpoint.",
+        unit="seconds",
+        source="poll of --engine.url",
+    ),
+    MetricSpec(
+        "inference_engine_poll_failures_total",
+        "counter",
+        "engine",
+        ("engine", "reason"),
+        "Failed polls of the engine's metrics endpoint by reason (connect, timeout, status, "
+        "too_large, parse).",
+        source="poll of --engine.url",
+    ),
+    MetricSpec(
+        "inference_engine_series_dropped_total",
+        "counter",
+        "engine",
+        ("engine", "metric"),
+        "Normalised series dropped because a metric exceeded --engine.max-series.",
+        source="poll of --engine.url",
+    ),
+    MetricSpec(
+        "inference_queue_depth",
+        "gauge",
+        "engine",
+        ("engine", "model"),
+        "Requests waiting in the engine's queue.",
+        source="vLLM vllm:num_requests_waiting; SGLang sglang:num_queue_reqs; TGI tgi_queue_size; "
+        "Triton nv_inference_pending_request_count + TensorRT-LLM "
+        'nv_trt_llm_request_metrics{request_type="waiting"}; llama.cpp llamacpp:requests_deferred',
+    ),
+    MetricSpec(
+        "inference_requests_running",
+        "gauge",
+        "engine",
+        ("engine", "model"),
+        "Requests being processed (in the running batch).",
+        source="vLLM vllm:num_requests_running; SGLang sglang:num_running_reqs; TGI "
+        "tgi_batch_current_size; Triton (TensorRT-LLM models only) "
+        'nv_trt_llm_request_metrics{request_type="active"}; llama.cpp llamacpp:requests_processing',
+    ),
+    MetricSpec(
+        "inference_kv_cache_usage_ratio",
+        "gauge",
+        "engine",
+        ("engine", "model"),
+        "Share of the KV cache in use (0-1).",
+        unit="ratio",
+        source="vLLM vllm:kv_cache_usage_perc (older vllm:gpu_cache_usage_perc, deprecated 0.9); "
+        "SGLang "
+        "sglang:token_usage; Triton (TensorRT-LLM) nv_trt_llm_kv_cache_block_metrics"
+        '{kv_cache_block_type="fraction"}; llama.cpp llamacpp:kv_cache_usage_ratio (builds '
+        "before mid-2025); the fullest engine of a model",
+    ),
+    MetricSpec(
+        "inference_prompt_tokens_total",
+        "counter",
+        "engine",
+        ("engine", "model"),
+        "Prompt (prefill) tokens processed.",
+        source="vLLM vllm:prompt_tokens_total; SGLang sglang:prompt_tokens_total; TGI "
+        "tgi_request_input_length_sum; llama.cpp llamacpp:prompt_tokens_total",
+    ),
+    MetricSpec(
+        "inference_generation_tokens_total",
+        "counter",
+        "engine",
+        ("engine", "model"),
+        "Tokens generated (decoded).",
+        source="vLLM vllm:generation_tokens_total; SGLang sglang:generation_tokens_total; TGI "
+        "tgi_request_generated_tokens_sum; llama.cpp llamacpp:tokens_predicted_total",
+    ),
+    MetricSpec(
+        "inference_time_to_first_token_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model"),
+        "Time from request arrival to the first generated token (engine's own buckets).",
+        unit="seconds",
+        source="vLLM vllm:time_to_first_token_seconds; SGLang sglang:time_to_first_token_seconds; "
+        "Triton nv_inference_first_response_histogram_ms (decoupled models; ms converted)",
+    ),
+    MetricSpec(
+        "inference_inter_token_latency_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model"),
+        "Time between consecutive generated tokens of a request: one decode step as a request "
+        "sees it.",
+        unit="seconds",
+        source="vLLM vllm:inter_token_latency_seconds (older "
+        "vllm:time_per_output_token_seconds, deprecated 0.11); SGLang "
+        "sglang:inter_token_latency_seconds (older sglang:time_per_output_token_seconds); TGI "
+        "tgi_request_mean_time_per_token_duration (a per-request mean)",
+    ),
+    MetricSpec(
+        "inference_e2e_request_latency_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model"),
+        "End-to-end request latency inside the engine.",
+        unit="seconds",
+        source="vLLM vllm:e2e_request_latency_seconds; SGLang sglang:e2e_request_latency_seconds; "
+        "TGI tgi_request_duration; Triton nv_inference_request_duration_us / "
+        "nv_inference_request_success (+Inf bucket only)",
+    ),
+    MetricSpec(
+        "inference_queue_time_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model"),
+        "Time requests spent waiting in the queue.",
+        unit="seconds",
+        source="vLLM vllm:request_queue_time_seconds (V0 also vllm:time_in_queue_requests); "
+        "SGLang sglang:queue_time_seconds; TGI tgi_request_queue_duration; Triton "
+        "nv_inference_queue_duration_us / nv_inference_request_success (+Inf bucket only)",
+    ),
+    MetricSpec(
+        "inference_prefill_time_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model"),
+        "Time requests spent in prefill.",
+        unit="seconds",
+        source="vLLM vllm:request_prefill_time_seconds",
+    ),
+    MetricSpec(
+        "inference_decode_time_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model"),
+        "Time requests spent in decode.",
+        unit="seconds",
+        source="vLLM vllm:request_decode_time_seconds",
+    ),
+    MetricSpec(
+        "inference_h2d_copy_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model"),
+        "Duration of host-to-device copies timed by the server's instrumentation (CUDA events; "
+        "host wall time without CUDA).",
+        unit="seconds",
+        source="exporter.instrument.torch_h2d H2DTimer around Tensor.to; custom engines only",
+    ),
+    # --- tokenizer ----------------------------------------------------------------------------
+    MetricSpec(
+        "inference_tokenizer_latency_seconds",
+        "histogram",
+        "tokenizer",
+        ("engine", "source"),
+        "Tokenizer latency of a ~512-token prompt: source=probe is the sidecar's probe minus its "
+        "1-token round trip; source=engine is what the engine or its instrumentation reports.",
+        unit="seconds",
+        source="POST to the engine's tokenize endpoint; engine: TGI "
+        "tgi_request_validation_duration (proxy), exporter.instrument tokenizer_timer()",
+    ),
+    MetricSpec(
+        "inference_tokenizer_probe_rtt_seconds",
+        "histogram",
+        "tokenizer",
+        ("engine",),
+        "Round trip of a 1-token tokenize call: HTTP and event-loop overhead of the engine's "
+        "front-end.",
+        unit="seconds",
+        source="POST to the engine's tokenize endpoint",
+    ),
+    MetricSpec(
+        "inference_tokenizer_probe_tokens",
+        "gauge",
+        "tokenizer",
+        ("engine",),
+        "Tokens the engine returned for the probe prompt.",
+        source="tokenize response",
+    ),
+    MetricSpec(
+        "inference_tokenizer_probes_total",
+        "counter",
+        "tokenizer",
+        ("engine",),
+        "Tokenizer probes attempted (one pair of requests per probe interval).",
+        source="tokenizer probe",
+    ),
+    MetricSpec(
+        "inference_tokenizer_probe_failures_total",
+        "counter",
+        "tokenizer",
+        ("engine",),
+        "Tokenizer probes that failed (connection, status, timeout, unparsable response).",
+        source="tokenizer probe",
+    ),
+    # --- process ------------------------------------------------------------------------------
+    MetricSpec(
+        "inference_engine_processes",
+        "gauge",
+        "process",
+        (),
+        "Engine processes the sidecar sees (cmdline matched by --process.match).",
+        source="psutil, shared PID namespace",
+    ),
+    MetricSpec(
+        "inference_engine_process_cpu_seconds_total",
+        "counter",
+        "process",
+        ("process",),
+        "CPU time (user + system) of the matched engine processes, by short process name.",
+        unit="seconds",
+        source="psutil Process.cpu_times()",
+    ),
+    MetricSpec(
+        "inference_engine_hottest_thread_cpu_ratio",
+        "gauge",
+        "process",
+        (),
+        "CPU share of the busiest single thread of the engine's processes over the last window: "
+        "near 1 means a GIL-bound or single-threaded front-end, however many cores the node has.",
+        unit="ratio",
+        source="psutil Process.threads(), difference between two reads",
     ),
 )
 

@@ -51,7 +51,17 @@ def test_defaults() -> None:
     assert settings.gpu_replay_file is None
     assert settings.gpu_poll_interval == 3.0
     assert settings.scrape_timeout == 2.0
-    assert settings.collectors == {"nvml": True, "cpu": True}
+    assert settings.collectors == {
+        "nvml": True,
+        "cpu": True,
+        "engine": True,
+        "tokenizer": True,
+        "process": True,
+    }
+    assert settings.engine_url == "http://127.0.0.1:8000/metrics"
+    assert settings.engine_type == "auto"
+    assert settings.engine_max_body == 16 * 1024 * 1024
+    assert settings.tokenizer_probe_interval == 15.0
     assert not check
     assert set(settings.sources.values()) == {"default"}
 
@@ -82,7 +92,9 @@ def test_collector_flags_and_env() -> None:
     settings, _ = load_settings(
         ["--no-collector.nvml"], {"INFERENCE_EXPORTER_COLLECTOR_CPU": "false"}
     )
-    assert settings.collectors == {"nvml": False, "cpu": False}
+    assert settings.collectors["nvml"] is False
+    assert settings.collectors["cpu"] is False
+    assert settings.collectors["engine"] is True
     settings, _ = load_settings(["--collector.cpu"], {"INFERENCE_EXPORTER_COLLECTOR_CPU": "false"})
     assert settings.collectors["cpu"] is True
 

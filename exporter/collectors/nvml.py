@@ -139,6 +139,7 @@ class NvmlCollector(Collector):
     """See the module docstring."""
 
     name = "nvml"
+    blocking = False
 
     def __init__(
         self,

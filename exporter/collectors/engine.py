@@ -1,0 +1,218 @@
+"""Collector ``engine``: the inference engine's own metrics, normalised to fixed names.
+
+Emits (``engine`` = the engine type; ``model`` from the engine's model label, empty if none)::
+
+    inference_engine_up{engine}                           last poll succeeded and parsed
+    inference_engine_last_success_timestamp_seconds{engine}
+    inference_engine_poll_failures_total{engine,reason}   connect, timeout, status, too_large,
+                                                          protocol, parse, unrecognised
+    inference_engine_series_dropped_total{engine,metric}  over --engine.max-series
+    inference_queue_depth{engine,model}, inference_requests_running, inference_kv_cache_usage_ratio
+    inference_prompt_tokens_total, inference_generation_tokens_total
+    inference_time_to_first_token_seconds, inference_inter_token_latency_seconds,
+    inference_e2e_request_latency_seconds, inference_queue_time_seconds,
+    inference_prefill_time_seconds, inference_decode_time_seconds   (engine's own buckets)
+
+A background thread polls ``--engine.url`` every ``--engine.poll-interval`` with its own event
+loop (a hostile or hung engine cannot stall the exporter's HTTP server) and keeps the last good
+snapshot; ``collect()`` serves it without waiting. When the last success is older than three
+intervals the normalised series disappear rather than go stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporter import metrics as m
+from exporter.backends.http import FetchError, fetch
+from exporter.collectors.base import Collection, HttpPollingCollector
+from exporter.engines import detect, load_mapping, normalise, parse_exposition
+from exporter.engines.model import EngineSnapshot, Series
+
+log = logging.getLogger(__name__)
+
+# Normalised series that belong to another collector's family (the tokenizer collector
+# exports the engine-reported tokenizer latency next to its own probe's).
+FOREIGN = frozenset({"inference_tokenizer_latency_seconds"})
+STALE_INTERVALS = 3
+
+
+@dataclass
+class EngineHub:
+    """What the engine collector learned, shared with the tokenizer collector."""
+
+    configured: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    detected: str | None = None
+    snapshot: EngineSnapshot | None = None
+    snapshot_at: float = 0.0
+    last_success_wall: float | None = None
+    up: bool = False
+
+    @property
+    def engine(self) -> str:
+        """The engine label: the configured type, else the detected one, else ``unknown``."""
+        if self.configured != "auto":
+            return self.configured
+        return self.detected or "unknown"
+
+    def models(self) -> list[str]:
+        with self.lock:
+            snap = self.snapshot
+        return sorted({s.model for s in snap.series if s.model}) if snap else []
+
+    def fresh(self, now: float, max_age: float) -> EngineSnapshot | None:
+        with self.lock:
+            if self.snapshot is not None and now - self.snapshot_at <= max_age:
+                return self.snapshot
+        return None
+
+
+def add_series(families: dict[str, Metric], engine: str, series: Series, extra: str) -> None:
+    """Add one normalised series to its family (created from the catalogue on first use).
+
+    ``extra`` is the second label's value: the model for engine metrics, the source for the
+    tokenizer latency.
+    """
+    labels = [engine, extra]
+    fam = families.get(series.name)
+    if series.kind == "histogram":
+        hist = fam if isinstance(fam, HistogramMetricFamily) else m.histogram(series.name)
+        hist.add_metric(labels, [(_bound(le), c) for le, c in series.buckets], series.sum)
+        families[series.name] = hist
+    elif series.kind == "counter":
+        counter = fam if isinstance(fam, CounterMetricFamily) else m.counter(series.name)
+        counter.add_metric(labels, series.value)
+        families[series.name] = counter
+    else:
+        gauge = fam if isinstance(fam, GaugeMetricFamily) else m.gauge(series.name)
+        gauge.add_metric(labels, series.value)
+        families[series.name] = gauge
+
+
+def _bound(le: float) -> str:
+    return "+Inf" if le == float("inf") else repr(float(le))
+
+
+class EngineCollector(HttpPollingCollector):
+    """See the module docstring."""
+
+    name = "engine"
+
+    def __init__(
+        self,
+        hub: EngineHub,
+        url: str,
+        *,
+        poll_interval: float = 5.0,
+        timeout: float = 2.0,
+        max_body: int = 16 * 1024**2,
+        max_series: int = 1000,
+        mapping_file: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.hub = hub
+        self.url = url
+        self.poll_interval = self.interval = poll_interval
+        self.timeout = timeout
+        self.max_body = max_body
+        self.max_series = max_series
+        self.mapping = load_mapping(mapping_file) if mapping_file is not None else None
+        self._clock = clock
+        self._failures: Counter[str] = Counter()
+        self._dropped: Counter[str] = Counter()
+        self._last_error = ""
+
+    # --- polling -----------------------------------------------------------------------------
+    async def tick(self, session: aiohttp.ClientSession) -> None:
+        """One poll: fetch, parse, recognise, normalise, publish."""
+        try:
+            result = await fetch(
+                session,
+                self.url,
+                timeout=self.timeout,
+                max_bytes=self.max_body,
+                headers={"Accept": "text/plain;version=0.0.4"},
+            )
+        except FetchError as err:
+            self._fail(err.reason, str(err))
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            snapshot = await loop.run_in_executor(None, self._digest, result.body)
+        except ValueError as err:
+            reason = "unrecognised" if "recognise" in str(err) else "parse"
+            self._fail(reason, str(err))
+            return
+        self._dropped.update(snapshot.dropped)
+        with self.hub.lock:
+            self.hub.snapshot = snapshot
+            self.hub.snapshot_at = self._clock()
+            self.hub.last_success_wall = time.time()
+            self.hub.up = True
+        if self._last_error:
+            log.info("engine metrics at %s readable again", self.url)
+            self._last_error = ""
+
+    def _digest(self, body: bytes) -> EngineSnapshot:
+        text = body.decode("utf-8", errors="replace")
+        families = parse_exposition(text)
+        engine = self.hub.configured
+        if engine == "auto":
+            found = detect(families)
+            if found is None:
+                raise ValueError("could not recognise the engine from its metric names")
+            if found != self.hub.detected:
+                log.info("engine at %s recognised as %s", self.url, found)
+                self.hub.detected = found
+            engine = found
+        return normalise(families, engine, mapping=self.mapping, max_series=self.max_series)
+
+    def _fail(self, reason: str, message: str) -> None:
+        self._failures[reason] += 1
+        with self.hub.lock:
+            self.hub.up = False
+        text = f"{reason}: {message}"
+        if text != self._last_error:
+            log.warning("engine metrics at %s: %s", self.url, text)
+            self._last_error = text
+
+    # --- scrape ------------------------------------------------------------------------------
+    def collect(self) -> Collection:
+        engine = self.hub.engine
+        up = m.gauge("inference_engine_up")
+        with self.hub.lock:
+            is_up, last_wall = self.hub.up, self.hub.last_success_wall
+        up.add_metric([engine], 1.0 if is_up else 0.0)
+        out = Collection(metrics=[up], success=is_up, error="" if is_up else self._last_error)
+        if last_wall is not None:
+            ts = m.gauge("inference_engine_last_success_timestamp_seconds")
+            ts.add_metric([engine], last_wall)
+            out.metrics.append(ts)
+        failures = m.counter("inference_engine_poll_failures_total")
+        for reason, count in sorted(self._failures.items()):
+            failures.add_metric([engine, reason], float(count))
+        dropped = m.counter("inference_engine_series_dropped_total")
+        for metric, count in sorted(self._dropped.items()):
+            dropped.add_metric([engine, metric], float(count))
+        out.metrics += [f for f in (failures, dropped) if f.samples]
+        snapshot = self.hub.fresh(self._clock(), STALE_INTERVALS * self.poll_interval)
+        if snapshot is not None:
+            families: dict[str, Metric] = {}
+            for series in snapshot.series:
+                if series.name not in FOREIGN:
+                    add_series(families, engine, series, series.model)
+            out.metrics += list(families.values())
+        return out

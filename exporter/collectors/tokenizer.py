@@ -1,0 +1,252 @@
+"""Collector ``tokenizer``: an active probe of the engine's tokenizer.
+
+No mainstream engine exports tokenizer latency, yet "tokenizer slower than a decode step" is a
+key CPU-side signature. Every ``--tokenizer.probe-interval`` (default 15 s) the probe sends two
+requests to the engine's tokenize endpoint: a 1-token prompt, then a ~512-token one. The
+1-token round trip is HTTP plus the front-end's event loop; the difference between the two is
+the tokenizer's own time. A saturated front-end slows both, which is itself a signal.
+Cost: two small requests per interval, about 0.13 requests per second at defaults.
+
+Emits (label ``engine``)::
+
+    inference_tokenizer_latency_seconds{engine,source="probe"}   long minus short round trip
+    inference_tokenizer_latency_seconds{engine,source="engine"}  as the engine reports it
+                                      (TGI validation time as a proxy; instrumented servers)
+    inference_tokenizer_probe_rtt_seconds{engine}                1-token round trip
+    inference_tokenizer_probe_tokens{engine}                     tokens returned for the prompt
+    inference_tokenizer_probes_total{engine}, inference_tokenizer_probe_failures_total{engine}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+from prometheus_client.metrics_core import Metric
+
+from exporter import metrics as m
+from exporter.backends.http import FetchError, fetch
+from exporter.collectors.base import Collection, HttpPollingCollector
+from exporter.collectors.engine import STALE_INTERVALS, EngineHub, add_series
+
+log = logging.getLogger(__name__)
+
+SHORT_PROMPT = "Hi"
+MAX_RESPONSE = 4 * 1024 * 1024
+
+# Tokenize endpoint path per engine; Triton has none (set --tokenizer.url for a front-end).
+PATHS = {
+    "vllm": "/tokenize",
+    "sglang": "/tokenize",
+    "tgi": "/tokenize",
+    "llamacpp": "/tokenize",
+}
+
+
+def default_prompt() -> str:
+    return resources.files("exporter").joinpath("data/tokenizer-probe.txt").read_text("utf-8")
+
+
+def request_body(engine: str, text: str, model: str) -> dict[str, Any]:
+    """The tokenize request of each engine's API."""
+    if engine == "tgi":
+        return {"inputs": text}
+    if engine == "llamacpp":
+        return {"content": text}
+    body: dict[str, Any] = {"prompt": text}
+    if model:
+        body["model"] = model
+    return body
+
+
+def token_count(body: bytes) -> int:
+    """Tokens in a tokenize response of any supported engine; ValueError when unrecognised."""
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"tokenize response is not JSON ({err})") from None
+    if isinstance(data, list):  # TGI: one object per token
+        return len(data)
+    if isinstance(data, dict):
+        if isinstance(data.get("count"), int) and not isinstance(data["count"], bool):
+            return int(data["count"])
+        tokens = data.get("tokens")
+        if isinstance(tokens, list):
+            return len(tokens)
+    raise ValueError("tokenize response has neither 'count' nor 'tokens'")
+
+
+@dataclass
+class _Histogram:
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    n: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * len(self.bounds)
+
+    def observe(self, value: float) -> None:
+        self.total += value
+        self.n += 1
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+                break
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out, running = [], 0
+        for bound, count in zip(self.bounds, self.counts, strict=True):
+            running += count
+            out.append((repr(float(bound)), float(running)))
+        out.append(("+Inf", float(self.n)))
+        return out
+
+
+class TokenizerCollector(HttpPollingCollector):
+    """See the module docstring."""
+
+    name = "tokenizer"
+
+    def __init__(
+        self,
+        hub: EngineHub,
+        engine_url: str,
+        *,
+        url: str = "",
+        interval: float = 15.0,
+        timeout: float = 2.0,
+        prompt: str | None = None,
+        model: str = "",
+        engine_poll_interval: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.hub = hub
+        self.engine_url = engine_url
+        self.url = url
+        self.interval = interval
+        self.timeout = timeout
+        self.prompt = prompt if prompt is not None else default_prompt()
+        self.model = model
+        self.engine_poll_interval = engine_poll_interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._latency = _Histogram(m.TOKENIZER_BUCKETS)
+        self._rtt = _Histogram(m.TOKENIZER_BUCKETS)
+        self._tokens: float | None = None
+        self._probes = 0
+        self._failures = 0
+        self._last_ok: bool | None = None
+        self._last_error = ""
+
+    # --- probing -----------------------------------------------------------------------------
+    def target(self) -> tuple[str, str] | None:
+        """(engine, tokenize URL), or None while the engine type is unknown."""
+        engine = self.hub.engine
+        if self.url:
+            return engine, self.url
+        path = PATHS.get(engine)
+        if path is None:
+            return None
+        parts = urlsplit(self.engine_url)
+        return engine, urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+    def wait_ready(self, timeout: float) -> bool:
+        # The first probe may wait for the engine to be recognised: never hold readiness.
+        return True
+
+    async def tick(self, session: aiohttp.ClientSession) -> None:
+        target = self.target()
+        if target is None:
+            engine = self.hub.engine
+            why = (
+                "engine type not recognised yet"
+                if engine == "unknown"
+                else f"{engine} has no tokenize endpoint: set --tokenizer.url"
+            )
+            self._note(None, why)
+            return
+        engine, url = target
+        model = self.model or next(iter(self.hub.models()), "")
+        with self._lock:
+            self._probes += 1
+        try:
+            short_rtt, _ = await self._call(session, url, request_body(engine, SHORT_PROMPT, model))
+            long_rtt, tokens = await self._call(
+                session, url, request_body(engine, self.prompt, model)
+            )
+        except (FetchError, ValueError) as err:
+            with self._lock:
+                self._failures += 1
+            self._note(False, f"{url}: {err}")
+            return
+        with self._lock:
+            self._rtt.observe(short_rtt)
+            self._latency.observe(max(0.0, long_rtt - short_rtt))
+            self._tokens = float(tokens)
+        self._note(True, "")
+
+    async def _call(
+        self, session: aiohttp.ClientSession, url: str, body: dict[str, Any]
+    ) -> tuple[float, int]:
+        result = await fetch(
+            session,
+            url,
+            method="POST",
+            json_body=body,
+            timeout=self.timeout,
+            max_bytes=MAX_RESPONSE,
+        )
+        return result.elapsed, token_count(result.body)
+
+    def _note(self, ok: bool | None, error: str) -> None:
+        with self._lock:
+            self._last_ok = ok
+            changed = error != self._last_error
+            self._last_error = error
+        if changed and error:
+            log.warning("tokenizer probe: %s", error)
+        elif changed:
+            log.info("tokenizer probe working")
+
+    # --- scrape ------------------------------------------------------------------------------
+    def collect(self) -> Collection:
+        engine = self.hub.engine
+        latency = m.histogram("inference_tokenizer_latency_seconds")
+        rtt = m.histogram("inference_tokenizer_probe_rtt_seconds")
+        tokens = m.gauge("inference_tokenizer_probe_tokens")
+        probes = m.counter("inference_tokenizer_probes_total")
+        failures = m.counter("inference_tokenizer_probe_failures_total")
+        with self._lock:
+            if self._latency.n:
+                latency.add_metric([engine, "probe"], self._latency.buckets(), self._latency.total)
+                rtt.add_metric([engine], self._rtt.buckets(), self._rtt.total)
+            if self._tokens is not None:
+                tokens.add_metric([engine], self._tokens)
+            probes.add_metric([engine], float(self._probes))
+            failures.add_metric([engine], float(self._failures))
+            ok, error = self._last_ok, self._last_error
+        families: dict[str, Metric] = {latency.name: latency}
+        snapshot = self.hub.fresh(self._clock(), STALE_INTERVALS * self.engine_poll_interval)
+        if snapshot is not None:
+            for series in snapshot.series:
+                if series.name == "inference_tokenizer_latency_seconds":
+                    add_series(families, engine, series, "engine")
+        metrics: list[Metric] = [f for f in (latency, rtt, tokens) if f.samples]
+        metrics += [probes, failures]
+        return Collection(metrics=metrics, success=ok is not False, error=error)
+
+
+def load_prompt(path: Path | None) -> str | None:
+    """The probe prompt from ``--tokenizer.prompt-file`` (None: the bundled one)."""
+    return None if path is None else path.read_text(encoding="utf-8")

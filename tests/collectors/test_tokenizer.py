@@ -1,0 +1,174 @@
+"""The tokenizer probe against the fake engine, per engine flavour."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import aiohttp
+import pytest
+from fakeengine import FakeEngine
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+
+from exporter.backends.http import make_session
+from exporter.collectors.base import Collection
+from exporter.collectors.engine import EngineHub
+from exporter.collectors.tokenizer import (
+    TokenizerCollector,
+    default_prompt,
+    request_body,
+    token_count,
+)
+from exporter.engines.model import EngineSnapshot, Series
+
+
+class Registered:
+    def __init__(self, collection: Collection) -> None:
+        self.metrics = collection.metrics
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.metrics
+
+
+def scrape(collector: TokenizerCollector) -> tuple[CollectorRegistry, Collection]:
+    collection = collector.collect()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Registered(collection))
+    return registry, collection
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with make_session() as s:
+        yield s
+
+
+def test_bundled_prompt_is_about_512_tokens() -> None:
+    words = default_prompt().split()
+    assert 350 <= len(words) <= 450  # ~1.3 BPE tokens per English word
+
+
+@pytest.mark.parametrize(
+    ("engine", "body"),
+    [
+        ("vllm", {"prompt": "x", "model": "m"}),
+        ("sglang", {"prompt": "x", "model": "m"}),
+        ("tgi", {"inputs": "x"}),
+        ("llamacpp", {"content": "x"}),
+    ],
+)
+def test_request_bodies(engine: str, body: dict[str, str]) -> None:
+    assert request_body(engine, "x", "m") == body
+
+
+def test_token_count_shapes() -> None:
+    assert token_count(b'{"count": 5, "max_model_len": 8192, "tokens": [1, 2, 3, 4, 5]}') == 5
+    assert token_count(b'{"tokens": [1, 2, 3]}') == 3
+    assert token_count(b'[{"id": 1}, {"id": 2}]') == 2
+    for bad in (b"not json", b'{"x": 1}', b'"text"', b'{"count": true}'):
+        with pytest.raises(ValueError):
+            token_count(bad)
+
+
+@pytest.mark.parametrize("flavour", ["vllm", "sglang", "tgi", "llamacpp"])
+async def test_probe_measures_each_flavour(flavour: str, session: aiohttp.ClientSession) -> None:
+    async with FakeEngine(flavour=flavour, per_token_latency=0.0001) as fake:
+        hub = EngineHub(configured=flavour)
+        collector = TokenizerCollector(hub, fake.url + "/metrics", timeout=2.0, model="m")
+        await collector.tick(session)
+        reg, collection = scrape(collector)
+        assert collection.success, collection.error
+        words = len(default_prompt().split())
+        g = reg.get_sample_value
+        assert g("inference_tokenizer_probe_tokens", {"engine": flavour}) == words
+        assert g("inference_tokenizer_probes_total", {"engine": flavour}) == 1
+        assert g("inference_tokenizer_probe_failures_total", {"engine": flavour}) == 0
+        labels = {"engine": flavour, "source": "probe"}
+        assert g("inference_tokenizer_latency_seconds_count", labels) == 1
+        # the fake spends 0.1 ms per token: the long prompt costs ~words x 0.1 ms more
+        latency = g("inference_tokenizer_latency_seconds_sum", labels)
+        assert latency is not None and latency >= words * 0.0001 * 0.9
+        assert g("inference_tokenizer_probe_rtt_seconds_count", {"engine": flavour}) == 1
+        path = "/tokenize"
+        assert fake.requests[path] == 2
+        sent = fake.last_tokenize_request
+        assert sent == request_body(flavour, default_prompt(), "m")
+
+
+async def test_probe_failure_is_counted(session: aiohttp.ClientSession) -> None:
+    async with FakeEngine(tokenize_mode="500") as fake:
+        collector = TokenizerCollector(EngineHub(configured="vllm"), fake.url + "/metrics")
+        await collector.tick(session)
+        reg, collection = scrape(collector)
+        assert not collection.success
+        assert "500" in collection.error
+        assert (
+            reg.get_sample_value("inference_tokenizer_probe_failures_total", {"engine": "vllm"})
+            == 1
+        )
+        assert (
+            reg.get_sample_value(
+                "inference_tokenizer_latency_seconds_count", {"engine": "vllm", "source": "probe"}
+            )
+            is None
+        )
+
+
+async def test_waits_for_engine_type_and_uses_model_from_metrics(
+    session: aiohttp.ClientSession,
+) -> None:
+    async with FakeEngine() as fake:
+        hub = EngineHub(configured="auto")
+        collector = TokenizerCollector(hub, fake.url + "/metrics")
+        await collector.tick(session)
+        reg, collection = scrape(collector)
+        assert collection.success  # nothing to probe yet is not a failure
+        assert reg.get_sample_value("inference_tokenizer_probes_total", {"engine": "unknown"}) == 0
+        assert "not recognised" in collection.error
+        assert fake.requests["/tokenize"] == 0
+        hub.detected = "vllm"
+        hub.snapshot = EngineSnapshot(
+            "vllm", [Series("inference_queue_depth", "llama-3", "gauge", 1.0)]
+        )
+        await collector.tick(session)
+        assert fake.requests["/tokenize"] == 2
+        assert fake.last_tokenize_request["model"] == "llama-3"
+
+
+async def test_triton_needs_an_explicit_url(session: aiohttp.ClientSession) -> None:
+    collector = TokenizerCollector(EngineHub(configured="triton"), "http://127.0.0.1:1/metrics")
+    await collector.tick(session)
+    assert "--tokenizer.url" in collector.collect().error
+
+
+async def test_engine_reported_latency_is_merged(session: aiohttp.ClientSession) -> None:
+    hub = EngineHub(configured="tgi")
+    hub.snapshot = EngineSnapshot(
+        "tgi",
+        [
+            Series(
+                "inference_tokenizer_latency_seconds",
+                "",
+                "histogram",
+                buckets=((0.001, 3.0), (0.01, 5.0), (float("inf"), 6.0)),
+                sum=0.02,
+                count=6.0,
+            )
+        ],
+    )
+    hub.snapshot_at = 0.0
+    collector = TokenizerCollector(hub, "http://127.0.0.1:1/metrics", clock=lambda: 1.0)
+    reg, _ = scrape(collector)
+    labels = {"engine": "tgi", "source": "engine"}
+    assert (
+        reg.get_sample_value(
+            "inference_tokenizer_latency_seconds_bucket", {**labels, "le": "0.001"}
+        )
+        == 3
+    )
+    assert reg.get_sample_value("inference_tokenizer_latency_seconds_count", labels) == 6
+    assert reg.get_sample_value("inference_tokenizer_latency_seconds_sum", labels) == 0.02
+    # stale engine snapshot: the engine-reported series disappears
+    stale = TokenizerCollector(hub, "http://127.0.0.1:1/metrics", clock=lambda: 1000.0)
+    reg, _ = scrape(stale)
+    assert reg.get_sample_value("inference_tokenizer_latency_seconds_count", labels) is None
