@@ -95,7 +95,7 @@ def _serve_parser(options: tuple[Option, ...]) -> _Parser:
                 help=argparse.SUPPRESS,
             )
             continue
-        default = "" if opt.default is None else f" (default: {opt.default})"
+        default = "" if opt.default in (None, "") else f" (default: {opt.show(opt.default)})"
         parser.add_argument(
             f"--{opt.name}",
             dest=opt.dest,

@@ -166,6 +166,12 @@ class Option:
             return format_bytes(int(bound))
         return f"{bound:g}"
 
+    def show(self, value: Any) -> str:
+        """A value as the user would write it (``3s``, ``16MiB``)."""
+        if self.kind in {"duration", "bytes"}:
+            return self._show(value)
+        return str(value)
+
     def _parse(self, raw: Any) -> Any:
         if raw is None:
             raise ValueError("a value is required")
