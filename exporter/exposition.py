@@ -9,13 +9,13 @@ OpenMetrics requests still go through prometheus_client.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable
 from typing import Protocol, cast
 
-from prometheus_client import utils
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as om
+from prometheus_client.samples import Sample
 
 _LEGACY_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LEGACY_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -29,7 +29,26 @@ _TYPES = {
 _OM_SUFFIXES = ("_created", "_gsum", "_gcount")
 _CACHE_LIMIT = 20_000
 
-float_to_go = cast(Callable[[float], str], utils.floatToGoString)
+
+def go_float(value: float) -> str:
+    """A sample value as Go (and prometheus_client's floatToGoString) writes it."""
+    if math.isnan(value):
+        return "NaN"
+    if value == _INF:
+        return "+Inf"
+    if value == -_INF:
+        return "-Inf"
+    text = repr(float(value))
+    if value > 0:
+        dot = text.find(".")
+        # Go switches to exponents sooner than Python (only positive values matter here).
+        if dot > 6:
+            mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+            return f"{mantissa}e+{dot - 1:02d}"
+    return text
+
+
+_INF = float("inf")
 
 
 class _Source(Protocol):
@@ -71,15 +90,16 @@ class TextEncoder:
             self._prefixes[key] = prefix
         return prefix
 
-    def _line(self, sample: object) -> str:
-        name, labels, value, timestamp = (
-            sample.name,  # type: ignore[attr-defined]
-            sample.labels,  # type: ignore[attr-defined]
-            sample.value,  # type: ignore[attr-defined]
-            sample.timestamp,  # type: ignore[attr-defined]
-        )
-        stamp = "" if timestamp is None else f" {int(float(timestamp) * 1000):d}"
-        return f"{self._prefix(name, labels)}{float_to_go(value)}{stamp}\n"
+    def _lines(self, samples: list[Sample], out: list[str]) -> None:
+        prefixes = self._prefixes
+        for name, labels, value, timestamp, _exemplar, _native in samples:
+            prefix = prefixes.get((name, tuple(labels.items())))
+            if prefix is None:
+                prefix = self._prefix(name, labels)
+            if timestamp is None:
+                out.append(f"{prefix}{go_float(value)}\n")
+            else:
+                out.append(f"{prefix}{go_float(value)} {int(float(timestamp) * 1000):d}\n")
 
     def encode(self, registry: _Source) -> bytes:
         out: list[str] = []
@@ -93,16 +113,18 @@ class TextEncoder:
             help_text = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
             out.append(f"# HELP {_name(mname)} {help_text}\n")
             out.append(f"# TYPE {_name(mname)} {mtype}\n")
-            extra: dict[str, list[str]] = {}
+            extra: dict[str, list[Sample]] = {}
+            plain: list[Sample] = []
+            suffixed = {metric.name + suffix: suffix for suffix in _OM_SUFFIXES}
             for sample in metric.samples:
-                for suffix in _OM_SUFFIXES:
-                    if sample.name == metric.name + suffix:
-                        extra.setdefault(suffix, []).append(self._line(sample))
-                        break
+                suffix = suffixed.get(sample.name)
+                if suffix is None:
+                    plain.append(sample)
                 else:
-                    out.append(self._line(sample))
-            for suffix, lines in sorted(extra.items()):
+                    extra.setdefault(suffix, []).append(sample)
+            self._lines(plain, out)
+            for suffix, samples in sorted(extra.items()):
                 out.append(f"# HELP {_name(metric.name + suffix)} {help_text}\n")
                 out.append(f"# TYPE {_name(metric.name + suffix)} gauge\n")
-                out.extend(lines)
+                self._lines(samples, out)
         return "".join(out).encode("utf-8")

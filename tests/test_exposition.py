@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, Summary
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import floatToGoString
 
-from exporter.exposition import TextEncoder
+from exporter.exposition import TextEncoder, go_float
 
 
 class Odd:
@@ -67,3 +69,14 @@ def test_cache_is_bounded() -> None:
         reg.register(Many(start))
         assert encoder.encode(reg) == generate_latest(reg)
         assert len(encoder._prefixes) <= 20_000
+
+
+def test_go_float_matches_float_to_go_string() -> None:
+    rng = random.Random(5)
+    values = [0.0, -0.0, 1.0, -1.0, 12.0, 1e-9, 123456.0, 1234567.0, 1e22, -1e22, 0.1 + 0.2]
+    values += [math.inf, -math.inf, 3, 10**7, 2**53]
+    values += [rng.uniform(-1e12, 1e12) for _ in range(2000)]
+    values += [10 ** rng.uniform(-12, 18) for _ in range(2000)]
+    for value in values:
+        assert go_float(value) == floatToGoString(value), value
+    assert go_float(math.nan) == floatToGoString(math.nan) == "NaN"
