@@ -7,7 +7,7 @@ Collectors build their families through :func:`gauge`, :func:`counter` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from prometheus_client.core import (
@@ -621,3 +621,37 @@ def histogram(name: str) -> HistogramMetricFamily:
     """A fresh histogram family for catalogue entry ``name``, with the catalogue's labels."""
     entry = _checked(name, "histogram")
     return HistogramMetricFamily(entry.family_name, entry.help, labels=list(entry.labels))
+
+
+@dataclass
+class BucketCounts:
+    """A histogram kept by a collector between scrapes (not thread-safe: guard it).
+
+    Collectors that observe values themselves (driver samples, probe timings) keep one of these
+    and turn it into a fresh family sample on each scrape with :meth:`buckets`.
+    """
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    n: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * len(self.bounds)
+
+    def observe(self, value: float) -> None:
+        self.total += value
+        self.n += 1
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+                break
+
+    def buckets(self) -> list[tuple[str, float]]:
+        """Cumulative ``(le, count)`` pairs ending with ``+Inf``, as add_metric wants them."""
+        out, running = [], 0
+        for bound, count in zip(self.bounds, self.counts, strict=True):
+            running += count
+            out.append((repr(float(bound)), float(running)))
+        out.append(("+Inf", float(self.n)))
+        return out

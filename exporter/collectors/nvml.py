@@ -102,9 +102,7 @@ class GpuState:
     inflight_since: float | None = None
     busy_seconds: float = 0.0
     last_sample: tuple[int, float] | None = None
-    buckets: list[int] = field(default_factory=lambda: [0] * len(m.UTILIZATION_BUCKETS))
-    sample_sum: float = 0.0
-    sample_count: int = 0
+    samples: m.BucketCounts = field(default_factory=lambda: m.BucketCounts(m.UTILIZATION_BUCKETS))
     dram_active_seconds: float = 0.0
     xids: Counter[int] = field(default_factory=Counter)
     calls: int = 0
@@ -115,13 +113,7 @@ class GpuState:
         busy, self.last_sample = integrate_samples(self.last_sample, reading.samples)
         self.busy_seconds += busy
         for _, value in reading.samples:
-            ratio = min(max(value, 0.0), 100.0) / 100.0
-            self.sample_sum += ratio
-            self.sample_count += 1
-            for i, bound in enumerate(m.UTILIZATION_BUCKETS):
-                if ratio <= bound:
-                    self.buckets[i] += 1
-                    break
+            self.samples.observe(min(max(value, 0.0), 100.0) / 100.0)
         if reading.samples:
             self.latest_util = reading.samples[-1][1] / 100.0
         elif reading.util_gpu_pct is not None and self.last_sample is None:
@@ -436,13 +428,8 @@ class _Families:
         r = s.latest
         if not healthy or r is None:
             return
-        if s.sample_count:
-            cumulative, running = [], 0
-            for bound, count in zip(m.UTILIZATION_BUCKETS, s.buckets, strict=True):
-                running += count
-                cumulative.append((_le(bound), float(running)))
-            cumulative.append(("+Inf", float(s.sample_count)))
-            self.hist.add_metric(labels, cumulative, s.sample_sum)
+        if s.samples.n:
+            self.hist.add_metric(labels, s.samples.buckets(), s.samples.total)
             self.busy.add_metric(labels, s.busy_seconds)
         self._gauge("inference_gpu_utilization_ratio", labels, s.latest_util)
         gpm = r.gpm
@@ -489,8 +476,3 @@ class _Families:
 
 def _f(value: int | None) -> float | None:
     return None if value is None else float(value)
-
-
-def _le(bound: float) -> str:
-    """Bucket bound as prometheus_client writes it (``1.0``, ``0.05``)."""
-    return repr(float(bound))

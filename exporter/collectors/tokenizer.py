@@ -24,7 +24,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -85,33 +84,6 @@ def token_count(body: bytes) -> int:
     raise ValueError("tokenize response has neither 'count' nor 'tokens'")
 
 
-@dataclass
-class _Histogram:
-    bounds: tuple[float, ...]
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    n: int = 0
-
-    def __post_init__(self) -> None:
-        self.counts = [0] * len(self.bounds)
-
-    def observe(self, value: float) -> None:
-        self.total += value
-        self.n += 1
-        for i, bound in enumerate(self.bounds):
-            if value <= bound:
-                self.counts[i] += 1
-                break
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out, running = [], 0
-        for bound, count in zip(self.bounds, self.counts, strict=True):
-            running += count
-            out.append((repr(float(bound)), float(running)))
-        out.append(("+Inf", float(self.n)))
-        return out
-
-
 class TokenizerCollector(HttpPollingCollector):
     """See the module docstring."""
 
@@ -141,8 +113,8 @@ class TokenizerCollector(HttpPollingCollector):
         self.engine_poll_interval = engine_poll_interval
         self._clock = clock
         self._lock = threading.Lock()
-        self._latency = _Histogram(m.TOKENIZER_BUCKETS)
-        self._rtt = _Histogram(m.TOKENIZER_BUCKETS)
+        self._latency = m.BucketCounts(m.TOKENIZER_BUCKETS)
+        self._rtt = m.BucketCounts(m.TOKENIZER_BUCKETS)
         self._tokens: float | None = None
         self._probes = 0
         self._failures = 0
