@@ -16,6 +16,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+
+from exporter.collectors.base import Collection
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -135,3 +139,18 @@ def metric_value(text: str, name: str, labels: dict[str, str] | None = None) -> 
             if sample.name == name and (labels is None or sample.labels == labels):
                 return float(sample.value)
     return None
+
+
+class _Metrics:
+    def __init__(self, metrics: list[Metric]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._metrics
+
+
+def registry_of(collection: Collection) -> CollectorRegistry:
+    """A fresh registry serving one collector's output, for ``get_sample_value``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Metrics(collection.metrics))
+    return registry

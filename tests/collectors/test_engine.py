@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from conftest import registry_of
 from fakeengine import FakeEngine, gzip_bomb, unused_port
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import Metric
 
 from exporter.backends.http import make_session
 from exporter.collectors.base import Collection
@@ -19,19 +19,9 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 V = {"engine": "vllm", "model": MODEL}
 
 
-class Registered:
-    def __init__(self, collection: Collection) -> None:
-        self.metrics = collection.metrics
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self.metrics
-
-
 def scrape(collector: EngineCollector) -> tuple[CollectorRegistry, Collection]:
     collection = collector.collect()
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Registered(collection))
-    return registry, collection
+    return registry_of(collection), collection
 
 
 class Clock:

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import registry_of
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import Metric
 
 from exporter.backends import nvml_api
 from exporter.backends.fake import FaultyApi
@@ -113,19 +113,9 @@ def records() -> list[dict[str, Any]]:
     ]
 
 
-class Registered:
-    def __init__(self, collection: Collection) -> None:
-        self.metrics = collection.metrics
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self.metrics
-
-
 def scrape(collector: NvmlCollector) -> tuple[CollectorRegistry, Collection]:
     collection = collector.collect()
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Registered(collection))
-    return registry, collection
+    return registry_of(collection), collection
 
 
 @pytest.fixture

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from conftest import registry_of
 from fakeengine import FakeEngine
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import Metric
 
 from exporter.backends.http import make_session
 from exporter.collectors.base import Collection
@@ -22,19 +22,9 @@ from exporter.collectors.tokenizer import (
 from exporter.engines.model import EngineSnapshot, Series
 
 
-class Registered:
-    def __init__(self, collection: Collection) -> None:
-        self.metrics = collection.metrics
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self.metrics
-
-
 def scrape(collector: TokenizerCollector) -> tuple[CollectorRegistry, Collection]:
     collection = collector.collect()
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Registered(collection))
-    return registry, collection
+    return registry_of(collection), collection
 
 
 @pytest.fixture
