@@ -160,10 +160,9 @@ def test_custom_mapping_file_through_the_cli(
         proc.wait_for(lambda: metric_value(scrape(proc)[0], "inference_engine_up", custom) == 1)
         text, _ = scrape(proc)
         assert metric_value(text, "inference_queue_depth", {**custom, "model": "chat-70b"}) == 5
-        assert (
-            metric_value(text, "inference_kv_cache_usage_ratio", {**custom, "model": "chat-70b"})
-            == pytest.approx(0.83)
-        )
+        assert metric_value(
+            text, "inference_kv_cache_usage_ratio", {**custom, "model": "chat-70b"}
+        ) == pytest.approx(0.83)
         assert (
             metric_value(text, "inference_prompt_tokens_total", {**custom, "model": "chat-70b"})
             == 905216
