@@ -35,6 +35,7 @@ lint:
 	ruff format --check .
 	mypy --strict exporter
 	$(PY) -m exporter.docgen --check
+	$(PY) -m exporter.signatures --check
 
 test: install-dev tools lint
 	$(PY) -m pytest -q

@@ -1,0 +1,36 @@
+"""The bottleneck signature catalogue and the rule pack generated from it.
+
+``catalogue(cfg)`` returns every :class:`Signature` (alert name, severity, PromQL condition
+over the recording rules, evidence queries, runbook) for a :class:`SiteConfig`;
+``recording_rules(cfg)`` the records each profile fills from its source. The rule files in
+``alert_rules/`` and the pages in ``docs/runbooks/`` are rendered from these by
+``python -m exporter.signatures``; ``diagnose`` evaluates the same expressions.
+"""
+
+from __future__ import annotations
+
+from exporter.signatures.catalogue import catalogue
+from exporter.signatures.config import (
+    PROFILES,
+    SignatureConfigError,
+    SiteConfig,
+    load_config,
+    parse_config,
+)
+from exporter.signatures.model import AlertRule, Evidence, RecordingRule, Signature
+from exporter.signatures.sources import Records, recording_rules
+
+__all__ = [
+    "PROFILES",
+    "AlertRule",
+    "Evidence",
+    "RecordingRule",
+    "Records",
+    "Signature",
+    "SignatureConfigError",
+    "SiteConfig",
+    "catalogue",
+    "load_config",
+    "parse_config",
+    "recording_rules",
+]

@@ -1,0 +1,133 @@
+"""Types of the signature catalogue.
+
+A :class:`Signature` is one alert name with one or more :class:`AlertRule` variants (the Xid
+alert is critical for some Xids and a warning for the rest), the :class:`Evidence` each
+variant quotes, and the :class:`Runbook` that explains it. Expressions are plain PromQL over
+the recording rules; evidence expressions contain the placeholder ``{target}`` where the
+label matchers of one alert instance go, so the rule pack (through the ``query`` template
+function) and ``diagnose`` (through the HTTP API) measure the same thing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+Severity = Literal["critical", "warning", "info"]
+Group = Literal["cpu", "queue", "network", "memory", "gpu", "meta"]
+Effort = Literal["minutes", "hours", "days", "weeks"]
+
+SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
+GROUPS: tuple[Group, ...] = ("cpu", "queue", "network", "memory", "gpu", "meta")
+EFFORTS: tuple[Effort, ...] = ("minutes", "hours", "days", "weeks")
+
+TARGET = "{target}"
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_.]*)\}")
+
+
+@dataclass(frozen=True)
+class RecordingRule:
+    """One ``level:metric:operation`` series and what it holds."""
+
+    record: str
+    expr: str
+    help: str
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A measured value an alert quotes.
+
+    ``expr`` is PromQL with ``{target}`` where the alert instance's matchers go (``None``
+    quotes the alert expression's own value); ``fmt`` is a printf verb for the number.
+    ``scope`` names the alert labels, besides the join labels, the evidence series carry
+    (``None``: all of the rule's scope).
+    """
+
+    key: str
+    label: str
+    expr: str | None
+    unit: str
+    fmt: str = "%.0f"
+    scope: tuple[str, ...] | None = None
+
+    def query(self, matchers: str) -> str:
+        """The concrete expression for one alert instance (``matchers`` with braces)."""
+        if self.expr is None:
+            raise ValueError(f"evidence {self.key} is the alert's value, not a query")
+        return self.expr.replace(TARGET, matchers)
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    """One Prometheus alerting rule of a signature.
+
+    ``summary`` and ``description`` are text with placeholders: ``{target}`` (the scrape
+    target), ``{labels.<name>}`` (a label of the alert) and the evidence keys.
+    ``scope`` lists the labels, besides the join labels, that tell two alerts of this rule
+    apart (``gpu``, ``uuid``, ``collector`` ...). ``labels`` are extra static labels; two
+    rules of one signature with the same severity differ in a ``condition`` label.
+    """
+
+    severity: Severity
+    expr: str
+    for_seconds: float
+    summary: str
+    description: str
+    scope: tuple[str, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    when: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def placeholders(self) -> set[str]:
+        return set(_PLACEHOLDER.findall(self.summary + " " + self.description))
+
+
+@dataclass(frozen=True)
+class Check:
+    """Something to run on the node, and what to look for in its output."""
+
+    command: str
+    look_for: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    effort: Effort
+    action: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Runbook:
+    meaning: str
+    on_node: tuple[Check, ...]
+    fixes: tuple[Fix, ...]
+    queries: tuple[tuple[str, str], ...] = ()
+    caveats: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One alert name of the catalogue."""
+
+    alert: str
+    group: Group
+    title: str
+    rules: tuple[AlertRule, ...]
+    runbook: Runbook
+
+    @property
+    def severities(self) -> tuple[Severity, ...]:
+        return tuple(dict.fromkeys(rule.severity for rule in self.rules))
+
+
+def fill(template: str, values: Mapping[str, str]) -> str:
+    """Replace the ``{name}`` placeholders found in ``values``; leave the others.
+
+    How ``diagnose`` prints a summary or description with its own numbers: ``values`` holds
+    the evidence keys, ``target`` and ``labels.<name>``.
+    """
+    return _PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), template)

@@ -1,0 +1,158 @@
+"""The tunable parameters of every alert: names, kinds, defaults (from the seed articles).
+
+A site overrides them under ``signatures.<AlertName>.<param>`` in the config file; the
+config loader validates against this table, the catalogue reads the merged values, and the
+runbooks list them. ``for`` is a parameter of every alert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ParamKind = Literal["ratio", "number", "factor", "duration", "bucket", "xids", "names", "reasons"]
+ParamValue = float | tuple[int, ...] | tuple[str, ...]
+
+# NVML clock event reason bits (nvml.h nvmlClocksEventReason*), with the label values the
+# sidecar exports; the dcgm profile decodes the same bits from DCGM's bitmask field.
+CLOCK_EVENT_BITS: dict[str, int] = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "hw_power_brake": 0x80,
+    "display_clock_setting": 0x100,
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tunable of one alert."""
+
+    name: str
+    kind: ParamKind
+    default: ParamValue
+    help: str
+
+
+def _for(default: float) -> Param:
+    return Param("for", "duration", default, "how long the condition must hold before firing")
+
+
+MIN = 60.0
+
+PARAMS: dict[str, tuple[Param, ...]] = {
+    "InferenceGPUStarvedQueueGrowing": (
+        _for(10 * MIN),
+        Param("utilization_below", "ratio", 0.6, "mean GPU utilisation of the target below this"),
+        Param(
+            "queue_growth_above",
+            "number",
+            0.0,
+            "queue trend (requests per queue_trend window, from deriv) above this",
+        ),
+        Param("queue_depth_at_least", "number", 1.0, "and at least this many requests waiting"),
+    ),
+    "InferenceTokenizerSlowerThanDecode": (
+        _for(15 * MIN),
+        Param(
+            "decode_step_factor",
+            "factor",
+            1.0,
+            "median tokenizer latency above this many median inter-token latencies",
+        ),
+    ),
+    "InferenceFrontendCPUSaturated": (
+        _for(10 * MIN),
+        Param("hottest_thread_above", "ratio", 0.9, "busiest engine thread's share of one core"),
+        Param("utilization_below", "ratio", 0.6, "while mean GPU utilisation is below this"),
+    ),
+    "InferenceSoftirqCPUHigh": (
+        _for(10 * MIN),
+        Param("node_share_above", "ratio", 0.05, "softirq share of all CPU time of the node"),
+        Param("hottest_core_above", "ratio", 0.5, "or softirq share of the busiest single core"),
+    ),
+    "InferenceHBMBandwidthSaturated": (
+        _for(15 * MIN),
+        Param("bandwidth_above", "ratio", 0.9, "HBM bandwidth utilisation above this"),
+        Param(
+            "per_request_drop_above",
+            "ratio",
+            0.2,
+            "generation tokens/s per running request this far below its value one baseline "
+            "window earlier",
+        ),
+    ),
+    "InferenceGPUMemoryHeadroomLow": (
+        _for(10 * MIN),
+        Param("kv_cache_above", "ratio", 0.9, "KV-cache usage above this (engines that report it)"),
+        Param(
+            "framebuffer_above",
+            "ratio",
+            0.97,
+            "framebuffer used/total above this (only engines that report no KV cache and do "
+            "not pre-allocate)",
+        ),
+        Param(
+            "preallocating_engines",
+            "names",
+            ("vllm", "sglang", "tgi"),
+            "engines that reserve most of the framebuffer at start-up by design; their "
+            "framebuffer usage never fires",
+        ),
+    ),
+    "InferenceQueueWaitDominatesLatency": (
+        _for(15 * MIN),
+        Param("queue_share_above", "ratio", 0.3, "queue time as a share of end-to-end latency"),
+    ),
+    "InferenceGPUUtilizationPulsing": (
+        _for(5 * MIN),
+        Param(
+            "idle_sample_at_most",
+            "bucket",
+            0.05,
+            "a utilisation sample at or below this counts as idle (a bucket bound of "
+            "inference_gpu_utilization_samples)",
+        ),
+        Param("idle_share_above", "ratio", 0.3, "share of idle samples above this"),
+        Param(
+            "busy_sample_above",
+            "bucket",
+            0.9,
+            "a utilisation sample above this counts as saturated (a bucket bound of "
+            "inference_gpu_utilization_samples)",
+        ),
+        Param("busy_share_above", "ratio", 0.2, "and share of saturated samples above this"),
+    ),
+    "InferenceGPUUnderutilized": (
+        _for(30 * MIN),
+        Param("utilization_below", "ratio", 0.3, "mean GPU utilisation below this"),
+    ),
+    "InferenceExporterDown": (_for(5 * MIN),),
+    "InferenceCollectorFailing": (_for(15 * MIN),),
+    "InferenceEngineMetricsDown": (_for(5 * MIN),),
+    "InferenceNVMLUnavailable": (_for(15 * MIN),),
+    "InferenceGPULost": (_for(1 * MIN),),
+    "InferenceGPUXidErrors": (
+        _for(0.0),
+        Param(
+            "critical_xids",
+            "xids",
+            (48, 79, 94, 95),
+            "Xids that mean the GPU needs a reset or the node drained (critical); others warn",
+        ),
+    ),
+    "InferenceGPUThrottled": (
+        _for(10 * MIN),
+        Param(
+            "reasons",
+            "reasons",
+            ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"),
+            "clock event reasons that count: hardware and thermal slowdowns, not power caps "
+            "or idle clocks",
+        ),
+    ),
+}

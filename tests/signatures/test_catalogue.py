@@ -1,0 +1,187 @@
+"""The signature catalogue: the issue's fixed contract, the rendered files, what diagnose reuses."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from exporter.collectors.nvml import CLOCK_EVENT_REASONS
+from exporter.signatures import catalogue, parse_config, recording_rules
+from exporter.signatures.model import EFFORTS, GROUPS, SEVERITIES
+from exporter.signatures.params import CLOCK_EVENT_BITS, PARAMS
+from exporter.signatures.render import alerts_yaml, recording_rules_yaml
+
+# Issue 4: names, severities and signature groups are a fixed contract.
+CONTRACT = {
+    "InferenceGPUStarvedQueueGrowing": ({"critical"}, "cpu"),
+    "InferenceTokenizerSlowerThanDecode": ({"warning"}, "cpu"),
+    "InferenceFrontendCPUSaturated": ({"warning"}, "cpu"),
+    "InferenceSoftirqCPUHigh": ({"warning"}, "network"),
+    "InferenceHBMBandwidthSaturated": ({"warning"}, "memory"),
+    "InferenceGPUMemoryHeadroomLow": ({"warning"}, "memory"),
+    "InferenceQueueWaitDominatesLatency": ({"warning"}, "queue"),
+    "InferenceGPUUtilizationPulsing": ({"warning"}, "cpu"),
+    "InferenceGPUUnderutilized": ({"info"}, "gpu"),
+    "InferenceExporterDown": ({"warning"}, "meta"),
+    "InferenceCollectorFailing": ({"warning"}, "meta"),
+    "InferenceEngineMetricsDown": ({"warning"}, "meta"),
+    "InferenceNVMLUnavailable": ({"warning"}, "meta"),
+    "InferenceGPULost": ({"critical"}, "gpu"),
+    "InferenceGPUXidErrors": ({"critical", "warning"}, "gpu"),
+    "InferenceGPUThrottled": ({"warning"}, "gpu"),
+}
+PROFILES = ("sidecar", "dcgm", "fast")
+
+
+def test_catalogue_matches_the_contract() -> None:
+    sigs = catalogue(parse_config({}))
+    assert [s.alert for s in sigs] == list(CONTRACT)
+    for sig in sigs:
+        severities, group = CONTRACT[sig.alert]
+        assert set(sig.severities) == severities, sig.alert
+        assert sig.group == group, sig.alert
+        assert set(PARAMS[sig.alert]) and PARAMS[sig.alert][0].name == "for"
+
+
+def test_default_thresholds_are_the_issues() -> None:
+    cfg = parse_config({})
+    sig = {s.alert: s for s in catalogue(cfg)}
+    assert sig["InferenceGPUStarvedQueueGrowing"].rules[0].expr == (
+        "inference:gpu_utilization:mean5m < 0.6\n"
+        "and\ninference:queue_depth:deriv10m > 0\n"
+        "and\ninference:queue_depth:sum >= 1"
+    )
+    assert sig["InferenceSoftirqCPUHigh"].rules[0].expr == (
+        "inference:cpu_softirq:ratio5m > 0.05\nor\ninference:cpu_softirq_hottest_core:mean5m > 0.5"
+    )
+    assert "< 0.8 * (inference:generation_tokens_per_request:rate5m offset 1h)" in (
+        sig["InferenceHBMBandwidthSaturated"].rules[0].expr
+    )
+    xid = sig["InferenceGPUXidErrors"].rules
+    assert [r.severity for r in xid] == ["critical", "warning"]
+    assert '{xid=~"48|79|94|95"}' in xid[0].expr and '{xid!~"48|79|94|95"}' in xid[1].expr
+    fors = {s.alert: [r.for_seconds for r in s.rules] for s in sig.values()}
+    assert fors["InferenceGPUStarvedQueueGrowing"] == [600]
+    assert fors["InferenceTokenizerSlowerThanDecode"] == [900]
+    assert fors["InferenceGPUUnderutilized"] == [1800]
+    assert fors["InferenceGPULost"] == [60]
+    assert fors["InferenceExporterDown"] == [300, 300]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_rendered_alerts(profile: str) -> None:
+    cfg = parse_config({}, profile)
+    data = yaml.safe_load(alerts_yaml(cfg))
+    rules = [rule for group in data["groups"] for rule in group["rules"]]
+    assert {r["alert"] for r in rules} == set(CONTRACT)
+    seen: set[tuple[str, ...]] = set()
+    for rule in rules:
+        assert re.fullmatch(r"Inference[A-Z][A-Za-z]+", rule["alert"])
+        labels, notes = rule["labels"], rule["annotations"]
+        assert labels["severity"] in SEVERITIES and labels["signature"] in GROUPS
+        assert set(notes) == {"summary", "description", "runbook_url"}
+        assert notes["runbook_url"].endswith(f"/docs/runbooks/{rule['alert']}.md")
+        # Two rules of one alert never share their label set.
+        key = (rule["alert"], *sorted(f"{k}={v}" for k, v in labels.items()))
+        assert key not in seen
+        seen.add(key)
+    meta = next(g for g in data["groups"] if g["name"] == "inference.meta")
+    assert all(r["labels"]["signature"] == "meta" for r in meta["rules"])
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_rendered_records_parse_and_are_named_level_metric_operation(profile: str) -> None:
+    cfg = parse_config({}, profile)
+    data = yaml.safe_load(recording_rules_yaml(cfg))
+    (group,) = data["groups"]
+    names = [r["record"] for r in group["rules"]]
+    assert names == [r.record for r in recording_rules(cfg)]
+    assert len(names) == len(set(names))
+    for name in names:
+        assert re.fullmatch(r"inference(_gpu)?:[a-z0-9_]+:[a-z0-9_]+", name), name
+    # A record only reads records defined before it in the group.
+    for i, rule in enumerate(group["rules"]):
+        for used in re.findall(r"inference(?:_gpu)?:[a-z0-9_]+:[a-z0-9_]+", rule["expr"]):
+            assert used in names[:i], f"{rule['record']} reads {used} before it is recorded"
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_alerts_read_only_defined_records(profile: str) -> None:
+    cfg = parse_config({}, profile)
+    records = {r.record for r in recording_rules(cfg)}
+    for sig in catalogue(cfg):
+        for rule in sig.rules:
+            texts = [rule.expr, *(e.expr or "" for e in rule.evidence)]
+            for text in texts:
+                for used in re.findall(r"inference(?:_gpu)?:[a-z0-9_]+:[a-z0-9_]+", text):
+                    assert used in records, f"{sig.alert} reads undefined {used}"
+
+
+def test_evidence_is_reusable_by_diagnose() -> None:
+    """Each evidence query scopes to one alert's labels, or to every target with no matchers."""
+    for sig in catalogue(parse_config({})):
+        for rule in sig.rules:
+            keys = [e.key for e in rule.evidence]
+            assert len(keys) == len(set(keys))
+            placeholders = rule.placeholders()
+            for item in rule.evidence:
+                assert item.key in placeholders, f"{sig.alert}: evidence {item.key} unused"
+                if item.expr is not None:
+                    assert "{target}" in item.expr
+                    one = item.query('{instance="a:1",job="j"}')
+                    assert '{instance="a:1",job="j"}' in one and "{target}" not in one
+                    assert "{target}" not in item.query("")
+            unknown = placeholders - set(keys) - {"target"}
+            assert all(p.startswith("labels.") for p in unknown), (sig.alert, unknown)
+
+
+def test_descriptions_quote_measured_values() -> None:
+    """Every description but the pure state alerts quotes at least one measured number."""
+    states = {"InferenceExporterDown", "InferenceNVMLUnavailable", "InferenceGPULost"}
+    for sig in catalogue(parse_config({})):
+        for rule in sig.rules:
+            if sig.alert not in states:
+                assert rule.evidence, sig.alert
+
+
+def test_starved_description_reads_like_the_issue() -> None:
+    text = alerts_yaml(parse_config({}))
+    assert "Mean GPU utilisation {{ with printf `100 * inference:gpu_utilization:mean5m" in text
+    assert "requests in 10m to {{ with printf `inference:queue_depth:sum" in text
+
+
+def test_clock_event_bits_match_the_nvml_collector() -> None:
+    assert {name: bit for bit, name in CLOCK_EVENT_REASONS} == CLOCK_EVENT_BITS
+
+
+def test_runbooks_are_generated_for_every_alert() -> None:
+    books = ROOT / "docs" / "runbooks"
+    for sig in catalogue(parse_config({})):
+        text = (books / f"{sig.alert}.md").read_text(encoding="utf-8")
+        for heading in ("## What it means", "## When it fires", "## How to confirm"):
+            assert heading in text, (sig.alert, heading)
+        assert "## Fixes, cheapest first" in text
+        assert "On the node:" in text and "```promql" in text
+        assert len(sig.runbook.on_node) >= 2 and len(sig.runbook.fixes) >= 2
+        ranks = [EFFORTS.index(f.effort) for f in sig.runbook.fixes]
+        assert ranks == sorted(ranks), f"{sig.alert}: fixes not ranked by effort"
+    index = (books / "README.md").read_text(encoding="utf-8")
+    assert all(f"[{alert}]({alert}.md)" in index for alert in CONTRACT)
+
+
+def test_runbooks_name_the_on_node_tools() -> None:
+    books = ROOT / "docs" / "runbooks"
+    text = "".join(p.read_text(encoding="utf-8") for p in books.glob("Inference*.md"))
+    for tool in ("py-spy dump", "mpstat -I SUM -P ALL", "/proc/interrupts", "nvidia-smi dmon"):
+        assert tool in text, tool
+
+
+def test_memory_caveat_for_preallocating_engines() -> None:
+    sig = {s.alert: s for s in catalogue(parse_config({}))}["InferenceGPUMemoryHeadroomLow"]
+    framebuffer = sig.rules[1]
+    assert 'inference_engine_up{engine=~"vllm|sglang|tgi"}' in framebuffer.expr
+    assert "unless on (namespace, pod, instance, job)" in framebuffer.expr
+    assert any("pre-allocate" in c or "reserve" in c for c in sig.runbook.caveats)
