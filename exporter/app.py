@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -78,8 +79,8 @@ class Exporter:
         self._text = TextEncoder()
 
     # --- lifecycle ---------------------------------------------------------------------------
-    def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=1024)
+    def make_app(self, middlewares: Sequence[Any] = ()) -> web.Application:
+        app = web.Application(client_max_size=1024, middlewares=list(middlewares))
         app.router.add_get(self.settings.telemetry_path, self.handle_metrics)
         app.router.add_get("/", self.handle_landing)
         app.router.add_get("/-/healthy", self.handle_healthy)

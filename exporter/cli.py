@@ -134,6 +134,10 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings
     settings = settings_from(values, sources, _validate_replay)
     if settings.engine_mapping_file is not None:
         _validate_mapping(settings.engine_mapping_file)
+    if settings.web_config_file is not None:
+        from exporter.websec import parse_web_config  # noqa: PLC0415
+
+        parse_web_config(settings.web_config_file)
     return settings, bool(namespace.get("config_check", False))
 
 
@@ -155,10 +159,22 @@ async def _serve(settings: Settings) -> int:
     from exporter.collectors import build_collectors  # noqa: PLC0415
 
     exporter = Exporter(settings, build_collectors(settings))
-    runner = web.AppRunner(exporter.make_app(), handle_signals=False, access_log=None)
+    security = None
+    if settings.web_config_file is not None:
+        from exporter.websec import WebSecurity  # noqa: PLC0415
+
+        security = WebSecurity(settings.web_config_file, protect_health=settings.web_protect_health)
+    middlewares = [security.middleware] if security is not None else []
+    runner = web.AppRunner(exporter.make_app(middlewares), handle_signals=False, access_log=None)
     await runner.setup()
     host, port = settings.listen
-    site = web.TCPSite(runner, host or None, port, shutdown_timeout=1.0)
+    site = web.TCPSite(
+        runner,
+        host or None,
+        port,
+        shutdown_timeout=1.0,
+        ssl_context=security.context if security is not None else None,
+    )
     try:
         await site.start()
     except OSError as err:
@@ -166,7 +182,14 @@ async def _serve(settings: Settings) -> int:
         log.error("cannot listen on %s: %s", settings.listen_address, err.strerror or err)
         return 1
     addresses = ", ".join(_fmt_addr(a) for a in runner.addresses)
-    log.info("listening on %s%s (version %s)", addresses, settings.telemetry_path, __version__)
+    scheme = "https" if security is not None and security.context is not None else "http"
+    log.info(
+        "listening on %s%s (%s, version %s)",
+        addresses,
+        settings.telemetry_path,
+        scheme,
+        __version__,
+    )
     exporter.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

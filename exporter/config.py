@@ -239,6 +239,21 @@ OPTIONS: tuple[Option, ...] = (
         attr="telemetry_path",
     ),
     Option(
+        "web.config.file",
+        "path",
+        None,
+        "Web config (exporter-toolkit format): TLS and basic auth users (bcrypt).",
+        metavar="PATH",
+        attr="web_config_file",
+    ),
+    Option(
+        "web.protect-health",
+        "bool",
+        False,
+        "Require basic auth on /-/healthy and /-/ready too (default: they stay open for probes).",
+        attr="web_protect_health",
+    ),
+    Option(
         "path.procfs", "path", Path("/proc"), "procfs mountpoint.", metavar="PATH", attr="procfs"
     ),
     Option(
@@ -394,6 +409,8 @@ class Settings:
 
     listen_address: str = f":{DEFAULT_PORT}"
     telemetry_path: str = "/metrics"
+    web_config_file: Path | None = None
+    web_protect_health: bool = False
     procfs: Path = Path("/proc")
     gpu_replay_file: Path | None = None
     gpu_poll_interval: float = 3.0

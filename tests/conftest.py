@@ -96,6 +96,8 @@ class ExporterProcess:
         while time.monotonic() < deadline:
             if check():
                 return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"exporter exited {self.proc.returncode}: {self.logs}")
             time.sleep(step)
         raise AssertionError(f"condition not met in {timeout}s; logs: {self.logs[-10:]}")
 
