@@ -63,5 +63,8 @@ def setup(level: str, fmt: str, stream: TextIO | None = None) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(_LEVELS[level])
+    # A full disk or a closed stderr must not print tracebacks (to that same stream) or stop
+    # anything: the record is dropped.
+    logging.raiseExceptions = False
     # aiohttp's access log is noise at one scrape every few seconds.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

@@ -114,7 +114,10 @@ class ScrapeCoordinator(PromCollector):
     def _record(self, slot: _Slot, ok: bool, took: float, error: str) -> None:
         slot.status = CollectorStatus(success=ok, duration=took, error=error, at=time.time())
         if error and error != slot.last_error_logged:
-            log.warning("collector %s failed: %s", slot.collector.name, error)
+            if ok:
+                log.info("collector %s: %s", slot.collector.name, error)
+            else:
+                log.warning("collector %s failed: %s", slot.collector.name, error)
         elif ok and slot.last_error_logged:
             log.info("collector %s recovered", slot.collector.name)
         slot.last_error_logged = error

@@ -177,8 +177,8 @@ class NvmlCollector(Collector):
     def _manage(self) -> None:
         backoff = 1.0
         while not self._stop.is_set():
-            api = self._api_factory()
             try:
+                api = self._api_factory()
                 handles = self._open(api)
             except NvmlError as err:
                 self._set_down(f"NVML initialisation failed: {err} ({err.name})")
