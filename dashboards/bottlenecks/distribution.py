@@ -1,0 +1,107 @@
+"""Row "GPU utilisation distribution": the driver's utilisation samples, not their mean.
+
+A mean of 50 % can be a GPU half busy all the time or a GPU that alternates between idle and
+saturated; only the second one is waiting for its feeder. Every driver sample is counted once
+in ``inference_gpu_utilization_samples``, so its buckets show which one it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dashboards.common import (
+    GPU,
+    RANGE,
+    TARGET_LEGEND,
+    AnyPanel,
+    Query,
+    Unit,
+    alert_threshold,
+    bar_gauge,
+    by,
+    heatmap_panel,
+    le,
+    over,
+    pct,
+    timeseries,
+    warn,
+)
+
+TITLE = "GPU utilisation distribution"
+
+PULSING = "InferenceGPUUtilizationPulsing"
+SAMPLES = "inference_gpu_utilization_samples"
+
+
+def heatmap() -> AnyPanel:
+    return heatmap_panel(
+        "Driver utilisation samples over time",
+        "How many driver utilisation samples fell in each utilisation band over time, for the "
+        "selected GPUs. Healthy: one band, high and steady. Bad: two bands, one at 0-5 % and "
+        "one at 90-100 % - the GPU pulses between idle and saturated because it is fed in "
+        "bursts (synchronous host-to-device copies, CPU-side batch assembly).",
+        [
+            Query(
+                f"sum by (le) (increase({over(SAMPLES + '_bucket', GPU)}))",
+                "{{le}}",
+                format="heatmap",
+            )
+        ],
+        y_unit=Unit.RATIO,
+        span=12,
+    )
+
+
+def idle_and_saturated() -> AnyPanel:
+    idle_at = le(alert_threshold(PULSING, "idle_sample_at_most"))
+    busy_at = le(alert_threshold(PULSING, "busy_sample_above"))
+    idle_share = alert_threshold(PULSING, "idle_share_above")
+    busy_share = alert_threshold(PULSING, "busy_share_above")
+    count = by("sum", f"increase({over(SAMPLES + '_count', GPU)})")
+
+    def at_most(bound: str) -> str:
+        bucket = over(SAMPLES + "_bucket", GPU, f'le="{bound}"')
+        return by("sum", f"increase({bucket})")
+
+    return timeseries(
+        "Idle and saturated samples",
+        f"Share of driver samples at most {idle_at} (idle) and above {busy_at} (saturated). "
+        f"Bad: more than {pct(idle_share)} idle together with more than {pct(busy_share)} "
+        "saturated while requests run - utilisation pulses; the mean hides it.",
+        [
+            Query(
+                f"{at_most(idle_at)}\n/\n{count}",
+                f"idle {TARGET_LEGEND}",
+                thresholds=(warn(idle_share),),
+            ),
+            Query(
+                f"1 - (\n{at_most(busy_at)}\n/\n{count}\n)",
+                f"saturated {TARGET_LEGEND}",
+                thresholds=(warn(busy_share),),
+            ),
+        ],
+        unit=Unit.RATIO,
+        maximum=1.0,
+        span=6,
+    )
+
+
+def cumulative() -> AnyPanel:
+    finite = over(SAMPLES + "_bucket", GPU, 'le!="+Inf"', window=RANGE)
+    buckets = f"sum by (le) (increase({finite}))"
+    total = f"sum(increase({over(SAMPLES + '_count', GPU, window=RANGE)}))"
+    return bar_gauge(
+        "Samples at or below each level (time range)",
+        "Share of the driver samples in the dashboard's time range at or below each utilisation "
+        "level (a cumulative distribution). Healthy: small bars up to the top levels. Bad: a "
+        "tall first bar (many idle samples) that stays flat until a jump at the last levels - "
+        "the GPU is either idle or saturated.",
+        [Query(f"{buckets}\n/ ignoring (le) group_left\n{total}", "≤ {{le}}", instant=True)],
+        unit=Unit.RATIO,
+        maximum=1.0,
+        span=6,
+    )
+
+
+def panels() -> Sequence[AnyPanel]:
+    return [heatmap(), idle_and_saturated(), cumulative()]

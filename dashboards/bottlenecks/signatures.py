@@ -1,0 +1,78 @@
+"""Row "Active signatures": one stat per signature family, and the alerts behind them.
+
+The families and their alerts come from the signature catalogue (``exporter.signatures``),
+the same source as ``alert_rules/alerts.yaml``, whose alerts carry the family as the
+``signature`` label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dashboards.common import SITE, AnyPanel, Query, Unit, series, stat_panel, table_panel
+from exporter.signatures.catalogue import catalogue
+from exporter.signatures.model import GROUPS, Group
+
+TITLE = "Active signatures"
+
+FAMILY_TITLES: dict[Group, str] = {
+    "cpu": "CPU side: GPU not fed",
+    "queue": "Queue",
+    "network": "Network / softirq",
+    "memory": "Memory: HBM, KV cache",
+    "gpu": "GPU health",
+    "meta": "Exporter blind spots",
+}
+
+
+def _alerts_by_family() -> dict[Group, list[str]]:
+    families: dict[Group, list[str]] = {group: [] for group in GROUPS}
+    for signature in catalogue(SITE):
+        families[signature.group].append(f"{signature.alert} ({signature.title})")
+    return families
+
+
+def family_stat(group: Group, alerts: Sequence[str]) -> AnyPanel:
+    firing = series("ALERTS", 'alertstate="firing"', f'signature="{group}"')
+    expr = f"count({firing}) or vector(0)"
+    return stat_panel(
+        FAMILY_TITLES[group],
+        f"Alerts of the `{group}` signature family firing now for the selected pods: "
+        + "; ".join(alerts)
+        + ". Bad: anything above 0 - open the alert's runbook from the table below.",
+        [Query(expr, instant=True)],
+        unit=Unit.COUNT,
+        span=4,
+        thresholds=[(1, "red")],
+    )
+
+
+def alerts_table() -> AnyPanel:
+    columns = (
+        "alertname",
+        "alertstate",
+        "severity",
+        "signature",
+        "namespace",
+        "pod",
+        "instance",
+        "gpu",
+    )
+    alerts = series("ALERTS", 'signature!=""')
+    expr = f"max by ({', '.join(columns)}) ({alerts})"
+    runbook = SITE.runbook_url.replace("{alertname}", "${__data.fields.alertname}")
+    return table_panel(
+        "Signature alerts now (pending and firing)",
+        "Every signature alert that is pending (its condition holds, waiting out `for`) or "
+        "firing for the selected pods, with its family and severity; the alert name links to "
+        "its runbook. Bad: any firing row; a pending row is the early warning.",
+        [Query(expr, instant=True, format="table")],
+        columns=columns,
+        height=6,
+        links={"alertname": ("Runbook", runbook)},
+    )
+
+
+def panels() -> Sequence[AnyPanel]:
+    families = _alerts_by_family()
+    return [*(family_stat(group, families[group]) for group in GROUPS), alerts_table()]

@@ -1,0 +1,77 @@
+"""Row "Clocks and thermals": clocks, temperature and why the clocks are held down."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dashboards.common import (
+    GPU,
+    GPU_LEGEND,
+    OFF_ACTIVE,
+    AnyPanel,
+    Query,
+    Unit,
+    alert_names,
+    by,
+    series,
+    state_timeline,
+    timeseries,
+)
+
+TITLE = "Clocks and thermals"
+
+THROTTLED = "InferenceGPUThrottled"
+
+
+def clocks() -> AnyPanel:
+    return timeseries(
+        "SM and memory clocks",
+        "Current SM clock (solid) and memory clock (dashed). Bad: the SM clock dropping under "
+        "load while a hardware, thermal or power reason is active (see clock events) - every "
+        "kernel runs slower. Low clocks while idle are normal.",
+        [
+            Query(series("inference_gpu_sm_clock_hertz", GPU), f"SM {GPU_LEGEND}"),
+            Query(
+                series("inference_gpu_memory_clock_hertz", GPU), f"memory {GPU_LEGEND}", dashed=True
+            ),
+        ],
+        unit=Unit.HERTZ,
+    )
+
+
+def temperature() -> AnyPanel:
+    return timeseries(
+        "Temperature",
+        "GPU die temperature. Bad: approaching the GPU's slowdown temperature (about 85-90 °C "
+        "on data-centre GPUs), after which the driver lowers the clocks (sw_thermal, "
+        "hw_thermal); check cooling and airflow.",
+        [Query(series("inference_gpu_temperature_celsius", GPU), GPU_LEGEND)],
+        unit=Unit.CELSIUS,
+        thresholds=[(85.0, "red")],
+        minimum=None,
+    )
+
+
+def clock_events() -> AnyPanel:
+    reasons = ", ".join(alert_names(THROTTLED, "reasons"))
+    return state_timeline(
+        "Clock events (throttle reasons)",
+        "Which clock event reasons are active per GPU over time. gpu_idle, "
+        "applications_clocks_setting and sync_boost are normal. Bad: "
+        f"{reasons} held for minutes - the hardware slows every kernel down until cooling or "
+        "power delivery is fixed (the InferenceGPUThrottled alert); power_cap under load "
+        "means the board limit, not the work, sets the speed.",
+        [
+            Query(
+                by("max", series("inference_gpu_clock_event_active", GPU), "gpu", "reason"),
+                "GPU {{gpu}} {{reason}} {{pod}}",
+            )
+        ],
+        mappings=OFF_ACTIVE,
+        span=24,
+        height=10,
+    )
+
+
+def panels() -> Sequence[AnyPanel]:
+    return [clocks(), temperature(), clock_events()]

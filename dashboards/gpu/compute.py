@@ -1,0 +1,47 @@
+"""Row "SM and tensor activity": how much of the GPU the running kernels use (GPM)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dashboards.common import GPU, GPU_LEGEND, AnyPanel, Query, Unit, series, timeseries
+
+TITLE = "SM and tensor activity"
+
+
+def sm() -> AnyPanel:
+    return timeseries(
+        "SM active and occupancy",
+        "SM active: share of time at least one warp was resident on an SM, averaged over all "
+        "SMs. Occupancy: resident warps as a share of the maximum. GPM metrics, Hopper and "
+        "newer only. Bad: high GPU utilisation with low SM activity - small kernels or launch "
+        "overhead keep the GPU 'busy' while most SMs idle (decode at small batch, no CUDA "
+        "graphs).",
+        [
+            Query(series("inference_gpu_sm_active_ratio", GPU), f"SM active {GPU_LEGEND}"),
+            Query(
+                series("inference_gpu_sm_occupancy_ratio", GPU),
+                f"occupancy {GPU_LEGEND}",
+                dashed=True,
+            ),
+        ],
+        unit=Unit.RATIO,
+        maximum=1.0,
+    )
+
+
+def tensor() -> AnyPanel:
+    return timeseries(
+        "Tensor core activity",
+        "Share of time any tensor core pipe was active (GPM, Hopper and newer). Prefill is "
+        "compute-bound and should drive it high; decode is memory-bound and leaves it low. "
+        "Bad: low tensor activity during prefill-heavy load (the GPU waits for input, or "
+        "the model runs in a precision without tensor-core kernels).",
+        [Query(series("inference_gpu_tensor_active_ratio", GPU), GPU_LEGEND)],
+        unit=Unit.RATIO,
+        maximum=1.0,
+    )
+
+
+def panels() -> Sequence[AnyPanel]:
+    return [sm(), tensor()]

@@ -1,0 +1,56 @@
+"""Row "Errors": GPUs that stopped answering and Xid errors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dashboards.common import (
+    GPU,
+    GPU_LEGEND,
+    UP_DOWN,
+    AnyPanel,
+    Query,
+    Unit,
+    alert_ints,
+    by,
+    over,
+    series,
+    state_timeline,
+    timeseries,
+)
+
+TITLE = "Errors"
+
+
+def gpu_up() -> AnyPanel:
+    return state_timeline(
+        "GPU answering NVML",
+        "Whether each GPU's last NVML read succeeded in time. Bad: down - the GPU errors or "
+        "hangs (Xid 79, fallen off the bus, is the usual cause) and requests on it stall or "
+        "fail (the InferenceGPULost alert).",
+        [Query(by("min", series("inference_gpu_up", GPU), "gpu"), GPU_LEGEND)],
+        mappings=UP_DOWN,
+    )
+
+
+def xid() -> AnyPanel:
+    critical = ", ".join(str(code) for code in alert_ints("InferenceGPUXidErrors", "critical_xids"))
+    return timeseries(
+        "Xid errors",
+        "Xid errors the driver reported per GPU and Xid code, per interval; no data means none "
+        f"since the sidecar started. Bad: any of {critical} (the GPU's state cannot be trusted "
+        "until it is reset: ECC errors, fallen off the bus) - drain the node; repeated "
+        "13/31/43 on one GPU point at the application or the hardware.",
+        [
+            Query(
+                by("sum", f"increase({over('inference_gpu_xid_errors_total', GPU)})", "gpu", "xid"),
+                "Xid {{xid}} " + GPU_LEGEND,
+            )
+        ],
+        unit=Unit.COUNT,
+        bars=True,
+    )
+
+
+def panels() -> Sequence[AnyPanel]:
+    return [gpu_up(), xid()]

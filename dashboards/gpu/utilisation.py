@@ -1,0 +1,65 @@
+"""Row "Utilisation": which GPUs these are, and how busy each one is."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dashboards.common import (
+    GPU,
+    GPU_LEGEND,
+    AnyPanel,
+    Query,
+    Unit,
+    alert_threshold,
+    by,
+    pct,
+    rate,
+    series,
+    table_panel,
+    timeseries,
+)
+
+TITLE = "Utilisation"
+
+IDENTITY = ("gpu", "uuid", "name", "driver_version", "pci_bus_id", "mig_mode")
+
+
+def identity() -> AnyPanel:
+    columns = ("namespace", "pod", "instance", *IDENTITY)
+    return table_panel(
+        "GPUs",
+        "Each GPU the sidecar sees: index, UUID, model, driver, PCI bus id and MIG mode. "
+        "Bad: a GPU missing here that the engine uses (the sidecar does not get the same GPUs "
+        "as the engine), or mixed driver versions across pods of one deployment.",
+        [
+            Query(
+                by("max", series("inference_gpu_info", GPU), *IDENTITY),
+                instant=True,
+                format="table",
+            )
+        ],
+        columns=columns,
+        height=5,
+    )
+
+
+def utilisation() -> AnyPanel:
+    low = alert_threshold("InferenceGPUUnderutilized", "utilization_below")
+    starved = alert_threshold("InferenceGPUStarvedQueueGrowing", "utilization_below")
+    return timeseries(
+        "GPU utilisation",
+        "Share of time a kernel ran on each GPU: the exact mean of every driver sample over the "
+        "interval (not one sample per scrape). It says a kernel was running, not how much of "
+        "the GPU it used (see SM activity). Bad: below "
+        f"{pct(low)} for long while requests run (the GPU waits most of the time), or below "
+        f"{pct(starved)} with a growing queue (the CPU side starves it).",
+        [Query(by("max", rate("inference_gpu_busy_seconds_total", GPU), "gpu"), GPU_LEGEND)],
+        unit=Unit.RATIO,
+        maximum=1.0,
+        thresholds=[(low, "red"), (starved, "orange")],
+        span=24,
+    )
+
+
+def panels() -> Sequence[AnyPanel]:
+    return [identity(), utilisation()]

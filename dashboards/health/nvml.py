@@ -1,0 +1,58 @@
+"""Row "NVML": is the GPU library there, and what the sidecar costs the GPU it watches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dashboards.common import (
+    GPU,
+    GPU_LEGEND,
+    TARGET_LEGEND,
+    UP_DOWN,
+    AnyPanel,
+    Query,
+    Unit,
+    by,
+    rate,
+    series,
+    state_timeline,
+    timeseries,
+    warn,
+)
+
+TITLE = "NVML"
+
+# docs/nvml.md: the sidecar keeps under 5 NVML calls per GPU per second at its defaults.
+CALL_BUDGET = 5.0
+
+
+def nvml_up() -> AnyPanel:
+    return state_timeline(
+        "NVML and GPUs answering",
+        "Whether NVML initialised in the sidecar, and whether each GPU's last read succeeded. "
+        "Bad: NVML down - the driver library is not visible in the container (NVIDIA runtime, "
+        "device plugin), so every GPU signal is missing (InferenceNVMLUnavailable); one GPU "
+        "down - that GPU errors or hangs (InferenceGPULost).",
+        [
+            Query(by("min", series("inference_nvml_up")), "NVML " + TARGET_LEGEND),
+            Query(by("min", series("inference_gpu_up", GPU), "gpu"), GPU_LEGEND),
+        ],
+        mappings=UP_DOWN,
+    )
+
+
+def calls() -> AnyPanel:
+    return timeseries(
+        "NVML calls per GPU per second",
+        "Driver calls the sidecar makes per GPU. NVML calls take the driver's lock; polling "
+        f"too fast can stall the engine's own calls. Bad: above {CALL_BUDGET:g}/s per GPU "
+        "(about 3.3 at the default 3 s poll interval; a 0.5 s interval is for short "
+        "investigations only).",
+        [Query(by("sum", rate("inference_nvml_calls_total", GPU), "gpu"), GPU_LEGEND)],
+        unit=Unit.CALLS_PER_SECOND,
+        thresholds=[warn(CALL_BUDGET)],
+    )
+
+
+def panels() -> Sequence[AnyPanel]:
+    return [nvml_up(), calls()]

@@ -1,0 +1,87 @@
+"""Row "Scrape targets": is each sidecar scraped, how long it takes, what it costs.
+
+``up``, ``scrape_*`` and ``process_*`` exist for every target Prometheus scrapes; the job
+selector of the rule pack (``InferenceExporterDown``) picks the sidecars' targets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dashboards.common import (
+    EXPORTER_JOB,
+    TARGET_LEGEND,
+    UP_DOWN,
+    AnyPanel,
+    Query,
+    Unit,
+    by,
+    rate,
+    series,
+    state_timeline,
+    timeseries,
+)
+
+TITLE = "Scrape targets"
+
+
+def up() -> AnyPanel:
+    return state_timeline(
+        "Sidecar scraped",
+        "Whether Prometheus's last scrape of each sidecar succeeded (targets whose job matches "
+        f"{EXPORTER_JOB}, the selector of the InferenceExporterDown alert). Bad: down - every "
+        "signature of that pod is blind; no row at all means Prometheus does not discover the "
+        "sidecar (check the PodMonitor and its job name).",
+        [Query(by("max", series("up", EXPORTER_JOB)), TARGET_LEGEND)],
+        mappings=UP_DOWN,
+    )
+
+
+def scrape() -> AnyPanel:
+    return timeseries(
+        "Scrape duration and series",
+        "How long Prometheus takes to scrape each sidecar (left) and how many series it gets "
+        "(right). A scrape reads cached state and should take milliseconds. Bad: duration near "
+        "the scrape timeout (a collector hits its deadline), or the series count jumping (an "
+        "engine exporting new label values; see series dropped on the engine row).",
+        [
+            Query(
+                by("max", series("scrape_duration_seconds", EXPORTER_JOB)),
+                f"duration {TARGET_LEGEND}",
+            ),
+            Query(
+                by("max", series("scrape_samples_scraped", EXPORTER_JOB)),
+                f"series {TARGET_LEGEND}",
+                axis="right",
+                unit=Unit.COUNT,
+            ),
+        ],
+        unit=Unit.SECONDS,
+        right_label="series",
+    )
+
+
+def memory() -> AnyPanel:
+    return timeseries(
+        "Sidecar memory (RSS)",
+        "Resident memory of the sidecar process. Bad: growing without bound (a leak, or an "
+        "engine with ever new label values), or near the container's memory limit (the sidecar "
+        "gets OOM-killed and the pod restarts it).",
+        [Query(by("max", series("process_resident_memory_bytes", EXPORTER_JOB)), TARGET_LEGEND)],
+        unit=Unit.BYTES,
+    )
+
+
+def cpu() -> AnyPanel:
+    return timeseries(
+        "Sidecar CPU",
+        "CPU the sidecar process uses, as a share of one core. It runs in the inference pod and "
+        "must not compete with the engine's front-end. Bad: more than a few percent of a core "
+        "at the defaults (a short --gpu.poll-interval, or a huge engine /metrics response).",
+        [Query(by("max", rate("process_cpu_seconds_total", EXPORTER_JOB)), TARGET_LEGEND)],
+        unit=Unit.RATIO,
+    )
+
+
+def panels() -> Sequence[AnyPanel]:
+    return [up(), scrape(), memory(), cpu()]
