@@ -265,6 +265,15 @@ OPTIONS: tuple[Option, ...] = (
         attr="gpu_replay_file",
     ),
     Option(
+        "gpu.devices",
+        "str",
+        "",
+        "Comma-separated GPU indexes or UUIDs to watch (default: every GPU the sidecar sees; "
+        "give it the engine's GPUs through NVIDIA_VISIBLE_DEVICES or list them here).",
+        metavar="LIST",
+        attr="gpu_devices",
+    ),
+    Option(
         "gpu.poll-interval",
         "duration",
         3.0,
@@ -413,6 +422,7 @@ class Settings:
     web_protect_health: bool = False
     procfs: Path = Path("/proc")
     gpu_replay_file: Path | None = None
+    gpu_devices: str = ""
     gpu_poll_interval: float = 3.0
     scrape_timeout: float = 2.0
     log_level: str = "info"
@@ -513,6 +523,8 @@ def settings_from(
     settings = Settings(**fields, collectors=collectors, sources=dict(sources))
     if settings.telemetry_path in {"/-/healthy", "/-/ready"}:
         raise ConfigError("--web.telemetry-path", "collides with a health endpoint")
+    if any(not d.strip() for d in settings.gpu_devices.split(",")) and settings.gpu_devices:
+        raise ConfigError("--gpu.devices", f"{settings.gpu_devices!r} has an empty entry")
     if settings.tokenizer_url:
         try:
             parse_url(settings.tokenizer_url)

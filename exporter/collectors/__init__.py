@@ -59,8 +59,12 @@ def _nvml(settings: Settings, shared: Shared) -> Collector:
 
         api_factory = PynvmlApi
 
+    devices = frozenset(d.strip() for d in settings.gpu_devices.split(",") if d.strip())
     return NvmlCollector(
-        api_factory, poll_interval=settings.gpu_poll_interval, deadline=settings.scrape_timeout
+        api_factory,
+        poll_interval=settings.gpu_poll_interval,
+        deadline=settings.scrape_timeout,
+        devices=devices,
     )
 
 

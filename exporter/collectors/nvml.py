@@ -141,12 +141,15 @@ class NvmlCollector(Collector):
         deadline: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
         max_backoff: float = 60.0,
+        devices: frozenset[str] = frozenset(),
     ) -> None:
         self._api_factory = api_factory
         self.poll_interval = poll_interval
         self.deadline = deadline
         self._clock = clock
         self._max_backoff = max_backoff
+        # GPUs to watch, by index or UUID; empty: every GPU NVML shows.
+        self.devices = devices
         self._states: dict[int, GpuState] = {}
         self._by_uuid: dict[str, GpuState] = {}
         self._driver_version = ""
@@ -208,6 +211,10 @@ class NvmlCollector(Collector):
             handles = [api.handle(i) for i in range(api.device_count())]
             states: dict[int, GpuState] = {}
             for index, handle in enumerate(handles):
+                if self.devices and str(index) not in self.devices:
+                    uuid = api.uuid(handle)
+                    if uuid not in self.devices:
+                        continue
                 identity = read_identity(api, index, handle)
                 # Keep counters across NVML sessions (driver reload): same GPU, same series.
                 state = self._by_uuid.get(identity.uuid) or GpuState(identity=identity)
@@ -231,7 +238,7 @@ class NvmlCollector(Collector):
             len(states),
             ", ".join(f"{s.identity.index}={s.identity.name}" for s in states.values()),
         )
-        return handles
+        return [handles[i] for i in states]
 
     def _run_session(self, api: NvmlApi, handles: list[object]) -> None:
         self._threads = [

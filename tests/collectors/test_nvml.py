@@ -410,3 +410,19 @@ def test_xid_events_are_counted(clock: FakeClock) -> None:
             time.sleep(0.05)
         assert reg.get_sample_value("inference_gpu_xid_errors_total", lab(0, xid="79")) == 2
         assert reg.get_sample_value("inference_gpu_xid_errors_total", lab(0, xid="48")) == 1
+
+
+def test_devices_restrict_the_gpus_watched(replay: ReplayApi, clock: FakeClock) -> None:
+    for devices in (frozenset({"1"}), frozenset({U1})):
+        collector = NvmlCollector(
+            lambda: replay, poll_interval=3600, deadline=2.0, clock=clock, devices=devices
+        )
+        collector.start()
+        try:
+            assert collector.wait_ready(5)
+            reg, _ = scrape(collector)
+            assert reg.get_sample_value("inference_gpu_up", lab(1)) == 1
+            assert reg.get_sample_value("inference_gpu_up", lab(0)) is None
+            assert reg.get_sample_value("inference_gpu_power_watts", lab(0)) is None
+        finally:
+            collector.stop(2)
