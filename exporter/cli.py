@@ -30,7 +30,7 @@ from exporter.config import (
 )
 
 PROG = "inference-bottleneck-exporter"
-SUBCOMMANDS = ("serve", "record")
+SUBCOMMANDS = ("serve", "record", "diagnose")
 EXIT_USAGE = 2
 
 log = logging.getLogger("exporter")
@@ -276,6 +276,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = "serve"
     if command == "record":
         return record(args, env)
+    if command == "diagnose":
+        from exporter.diagnose import main as diagnose  # noqa: PLC0415
+
+        return diagnose(args)
     return serve(args, env)
 
 

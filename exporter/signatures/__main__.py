@@ -2,7 +2,8 @@
 
 Without ``--profile`` it writes the whole shipped pack: ``<out>/recording_rules.yaml`` and
 ``<out>/alerts.yaml`` for the default ``sidecar`` profile, the same under ``<out>/dcgm/`` and
-``<out>/fast/``, and one runbook per alert under ``--runbooks``. With ``--profile P`` it writes
+``<out>/fast/``, an example Alertmanager configuration ``<out>/alertmanager.yaml``, and one
+runbook per alert under ``--runbooks``. With ``--profile P`` it writes
 only that profile's two files into ``<out>`` (a site's own pack: ``--config site.yaml
 --profile dcgm --out rules/``). ``--check`` writes nothing and exits 1 when a file differs.
 Configuration errors print one line and exit 2.
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from exporter.signatures.alertmanager import alertmanager_yaml
 from exporter.signatures.catalogue import catalogue
 from exporter.signatures.config import PROFILES, SignatureConfigError, SiteConfig, load_config
 from exporter.signatures.render import (
@@ -48,6 +50,7 @@ def runbook_files(cfg: SiteConfig, out: Path) -> dict[Path, str]:
 def pack_files(cfg: SiteConfig, out: Path, runbooks: Path | None) -> dict[Path, str]:
     """Everything the full pack consists of, keyed by path."""
     files = profile_files(cfg.with_profile("sidecar"), out)
+    files[out / "alertmanager.yaml"] = alertmanager_yaml(cfg.with_profile("sidecar"))
     for name in PROFILES:
         if name != "sidecar":
             files.update(profile_files(cfg.with_profile(name), out / name))
