@@ -4,7 +4,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TRACE := exporter/data/replay-2gpu-synthetic.jsonl
 LISTEN ?= 127.0.0.1:10960
 
-.PHONY: install install-dev tools run test lint docs bench
+.PHONY: install install-dev tools run test lint docs bench soak
 
 install:
 	$(PY) -m pip install -q -e .
@@ -18,6 +18,12 @@ tools:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    prometheus prometheus-alertmanager >/dev/null; }
+	@# buildah, podman (run with runc) and debootstrap: tests/image builds and runs the image.
+	@command -v buildah >/dev/null 2>&1 && command -v podman >/dev/null 2>&1 && \
+	  command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+	    buildah podman runc debootstrap >/dev/null; }
 
 # The main job: real NVML when this machine has an NVIDIA driver, else the bundled trace.
 run: install
@@ -43,5 +49,30 @@ test: install-dev tools lint
 docs:
 	$(PY) -m exporter.docgen
 
+# Regenerate dashboards/*.json from the code in dashboards/ (CI fails when they differ).
+.PHONY: dashboards
+dashboards: install-dev
+	$(PY) -m dashboards
+
+# Soak: 10k scrapes with the engine flapping and a GPU lost and recovered; RSS growth < 2 MiB.
+soak: install-dev
+	$(PY) bench/soak.py --scrapes 10000
+
+# Overhead suite of issue #9, a few minutes: the exporter side by side with Debian's
+# node_exporter; JSON in bench/results/, tables regenerated in docs/performance.md.
 bench: install
-	$(PY) bench/bench_scrape.py --gpus 8
+	@command -v prometheus-node-exporter >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+	    prometheus-node-exporter >/dev/null; }
+	$(PY) bench/run_all.py
+
+# The container image, built offline from a local debootstrap base (docs/deployment.md).
+.PHONY: image chart
+image: tools
+	$(SUDO) packaging/build-image.sh
+
+# The Helm chart's copies of alert_rules/ and dashboards/*.json, and its README values table
+# (tests/helm fails when they are stale).
+chart:
+	$(PY) packaging/chart.py

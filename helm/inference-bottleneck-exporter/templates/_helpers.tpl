@@ -1,0 +1,186 @@
+{{/*
+Names and labels.
+*/}}
+{{- define "inference-bottleneck-exporter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "inference-bottleneck-exporter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "inference-bottleneck-exporter.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "inference-bottleneck-exporter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "inference-bottleneck-exporter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "inference-bottleneck-exporter.labels" -}}
+helm.sh/chart: {{ include "inference-bottleneck-exporter.chart" . }}
+{{ include "inference-bottleneck-exporter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: inference-bottleneck-exporter
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The rule profile: prometheusRule.profile, else dcgm in dcgm mode, else sidecar.
+*/}}
+{{- define "inference-bottleneck-exporter.ruleProfile" -}}
+{{- if .Values.prometheusRule.profile }}
+{{- .Values.prometheusRule.profile }}
+{{- else if eq .Values.mode "dcgm" }}
+{{- "dcgm" }}
+{{- else }}
+{{- "sidecar" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The pods the PodMonitor and the Service select: the DaemonSet's in node mode, else those that
+carry sidecar.podLabels.
+*/}}
+{{- define "inference-bottleneck-exporter.targetSelector" -}}
+{{- if eq .Values.mode "node" }}
+matchLabels:
+  {{- include "inference-bottleneck-exporter.selectorLabels" . | nindent 2 }}
+{{- else }}
+matchLabels:
+  {{- toYaml .Values.sidecar.podLabels | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{- define "inference-bottleneck-exporter.image" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+The exporter's arguments: its port, sidecar.config as flags, the mode's collector flags (last,
+so they win), then sidecar.extraArgs. Node mode runs only the nvml and cpu collectors; dcgm mode
+runs everything but nvml.
+*/}}
+{{- define "inference-bottleneck-exporter.args" -}}
+- --web.listen-address=:{{ .Values.sidecar.port }}
+{{- range $flag, $value := .Values.sidecar.config }}
+{{- if kindIs "bool" $value }}
+- --{{ ternary "" "no-" $value }}{{ $flag }}
+{{- else if or (kindIs "invalid" $value) (kindIs "map" $value) (kindIs "slice" $value) }}
+{{- fail (printf "sidecar.config.%s: give a flag's value, true or false (flags are dotted: engine.url)" $flag) }}
+{{- else }}
+- {{ printf "--%s=%v" $flag $value | quote }}
+{{- end }}
+{{- end }}
+{{- if eq .Values.mode "dcgm" }}
+- --no-collector.nvml
+{{- else if eq .Values.mode "node" }}
+- --collector.nvml
+- --collector.cpu
+- --no-collector.engine
+- --no-collector.tokenizer
+- --no-collector.process
+{{- end }}
+{{- range .Values.sidecar.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The exporter container, for the example Deployment, the node DaemonSet, and your own inference
+Deployment. Its context is this chart's: `.` here, and from a chart that has this one as a
+dependency `(index .Subcharts "inference-bottleneck-exporter")`. It renders one list item:
+
+  containers:            # or initContainers: with sidecar.native=true
+    - name: vllm
+      ...
+    {{- include "inference-bottleneck-exporter.sidecar" (index .Subcharts "inference-bottleneck-exporter") | nindent 4 }}
+*/}}
+{{- define "inference-bottleneck-exporter.sidecar" -}}
+{{- $native := and .Values.sidecar.native (ne .Values.mode "node") }}
+{{- if and $native (not (semverCompare ">=1.29-0" .Capabilities.KubeVersion.Version)) }}
+{{- fail (printf "sidecar.native needs Kubernetes >= 1.29 (native sidecars), this is %s" .Capabilities.KubeVersion.Version) }}
+{{- end -}}
+- name: {{ .Values.sidecar.containerName }}
+  image: {{ include "inference-bottleneck-exporter.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  {{- if $native }}
+  restartPolicy: Always
+  {{- end }}
+  args:
+    {{- include "inference-bottleneck-exporter.args" . | nindent 4 }}
+  {{- $gpuEnv := and (ne .Values.mode "dcgm") .Values.gpu.visibleDevices }}
+  {{- if or $gpuEnv .Values.sidecar.extraEnv }}
+  env:
+    {{- if $gpuEnv }}
+    - name: NVIDIA_VISIBLE_DEVICES
+      value: {{ .Values.gpu.visibleDevices | quote }}
+    - name: NVIDIA_DRIVER_CAPABILITIES
+      value: {{ .Values.gpu.driverCapabilities | quote }}
+    {{- end }}
+    {{- with .Values.sidecar.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- end }}
+  ports:
+    - name: {{ .Values.sidecar.portName }}
+      containerPort: {{ .Values.sidecar.port }}
+      protocol: TCP
+  livenessProbe:
+    {{- toYaml .Values.sidecar.livenessProbe | nindent 4 }}
+  readinessProbe:
+    {{- toYaml .Values.sidecar.readinessProbe | nindent 4 }}
+  {{- $resources := deepCopy (.Values.sidecar.resources | default dict) }}
+  {{- if and (eq .Values.mode "sidecar") .Values.gpu.resourceClaims }}
+  {{- $claims := list }}
+  {{- range .Values.gpu.resourceClaims }}
+  {{- $claims = append $claims (dict "name" .) }}
+  {{- end }}
+  {{- $_ := set $resources "claims" $claims }}
+  {{- end }}
+  {{- with $resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- toYaml .Values.sidecar.securityContext | nindent 4 }}
+  {{- with .Values.sidecar.extraVolumeMounts }}
+  volumeMounts:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+
+{{/*
+The pod labels that let the PodMonitor find a pod with the sidecar (sidecar and dcgm modes), for
+your inference pods' metadata.labels.
+*/}}
+{{- define "inference-bottleneck-exporter.sidecarPodLabels" -}}
+{{- toYaml .Values.sidecar.podLabels }}
+{{- end }}
+
+{{/*
+Pod Security "restricted" at the pod level.
+*/}}
+{{- define "inference-bottleneck-exporter.podSecurityContext" -}}
+runAsNonRoot: true
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}

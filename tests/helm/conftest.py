@@ -1,0 +1,13 @@
+"""Chart tests: helpers live in chartlib (tests/helm is on pytest's pythonpath)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from chartlib import crd_validators_from
+
+
+@pytest.fixture(scope="session")
+def crd_validators() -> dict[tuple[str, str], Any]:
+    return crd_validators_from()

@@ -1,0 +1,459 @@
+"""The chart renders, lints, and everything it renders is valid and Pod Security "restricted"."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+from chartlib import (
+    CHART,
+    KUBE_LATEST,
+    KUBE_MIN,
+    NAMESPACE,
+    SCENARIOS,
+    SIDECAR,
+    exporter_container,
+    of_kind,
+    pod_specs,
+    render,
+    render_manifests,
+)
+
+from exporter.cli import load_settings
+from exporter.collectors import COLLECTORS
+
+MONITORING = ("monitoring.coreos.com/v1", "monitoring.coreos.com/v1alpha1")
+
+
+def kinds(objects: list[dict[str, Any]]) -> Counter[str]:
+    return Counter(o["kind"] for o in objects)
+
+
+def test_default_values_render_the_monitoring_objects_and_no_workload() -> None:
+    objects = render()
+    assert kinds(objects) == Counter({"PodMonitor": 1, "PrometheusRule": 1}) + Counter(
+        {"ConfigMap": len(list((CHART / "files" / "dashboards").glob("*.json")))}
+    )
+    (monitor,) = of_kind(objects, "PodMonitor")
+    assert monitor["spec"]["selector"] == {
+        "matchLabels": {"inference-bottleneck-exporter/sidecar": "true"}
+    }
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+
+
+@pytest.mark.parametrize(
+    ("scenario", "expected"),
+    [
+        ("sidecar", {"Deployment": 1}),
+        ("sidecar-native", {"Deployment": 1}),
+        ("dcgm", {"Deployment": 1}),
+        ("node", {"DaemonSet": 1}),
+        (
+            "all-objects",
+            {"Deployment": 1, "Service": 1, "ServiceMonitor": 1, "AlertmanagerConfig": 1},
+        ),
+        (
+            "node-all-objects",
+            {"DaemonSet": 1, "Service": 1, "ServiceMonitor": 1, "AlertmanagerConfig": 1},
+        ),
+    ],
+)
+def test_each_mode_renders_its_objects(scenario: str, expected: dict[str, int]) -> None:
+    found = kinds(render(SCENARIOS[scenario]))
+    for kind, count in expected.items():
+        assert found[kind] == count, found
+    assert found["DaemonSet"] == (1 if "node" in scenario else 0)
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("kube", [KUBE_MIN, KUBE_LATEST])
+def test_lint_strict_is_clean(scenario: str, kube: str) -> None:
+    report = helm.lint(CHART, SCENARIOS[scenario], strict=True, kube_version=f"v{kube}")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not report["errors"] and not problems, report
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("kube", [KUBE_MIN, KUBE_LATEST])
+def test_every_object_validates_for_kubernetes(
+    scenario: str, kube: str, crd_validators: dict[tuple[str, str], Any]
+) -> None:
+    objects = render(SCENARIOS[scenario], kube_version=kube)
+    assert objects
+    for obj in objects:
+        key = (obj["apiVersion"], obj["kind"])
+        if obj["apiVersion"] in MONITORING:
+            errors = sorted(crd_validators[key].iter_errors(obj), key=str)
+            assert not errors, f"{key} {obj['metadata']['name']}: {errors[0].message}"
+        else:
+            # Raises on an invalid object, and on a kind it has no schema for.
+            kubernetes_validate.validate(obj, kube, strict=True)
+        assert obj["metadata"]["namespace"] == NAMESPACE
+
+
+def test_kubernetes_validation_catches_a_misspelt_field() -> None:
+    (daemonset,) = of_kind(render(SCENARIOS["node"]), "DaemonSet")
+    container = daemonset["spec"]["template"]["spec"]["containers"][0]
+    container["securityContext"]["readOnlyRootFilesytem"] = True
+    with pytest.raises(kubernetes_validate.ValidationError, match="readOnlyRootFilesytem"):
+        kubernetes_validate.validate(daemonset, KUBE_MIN, strict=True)
+
+
+def test_crd_validation_catches_a_misspelt_field(
+    crd_validators: dict[tuple[str, str], Any],
+) -> None:
+    (monitor,) = of_kind(render(), "PodMonitor")
+    monitor["spec"]["podMetricsEndpoints"][0]["intervall"] = "15s"
+    assert not crd_validators[("monitoring.coreos.com/v1", "PodMonitor")].is_valid(monitor)
+
+
+# Pod Security Standards, "restricted" (which includes "baseline"), as the admission
+# controller checks them: https://kubernetes.io/docs/concepts/security/pod-security-standards/
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+SAFE_SYSCTLS = {
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+}
+
+
+def restricted_violations(pod: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    psc = pod.get("securityContext", {})
+    for field in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(field):
+            out.append(field)
+    for volume in pod.get("volumes", []):
+        kind = next(k for k in volume if k != "name")
+        if kind not in RESTRICTED_VOLUMES:
+            out.append(f"volume {volume['name']}: {kind}")
+    out += [f"sysctl {s['name']}" for s in psc.get("sysctls", []) if s["name"] not in SAFE_SYSCTLS]
+    if psc.get("runAsUser") == 0:
+        out.append("pod runAsUser 0")
+    containers = pod.get("containers", []) + pod.get("initContainers", [])
+    for c in containers:
+        sc, name = c.get("securityContext", {}), c["name"]
+        if sc.get("privileged"):
+            out.append(f"{name}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{name}: allowPrivilegeEscalation not false")
+        caps = sc.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            out.append(f"{name}: capabilities not dropping ALL")
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            out.append(f"{name}: adds capabilities {caps['add']}")
+        if (
+            not (sc.get("runAsNonRoot") or psc.get("runAsNonRoot"))
+            or sc.get("runAsNonRoot") is False
+        ):
+            out.append(f"{name}: runAsNonRoot not true")
+        if sc.get("runAsUser") == 0:
+            out.append(f"{name}: runAsUser 0")
+        seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            out.append(f"{name}: seccompProfile {seccomp}")
+        if any(p.get("hostPort") for p in c.get("ports", [])):
+            out.append(f"{name}: hostPort")
+        if sc.get("procMount", "Default") != "Default":
+            out.append(f"{name}: procMount")
+    return out
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_every_pod_is_pod_security_restricted(scenario: str) -> None:
+    pods = list(pod_specs(render(SCENARIOS[scenario])))
+    for name, pod in pods:
+        assert restricted_violations(pod) == [], name
+
+
+def test_restricted_check_sees_a_violation() -> None:
+    _, pod = next(pod_specs(render(SCENARIOS["node"])))
+    exporter_container(pod)["securityContext"]["allowPrivilegeEscalation"] = True
+    pod["volumes"] = [{"name": "proc", "hostPath": {"path": "/proc"}}]
+    assert len(restricted_violations(pod)) == 2
+
+
+@pytest.mark.parametrize("scenario", ["sidecar", "sidecar-native", "dcgm", "node"])
+def test_exporter_container_contract(scenario: str) -> None:
+    (_, pod), *_ = pod_specs(render(SCENARIOS[scenario]))
+    c = exporter_container(pod)
+    assert c["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65534,
+        "runAsGroup": 65534,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert {k: v for k, v in c["resources"].items() if k != "claims"} == {
+        "requests": {"cpu": "10m", "memory": "48Mi"},
+        "limits": {"cpu": "200m", "memory": "128Mi"},
+    }
+    assert c["ports"] == [{"name": "metrics", "containerPort": 10960, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/-/healthy", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "metrics"}
+    # A hung exporter is restarted (liveness) before its readiness could flip the pod.
+    live, ready = c["livenessProbe"], c["readinessProbe"]
+    assert (
+        ready["periodSeconds"] * ready["failureThreshold"]
+        > live["periodSeconds"] * live["failureThreshold"]
+    )
+    assert c["image"].endswith(
+        ":" + yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    )
+
+
+def effective_settings(container: dict[str, Any]) -> Any:
+    """What the exporter makes of the container's arguments and environment: the real CLI."""
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    settings, _ = load_settings(container["args"], env)
+    return settings
+
+
+def enabled_collectors(container: dict[str, Any]) -> set[str]:
+    collectors = effective_settings(container).collectors
+    return {n for n, e in COLLECTORS.items() if collectors.get(n, e.enabled_by_default)}
+
+
+@pytest.mark.parametrize(
+    ("scenario", "expected"),
+    [
+        ("sidecar", set(COLLECTORS)),
+        ("dcgm", set(COLLECTORS) - {"nvml"}),
+        ("node", {"nvml", "cpu"}),
+    ],
+)
+def test_each_mode_runs_its_collectors(scenario: str, expected: set[str]) -> None:
+    (_, pod), *_ = pod_specs(render(SCENARIOS[scenario]))
+    assert enabled_collectors(exporter_container(pod)) == expected
+
+
+def test_mode_collector_flags_win_over_config() -> None:
+    values = {"mode": "node", "sidecar": {"config": {"collector.engine": True}}}
+    (_, pod), *_ = pod_specs(render(values))
+    assert enabled_collectors(exporter_container(pod)) == {"nvml", "cpu"}
+
+
+def test_config_becomes_flags_the_exporter_accepts() -> None:
+    values = {
+        "example": {"enabled": True, "engine": {"port": 8080}},
+        "sidecar": {"config": {"gpu.poll-interval": "5s", "log.format": "json"}},
+    }
+    (_, pod), *_ = pod_specs(render(values))
+    settings = effective_settings(exporter_container(pod))
+    assert settings.gpu_poll_interval == 5.0
+    assert settings.engine_url == "http://127.0.0.1:8080/metrics"
+    assert settings.sources["gpu.poll-interval"] == "flag"
+
+
+def gpu_env(container: dict[str, Any]) -> dict[str, str]:
+    return {
+        e["name"]: e["value"] for e in container.get("env", []) if e["name"].startswith("NVIDIA_")
+    }
+
+
+def test_gpu_visibility_per_mode() -> None:
+    visible = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
+    for scenario, expected in (("sidecar", visible), ("node", visible), ("dcgm", {})):
+        (_, pod), *_ = pod_specs(render(SCENARIOS[scenario]))
+        assert gpu_env(exporter_container(pod)) == expected, scenario
+    # The engine's devices passed through, and DRA claims shared with the engine.
+    values = {
+        "example": {"enabled": True},
+        "gpu": {"visibleDevices": "GPU-0f2e", "resourceClaims": ["gpus"]},
+    }
+    (_, pod), *_ = pod_specs(render(values))
+    c = exporter_container(pod)
+    assert gpu_env(c)["NVIDIA_VISIBLE_DEVICES"] == "GPU-0f2e"
+    assert c["resources"]["claims"] == [{"name": "gpus"}]
+    (_, pod), *_ = pod_specs(render({"example": {"enabled": True}, "gpu": {"visibleDevices": ""}}))
+    assert gpu_env(exporter_container(pod)) == {}
+
+
+def test_example_deployment_shares_the_process_namespace_with_a_plain_sidecar() -> None:
+    (deployment,) = of_kind(render(SCENARIOS["sidecar"]), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["shareProcessNamespace"] is True
+    assert [c["name"] for c in pod["containers"]] == ["vllm", SIDECAR]
+    assert "initContainers" not in pod
+    assert "restartPolicy" not in pod["containers"][1]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert labels["inference-bottleneck-exporter/sidecar"] == "true"
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+def test_native_sidecar_is_a_restartable_init_container() -> None:
+    (deployment,) = of_kind(render(SCENARIOS["sidecar-native"]), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["vllm"]
+    (init,) = pod["initContainers"]
+    assert init["name"] == SIDECAR and init["restartPolicy"] == "Always"
+    assert pod["runtimeClassName"] == "nvidia"
+
+
+def test_native_sidecar_needs_kubernetes_1_29() -> None:
+    with pytest.raises(helm.HelmError, match=r"needs Kubernetes >= 1\.29"):
+        render(SCENARIOS["sidecar-native"], kube_version="1.28.9")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"mode": "gpu"}, "mode"),
+        ({"sidecar": {"port": 0}}, "port"),
+        ({"prometheusRule": {"profile": "slow"}}, "profile"),
+        ({"sidecar": {"config": {"engine": {"url": "x"}}}}, "engine"),
+        ({"alertmanagerConfig": {"enabled": True}}, "routingKeySecret"),
+        ({"podMonitr": {}}, "podMonitr"),
+        ({"mode": "node", "example": {"enabled": True}}, "node mode"),
+    ],
+)
+def test_bad_values_fail_with_a_message(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmError, match=message):
+        render(values)
+
+
+def test_pagerduty_routing_keys_come_from_a_secret() -> None:
+    (config,) = of_kind(render(SCENARIOS["all-objects"]), "AlertmanagerConfig")
+    spec = config["spec"]
+    keys = {
+        r["name"]: [p["routingKey"] for p in r.get("pagerdutyConfigs", [])]
+        for r in spec["receivers"]
+    }
+    assert keys == {
+        "null": [],
+        "pagerduty": [{"name": "pagerduty", "key": "routing-key"}],
+        "pagerduty-low-urgency": [{"name": "pagerduty", "key": "low-urgency-routing-key"}],
+    }
+    route = spec["route"]
+    assert {"name": "alertname", "matchType": "=~", "value": "Inference.+"} in route["matchers"]
+    by_severity = {r["matchers"][0]["value"]: r["receiver"] for r in route["routes"]}
+    assert by_severity == {
+        "critical": "pagerduty",
+        "warning": "pagerduty-low-urgency",
+        "info": "null",
+    }
+
+
+def test_child_routes_validate_as_routes(crd_validators: dict[tuple[str, str], Any]) -> None:
+    """The CRD leaves child routes unchecked (preserve-unknown-fields); check them as routes."""
+    (config,) = of_kind(render(SCENARIOS["all-objects"]), "AlertmanagerConfig")
+    validator = crd_validators[("monitoring.coreos.com/v1alpha1", "AlertmanagerConfig")]
+    route_schema = validator.schema["properties"]["spec"]["properties"]["route"]
+    check = type(validator)(route_schema)
+    pending = list(config["spec"]["route"].get("routes", []))
+    assert pending
+    while pending:
+        route = pending.pop()
+        errors = list(check.iter_errors(route))
+        assert not errors, errors[0].message
+        pending += route.get("routes", [])
+
+
+def test_service_monitor_scrapes_the_same_pods_through_a_headless_service() -> None:
+    objects = render(SCENARIOS["all-objects"])
+    (service,) = of_kind(objects, "Service")
+    (monitor,) = of_kind(objects, "ServiceMonitor")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {"inference-bottleneck-exporter/sidecar": "true"}
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+
+
+def test_node_mode_monitors_select_the_daemonset_pods() -> None:
+    objects = render({"mode": "node", "serviceMonitor": {"enabled": True}})
+    (daemonset,) = of_kind(objects, "DaemonSet")
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    (monitor,) = of_kind(objects, "PodMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (service,) = of_kind(objects, "Service")
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_named_template_serves_a_parent_chart(tmp_path: Path) -> None:
+    """The documented use: this chart as a dependency, its sidecar in the parent's pod."""
+    parent = tmp_path / "inference"
+    (parent / "templates").mkdir(parents=True)
+    shutil.copytree(CHART, parent / "charts" / CHART.name)
+    (parent / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: inference\nversion: 1.0.0\ndependencies:\n"
+        f"  - name: {CHART.name}\n    version: 0.1.0\n"
+    )
+    (parent / "values.yaml").write_text(
+        f"{CHART.name}:\n  sidecar:\n    native: true\n"
+        "    config:\n      engine.url: http://127.0.0.1:30000/metrics\n"
+    )
+    (parent / "templates" / "deployment.yaml").write_text(
+        """\
+{{- $ibe := index .Subcharts "inference-bottleneck-exporter" }}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: sglang
+spec:
+  selector:
+    matchLabels:
+      app: sglang
+  template:
+    metadata:
+      labels:
+        app: sglang
+        {{- include "inference-bottleneck-exporter.sidecarPodLabels" $ibe | nindent 8 }}
+    spec:
+      shareProcessNamespace: true
+      initContainers:
+        {{- include "inference-bottleneck-exporter.sidecar" $ibe | nindent 8 }}
+      containers:
+        - name: sglang
+          image: lmsysorg/sglang:latest
+"""
+    )
+    objects = render(chart=parent)
+    (deployment,) = of_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["restartPolicy"] == "Always"
+    assert init["image"].startswith("inference-bottleneck-exporter/")
+    assert effective_settings(init).engine_url == "http://127.0.0.1:30000/metrics"
+    assert (
+        deployment["spec"]["template"]["metadata"]["labels"][
+            "inference-bottleneck-exporter/sidecar"
+        ]
+        == "true"
+    )
+    # The subchart's own monitoring objects come along.
+    assert {"PodMonitor", "PrometheusRule"} <= set(kinds(objects))
+
+
+def test_notes_tell_how_to_include_the_sidecar() -> None:
+    notes = render_manifests()[f"{CHART.name}/templates/NOTES.txt"]
+    assert 'include "inference-bottleneck-exporter.sidecar"' in notes
+    both = render_manifests({"serviceMonitor": {"enabled": True}})[
+        f"{CHART.name}/templates/NOTES.txt"
+    ]
+    assert "scraped twice" in both

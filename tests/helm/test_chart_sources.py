@@ -1,0 +1,198 @@
+"""The chart's generated parts equal their sources: rules, dashboards, values table, version."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+from chartlib import CHART, ROOT, of_kind, render
+
+import exporter
+
+
+def _chart_tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("chart_tool", ROOT / "packaging" / "chart.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+chart_tool = _chart_tool()
+SCENARIOS_PAGERDUTY = {
+    "alertmanagerConfig": {"enabled": True, "pagerduty": {"routingKeySecret": {"name": "pd"}}}
+}
+PROFILES = {"sidecar": ROOT / "alert_rules"} | {
+    p.name: p
+    for p in sorted((ROOT / "alert_rules").iterdir())
+    if p.is_dir() and p.name not in chart_tool.NOT_PROFILES
+}
+
+
+def test_chart_copies_equal_their_sources() -> None:
+    """`make chart` copies alert_rules/ and dashboards/ into files/; CI fails when stale."""
+    assert chart_tool.stale() == []
+
+
+def test_staleness_is_detected(tmp_path: Path) -> None:
+    # A tree with a rules file that the chart lacks.
+    bare = tmp_path / "bare"
+    (bare / "helm" / CHART.name).mkdir(parents=True)
+    for name in ("README.md", "values.yaml"):
+        (bare / "helm" / CHART.name / name).write_text((CHART / name).read_text())
+    (bare / "alert_rules").mkdir()
+    (bare / "alert_rules" / "extra.yaml").write_text("groups: []\n")
+    assert chart_tool.stale(bare) == ["files/alert_rules/extra.yaml: missing (source exists)"]
+
+
+def source_groups(profile_dir: Path) -> list[dict[str, Any]]:
+    """The rule groups of a profile's rule files (alertmanager.yaml is no rule file)."""
+    groups: list[dict[str, Any]] = []
+    for path in sorted(profile_dir.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        if "groups" in data:
+            groups += data["groups"]
+    return groups
+
+
+def test_profiles_hold_recording_and_alerting_rules() -> None:
+    assert {"sidecar", "dcgm"} <= PROFILES.keys()
+    for directory in PROFILES.values():
+        assert {"recording_rules.yaml", "alerts.yaml"} <= {p.name for p in directory.glob("*.yaml")}
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_prometheus_rule_equals_alert_rules(profile: str) -> None:
+    (rule,) = of_kind(render({"prometheusRule": {"profile": profile}}), "PrometheusRule")
+    assert rule["spec"]["groups"] == source_groups(PROFILES[profile])
+    assert rule["metadata"]["labels"]["inference-bottleneck-exporter/rule-profile"] == profile
+
+
+@pytest.mark.parametrize(
+    ("mode", "profile"), [("sidecar", "sidecar"), ("dcgm", "dcgm"), ("node", "sidecar")]
+)
+def test_mode_picks_the_rule_profile(mode: str, profile: str) -> None:
+    (rule,) = of_kind(render({"mode": mode}), "PrometheusRule")
+    assert rule["spec"]["groups"] == source_groups(PROFILES[profile])
+
+
+def test_prometheus_rule_labels_are_configurable() -> None:
+    values = {"prometheusRule": {"labels": {"release": "kube-prometheus-stack"}}}
+    (rule,) = of_kind(render(values), "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert of_kind(render({"prometheusRule": {"enabled": False}}), "PrometheusRule") == []
+
+
+def test_alertmanager_config_is_the_packs_alertmanager_yaml() -> None:
+    """Route, inhibitions and receivers of alert_rules/alertmanager.yaml, in CRD spelling."""
+    source = yaml.safe_load((ROOT / "alert_rules" / "alertmanager.yaml").read_text())
+    (config,) = of_kind(render(SCENARIOS_PAGERDUTY), "AlertmanagerConfig")
+    spec = config["spec"]
+    pack = next(r for r in source["route"]["routes"] if r.get("matchers"))
+    assert [m["value"] for m in spec["route"]["matchers"]] == ["Inference.+"]
+    assert spec["route"]["receiver"] == source["route"]["receiver"]
+    assert spec["route"]["groupBy"] == source["route"]["group_by"]
+    assert [r["receiver"] for r in spec["route"]["routes"]] == [
+        r["receiver"] for r in pack["routes"]
+    ]
+    assert [r.get("groupWait") for r in spec["route"]["routes"]] == [
+        r.get("group_wait") for r in pack["routes"]
+    ]
+    assert len(spec["inhibitRules"]) == len(source["inhibit_rules"])
+    for rule, original in zip(spec["inhibitRules"], source["inhibit_rules"], strict=True):
+        assert rule["equal"] == original["equal"]
+        assert len(rule["targetMatch"]) == len(original["target_matchers"])
+    receivers = {r["name"]: r for r in spec["receivers"]}
+    for original in source["receivers"]:
+        for got, want in zip(
+            receivers[original["name"]].get("pagerdutyConfigs", []),
+            original.get("pagerduty_configs", []),
+            strict=True,
+        ):
+            assert got["routingKey"]["key"] == Path(want["routing_key_file"]).name
+            assert got["severity"] == want["severity"]
+            assert got["description"] == want["description"]
+            assert {d["key"]: d["value"] for d in got["details"]} == want["details"]
+            assert [link["href"] for link in got["pagerDutyLinkConfigs"]] == [
+                link["href"] for link in want["links"]
+            ]
+
+
+def test_alertmanager_translation_refuses_what_it_does_not_know() -> None:
+    with pytest.raises(ValueError, match="matcher"):
+        chart_tool._matchers(["severity critical"])
+    config = {
+        "route": {
+            "receiver": "x",
+            "routes": [{"matchers": ['a="b"'], "mute_time_intervals": ["night"]}],
+        }
+    }
+    with pytest.raises(ValueError, match="mute_time_intervals"):
+        chart_tool.alertmanager_config_spec(config)
+
+
+def test_dashboard_configmaps_equal_dashboards() -> None:
+    """One ConfigMap per dashboards/*.json, byte for byte; none while there are none."""
+    sources = {p.name: p.read_text() for p in sorted((ROOT / "dashboards").glob("*.json"))}
+    values = {"dashboards": {"annotations": {"grafana_folder": "Inference"}}}
+    maps = [
+        m
+        for m in of_kind(render(values), "ConfigMap")
+        if "grafana_dashboard" in m["metadata"]["labels"]
+    ]
+    rendered: dict[str, str] = {}
+    for cm in maps:
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert cm["metadata"]["annotations"] == {"grafana_folder": "Inference"}
+        (name, text), *rest = cm["data"].items()
+        assert not rest
+        json.loads(text)
+        rendered[name] = text
+    assert rendered == sources
+    assert len({cm["metadata"]["name"] for cm in maps}) == len(maps)
+
+
+def test_dashboard_configmaps_follow_the_files(tmp_path: Path) -> None:
+    """The template itself, on a dashboard that is not in the repository."""
+    chart = tmp_path / CHART.name
+    shutil.copytree(CHART, chart)
+    (chart / "files" / "dashboards").mkdir(exist_ok=True)
+    text = json.dumps({"uid": "ibe-x", "title": "X", "panels": []}, indent=2, sort_keys=True) + "\n"
+    (chart / "files" / "dashboards" / "GPU_Overview.json").write_text(text)
+    maps = [
+        m
+        for m in of_kind(render(chart=chart), "ConfigMap")
+        if "grafana_dashboard" in m["metadata"]["labels"]
+    ]
+    found = {cm["metadata"]["name"]: cm["data"] for cm in maps}
+    assert found["ibe-inference-bottleneck-exporter-dashboard-gpu-overview"] == {
+        "GPU_Overview.json": text
+    }
+
+
+def test_values_table_is_current_and_complete() -> None:
+    values_yaml = (CHART / "values.yaml").read_text()
+    documented = {d.key for d in chart_tool.value_docs(values_yaml)}
+    assert {
+        "mode",
+        "sidecar.native",
+        "gpu.visibleDevices",
+        "alertmanagerConfig.enabled",
+    } <= documented
+    readme = (CHART / "README.md").read_text()
+    assert chart_tool.readme_with_table(readme, values_yaml) == readme
+    with pytest.raises(ValueError, match="undocumented"):
+        chart_tool.value_docs(values_yaml + "undocumented: 1\n")
+
+
+def test_app_version_is_the_exporters() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == exporter.__version__
