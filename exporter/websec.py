@@ -120,6 +120,8 @@ def parse_web_config(path: Path) -> WebConfig:
     unknown = sorted(set(data) - _KNOWN_TOP)
     if unknown:
         raise _fail(f"unknown field {unknown[0]!r}")
+    if data.get("http_server_config"):
+        log.warning("web config: http_server_config (HTTP/2, headers) is not supported; ignored")
     base = path.parent
     tls: TlsConfig | None = None
     raw_tls = data.get("tls_server_config")
