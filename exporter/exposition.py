@@ -128,3 +128,69 @@ class TextEncoder:
                 out.append(f"# TYPE {_name(metric.name + suffix)} gauge\n")
                 self._lines(samples, out)
         return "".join(out).encode("utf-8")
+
+
+class _Collected:
+    def __init__(self, metrics: list[Metric]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> list[Metric]:
+        return self._metrics
+
+
+class OpenMetricsEncoder:
+    """Renders a registry as OpenMetrics 1.0, byte for byte what prometheus_client's
+    ``openmetrics.exposition.generate_latest`` writes, caching each sample's
+    ``name{labels}`` prefix (per escaping scheme) between calls. Exemplars and native
+    histograms, which the exporter never emits, go through prometheus_client."""
+
+    def __init__(self) -> None:
+        self._prefixes: dict[tuple[str, str, tuple[tuple[str, str], ...]], str] = {}
+
+    def _prefix(self, escaping: str, name: str, labels: dict[str, str]) -> str:
+        key = (escaping, name, tuple(labels.items()))
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            if len(self._prefixes) >= _CACHE_LIMIT:
+                self._prefixes.clear()
+            # The same steps as generate_latest, once per distinct series.
+            head, labelstr = name, ""
+            if escaping == om.ALLOWUTF8 and not _LEGACY_NAME.match(name):
+                head, labelstr = "", om.escape_metric_name(name, escaping)
+                if labels:
+                    labelstr += ","
+            else:
+                head = om._escape(name, escaping, om._is_legacy_labelname_rune)
+            if labels:
+                labelstr += ",".join(
+                    f'{om.escape_label_name(k, escaping)}="{_label_value(v)}"'
+                    for k, v in sorted(labels.items())
+                )
+            prefix = f"{head}{{{labelstr}}} " if labelstr else f"{head} "
+            self._prefixes[key] = prefix
+        return prefix
+
+    def encode(self, registry: _Source, escaping: str = om.UNDERSCORES) -> bytes:
+        out: list[str] = []
+        prefixes = self._prefixes
+        metrics = list(cast(list[Metric], registry.collect()))
+        for metric in metrics:
+            mname = om.escape_metric_name(metric.name, escaping)
+            help_text = _label_value(metric.documentation)
+            out.append(f"# HELP {mname} {help_text}\n# TYPE {mname} {metric.type}\n")
+            if metric.unit:
+                out.append(f"# UNIT {mname} {metric.unit}\n")
+            for name, labels, value, timestamp, exemplar, native in metric.samples:
+                if exemplar is not None or native is not None:
+                    # Collected once: the same families, rendered by prometheus_client.
+                    again = _Collected(metrics)
+                    return cast(bytes, om.generate_latest(again, escaping=escaping))  # type: ignore[no-untyped-call]
+                prefix = prefixes.get((escaping, name, tuple(labels.items())))
+                if prefix is None:
+                    prefix = self._prefix(escaping, name, labels)
+                if timestamp is None:
+                    out.append(f"{prefix}{go_float(value)}\n")
+                else:
+                    out.append(f"{prefix}{go_float(value)} {timestamp}\n")
+        out.append("# EOF\n")
+        return "".join(out).encode("utf-8")

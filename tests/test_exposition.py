@@ -10,9 +10,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import exposition as om
 from prometheus_client.utils import floatToGoString
 
-from exporter.exposition import TextEncoder, go_float
+from exporter.exposition import OpenMetricsEncoder, TextEncoder, go_float
 
 
 class Odd:
@@ -49,6 +50,23 @@ def test_matches_generate_latest_byte_for_byte() -> None:
     assert encoder.encode(reg) == expected
     assert b'v="quote \\" back \\\\ newline \\n tab \t"' in expected
     assert b"_created" in expected  # OpenMetrics-only samples moved to their own gauges
+
+
+def test_openmetrics_matches_prometheus_client_byte_for_byte() -> None:
+    reg = registry()
+    encoder = OpenMetricsEncoder()
+    for escaping in (om.UNDERSCORES, om.ALLOWUTF8):
+        expected = om.generate_latest(reg, escaping=escaping)
+        assert encoder.encode(reg, escaping) == expected
+        assert encoder.encode(reg, escaping) == expected  # from the prefix cache
+    assert encoder.encode(reg).endswith(b"# EOF\n")
+
+
+def test_openmetrics_exemplars_go_through_prometheus_client() -> None:
+    reg = CollectorRegistry(auto_describe=False)
+    c = Counter("hits", "Hits.", registry=reg)
+    c.inc(1, exemplar={"trace_id": "abc"})
+    assert OpenMetricsEncoder().encode(reg) == om.generate_latest(reg)
 
 
 def test_cache_is_bounded() -> None:

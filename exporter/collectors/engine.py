@@ -37,7 +37,15 @@ from prometheus_client.metrics_core import Metric
 from exporter import metrics as m
 from exporter.backends.http import FetchError, fetch
 from exporter.collectors.base import Collection, HttpPollingCollector
-from exporter.engines import detect, load_mapping, normalise, parse_exposition
+from exporter.engines import (
+    ENGINES,
+    detect_names,
+    load_mapping,
+    normalise,
+    parse_exposition,
+    select_families,
+    source_keys,
+)
 from exporter.engines.model import EngineSnapshot, Series
 
 log = logging.getLogger(__name__)
@@ -130,10 +138,13 @@ class EngineCollector(HttpPollingCollector):
         self.max_body = max_body
         self.max_series = max_series
         self.mapping = load_mapping(mapping_file) if mapping_file is not None else None
+        # Every engine's families while auto-detecting (one set: the engine may change).
+        self._keys = frozenset().union(*(source_keys(e, self.mapping) for e in ENGINES))
         self._clock = clock
         self._failures: Counter[str] = Counter()
         self._dropped: Counter[str] = Counter()
         self._last_error = ""
+        self._built: tuple[EngineSnapshot, str, list[Metric]] | None = None
 
     # --- polling -----------------------------------------------------------------------------
     async def tick(self, session: aiohttp.ClientSession) -> None:
@@ -168,11 +179,15 @@ class EngineCollector(HttpPollingCollector):
 
     def _digest(self, body: bytes) -> EngineSnapshot:
         text = body.decode("utf-8", errors="replace")
-        families = parse_exposition(text)
+        # Only the families the rules read are parsed (a vLLM server exposes five times
+        # more, a Triton server with many models ten times): same snapshot, less CPU.
+        selected, names, samples = select_families(text, self._keys)
+        families = parse_exposition(selected)
         engine = self.hub.configured
         if engine == "auto":
-            found = detect(families)
+            found = detect_names(names, samples)
             if found is None:
+                parse_exposition(text)  # not an exposition at all: a parse failure, as before
                 raise ValueError("could not recognise the engine from its metric names")
             if found != self.hub.detected:
                 log.info("engine at %s recognised as %s", self.url, found)
@@ -210,9 +225,19 @@ class EngineCollector(HttpPollingCollector):
         out.metrics += [f for f in (failures, dropped) if f.samples]
         snapshot = self.hub.fresh(self._clock(), STALE_INTERVALS * self.poll_interval)
         if snapshot is not None:
-            families: dict[str, Metric] = {}
-            for series in snapshot.series:
-                if series.name not in FOREIGN:
-                    add_series(families, engine, series, series.model)
-            out.metrics += list(families.values())
+            out.metrics += self._families_of(snapshot, engine)
         return out
+
+    def _families_of(self, snapshot: EngineSnapshot, engine: str) -> list[Metric]:
+        """The normalised families of a snapshot, built once per snapshot (a poll every 5 s,
+        scrapes as often as they come; nobody modifies a family after it is built)."""
+        cached = self._built
+        if cached is not None and cached[0] is snapshot and cached[1] == engine:
+            return cached[2]
+        families: dict[str, Metric] = {}
+        for series in snapshot.series:
+            if series.name not in FOREIGN:
+                add_series(families, engine, series, series.model)
+        built = list(families.values())
+        self._built = (snapshot, engine, built)  # one assignment: safe for concurrent scrapes
+        return built

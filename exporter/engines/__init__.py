@@ -21,16 +21,19 @@ from exporter.engines import custom, llamacpp, sglang, tgi, triton, vllm
 from exporter.engines.custom import CustomMapping, load_mapping
 from exporter.engines.model import EngineSnapshot
 from exporter.engines.parse import parse_exposition
-from exporter.engines.rules import NORMALISED, Rule, apply_rules
+from exporter.engines.rules import NORMALISED, CounterPair, Rule, apply_rules
 
 __all__ = [
     "ENGINES",
     "NORMALISED",
     "CustomMapping",
     "detect",
+    "detect_names",
     "load_mapping",
     "normalise",
     "parse_exposition",
+    "select_families",
+    "source_keys",
 ]
 
 #: Engine types, as given to ``--engine.type`` (besides ``auto``) and used as label ``engine``.
@@ -63,13 +66,75 @@ def detect(families: Sequence[Metric]) -> str | None:
     # Every family counts, even one left empty (all its values NaN, or a labelled metric
     # with no series yet): its name alone tells the engine.
     names = {family.name for family in families}
-    for engine, prefix in _PREFIXES:
-        if any(name.startswith(prefix) for name in names):
-            return engine
     samples = {s.name for family in families for s in family.samples}
+    return detect_names(names, samples)
+
+
+def detect_names(names: set[str], samples: set[str]) -> str | None:
+    """:func:`detect` from the family names and sample names alone."""
+    for engine, prefix in _PREFIXES:
+        if any(name.startswith(prefix) for name in names | samples):
+            return engine
     if any(_is_normalised_sample(name) for name in samples):
         return "custom"
     return None
+
+
+_SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created", "_info")
+
+
+def _key(name: str) -> str:
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def source_keys(engine: str, mapping: CustomMapping | None = None) -> frozenset[str]:
+    """Family keys (names without ``_total``, ``_bucket``, ...) the engine's rules read."""
+    rules = custom.rules(mapping) if engine == "custom" else _RULES[engine]
+    keys: set[str] = set()
+    for r in rules:
+        for alternative in r.alternatives:
+            for source in alternative:
+                parts = (
+                    (source.total, source.count) if isinstance(source, CounterPair) else (source,)
+                )
+                for part in parts:
+                    keys |= {part.metric, _key(part.metric)}
+    return frozenset(keys)
+
+
+def _line_name(line: str) -> str:
+    """The metric name a line is about: the family of a HELP/TYPE line, a sample's name."""
+    if line.startswith("#"):
+        parts = line.split(None, 3)
+        return parts[2] if len(parts) > 2 and parts[1] in ("HELP", "TYPE", "UNIT") else ""
+    end = len(line)
+    for stop in ("{", " ", "\t"):
+        at = line.find(stop)
+        if 0 <= at < end:
+            end = at
+    return line[:end]
+
+
+def select_families(text: str, keys: frozenset[str]) -> tuple[str, set[str], set[str]]:
+    """The lines of ``text`` whose family is in ``keys`` (whole families: every part of a
+    histogram or counter), and the family and sample names seen, for :func:`detect_names`."""
+    kept: list[str] = []
+    families: set[str] = set()
+    samples: set[str] = set()
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        name = _line_name(stripped)
+        if not name:
+            continue
+        (families if stripped.startswith("#") else samples).add(name)
+        if name in keys or _key(name) in keys:
+            kept.append(stripped)
+    return "\n".join(kept) + "\n", families, samples
 
 
 def _is_normalised_sample(name: str) -> bool:
