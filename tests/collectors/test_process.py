@@ -527,10 +527,12 @@ def test_real_busy_child_has_a_hot_thread() -> None:
         assert registry.get_sample_value(COUNT) == 1.0
         ratio = registry.get_sample_value(HOTTEST)
         assert ratio is not None
-        assert ratio > 0.5
+        # One spinning thread gets most of a core, less on a busy 2-core CI machine (0.43 was
+        # seen under load); an idle child stays near 0.
+        assert ratio > 0.25
         cpu = cpu_of(registry, "python")
         assert cpu is not None
-        assert cpu > 0.5
+        assert cpu > 0.25
     finally:
         child.kill()
         child.wait(10)
