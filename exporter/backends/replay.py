@@ -249,6 +249,7 @@ class ReplayApi:
         self._xid_cursor = 0.0
         self._times = {g: [r.t for r in recs] for g, recs in trace.records.items()}
         self._energy_step = {g: self._energy_per_loop(recs) for g, recs in trace.records.items()}
+        self._xid_times = sorted({r.t for recs in trace.records.values() for r in recs if r.xids})
 
     def _energy_per_loop(self, recs: list[TraceRecord]) -> int:
         energies = [r.values["energy_mj"] for r in recs if "energy_mj" in r.values]
@@ -443,7 +444,22 @@ class ReplayApi:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
-            self._closed.wait(min(remaining, 0.1))
+            self._closed.wait(min(remaining, self._until_next_xid()))
+
+    def _until_next_xid(self) -> float:
+        """Seconds until the next Xid in the trace; with an injected clock, poll at 0.1 s."""
+        if not self._xid_times:
+            return float("inf")
+        if self._clock is not time.monotonic:
+            return 0.1
+        _, pos = self._position()
+        i = bisect.bisect_right(self._xid_times, pos)
+        due = (
+            self._xid_times[i]
+            if i < len(self._xid_times)
+            else self._xid_times[0] + (self.trace.duration_s)
+        )
+        return max(0.001, due - pos)
 
     def _due_xids(self) -> list[XidEvent]:
         now = self.elapsed()
