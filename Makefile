@@ -4,13 +4,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TRACE := exporter/data/replay-2gpu-synthetic.jsonl
 LISTEN ?= 127.0.0.1:10960
 
-.PHONY: install install-dev tools run test lint docs bench soak
+.PHONY: install install-dev tools run test lint docs bench soak demo drills
 
 install:
 	$(PY) -m pip install -q -e .
 
+# torch is pinned exactly (the `reference` extra, also here): a range pulls a newer, multi-GB build.
 install-dev:
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,reference]' 'torch==2.13.0'
 
 # promtool (Prometheus) and Alertmanager for the tests that use the real tools.
 tools:
@@ -35,6 +36,22 @@ run: install
 	  echo "Open http://$(LISTEN)/ and http://$(LISTEN)/metrics; Ctrl-C stops."; \
 	  exec $(PY) -m exporter.cli --web.listen-address $(LISTEN) --gpu.replay-file $(TRACE); \
 	fi
+
+# The whole pipeline on this machine, live: the reference engine under load, the sidecar,
+# Prometheus (fast rules) and Alertmanager paging a local PagerDuty stand-in. Ctrl-C stops it.
+# `make demo INJECT=frontend-gil` injects a bottleneck (several: INJECT=softirq,tokenizer-slow).
+demo:
+	$(PY) -m pip install -q -e '.[reference]' 'torch==2.13.0'
+	@command -v prometheus >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+	      prometheus prometheus-alertmanager >/dev/null; } || \
+	  echo "Prometheus and Alertmanager could not be installed: the demo runs without them."
+	$(PY) -m exporter.cli demo $(if $(INJECT),--inject $(INJECT))
+
+# The end-to-end bottleneck drills alone (about 12 minutes; they rewrite docs/drills.md).
+drills: install-dev tools
+	IBE_DRILLS=1 $(PY) -m pytest -q tests/drills
 
 lint:
 	ruff check .

@@ -30,7 +30,7 @@ from exporter.config import (
 )
 
 PROG = "inference-bottleneck-exporter"
-SUBCOMMANDS = ("serve", "record", "diagnose")
+SUBCOMMANDS = ("serve", "record", "diagnose", "load", "demo")
 EXIT_USAGE = 2
 
 log = logging.getLogger("exporter")
@@ -280,6 +280,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from exporter.diagnose import main as diagnose  # noqa: PLC0415
 
         return diagnose(args)
+    if command == "load":
+        from exporter.loadgen import main as load  # noqa: PLC0415
+
+        return load(args)
+    if command == "demo":
+        from exporter.reference.demo import main as demo  # noqa: PLC0415
+
+        return demo(args)
     return serve(args, env)
 
 

@@ -1,0 +1,52 @@
+"""Drill fixtures: the tools every drill needs, and docs/drills.md from the session's results."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from drills.harness import DrillResult, machine
+from drills.report import write
+from drills.scenarios import CPU_SCENARIOS
+
+from exporter.reference.stack import find_binary
+
+DOC = ROOT / "docs" / "drills.md"
+
+
+@pytest.fixture(scope="session")
+def drill_tools() -> None:
+    """Prometheus, Alertmanager, torch and tokenizers: a drill fails (never skips) without."""
+    missing = [
+        what
+        for what, found in (
+            ("prometheus (make tools)", find_binary("prometheus")),
+            ("alertmanager (make tools)", find_binary("alertmanager", "prometheus-alertmanager")),
+            ("torch (make install-dev)", importlib.util.find_spec("torch")),
+            ("tokenizers (make install-dev)", importlib.util.find_spec("tokenizers")),
+        )
+        if not found
+    ]
+    if missing:
+        pytest.fail("drills need " + ", ".join(missing))
+
+
+@pytest.fixture(scope="session")
+def drill_results() -> Iterator[dict[str, DrillResult]]:
+    """Results by scenario; rewrites docs/drills.md when the whole CPU matrix has run."""
+    results: dict[str, DrillResult] = {}
+    began = time.monotonic()
+    when = time.strftime("%Y-%m-%d %H:%M")
+    yield results
+    dump = os.environ.get("DRILL_RESULTS")  # bench/gpu/run.sh collects the GPU drills here
+    if dump:
+        data = {name: {**r.to_json(), "fired": r.fired()} for name, r in results.items()}
+        Path(dump).write_text(json.dumps(data, indent=2), encoding="utf-8")
+    if all(s.name in results for s in CPU_SCENARIOS):
+        write(DOC, results, machine=machine(), total_s=time.monotonic() - began, when=when)

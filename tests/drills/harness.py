@@ -1,0 +1,251 @@
+"""Run one drill: the whole stack, the load, and a record of what fired, paged and ranked.
+
+A drill starts the reference engine with the scenario's injection, the sidecar (replaying the
+scenario's GPU trace, or NVML on a GPU machine), Prometheus with the ``fast`` rules and
+Alertmanager with the pack's configuration paging a local PagerDuty capture; then the load.
+It polls Prometheus's alerts every second and stops when the expected alert has fired, has
+paged twice (a repeat, to compare ``dedup_key``) and ``diagnose`` has ranked the signatures
+- or at the scenario's deadline. The healthy drill always runs to its deadline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import urllib.parse
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from drills.scenarios import ENGINE_ARGS, LOAD, Scenario
+
+from exporter.reference.gputrace import write_trace
+from exporter.reference.stack import JOB, TARGET_LABELS, Stack, StackConfig, child_pythonpath
+
+POLL_S = 1.0
+PAGES_FOR_DEDUP = 2
+
+
+@dataclass
+class AlertSeen:
+    pending_at: float | None = None  # seconds after the load started
+    firing_at: float | None = None
+    severity: str = ""
+    description: str = ""
+
+
+@dataclass
+class DrillResult:
+    scenario: str
+    expected: str | None
+    started: str
+    duration_s: float = 0.0
+    alerts: dict[str, AlertSeen] = field(default_factory=dict)
+    pages: list[dict[str, Any]] = field(default_factory=list)
+    diagnose: dict[str, Any] | None = None
+    diagnose_error: str = ""
+    signals: dict[str, float | None] = field(default_factory=dict)
+    load: dict[str, Any] | None = None
+    error: str = ""
+    workdir: str = ""
+    instance: str = ""  # the sidecar's scrape address, Prometheus's ``instance`` label
+
+    def fired(self) -> dict[str, float]:
+        return {a: s.firing_at for a, s in self.alerts.items() if s.firing_at is not None}
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Signals recorded when the expected alert fires, or at the end of a healthy drill or of one
+# whose alert never fired (for docs/drills.md and for a failing drill's message).
+SIGNALS = {
+    "gpu_util": "inference:gpu_utilization:mean30s",
+    "queue_depth": "inference:queue_depth:sum",
+    "queue_trend_per_min": "60 * inference:queue_depth:deriv1m",
+    "queue_share": "inference:queue_time_per_e2e_latency:ratio30s",
+    "tokenizer_ms": "1000 * inference:tokenizer_latency_seconds:median30s",
+    "itl_ms": "1000 * inference:inter_token_latency_seconds:median30s",
+    "hottest_thread": "inference:engine_hottest_thread_cpu:mean30s",
+    "softirq_node": "inference:cpu_softirq:ratio30s",
+    "softirq_core": "inference:cpu_softirq_hottest_core:mean30s",
+    "kv_cache": "inference:kv_cache_usage:max",
+    "running": "inference:requests_running:mean30s",
+}
+
+
+def route_key(severity: str) -> str:
+    return f'{{}}/{{alertname=~"Inference.+"}}/{{severity="{severity}"}}'
+
+
+def expected_dedup_key(alertname: str, severity: str, instance: str) -> str:
+    """Alertmanager's dedup_key for one group: SHA-256 of the route path and group labels."""
+    labels = {"alertname": alertname, "instance": instance, "job": JOB, **TARGET_LABELS}
+    body = ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return hashlib.sha256(f"{route_key(severity)}:{{{body}}}".encode()).hexdigest()
+
+
+def machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{len(os.sched_getaffinity(0))} CPUs ({model or platform.machine()})"
+
+
+def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> DrillResult:
+    workdir.mkdir(parents=True, exist_ok=True)
+    result = DrillResult(
+        scenario=scenario.name,
+        expected=scenario.expected,
+        started=time.strftime("%Y-%m-%d %H:%M:%S"),
+        workdir=str(workdir),
+    )
+    trace = write_trace(scenario.look, workdir / "trace.jsonl") if scenario.look else None
+    engine_args = [*ENGINE_ARGS, *scenario.engine_args, "--device", device]
+    cfg = StackConfig(
+        workdir=workdir,
+        injections=scenario.injections,
+        engine_args=engine_args,
+        trace=trace,
+    )
+    began = time.monotonic()
+    with Stack(cfg) as stack:
+        result.instance = urllib.parse.urlsplit(stack.sidecar_url).netloc
+        load = _start_load(stack, scenario, workdir)
+        t0 = time.monotonic()
+        try:
+            _observe(stack, scenario, result, t0)
+            if result.diagnose is None and not result.diagnose_error:
+                _evidence(stack, result)
+        finally:
+            result.load = _stop_load(load, workdir / "load.json")
+            if stack.capture is not None:
+                result.pages = [
+                    {
+                        "after_s": round(p.at - t0, 1),
+                        "receiver": p.receiver,
+                        "alertname": p.alertname,
+                        "body": p.body,
+                    }
+                    for p in stack.capture.snapshot()
+                ]
+    result.duration_s = round(time.monotonic() - began, 1)
+    (workdir / "result.json").write_text(json.dumps(result.to_json(), indent=2), "utf-8")
+    return result
+
+
+def _start_load(stack: Stack, scenario: Scenario, workdir: Path) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "exporter.cli",
+        "load",
+        "--url",
+        stack.engine_url,
+        "--rate",
+        f"{LOAD.rate:g}",
+        "--prompt-tokens",
+        str(LOAD.prompt_tokens),
+        "--output-tokens",
+        str(LOAD.output_tokens),
+        "--duration",
+        f"{scenario.deadline_s + 30:g}s",
+        "--drain",
+        "5s",
+        "--progress",
+        "off",
+        "--output",
+        "json",
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": child_pythonpath()}
+    with (workdir / "load.json").open("wb") as out, (workdir / "load.log").open("wb") as err:
+        return subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
+
+
+def _stop_load(proc: subprocess.Popen[bytes], summary: Path) -> dict[str, Any] | None:
+    if proc.poll() is None:
+        proc.terminate()  # the load generator prints its summary on SIGTERM
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    try:
+        loaded: dict[str, Any] = json.loads(summary.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return loaded
+
+
+def _observe(stack: Stack, scenario: Scenario, result: DrillResult, t0: float) -> None:
+    deadline = t0 + scenario.deadline_s
+    while time.monotonic() < deadline:
+        now = time.monotonic() - t0
+        for alert in stack.alerts():
+            name = alert["labels"]["alertname"]
+            seen = result.alerts.setdefault(name, AlertSeen())
+            seen.severity = alert["labels"].get("severity", "")
+            if seen.pending_at is None:
+                seen.pending_at = round(now, 1)
+            if alert["state"] == "firing" and seen.firing_at is None:
+                seen.firing_at = round(now, 1)
+                seen.description = alert.get("annotations", {}).get("description", "")
+        for child in stack.children:
+            if not child.alive():
+                result.error = f"{child.name} exited: {child.log_tail(5)}"
+                return
+        if scenario.expected is not None and scenario.expected in result.fired():
+            if result.diagnose is None and not result.diagnose_error:
+                # What the on-call would do when paged: ask diagnose, now.
+                _evidence(stack, result)
+            if stack.capture is None:
+                return
+            pages = [
+                p
+                for p in stack.capture.snapshot()
+                if p.alertname == scenario.expected and p.action == "trigger"
+            ]
+            if len(pages) >= PAGES_FOR_DEDUP:
+                return
+        time.sleep(POLL_S)
+
+
+def _evidence(stack: Stack, result: DrillResult) -> None:
+    """The signals and diagnose's ranking, at the moment the expected alert fired (healthy: at
+    the end of the run)."""
+    result.signals = {k: stack.scalar(e) for k, e in SIGNALS.items()}
+    _diagnose(stack, result)
+
+
+def _diagnose(stack: Stack, result: DrillResult) -> None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "exporter.cli",
+        "diagnose",
+        "--prometheus.url",
+        stack.prometheus_url,
+        "--profile",
+        "fast",
+        "--output",
+        "json",
+    ]
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False, env=env)
+    if proc.returncode not in (0, 1):
+        result.diagnose_error = proc.stderr.strip() or f"exit code {proc.returncode}"
+        return
+    try:
+        result.diagnose = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        result.diagnose_error = f"not JSON: {proc.stdout[:200]!r}"

@@ -1,0 +1,165 @@
+"""The drill matrix: one scenario per injected cause, what must fire, what may fire with it.
+
+Every CPU drill runs the same load (:data:`LOAD`) against the same reference engine
+configuration; only the injection differs, and - where the cause leaves the GPU busy - the
+replayed GPU (see :mod:`exporter.reference.gputrace`). Co-firing is allowed only where it is
+written down here with the reason; any other alert that fires fails the drill.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Load:
+    rate: float = 2.0
+    prompt_tokens: int = 256
+    output_tokens: int = 192
+
+
+LOAD = Load()
+
+# The engine of every drill: the defaults (tiny model, 16 sequences, 1 torch thread on a small
+# machine, worker at nice 5 on CPU) plus what a scenario adds.
+ENGINE_ARGS: tuple[str, ...] = ()
+
+STARVED = "InferenceGPUStarvedQueueGrowing"
+TOKENIZER = "InferenceTokenizerSlowerThanDecode"
+FRONTEND = "InferenceFrontendCPUSaturated"
+SOFTIRQ = "InferenceSoftirqCPUHigh"
+QUEUE_WAIT = "InferenceQueueWaitDominatesLatency"
+PULSING = "InferenceGPUUtilizationPulsing"
+HBM = "InferenceHBMBandwidthSaturated"
+MEMORY = "InferenceGPUMemoryHeadroomLow"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    injections: tuple[str, ...]
+    expected: str | None  # None: nothing may fire (healthy)
+    why: str
+    deadline_s: float  # from the start of the load
+    look: str | None = "starved"  # replayed GPU; None: the real GPU through NVML
+    allowed: dict[str, str] = field(default_factory=dict)  # co-firing alert -> reason
+    engine_args: tuple[str, ...] = ()
+    gpu: bool = False
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        name="healthy",
+        injections=(),
+        expected=None,
+        why=(
+            "the same load and engine with nothing injected, on the same 40 % GPU as the "
+            "CPU-side drills: every GPU-gated signature is armed, so the quiet run shows that "
+            "their CPU-side halves stay false"
+        ),
+        deadline_s=150.0,
+    ),
+    Scenario(
+        name="tokenizer-slow",
+        injections=("tokenizer-slow",),
+        expected=TOKENIZER,
+        why=(
+            "the probe's ~512-token prompt takes the pure-Python BPE path (7-10x the Rust "
+            "one) on the engine's single tokenizer thread, longer than one decode step"
+        ),
+        deadline_s=200.0,
+    ),
+    Scenario(
+        name="frontend-gil",
+        injections=("frontend-gil",),
+        expected=FRONTEND,
+        why=(
+            "pure-Python pre-processing (425 ms of CPU per request, 85 % of a core at 2 "
+            "requests/s) and post-processing of every chunk run in the event-loop thread: it "
+            "sits above 90 % of a core while the GPU is starved"
+        ),
+        deadline_s=220.0,
+        allowed={
+            TOKENIZER: (
+                "the tokenizer probe's two round trips queue behind the saturated event loop "
+                "(its runbook: a saturated front-end slows both); their difference can exceed "
+                "a decode step"
+            ),
+        },
+    ),
+    Scenario(
+        name="queue-flood",
+        injections=("queue-flood",),
+        expected=QUEUE_WAIT,
+        why=(
+            "the scheduler admits one sequence at a time: the offered 2 requests/s exceed "
+            "what it admits, requests wait in the queue for most of their latency"
+        ),
+        deadline_s=200.0,
+        look="busy",
+        allowed={},
+    ),
+    Scenario(
+        name="cpu-contention",
+        injections=("cpu-contention",),
+        expected=STARVED,
+        why=(
+            "four busy-looping processes per CPU take the host's CPU: the engine falls behind "
+            "the offered load, the queue grows while the GPU idles"
+        ),
+        deadline_s=180.0,
+        allowed={
+            QUEUE_WAIT: (
+                "a growing queue is, after a while, most of every request's latency: the "
+                "consequence of the starved engine, ranked below it by severity"
+            ),
+        },
+    ),
+    Scenario(
+        name="softirq",
+        injections=("softirq",),
+        expected=SOFTIRQ,
+        why=(
+            "the loopback UDP flood keeps NET_RX softirq at 15 % of the node's CPU time, three "
+            "times the threshold"
+        ),
+        deadline_s=170.0,
+    ),
+    # GPU-only: the same harness on a real GPU (bench/gpu/run.sh), NVML instead of a replay.
+    Scenario(
+        name="h2d-stall",
+        injections=("h2d-stall",),
+        expected=PULSING,
+        why=(
+            "a synchronous 4 GiB copy from pageable memory every 24 steps leaves the GPU "
+            "idle between bursts of kernels: utilisation samples pulse"
+        ),
+        deadline_s=200.0,
+        look=None,
+        gpu=True,
+        allowed={
+            STARVED: "the stalls slow the engine: the queue may grow while the GPU waits",
+        },
+    ),
+    Scenario(
+        name="memory-pressure",
+        injections=("memory-pressure",),
+        expected=MEMORY,
+        why=(
+            "the KV block pool holds 640 tokens, fewer than the running sequences need, and "
+            "the cache takes 96 % of device memory: usage stays above 90 %, sequences are "
+            "preempted"
+        ),
+        deadline_s=200.0,
+        look=None,
+        gpu=True,
+        allowed={
+            STARVED: "preempted sequences requeue: the queue grows while the GPU waits",
+            QUEUE_WAIT: "requeued sequences wait most of their latency",
+        },
+    ),
+)
+
+CPU_SCENARIOS = tuple(s for s in SCENARIOS if not s.gpu)
+GPU_SCENARIOS = tuple(s for s in SCENARIOS if s.gpu)
+BY_NAME = {s.name: s for s in SCENARIOS}

@@ -1,0 +1,166 @@
+"""End-to-end bottleneck drills: each injected cause fires its signature, pages, and ranks first.
+
+One drill per scenario of :mod:`drills.scenarios`, one after another (each takes the CPU the
+next one measures). The CPU matrix takes about 12 minutes on 2 cores; the GPU scenarios run
+on a GPU machine only (``bench/gpu/run.sh``). See docs/drills.md for the last run's matrix.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from drills.harness import DrillResult, expected_dedup_key, run_drill
+from drills.scenarios import CPU_SCENARIOS, GPU_SCENARIOS, Scenario
+
+from exporter.signatures.config import load_config
+from exporter.signatures.render import runbook_url
+
+RECEIVER = {"critical": "pagerduty", "warning": "pagerduty-low-urgency"}
+# Bounds on the whole drill: start-up, the deadline, the repeat page, diagnose, shutdown.
+DRILL_TIMEOUT_S = 400
+
+
+def _explain(result: DrillResult) -> str:
+    alerts = {
+        name: f"pending {seen.pending_at}s, firing {seen.firing_at}s"
+        for name, seen in result.alerts.items()
+    }
+    return (
+        f"\n  alerts: {alerts}\n  signals: {result.signals}\n  error: {result.error or '-'}"
+        f"\n  logs: {result.workdir}"
+    )
+
+
+def check_quiet(result: DrillResult) -> None:
+    assert not result.fired(), f"the healthy drill fired {sorted(result.fired())}{_explain(result)}"
+    triggers = [p for p in result.pages if p["body"].get("event_action") == "trigger"]
+    assert not triggers, f"the healthy drill paged: {[p['alertname'] for p in triggers]}"
+    assert result.diagnose is not None, f"diagnose failed: {result.diagnose_error}"
+    holding = [f["alert"] for f in result.diagnose["findings"] if f["status"] == "holds"]
+    assert not holding, f"diagnose finds {holding} in the healthy drill"
+
+
+def check_fired(scenario: Scenario, result: DrillResult) -> None:
+    expected = scenario.expected
+    assert expected is not None
+    fired = result.fired()
+    assert expected in fired, (
+        f"{expected} did not fire within {scenario.deadline_s:.0f}s{_explain(result)}"
+    )
+    unexpected = sorted(set(fired) - {expected} - set(scenario.allowed))
+    assert not unexpected, f"unexpected alerts fired: {unexpected}{_explain(result)}"
+
+
+def check_pages(scenario: Scenario, result: DrillResult) -> None:
+    expected = scenario.expected
+    assert expected is not None
+    seen = result.alerts[expected]
+    severity = seen.severity
+    pages = [
+        p
+        for p in result.pages
+        if p["alertname"] == expected and p["body"].get("event_action") == "trigger"
+    ]
+    assert len(pages) >= 2, f"expected a page and its repeat for {expected}, got {len(pages)}"
+    allowed = {expected, *scenario.allowed}
+    strays = {p["alertname"] for p in result.pages} - allowed
+    assert not strays, f"pages for alerts that must not fire: {sorted(strays)}"
+    runbook = runbook_url(load_config(None, "fast"), expected)
+    instances = {p["body"]["payload"]["custom_details"]["target"] for p in pages}
+    assert instances == {"drill/reference-0"}, instances
+    keys = {p["body"]["dedup_key"] for p in pages}
+    assert len(keys) == 1, f"dedup_key changed between notifications of one group: {keys}"
+    for page in pages:
+        body = page["body"]
+        payload = body["payload"]
+        assert page["receiver"] == RECEIVER[severity], (page["receiver"], severity)
+        assert payload["severity"] == severity
+        summary = payload["summary"]
+        assert summary.startswith(seen_summary_prefix(expected)), summary
+        # The description quotes measured values, never the template's "?" for a missing one.
+        assert re.search(r"\d", summary) and " ? " not in summary, summary
+        details = payload["custom_details"]
+        assert details["alertname"] == expected
+        assert details["runbook_url"] == runbook
+        assert body["links"][0]["href"] == runbook
+        assert body["routing_key"].startswith("drill-routing-key")
+    instance = pages[0]["body"]["payload"]["source"]
+    assert instance == "drill/reference-0", instance
+
+
+def seen_summary_prefix(alert: str) -> str:
+    """The start of each alert's summary annotation (the page's payload.summary)."""
+    return {
+        "InferenceGPUStarvedQueueGrowing": "GPU starved while the queue grows on drill/reference-0",
+        "InferenceTokenizerSlowerThanDecode": "Tokenizer slower than a decode step on drill/",
+        "InferenceFrontendCPUSaturated": "Engine front-end thread saturated on drill/",
+        "InferenceSoftirqCPUHigh": "Softirq load high on the node of drill/",
+        "InferenceQueueWaitDominatesLatency": "Queue wait dominates request latency on drill/",
+        "InferenceGPUUtilizationPulsing": "GPU utilisation pulses between idle and saturated",
+        "InferenceGPUMemoryHeadroomLow": "KV cache nearly full on drill/",
+    }.get(alert, "")
+
+
+def check_dedup_key(scenario: Scenario, result: DrillResult, instance: str) -> None:
+    expected = scenario.expected
+    assert expected is not None
+    severity = result.alerts[expected].severity
+    keys = {
+        p["body"]["dedup_key"]
+        for p in result.pages
+        if p["alertname"] == expected and p["body"].get("event_action") == "trigger"
+    }
+    assert keys == {expected_dedup_key(expected, severity, instance)}, keys
+
+
+def check_diagnose(scenario: Scenario, result: DrillResult) -> None:
+    assert result.diagnose is not None, f"diagnose failed: {result.diagnose_error}"
+    findings = result.diagnose["findings"]
+    ranked = [(f["alert"], f["status"]) for f in findings]
+    assert findings and findings[0]["alert"] == scenario.expected, (
+        f"diagnose ranks {ranked} for {scenario.name}"
+    )
+    assert findings[0]["status"] == "holds", ranked
+
+
+def run_and_check(scenario: Scenario, workdir: Path, results: dict[str, DrillResult]) -> None:
+    result = run_drill(scenario, workdir, device="cuda" if scenario.gpu else "cpu")
+    results[scenario.name] = result
+    assert not result.error, result.error + _explain(result)
+    if scenario.expected is None:
+        check_quiet(result)
+        return
+    check_fired(scenario, result)
+    check_pages(scenario, result)
+    check_dedup_key(scenario, result, result.instance)
+    check_diagnose(scenario, result)
+
+
+@pytest.mark.timeout(DRILL_TIMEOUT_S)
+@pytest.mark.parametrize("scenario", CPU_SCENARIOS, ids=[s.name for s in CPU_SCENARIOS])
+def test_drill(
+    scenario: Scenario,
+    tmp_path_factory: pytest.TempPathFactory,
+    drill_tools: None,
+    drill_results: dict[str, DrillResult],
+) -> None:
+    run_and_check(scenario, tmp_path_factory.mktemp(f"drill-{scenario.name}"), drill_results)
+
+
+def _gpu() -> bool:
+    return Path("/dev/nvidiactl").exists()
+
+
+@pytest.mark.timeout(DRILL_TIMEOUT_S)
+@pytest.mark.parametrize("scenario", GPU_SCENARIOS, ids=[s.name for s in GPU_SCENARIOS])
+def test_gpu_drill(
+    scenario: Scenario,
+    tmp_path_factory: pytest.TempPathFactory,
+    drill_tools: None,
+    drill_results: dict[str, DrillResult],
+) -> None:
+    if not _gpu():
+        pytest.skip("needs an NVIDIA GPU: bench/gpu/run.sh runs it on a GPU machine")
+    run_and_check(scenario, tmp_path_factory.mktemp(f"drill-{scenario.name}"), drill_results)
