@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import Metric
+from conftest import registry_of
 
 from exporter.backends.procfs import MODES, CpuTimes
-from exporter.collectors.base import Collection
 from exporter.collectors.cpu import CpuCollector, hottest_softirq_ratio
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "proc"
@@ -25,20 +22,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class _Families:
-    def __init__(self, metrics: list[Metric]) -> None:
-        self._metrics = metrics
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self._metrics
-
-
-def registry_of(collection: Collection) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(collection.metrics))
-    return registry
 
 
 def use(proc: Path, fixture: str) -> None:

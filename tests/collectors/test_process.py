@@ -13,11 +13,10 @@ from typing import Any
 
 import psutil
 import pytest
+from conftest import registry_of
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import Metric
 
 from exporter.collectors import process as process_module
-from exporter.collectors.base import Collection
 from exporter.collectors.process import MAX_NAMES, MAX_PROCESSES, ProcessCollector, short_name
 
 CPU = "inference_engine_process_cpu_seconds_total"
@@ -96,20 +95,6 @@ class FakeProcesses:
         yield from self.procs
         if self.fail is not None:
             raise self.fail
-
-
-class _Families:
-    def __init__(self, metrics: list[Metric]) -> None:
-        self._metrics = metrics
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self._metrics
-
-
-def registry_of(collection: Collection) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(collection.metrics))
-    return registry
 
 
 def scrape(collector: ProcessCollector) -> CollectorRegistry:
