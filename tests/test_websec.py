@@ -196,7 +196,8 @@ def test_basic_auth_and_open_probes(
     # a broken new version keeps the previous one in force
     config.write_text("basic_auth_users: [\n")
     assert get(url, auth=("scraper", "other")) == 200
-    assert any("not reloaded" in e["msg"] for e in proc.logs)
+    # the log line arrives through the process's stderr, read by another thread
+    proc.wait_for(lambda: any("not reloaded" in e["msg"] for e in proc.logs), timeout=10)
 
 
 def test_protect_health(tmp_path: Path, exporter_process: Callable[..., ExporterProcess]) -> None:
