@@ -111,7 +111,9 @@ class ExporterProcess:
         start = time.monotonic()
         self.proc.send_signal(sig)
         self.proc.wait(timeout)
-        return time.monotonic() - start
+        took = time.monotonic() - start
+        self._reader.join(5)  # the last log lines, up to EOF
+        return took
 
     def close(self) -> None:
         if self.proc.poll() is None:
