@@ -11,6 +11,11 @@
 #      injected cause first;
 #   4. results.md: a table of what came out.
 #
+# The GPU machine has no Prometheus: to run the full drill harness there, carry the binaries
+# (about 20 MiB compressed): echo /.gpu-tools/ >> .git/info/exclude; mkdir -p .gpu-tools;
+# tar -cJf .gpu-tools/prom.tar.xz -C /usr/bin prometheus prometheus-alertmanager
+# and name .gpu-tools in the device tool's carry.
+#
 # Everything lands in $OUT (at most 8 files: env.txt, run.log, nvml-trace.jsonl, record.txt,
 # nvml-timing.json, sidecar-metrics.txt, drills.json, results.md). Commit the trace and the
 # table under docs/ when they look right. No network is needed; torch, aiohttp,
@@ -105,7 +110,7 @@ $PY bench/gpu/nvml_timing.py --calls 200 --out "$OUT/nvml-timing.json" >>"$OUT/r
 # --- 3. GPU-only drills ---------------------------------------------------------------------
 if command -v prometheus >/dev/null && { command -v alertmanager >/dev/null || command -v prometheus-alertmanager >/dev/null; }; then
   log "3. GPU drills with Prometheus and Alertmanager (tests/drills -k gpu)"
-  DRILL_RESULTS=$OUT/drills.json timeout 420 $PY -m pytest -q -p no:cacheprovider \
+  IBE_DRILLS=1 DRILL_RESULTS=$OUT/drills.json timeout 420 $PY -m pytest -q -p no:cacheprovider \
     tests/drills/test_drills.py -k gpu_drill >>"$OUT/run.log" 2>&1
   log "drills exit code $?"
 else

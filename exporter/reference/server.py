@@ -60,7 +60,7 @@ class FrontendConfig:
     model_name: str
     max_model_len: int
     injections: frozenset[str] = frozenset()
-    gil_request_ms: float = 425.0
+    gil_request_ms: float = 475.0
     gil_chunk_ms: float = 2.0
     default_max_tokens: int = 16
     start_timeout: float = 300.0

@@ -67,18 +67,18 @@ SCENARIOS: tuple[Scenario, ...] = (
             "the probe's ~512-token prompt takes the pure-Python BPE path (7-10x the Rust "
             "one) on the engine's single tokenizer thread, longer than one decode step"
         ),
-        deadline_s=200.0,
+        deadline_s=240.0,
     ),
     Scenario(
         name="frontend-gil",
         injections=("frontend-gil",),
         expected=FRONTEND,
         why=(
-            "pure-Python pre-processing (425 ms of CPU per request, 85 % of a core at 2 "
+            "pure-Python pre-processing (475 ms of CPU per request, 95 % of a core at 2 "
             "requests/s) and post-processing of every chunk run in the event-loop thread: it "
             "sits above 90 % of a core while the GPU is starved"
         ),
-        deadline_s=220.0,
+        deadline_s=240.0,
         allowed={
             TOKENIZER: (
                 "the tokenizer probe's two round trips queue behind the saturated event loop "
@@ -97,7 +97,13 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         deadline_s=200.0,
         look="busy",
-        allowed={},
+        allowed={
+            TOKENIZER: (
+                "with one sequence admitted every decode step runs at batch 1, about 2 ms on "
+                "the tiny model - as long as the fast tokenizer takes for the probe's prompt, "
+                "so the two medians can cross (a real model's decode step is 20-50 ms)"
+            ),
+        },
     ),
     Scenario(
         name="cpu-contention",
