@@ -93,6 +93,11 @@ class Exporter:
             collector.start()
         self._warmup = asyncio.get_running_loop().create_task(self._warm_up())
 
+    async def warmed_up(self) -> None:
+        """Returns once the first collection has run (at once if :meth:`start` was not called)."""
+        if self._warmup is not None:
+            await asyncio.shield(self._warmup)
+
     async def _warm_up(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._scrapes, self._first_collection)
         self.ready = True

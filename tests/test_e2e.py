@@ -117,6 +117,21 @@ def test_graceful_shutdown_within_five_seconds(
     assert "stopped" in messages
 
 
+def test_start_up_heap_is_frozen_after_the_first_collection(
+    exporter_process: Callable[..., ExporterProcess],
+) -> None:
+    """Full garbage collections must not walk the start-up heap (they stalled scrapes ~25 ms)."""
+    proc = exporter_process(*STATIC)
+    proc.wait_ready()
+    frozen = re.compile(r"start-up heap frozen: (\d+) objects")
+    proc.wait_for(lambda: any(frozen.search(e.get("msg", "")) for e in proc.logs), timeout=10)
+    messages = [e["msg"] for e in proc.logs]
+    count = next(int(m.group(1)) for m in map(frozen.search, messages) if m)
+    assert count > 10_000  # the imports alone leave tens of thousands of objects
+    ready = messages.index("ready: first collection done")
+    assert ready < next(i for i, m in enumerate(messages) if frozen.search(m))
+
+
 def _trace_with(tmp_path: Path, gpu: int, record: int, **fields: object) -> Path:
     lines = TRACE.read_text().splitlines()
     out = []
