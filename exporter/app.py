@@ -27,6 +27,7 @@ from exporter import metrics as m
 from exporter.collectors.base import Collector
 from exporter.config import Settings
 from exporter.exposition import OpenMetricsEncoder, TextEncoder
+from exporter.priority import SCRAPES
 from exporter.scrape import ScrapeCoordinator
 
 log = logging.getLogger(__name__)
@@ -135,13 +136,14 @@ class Exporter:
     async def handle_metrics(self, request: web.Request) -> web.Response:
         names = request.query.getall("name[]", [])
         loop = asyncio.get_running_loop()
-        body, content_type = await loop.run_in_executor(
-            self._scrapes, self.render, request.headers.get("Accept", ""), names
-        )
-        headers = {"Content-Type": content_type}
-        if "gzip" in request.headers.get("Accept-Encoding", ""):
-            body = gzip.compress(body, compresslevel=1)  # 3x cheaper than 6, 13 % larger
-            headers["Content-Encoding"] = "gzip"
+        with SCRAPES.serving():  # background work steps aside meanwhile (exporter.priority)
+            body, content_type = await loop.run_in_executor(
+                self._scrapes, self.render, request.headers.get("Accept", ""), names
+            )
+            headers = {"Content-Type": content_type}
+            if "gzip" in request.headers.get("Accept-Encoding", ""):
+                body = gzip.compress(body, compresslevel=1)  # 3x cheaper than 6, 13 % larger
+                headers["Content-Encoding"] = "gzip"
         return web.Response(body=body, headers=headers)
 
     async def handle_healthy(self, request: web.Request) -> web.Response:

@@ -47,6 +47,7 @@ from exporter.engines import (
     source_keys,
 )
 from exporter.engines.model import EngineSnapshot, Series
+from exporter.priority import SCRAPES
 
 log = logging.getLogger(__name__)
 
@@ -181,8 +182,9 @@ class EngineCollector(HttpPollingCollector):
         text = body.decode("utf-8", errors="replace")
         # Only the families the rules read are parsed (a vLLM server exposes five times
         # more, a Triton server with many models ten times): same snapshot, less CPU.
-        selected, names, samples = select_families(text, self._keys)
-        families = parse_exposition(selected)
+        pause = SCRAPES.step_aside  # a scrape in flight goes first (exporter.priority)
+        selected, names, samples = select_families(text, self._keys, pause)
+        families = parse_exposition(selected, pause)
         engine = self.hub.configured
         if engine == "auto":
             found = detect_names(names, samples)

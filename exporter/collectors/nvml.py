@@ -46,6 +46,7 @@ from exporter.backends.nvml_api import (
     NvmlError,
 )
 from exporter.collectors.base import Collection, Collector
+from exporter.priority import SCRAPES
 
 log = logging.getLogger(__name__)
 
@@ -284,6 +285,7 @@ class NvmlCollector(Collector):
 
     def _poll(self, state: GpuState) -> None:
         while not self._session_broken.is_set():
+            SCRAPES.step_aside()  # a scrape in flight goes first (exporter.priority)
             started = self._clock()
             if not self._poll_once(state):
                 break

@@ -61,6 +61,7 @@ from prometheus_client.metrics_core import Metric
 
 from exporter import metrics as m
 from exporter.collectors.base import Collection, Collector, WindowHistory
+from exporter.priority import SCRAPES, no_pause
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +251,7 @@ class ProcessCollector(Collector):
     def _loop(self) -> None:
         assert self._interval is not None
         while True:
-            self._latest = self.scan()
+            self._latest = self.scan(pause=SCRAPES.step_aside)
             if self._stop.wait(self._interval):
                 return
 
@@ -262,11 +263,12 @@ class ProcessCollector(Collector):
             return Collection(success=False, error="first process scan still running")
         return latest
 
-    def scan(self) -> Collection:
-        """List, match and read the engine's processes now."""
+    def scan(self, pause: Callable[[], None] = no_pause) -> Collection:
+        """List, match and read the engine's processes now; ``pause`` is called before each
+        process (the background scan passes :meth:`exporter.priority.ScrapeGate.step_aside`)."""
         with self._lock:
             try:
-                scan = self._scan()
+                scan = self._scan(pause)
             except (psutil.Error, OSError) as exc:
                 return Collection(success=False, error=f"listing processes: {exc}")
             now = self._clock()
@@ -277,9 +279,10 @@ class ProcessCollector(Collector):
 
     # --- reading ---------------------------------------------------------------------------
 
-    def _scan(self) -> _Scan:
+    def _scan(self, pause: Callable[[], None]) -> _Scan:
         scan = _Scan()
         for proc in self._process_iter():
+            pause()
             if proc.pid == self._self_pid:
                 continue
             candidate = self._match(proc, scan)
@@ -288,6 +291,7 @@ class ProcessCollector(Collector):
         # Followed processes first, so the cap never drops one and re-adds it later.
         considered = sorted(scan.matched, key=lambda c: (c.key not in self._followed, c.key))
         for candidate in considered[:MAX_PROCESSES]:
+            pause()
             self._read(candidate, scan)
         return scan
 

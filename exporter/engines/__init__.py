@@ -13,7 +13,7 @@ tables the same way for every engine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prometheus_client.metrics_core import Metric
 
@@ -22,6 +22,7 @@ from exporter.engines.custom import CustomMapping, load_mapping
 from exporter.engines.model import EngineSnapshot
 from exporter.engines.parse import parse_exposition
 from exporter.engines.rules import NORMALISED, CounterPair, Rule, apply_rules
+from exporter.priority import no_pause
 
 __all__ = [
     "ENGINES",
@@ -118,13 +119,18 @@ def _line_name(line: str) -> str:
     return line[:end]
 
 
-def select_families(text: str, keys: frozenset[str]) -> tuple[str, set[str], set[str]]:
+def select_families(
+    text: str, keys: frozenset[str], pause: Callable[[], None] = no_pause
+) -> tuple[str, set[str], set[str]]:
     """The lines of ``text`` whose family is in ``keys`` (whole families: every part of a
-    histogram or counter), and the family and sample names seen, for :func:`detect_names`."""
+    histogram or counter), and the family and sample names seen, for :func:`detect_names`.
+    ``pause`` is called every 256 lines (see :func:`exporter.engines.parse.parse_exposition`)."""
     kept: list[str] = []
     families: set[str] = set()
     samples: set[str] = set()
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines()):
+        if not number & 255:
+            pause()
         stripped = line.strip()
         if not stripped:
             continue

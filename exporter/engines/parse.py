@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+
+from exporter.priority import no_pause
 
 _MAX_MESSAGE = 120
 _WITH_SERIES_PARTS = {"histogram", "gaugehistogram", "summary"}
@@ -32,11 +35,17 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
 
 
-def parse_exposition(text: str) -> list[Metric]:
+def parse_exposition(text: str, pause: Callable[[], None] = no_pause) -> list[Metric]:
     """Families of a Prometheus text exposition, merged by name and cleaned as described in
-    the module docstring. Raises :class:`ValueError` when the text is not an exposition."""
+    the module docstring. Raises :class:`ValueError` when the text is not an exposition.
+
+    ``pause`` is called before each family (the engine poller passes
+    :meth:`exporter.priority.ScrapeGate.step_aside`)."""
+    raw: list[Metric] = []
     try:
-        raw = list(text_string_to_metric_families(text))
+        for family in text_string_to_metric_families(text):
+            raw.append(family)
+            pause()
     # The parser raises ValueError for most garbage, but hostile bytes can reach other
     # exceptions inside it (index and type errors); all of them mean "not an exposition".
     except Exception as exc:
