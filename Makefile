@@ -51,7 +51,7 @@ demo:
 
 # The end-to-end bottleneck drills alone (about 12 minutes; they rewrite docs/drills.md).
 drills: install-dev tools
-	IBE_DRILLS=1 $(PY) -m pytest -q tests/drills
+	$(PY) -m pytest -q tests/drills
 
 lint:
 	ruff check .

@@ -25,11 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 TRACE = ROOT / "exporter" / "data" / "replay-2gpu-synthetic.jsonl"
 
-# The bottleneck drills (tests/drills, ~15 minutes) run with `make drills` (IBE_DRILLS=1). They
-# are not part of `make test` yet: two CPU scenarios (tokenizer-slow, frontend-gil) do not fire
-# their alert reliably on the 2-core machine (issue #5 stays open for that).
-collect_ignore = [] if os.environ.get("IBE_DRILLS") else ["drills"]
-
 _LISTEN = re.compile(r"listening on (127\.0\.0\.1|\[::1\]):(\d+)")
 
 

@@ -110,7 +110,7 @@ $PY bench/gpu/nvml_timing.py --calls 200 --out "$OUT/nvml-timing.json" >>"$OUT/r
 # --- 3. GPU-only drills ---------------------------------------------------------------------
 if command -v prometheus >/dev/null && { command -v alertmanager >/dev/null || command -v prometheus-alertmanager >/dev/null; }; then
   log "3. GPU drills with Prometheus and Alertmanager (tests/drills -k gpu)"
-  IBE_DRILLS=1 DRILL_RESULTS=$OUT/drills.json timeout 420 $PY -m pytest -q -p no:cacheprovider \
+  DRILL_RESULTS=$OUT/drills.json timeout 420 $PY -m pytest -q -p no:cacheprovider \
     tests/drills/test_drills.py -k gpu_drill >>"$OUT/run.log" 2>&1
   log "drills exit code $?"
 else
