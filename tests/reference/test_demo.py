@@ -13,8 +13,6 @@ import pytest
 
 from exporter.reference.stack import child_pythonpath, find_binary
 
-pytest.importorskip("torch", reason="the reference extra (make install-dev)")
-
 
 def _started_by(workdir: Path) -> list[psutil.Process]:
     """Processes running in the demo's work directory or started with its configs."""

@@ -15,8 +15,6 @@ from reference.engine import Engine
 from exporter.loadgen import completions_url, percentiles
 from exporter.reference.stack import child_pythonpath
 
-pytest.importorskip("torch", reason="the reference extra (make install-dev)")
-
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:

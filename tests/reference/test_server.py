@@ -15,8 +15,6 @@ from exporter.collectors.tokenizer import request_body, token_count
 from exporter.engines import detect, normalise, parse_exposition
 from exporter.reference.stack import child_pythonpath
 
-pytest.importorskip("torch", reason="the reference extra (make install-dev)")
-
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:

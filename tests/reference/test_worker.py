@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
+import torch  # the reference extra (make install-dev): fails, never skips, without it
 
-torch = pytest.importorskip("torch", reason="the reference extra (make install-dev)")
-
-from exporter.reference.model import Model, ModelConfig  # noqa: E402
-from exporter.reference.worker import Request, Scheduler, WorkerConfig  # noqa: E402
+from exporter.reference.model import Model, ModelConfig
+from exporter.reference.worker import Request, Scheduler, WorkerConfig
 
 VOCAB = 300
 
