@@ -39,7 +39,8 @@ run: install
 
 # The whole pipeline on this machine, live: the reference engine under load, the sidecar,
 # Prometheus (fast rules) and Alertmanager paging a local PagerDuty stand-in. Ctrl-C stops it.
-# `make demo INJECT=frontend-gil` injects a bottleneck (several: INJECT=softirq,tokenizer-slow).
+# `make demo INJECT=frontend-gil` injects a bottleneck (several: INJECT=softirq,tokenizer-slow);
+# DEMO_ARGS passes more flags, e.g. DEMO_ARGS="--duration 3m --plain".
 demo:
 	$(PY) -m pip install -q -e '.[reference]' 'torch==2.13.0'
 	@command -v prometheus >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1 || \
@@ -47,7 +48,7 @@ demo:
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
 	      prometheus prometheus-alertmanager >/dev/null; } || \
 	  echo "Prometheus and Alertmanager could not be installed: the demo runs without them."
-	$(PY) -m exporter.cli demo $(if $(INJECT),--inject $(INJECT))
+	$(PY) -m exporter.cli demo $(if $(INJECT),--inject $(INJECT)) $(DEMO_ARGS)
 
 # The end-to-end bottleneck drills alone (about 12 minutes; they rewrite docs/drills.md).
 drills: install-dev tools

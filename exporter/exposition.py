@@ -49,6 +49,22 @@ def go_float(value: float) -> str:
 
 
 _INF = float("inf")
+_FLOATS: dict[float, str] = {}
+_FLOAT_CACHE_LIMIT = 50_000
+
+
+def _float_text(value: float) -> str:
+    """:func:`go_float` through a cache: bucket counts, totals and gauges repeat from scrape to
+    scrape. Zero is never cached (``0.0 == -0.0`` but they print differently), nor NaN (no
+    NaN equals another, so each would be a new entry)."""
+    text = _FLOATS.get(value)
+    if text is None:
+        text = go_float(value)
+        if value and not math.isnan(value):
+            if len(_FLOATS) >= _FLOAT_CACHE_LIMIT:
+                _FLOATS.clear()
+            _FLOATS[value] = text
+    return text
 
 
 class _Source(Protocol):
@@ -97,9 +113,9 @@ class TextEncoder:
             if prefix is None:
                 prefix = self._prefix(name, labels)
             if timestamp is None:
-                out.append(f"{prefix}{go_float(value)}\n")
+                out.append(f"{prefix}{_float_text(value)}\n")
             else:
-                out.append(f"{prefix}{go_float(value)} {int(float(timestamp) * 1000):d}\n")
+                out.append(f"{prefix}{_float_text(value)} {int(float(timestamp) * 1000):d}\n")
 
     def encode(self, registry: _Source) -> bytes:
         out: list[str] = []
@@ -189,8 +205,8 @@ class OpenMetricsEncoder:
                 if prefix is None:
                     prefix = self._prefix(escaping, name, labels)
                 if timestamp is None:
-                    out.append(f"{prefix}{go_float(value)}\n")
+                    out.append(f"{prefix}{_float_text(value)}\n")
                 else:
-                    out.append(f"{prefix}{go_float(value)} {timestamp}\n")
+                    out.append(f"{prefix}{_float_text(value)} {timestamp}\n")
         out.append("# EOF\n")
         return "".join(out).encode("utf-8")

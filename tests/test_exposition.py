@@ -13,6 +13,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as om
 from prometheus_client.utils import floatToGoString
 
+from exporter import exposition
 from exporter.exposition import OpenMetricsEncoder, TextEncoder, go_float
 
 
@@ -98,3 +99,30 @@ def test_go_float_matches_float_to_go_string() -> None:
     for value in values:
         assert go_float(value) == floatToGoString(value), value
     assert go_float(math.nan) == floatToGoString(math.nan) == "NaN"
+
+
+def test_cached_value_texts_never_mix_up_equal_values() -> None:
+    """The value-text cache keys on ==: 0.0 == -0.0 and 1 == 1.0 == True must still print as
+    prometheus_client prints them, in either order, scrape after scrape; NaN never grows it."""
+    values: list[float] = [1.0, 1, True, 0.0, -0.0, -0.0, 0.0, 2**53, float(2**53), 1e22, -1e22]
+    values += [math.inf, -math.inf, math.nan, math.nan, 1e-9, 5e-324]
+
+    class Values:
+        def collect(self) -> Iterator[Metric]:
+            fam = GaugeMetricFamily("v", "Values.", labels=["i"])
+            for i, value in enumerate(values):
+                fam.add_metric([str(i)], value)
+            yield fam
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(Values())
+    text, openmetrics = TextEncoder(), OpenMetricsEncoder()
+    for order in (values, values[::-1], values):
+        values[:] = order
+        assert text.encode(reg) == generate_latest(reg)
+        assert openmetrics.encode(reg) == om.generate_latest(reg)  # type: ignore[no-untyped-call]
+    assert not any(math.isnan(k) or k == 0 for k in exposition._FLOATS)
+    exposition._FLOATS.clear()
+    for i in range(exposition._FLOAT_CACHE_LIMIT + 10):
+        exposition._float_text(i + 0.5)
+    assert len(exposition._FLOATS) <= exposition._FLOAT_CACHE_LIMIT

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
 
 from exporter import metrics as m
 from exporter.backends.gpu import GpuIdentity, GpuReader, GpuReading, read_identity
@@ -108,6 +109,9 @@ class GpuState:
     xids: Counter[int] = field(default_factory=Counter)
     calls: int = 0
     attempted: bool = False
+    # The histogram's samples as last rendered, with the counts and count they came from:
+    # they change once per poll, scrapes come far more often.
+    hist_rendered: tuple[m.BucketCounts, int, list[Sample]] | None = None
 
     def apply(self, reading: GpuReading, now: float) -> None:
         """Fold one successful reading into the state (counters only grow)."""
@@ -438,7 +442,12 @@ class _Families:
         if not healthy or r is None:
             return
         if s.samples.n:
-            self.hist.add_metric(labels, s.samples.buckets(), s.samples.total)
+            rendered = s.hist_rendered
+            if rendered is None or rendered[0] is not s.samples or rendered[1] != s.samples.n:
+                one = m.histogram("inference_gpu_utilization_samples")
+                one.add_metric(labels, s.samples.buckets(), s.samples.total)
+                rendered = s.hist_rendered = (s.samples, s.samples.n, one.samples)
+            self.hist.samples.extend(rendered[2])
             self.busy.add_metric(labels, s.busy_seconds)
         self._gauge("inference_gpu_utilization_ratio", labels, s.latest_util)
         gpm = r.gpm

@@ -223,13 +223,23 @@ def test_first_read_exposes_every_field_in_base_units(collector: NvmlCollector) 
 
 
 def test_histogram_counts_every_sample_once(collector: NvmlCollector, clock: FakeClock) -> None:
+    counts = [
+        scrape(collector)[0].get_sample_value("inference_gpu_utilization_samples_count", lab(0))
+    ]
     clock.now += 1.0
     collector.poll_now()
+    counts.append(
+        scrape(collector)[0].get_sample_value("inference_gpu_utilization_samples_count", lab(0))
+    )
     clock.now += 1.0
     collector.poll_now()
     collector.poll_now()  # nothing new: no sample may be counted twice
     reg, _ = scrape(collector)
     g = reg.get_sample_value
+    # each scrape shows the samples of the polls before it, never an earlier rendering
+    assert counts[0] is not None and counts[1] is not None
+    assert counts[0] < counts[1] < 7
+    assert reg.get_sample_value("inference_gpu_utilization_samples_count", lab(1)) is not None
     assert g("inference_gpu_utilization_samples_count", lab(0)) == 7
     assert g("inference_gpu_utilization_samples_sum", lab(0)) == pytest.approx(
         0.2 + 0.4 + 0.6 + 1 + 1
