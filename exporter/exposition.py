@@ -49,22 +49,29 @@ def go_float(value: float) -> str:
 
 
 _INF = float("inf")
-_FLOATS: dict[float, str] = {}
-_FLOAT_CACHE_LIMIT = 50_000
 
 
-def _float_text(value: float) -> str:
-    """:func:`go_float` through a cache: bucket counts, totals and gauges repeat from scrape to
-    scrape. Zero is never cached (``0.0 == -0.0`` but they print differently), nor NaN (no
-    NaN equals another, so each would be a new entry)."""
-    text = _FLOATS.get(value)
-    if text is None:
+class _Series:
+    """One series' cached ``name{labels} `` and the last value written after it, with its text.
+
+    Most values (bucket counts, gauges read every few seconds) are the same on the next scrape,
+    so their text is reused. ``last`` is replaced in one assignment (scrapes may run
+    concurrently). Zero is never reused (``0.0 == -0.0`` but they print differently), NaN
+    never equals itself."""
+
+    __slots__ = ("last", "prefix")
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.last: tuple[float, str] = (0.0, "")
+
+    def text(self, value: float) -> str:
+        last = self.last
+        if value and last[0] == value:
+            return last[1]
         text = go_float(value)
-        if value and not math.isnan(value):
-            if len(_FLOATS) >= _FLOAT_CACHE_LIMIT:
-                _FLOATS.clear()
-            _FLOATS[value] = text
-    return text
+        self.last = (value, text)
+        return text
 
 
 class _Source(Protocol):
@@ -91,31 +98,30 @@ class TextEncoder:
     """Renders a registry in the text format, caching sample prefixes between calls."""
 
     def __init__(self) -> None:
-        self._prefixes: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+        self._series: dict[tuple[str, tuple[tuple[str, str], ...]], _Series] = {}
 
-    def _prefix(self, name: str, labels: dict[str, str]) -> str:
+    def _new_series(self, name: str, labels: dict[str, str]) -> _Series:
         # A family always builds its label dicts in the same order, so the unsorted items
         # are a stable key; the rendering sorts them as generate_latest does.
         key = (name, tuple(labels.items()))
-        prefix = self._prefixes.get(key)
-        if prefix is None:
-            if len(self._prefixes) >= _CACHE_LIMIT:
-                self._prefixes.clear()
-            rendered = ",".join(f'{_label_name(k)}="{_label_value(v)}"' for k, v in sorted(key[1]))
-            prefix = f"{_name(name)}{{{rendered}}} " if rendered else f"{_name(name)} "
-            self._prefixes[key] = prefix
-        return prefix
+        if len(self._series) >= _CACHE_LIMIT:
+            self._series.clear()
+        rendered = ",".join(f'{_label_name(k)}="{_label_value(v)}"' for k, v in sorted(key[1]))
+        series = _Series(f"{_name(name)}{{{rendered}}} " if rendered else f"{_name(name)} ")
+        self._series[key] = series
+        return series
 
     def _lines(self, samples: list[Sample], out: list[str]) -> None:
-        prefixes = self._prefixes
+        cache = self._series
         for name, labels, value, timestamp, _exemplar, _native in samples:
-            prefix = prefixes.get((name, tuple(labels.items())))
-            if prefix is None:
-                prefix = self._prefix(name, labels)
+            series = cache.get((name, tuple(labels.items())))
+            if series is None:
+                series = self._new_series(name, labels)
             if timestamp is None:
-                out.append(f"{prefix}{_float_text(value)}\n")
+                out.append(f"{series.prefix}{series.text(value)}\n")
             else:
-                out.append(f"{prefix}{_float_text(value)} {int(float(timestamp) * 1000):d}\n")
+                when = int(float(timestamp) * 1000)
+                out.append(f"{series.prefix}{series.text(value)} {when:d}\n")
 
     def encode(self, registry: _Source) -> bytes:
         out: list[str] = []
@@ -161,34 +167,32 @@ class OpenMetricsEncoder:
     histograms, which the exporter never emits, go through prometheus_client."""
 
     def __init__(self) -> None:
-        self._prefixes: dict[tuple[str, str, tuple[tuple[str, str], ...]], str] = {}
+        self._series: dict[tuple[str, str, tuple[tuple[str, str], ...]], _Series] = {}
 
-    def _prefix(self, escaping: str, name: str, labels: dict[str, str]) -> str:
+    def _new_series(self, escaping: str, name: str, labels: dict[str, str]) -> _Series:
         key = (escaping, name, tuple(labels.items()))
-        prefix = self._prefixes.get(key)
-        if prefix is None:
-            if len(self._prefixes) >= _CACHE_LIMIT:
-                self._prefixes.clear()
-            # The same steps as generate_latest, once per distinct series.
-            head, labelstr = name, ""
-            if escaping == om.ALLOWUTF8 and not _LEGACY_NAME.match(name):
-                head, labelstr = "", om.escape_metric_name(name, escaping)
-                if labels:
-                    labelstr += ","
-            else:
-                head = om._escape(name, escaping, om._is_legacy_labelname_rune)
+        if len(self._series) >= _CACHE_LIMIT:
+            self._series.clear()
+        # The same steps as generate_latest, once per distinct series.
+        head, labelstr = name, ""
+        if escaping == om.ALLOWUTF8 and not _LEGACY_NAME.match(name):
+            head, labelstr = "", om.escape_metric_name(name, escaping)
             if labels:
-                labelstr += ",".join(
-                    f'{om.escape_label_name(k, escaping)}="{_label_value(v)}"'
-                    for k, v in sorted(labels.items())
-                )
-            prefix = f"{head}{{{labelstr}}} " if labelstr else f"{head} "
-            self._prefixes[key] = prefix
-        return prefix
+                labelstr += ","
+        else:
+            head = om._escape(name, escaping, om._is_legacy_labelname_rune)
+        if labels:
+            labelstr += ",".join(
+                f'{om.escape_label_name(k, escaping)}="{_label_value(v)}"'
+                for k, v in sorted(labels.items())
+            )
+        series = _Series(f"{head}{{{labelstr}}} " if labelstr else f"{head} ")
+        self._series[key] = series
+        return series
 
     def encode(self, registry: _Source, escaping: str = om.UNDERSCORES) -> bytes:
         out: list[str] = []
-        prefixes = self._prefixes
+        cache = self._series
         metrics = list(cast(list[Metric], registry.collect()))
         for metric in metrics:
             mname = om.escape_metric_name(metric.name, escaping)
@@ -201,12 +205,12 @@ class OpenMetricsEncoder:
                     # Collected once: the same families, rendered by prometheus_client.
                     again = _Collected(metrics)
                     return cast(bytes, om.generate_latest(again, escaping=escaping))  # type: ignore[no-untyped-call]
-                prefix = prefixes.get((escaping, name, tuple(labels.items())))
-                if prefix is None:
-                    prefix = self._prefix(escaping, name, labels)
+                series = cache.get((escaping, name, tuple(labels.items())))
+                if series is None:
+                    series = self._new_series(escaping, name, labels)
                 if timestamp is None:
-                    out.append(f"{prefix}{_float_text(value)}\n")
+                    out.append(f"{series.prefix}{series.text(value)}\n")
                 else:
-                    out.append(f"{prefix}{_float_text(value)} {timestamp}\n")
+                    out.append(f"{series.prefix}{series.text(value)} {timestamp}\n")
         out.append("# EOF\n")
         return "".join(out).encode("utf-8")

@@ -13,7 +13,6 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as om
 from prometheus_client.utils import floatToGoString
 
-from exporter import exposition
 from exporter.exposition import OpenMetricsEncoder, TextEncoder, go_float
 
 
@@ -87,7 +86,7 @@ def test_cache_is_bounded() -> None:
         reg = CollectorRegistry(auto_describe=False)
         reg.register(Many(start))
         assert encoder.encode(reg) == generate_latest(reg)
-        assert len(encoder._prefixes) <= 20_000
+        assert len(encoder._series) <= 20_000
 
 
 def test_go_float_matches_float_to_go_string() -> None:
@@ -101,28 +100,25 @@ def test_go_float_matches_float_to_go_string() -> None:
     assert go_float(math.nan) == floatToGoString(math.nan) == "NaN"
 
 
-def test_cached_value_texts_never_mix_up_equal_values() -> None:
-    """The value-text cache keys on ==: 0.0 == -0.0 and 1 == 1.0 == True must still print as
-    prometheus_client prints them, in either order, scrape after scrape; NaN never grows it."""
-    values: list[float] = [1.0, 1, True, 0.0, -0.0, -0.0, 0.0, 2**53, float(2**53), 1e22, -1e22]
-    values += [math.inf, -math.inf, math.nan, math.nan, 1e-9, 5e-324]
+def test_reused_value_texts_never_mix_up_equal_values() -> None:
+    """A series reuses its last value's text when the value is unchanged (by ==): 0.0 and
+    -0.0, 1 and 1.0 and True, NaN must still print as prometheus_client prints them, from one
+    scrape to the next, in both encoders."""
+    history: list[float] = [0.0, -0.0, -0.0, 0.0, 1, 1.0, True, math.nan, math.nan, 2.5, 2.5]
+    history += [2**53, float(2**53), 1e22, 1e22, math.inf, math.inf, -math.inf, 5e-324, -0.0]
+    current = {"value": 0.0}
 
-    class Values:
+    class One:
         def collect(self) -> Iterator[Metric]:
             fam = GaugeMetricFamily("v", "Values.", labels=["i"])
-            for i, value in enumerate(values):
-                fam.add_metric([str(i)], value)
+            fam.add_metric(["a"], current["value"])
+            fam.add_metric(["b"], -current["value"])
             yield fam
 
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(Values())
+    reg.register(One())
     text, openmetrics = TextEncoder(), OpenMetricsEncoder()
-    for order in (values, values[::-1], values):
-        values[:] = order
-        assert text.encode(reg) == generate_latest(reg)
-        assert openmetrics.encode(reg) == om.generate_latest(reg)  # type: ignore[no-untyped-call]
-    assert not any(math.isnan(k) or k == 0 for k in exposition._FLOATS)
-    exposition._FLOATS.clear()
-    for i in range(exposition._FLOAT_CACHE_LIMIT + 10):
-        exposition._float_text(i + 0.5)
-    assert len(exposition._FLOATS) <= exposition._FLOAT_CACHE_LIMIT
+    for value in history:
+        current["value"] = value
+        assert text.encode(reg) == generate_latest(reg), value
+        assert openmetrics.encode(reg) == om.generate_latest(reg), value  # type: ignore[no-untyped-call]
