@@ -101,6 +101,15 @@ def parser() -> argparse.ArgumentParser:
         "--memory-fill", type=float, default=0.96, help="memory-pressure: device memory share"
     )
     p.add_argument(
+        "--hbm-saturation-mib", type=int, default=4096, help="hbm-saturation: MiB per copy"
+    )
+    p.add_argument(
+        "--hbm-saturation-after",
+        type=float,
+        default=120.0,
+        help="hbm-saturation: seconds of normal running before the neighbour starts",
+    )
+    p.add_argument(
         "--memory-pressure-blocks",
         type=int,
         default=40,
@@ -201,8 +210,10 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         memory_fill_ratio=args.memory_fill if "memory-pressure" in injections else 0.0,
         memory_pressure="memory-pressure" in injections,
         memory_pressure_blocks=args.memory_pressure_blocks,
+        hbm_saturation_mib=args.hbm_saturation_mib if "hbm-saturation" in injections else 0,
+        hbm_saturation_after_s=max(0.0, args.hbm_saturation_after),
         model_name=args.served_model_name,
-        require_cuda=bool(gpu_only),
+        require_cuda=", ".join(gpu_only),
         nice=args.worker_nice,
     )
     frontend = Frontend(

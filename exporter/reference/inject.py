@@ -18,6 +18,11 @@
                      than the load's sequences need, so it stays nearly full and preempts;
                      on CUDA the cache also takes device memory up to ``--memory-fill``
                      (0.96) of it
+``hbm-saturation``   after ``--hbm-saturation-after`` (120) seconds, a neighbour on the same
+                     GPU (a thread of the model worker with its own CUDA stream) copies
+                     ``--hbm-saturation-mib`` (4096) MiB device to device back to back:
+                     HBM bandwidth saturates and decode, which reads the weights and the
+                     KV cache every step, slows down (CUDA only)
 ===================  ======================================================================
 
 Helper processes (``cpu-contention``, ``softirq``) are ``python -m exporter.reference.inject``
@@ -55,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CPU_ONLY = frozenset({"tokenizer-slow", "frontend-gil", "queue-flood", "cpu-contention", "softirq"})
-CUDA_ONLY = frozenset({"h2d-stall"})
+CUDA_ONLY = frozenset({"h2d-stall", "hbm-saturation"})
 INJECTIONS: dict[str, str] = {
     "tokenizer-slow": "pure-Python tokenizer on one thread on the request path",
     "frontend-gil": "CPU-heavy pre/post-processing in the event-loop thread",
@@ -64,6 +69,7 @@ INJECTIONS: dict[str, str] = {
     "softirq": "bounded loopback UDP flood raising NET_RX softirq time",
     "h2d-stall": "synchronous pageable host-to-device copies between steps (CUDA)",
     "memory-pressure": "KV cache pool smaller than the load needs (device memory at 96 % on CUDA)",
+    "hbm-saturation": "a neighbour streaming device memory on the same GPU, after a while (CUDA)",
 }
 
 BURNERS_PER_CPU = 4

@@ -278,11 +278,12 @@ def alertmanager_config(pd_url: str, key_file: Path, timing: AmTiming) -> str:
     return str(yaml.safe_dump(config, sort_keys=False, width=1000))
 
 
-def write_rules(workdir: Path, profile: str = "fast") -> list[Path]:
+def write_rules(workdir: Path, profile: str = "fast", config: Path | None = None) -> list[Path]:
+    """The pack's recording rules and alerts for ``profile`` and the site ``config``."""
     from exporter.signatures.config import load_config  # noqa: PLC0415
     from exporter.signatures.render import alerts_yaml, recording_rules_yaml  # noqa: PLC0415
 
-    cfg = load_config(None, profile)
+    cfg = load_config(config, profile)
     records = workdir / "recording_rules.yaml"
     alerts = workdir / "alerts.yaml"
     records.write_text(recording_rules_yaml(cfg), encoding="utf-8")
@@ -326,6 +327,7 @@ class StackConfig:
     interval: float = 2.0  # scrape and rule evaluation
     probe_interval: str = "1s"  # the sidecar's shortest: medians of 30 probes in a 30 s window
     am_timing: AmTiming = field(default_factory=AmTiming)
+    rules_config: Path | None = None  # site config of the rule pack (fast profile)
     engine_port: int = 0
     sidecar_port: int = 0
     prometheus_port: int = 0
@@ -467,7 +469,7 @@ class Stack:
     def _start_prometheus(self) -> None:
         cfg = self.cfg
         assert self.prometheus_bin is not None
-        rules = write_rules(cfg.workdir)
+        rules = write_rules(cfg.workdir, config=cfg.rules_config)
         am = urllib.parse.urlsplit(self.alertmanager_url).netloc if self.alertmanager_url else None
         sidecar = urllib.parse.urlsplit(self.sidecar_url).netloc
         conf = cfg.workdir / "prometheus.yml"

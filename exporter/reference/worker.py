@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -74,7 +75,9 @@ class WorkerConfig:
     memory_fill_ratio: float = 0.0  # >0 (CUDA): the KV cache takes device memory up to this
     memory_pressure: bool = False  # the KV pool holds only memory_pressure_blocks blocks
     memory_pressure_blocks: int = 40
-    require_cuda: bool = False  # an injection that only means something on a GPU
+    hbm_saturation_mib: int = 0  # >0 (CUDA): a neighbour copying this much device memory...
+    hbm_saturation_after_s: float = 0.0  # ...back to back, from this long after start-up
+    require_cuda: str = ""  # the injections that only mean something on a GPU
     nice: int = -1  # CPU priority of the worker; -1: 5 on CPU, unchanged on CUDA
     model_name: str = "reference-tiny"
 
@@ -347,6 +350,32 @@ def _h2d_snapshot(registry: Any) -> tuple[tuple[tuple[float, float], ...], float
     return None
 
 
+class HbmNeighbour(threading.Thread):
+    """hbm-saturation: a noisy neighbour on the engine's GPU. After ``after_s`` seconds it
+    copies ``mib`` MiB from one device buffer to another, back to back, on its own CUDA stream:
+    every copy reads and writes device memory at the rate HBM allows, so the engine's decode
+    steps (which read the weights and the KV cache) get a share of the bandwidth only. The
+    thread waits on the stream between batches of copies, releasing the GIL."""
+
+    def __init__(self, device: str, mib: int, after_s: float) -> None:
+        super().__init__(name="hbm-neighbour", daemon=True)
+        self.device, self.mib, self.after_s = device, mib, after_s
+
+    def run(self) -> None:
+        import torch  # noqa: PLC0415
+
+        time.sleep(self.after_s)
+        elements = self.mib * 1024 * 1024 // 2
+        src = torch.ones(elements, dtype=torch.float16, device=self.device)
+        dst = torch.empty_like(src)
+        stream = torch.cuda.Stream(device=self.device)
+        with torch.cuda.stream(stream):
+            while True:
+                for _ in range(4):
+                    dst.copy_(src)
+                stream.synchronize()
+
+
 def build(cfg: WorkerConfig) -> tuple[Scheduler, dict[str, Any], Any]:
     """Model, cache and scheduler for ``cfg``; returns (scheduler, info, h2d registry)."""
     import torch  # noqa: PLC0415
@@ -358,7 +387,9 @@ def build(cfg: WorkerConfig) -> tuple[Scheduler, dict[str, Any], Any]:
     if nice:
         os.nice(nice)
     if cfg.require_cuda and not device.startswith("cuda"):
-        raise RuntimeError("h2d-stall needs a CUDA device (torch sees none, or --device cpu)")
+        raise RuntimeError(
+            f"{cfg.require_cuda} needs a CUDA device (torch sees none, or --device cpu)"
+        )
     m.set_threads(cfg.threads)
     name = cfg.size if cfg.size in SIZES else ("medium" if device.startswith("cuda") else "tiny")
     size = SIZES[name]
@@ -392,6 +423,8 @@ def build(cfg: WorkerConfig) -> tuple[Scheduler, dict[str, Any], Any]:
         registry = CollectorRegistry(auto_describe=False)
         h2d = H2DTimer(cfg.model_name, registry=registry)
     scheduler = Scheduler(cfg, model, h2d)
+    if cfg.hbm_saturation_mib > 0 and device.startswith("cuda"):
+        HbmNeighbour(device, cfg.hbm_saturation_mib, cfg.hbm_saturation_after_s).start()
     info = {
         "size": name,
         "device": device,

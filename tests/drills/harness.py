@@ -112,11 +112,16 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
     )
     trace = write_trace(scenario.look, workdir / "trace.jsonl") if scenario.look else None
     engine_args = [*ENGINE_ARGS, *scenario.engine_args, "--device", device]
+    rules_config = None
+    if scenario.rules_config:
+        rules_config = workdir / "site-config.yaml"
+        rules_config.write_text(scenario.rules_config, encoding="utf-8")
     cfg = StackConfig(
         workdir=workdir,
         injections=scenario.injections,
         engine_args=engine_args,
         trace=trace,
+        rules_config=rules_config,
     )
     began = time.monotonic()
     with Stack(cfg) as stack:
@@ -237,6 +242,7 @@ def _diagnose(stack: Stack, result: DrillResult) -> None:
         stack.prometheus_url,
         "--profile",
         "fast",
+        *(["--config", str(stack.cfg.rules_config)] if stack.cfg.rules_config else []),
         "--output",
         "json",
     ]

@@ -196,13 +196,19 @@ def render(results: Mapping[str, DrillResult], *, machine: str, total_s: float, 
         "",
         "`h2d-stall` (a synchronous 4 GiB copy from pageable host memory every 24 steps; "
         "expected "
-        "`InferenceGPUUtilizationPulsing`) and `memory-pressure` (KV cache above 90 %, device "
-        "memory at 96 %; expected `InferenceGPUMemoryHeadroomLow`) use the same harness with "
-        "NVML instead of a replay. They need a GPU: `bench/gpu/run.sh` runs them on a lent GPU "
-        "machine (under 10 minutes) together with an NVML trace recording and NVML call "
-        "timings, and writes its results under `$OUT`. HBM bandwidth saturation is not a "
-        "drill yet: its signature compares decode speed with 6 minutes earlier (fast "
-        "profile), longer than a lent GPU session allows next to the others.",
+        "`InferenceGPUUtilizationPulsing`), `memory-pressure` (KV cache above 90 %, device "
+        "memory at 96 %; expected `InferenceGPUMemoryHeadroomLow`) and `hbm-saturation` (from "
+        "120 s on, a neighbour copying 4 GiB device to device back to back on the same GPU; "
+        "expected `InferenceHBMBandwidthSaturated`) use the same harness with NVML instead of "
+        "a replay. They need a GPU: `bench/gpu/run.sh` runs them on a lent GPU machine "
+        "together with an NVML trace recording and NVML call timings, and writes its results "
+        "under `$OUT`; h2d-stall and memory-pressure fit one 10-minute session with the "
+        "recording, hbm-saturation takes a second one (`GPU_DRILLS=hbm-saturation "
+        "SKIP_RECORD=1`). The HBM signature compares decode speed with one baseline window "
+        "earlier (6 minutes in the fast profile): the drill runs the rules with a site config "
+        "(`windows.baseline: 20m`, the signature's `for: 5m`; 2 minutes and 30 s in the fast "
+        "profile), given to Prometheus and to `diagnose` alike. None of the three has run yet: "
+        "no GPU was lent to the sessions that built them.",
         "",
         "## The softirq flood",
         "",

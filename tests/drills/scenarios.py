@@ -45,6 +45,7 @@ class Scenario:
     allowed: dict[str, str] = field(default_factory=dict)  # co-firing alert -> reason
     engine_args: tuple[str, ...] = ()
     gpu: bool = False
+    rules_config: str = ""  # site config of the rule pack (YAML), for Prometheus and diagnose
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -162,6 +163,38 @@ SCENARIOS: tuple[Scenario, ...] = (
         allowed={
             STARVED: "preempted sequences requeue: the queue grows while the GPU waits",
             QUEUE_WAIT: "requeued sequences wait most of their latency",
+        },
+    ),
+)
+
+HBM_AFTER_S = 120
+
+SCENARIOS += (
+    Scenario(
+        name="hbm-saturation",
+        injections=("hbm-saturation",),
+        expected=HBM,
+        why=(
+            f"after {HBM_AFTER_S} s of normal decoding a neighbour on the same GPU copies "
+            "4 GiB device to device back to back: HBM bandwidth goes above 90 % and each "
+            "request's decode speed falls below 80 % of what it was 2 minutes earlier"
+        ),
+        # The signature compares decode speed with one baseline window earlier (1 h; 6 min
+        # in the fast profile), longer than a lent GPU session allows next to the other
+        # drills: this drill's site config makes it 20 min (2 min fast) and the `for` 5 min
+        # (30 s), so the alert can fire between 150 s and 240 s, before the baseline window
+        # itself reaches into the saturated period.
+        rules_config=(
+            "windows:\n  baseline: 20m\n"
+            "signatures:\n  InferenceHBMBandwidthSaturated:\n    for: 5m\n"
+        ),
+        engine_args=("--hbm-saturation-after", str(HBM_AFTER_S)),
+        deadline_s=250.0,
+        look=None,
+        gpu=True,
+        allowed={
+            STARVED: "a slower engine may let the queue grow while NVML samples show gaps",
+            QUEUE_WAIT: "slower decoding makes requests wait longer in the queue",
         },
     ),
 )

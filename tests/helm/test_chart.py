@@ -209,7 +209,7 @@ def test_exporter_container_contract(scenario: str) -> None:
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     assert {k: v for k, v in c["resources"].items() if k != "claims"} == {
-        "requests": {"cpu": "10m", "memory": "48Mi"},
+        "requests": {"cpu": "10m", "memory": "80Mi"},
         "limits": {"cpu": "200m", "memory": "128Mi"},
     }
     assert c["ports"] == [{"name": "metrics", "containerPort": 10960, "protocol": "TCP"}]

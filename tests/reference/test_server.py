@@ -132,6 +132,11 @@ def test_sigterm_stops_engine_and_worker(tmp_path: Path) -> None:
         (["--size", "huge"], 2, "--size: unknown size"),
         (["--max-num-seqs", "0"], 2, "--max-num-seqs: must be at least 1"),
         (["--inject", "h2d-stall", "--device", "cpu"], 1, "h2d-stall needs a CUDA device"),
+        (
+            ["--inject", "hbm-saturation,h2d-stall", "--device", "cpu"],
+            1,
+            "h2d-stall, hbm-saturation needs a CUDA device",
+        ),
     ],
 )
 def test_engine_errors_are_one_line(args: list[str], code: int, message: str) -> None:

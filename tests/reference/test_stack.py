@@ -30,6 +30,19 @@ def test_rules_are_the_shipped_fast_profile(tmp_path: Path) -> None:
         assert path.read_text() == (ROOT / "alert_rules" / "fast" / path.name).read_text()
 
 
+def test_rules_take_a_site_config(tmp_path: Path) -> None:
+    config = tmp_path / "site.yaml"
+    config.write_text(
+        "windows:\n  baseline: 20m\nsignatures:\n  InferenceHBMBandwidthSaturated:\n    for: 5m\n"
+    )
+    alerts = write_rules(tmp_path, config=config)[1].read_text()
+    hbm = alerts[alerts.index("alert: InferenceHBMBandwidthSaturated") :]
+    hbm = hbm[: hbm.index("annotations:")]
+    assert "offset 2m)" in hbm and "for: 30s" in hbm  # fast profile: 1/10 of the site's values
+    shipped = (ROOT / "alert_rules" / "fast" / "alerts.yaml").read_text()
+    assert "offset 6m)" in shipped and "offset 2m)" not in shipped
+
+
 def test_alertmanager_config_points_pagerduty_at_the_capture(tmp_path: Path) -> None:
     key = tmp_path / "key"
     key.write_text("k\n")
