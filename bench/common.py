@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,6 +251,19 @@ class Batches:
             "batch_size": len(self.latencies_s) // max(1, len(ms)),
             "back_to_back_latency_ms": summary_ms(self.latencies_s),
         }
+
+
+def cpu_ms(fn: Callable[[], object], calls: int) -> float:
+    """Median CPU milliseconds of ``fn`` in process, over batches of 10 calls (after one
+    unmeasured call: caches, imports)."""
+    fn()
+    per_call = []
+    for _ in range(max(1, calls // 10)):
+        start = time.process_time()
+        for _ in range(10):
+            fn()
+        per_call.append((time.process_time() - start) / 10)
+    return round(statistics.median(per_call) * 1000, 3)
 
 
 def scrape_batches(

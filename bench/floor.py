@@ -13,10 +13,8 @@ collection) each encoder renders it ``calls`` times and the median CPU per rende
 from __future__ import annotations
 
 import gzip
-import statistics
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,8 @@ from prometheus_client.registry import Collector
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from common import cpu_ms  # noqa: E402
 
 from exporter.exposition import TextEncoder  # noqa: E402
 
@@ -44,18 +44,6 @@ def registry_of(text: str) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Static(list(text_string_to_metric_families(text))))
     return registry
-
-
-def cpu_ms(fn: Callable[[], object], calls: int) -> float:
-    """Median CPU milliseconds of ``fn`` over batches of 10 calls."""
-    fn()  # first call: caches, imports
-    per_call = []
-    for _ in range(max(1, calls // 10)):
-        start = time.process_time()
-        for _ in range(10):
-            fn()
-        per_call.append((time.process_time() - start) / 10)
-    return round(statistics.median(per_call) * 1000, 3)
 
 
 def measure(text: str, calls: int = 200) -> dict[str, Any]:

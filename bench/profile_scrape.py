@@ -25,10 +25,8 @@ import cProfile
 import gzip
 import io
 import pstats
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,16 +45,6 @@ from exporter.collectors import build_collectors
 from exporter.exposition import TextEncoder
 
 
-def cpu_ms(fn: Callable[[], object], calls: int) -> float:
-    per_call = []
-    for _ in range(max(1, calls // 10)):
-        start = time.process_time()
-        for _ in range(10):
-            fn()
-        per_call.append((time.process_time() - start) / 10)
-    return round(statistics.median(per_call) * 1000, 3)
-
-
 class _Collected:
     def __init__(self, metrics: list[Any]) -> None:
         self.metrics = metrics
@@ -71,18 +59,18 @@ def breakdown(exporter: Exporter, accept: str, calls: int) -> dict[str, float]:
     body = exporter.render(accept, [])[0]
     text = TextEncoder()
     return {
-        "render, as served (ms)": cpu_ms(lambda: exporter.render(accept, []), calls),
-        "collection: registry.collect() (ms)": cpu_ms(
+        "render, as served (ms)": c.cpu_ms(lambda: exporter.render(accept, []), calls),
+        "collection: registry.collect() (ms)": c.cpu_ms(
             lambda: list(exporter.registry.collect()), calls
         ),
-        "encode collected families, encoder chosen for the request (ms)": cpu_ms(
+        "encode collected families, encoder chosen for the request (ms)": c.cpu_ms(
             lambda: encoder(collected), calls
         ),
-        "encode collected families, exporter's TextEncoder (ms)": cpu_ms(
+        "encode collected families, exporter's TextEncoder (ms)": c.cpu_ms(
             lambda: text.encode(collected), calls
         ),
-        "gzip level 6 of the body (ms)": cpu_ms(lambda: gzip.compress(body, 6), calls),
-        "gzip level 1 of the body (ms)": cpu_ms(lambda: gzip.compress(body, 1), calls),
+        "gzip level 6 of the body (ms)": c.cpu_ms(lambda: gzip.compress(body, 6), calls),
+        "gzip level 1 of the body (ms)": c.cpu_ms(lambda: gzip.compress(body, 1), calls),
     }
 
 

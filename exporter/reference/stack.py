@@ -459,12 +459,7 @@ class Stack:
             "--cluster.listen-address=",
             "--log.level=warn",
         ]
-        am = spawn("alertmanager", cmd, cfg.workdir)
-        self.children.append(am)
-        self.alertmanager_url = f"http://127.0.0.1:{port}"
-        wait_until(
-            lambda: http_get(self.alertmanager_url + "/-/ready", 2)[0] == 200, 30, am, "readiness"
-        )
+        self.alertmanager_url = self._start_ready("alertmanager", cmd, port, 30)
 
     def _start_prometheus(self) -> None:
         cfg = self.cfg
@@ -485,12 +480,16 @@ class Stack:
             f"--web.listen-address=127.0.0.1:{port}",
             "--log.level=warn",
         ]
-        prom = spawn("prometheus", cmd, cfg.workdir)
-        self.children.append(prom)
-        self.prometheus_url = f"http://127.0.0.1:{port}"
-        wait_until(
-            lambda: http_get(self.prometheus_url + "/-/ready", 2)[0] == 200, 60, prom, "readiness"
-        )
+        self.prometheus_url = self._start_ready("prometheus", cmd, port, 60)
+
+    def _start_ready(self, name: str, cmd: Sequence[str], port: int, timeout: float) -> str:
+        """Starts a Prometheus-style server listening on ``port`` and waits for its
+        ``/-/ready``; returns its URL."""
+        child = spawn(name, cmd, self.cfg.workdir)
+        self.children.append(child)
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: http_get(url + "/-/ready", 2)[0] == 200, timeout, child, "readiness")
+        return url
 
     def stop(self) -> None:
         for child in reversed(self.children):
