@@ -143,6 +143,9 @@ class EvidenceValue:
     text: str
 
 
+_STATE_RANK = {"firing": 0, "pending": 1}
+
+
 @dataclass
 class Finding:
     sig: Signature
@@ -160,8 +163,11 @@ class Finding:
         severity = float(SEVERITY_RANK[self.rule.severity])
         conditions = self.instance.conditions
         if self.instance.holds:
+            # Among signatures that hold: by severity, then an alert already firing (it held
+            # for its whole `for`) before a pending one before none, then by margin.
+            persisted = float(_STATE_RANK.get(self.state or "", len(_STATE_RANK)))
             margins = [c.gap for c in conditions if c.holds and c.gap is not None]
-            return (0.0, severity, -min(margins, default=math.inf))
+            return (0.0, severity, persisted, -min(margins, default=math.inf))
         gaps = [c.gap for c in conditions if c.nearly and c.gap is not None]
         return (1.0, max(gaps, default=0.0), severity)
 
