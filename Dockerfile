@@ -4,7 +4,7 @@
 #
 # BASE_IMAGE: any image with Python >= 3.11 whose `python3 -m venv` works, used for both stages
 # (the venv's interpreter link must resolve in the runtime stage). Without a registry, build one
-# with packaging/build-base-image.sh (debootstrap); `make image` does both.
+# with build-tools/build-base-image.sh (debootstrap); `make image` does both.
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS build

@@ -58,14 +58,14 @@ lint:
 	ruff check .
 	ruff format --check .
 	mypy --strict exporter
-	$(PY) -m exporter.docgen --check
+	$(PY) -m exporter.tools.docgen --check
 	$(PY) -m exporter.signatures --check
 
 test: install-dev tools lint
 	$(PY) -m pytest -q
 
 docs:
-	$(PY) -m exporter.docgen
+	$(PY) -m exporter.tools.docgen
 
 # Regenerate dashboards/*.json from the code in dashboards/ (CI fails when they differ).
 .PHONY: dashboards
@@ -88,9 +88,9 @@ bench: install
 # The container image, built offline from a local debootstrap base (docs/deployment.md).
 .PHONY: image chart
 image: tools
-	$(SUDO) packaging/build-image.sh
+	$(SUDO) build-tools/build-image.sh
 
 # The Helm chart's copies of alert_rules/ and dashboards/*.json, and its README values table
 # (tests/helm fails when they are stale).
 chart:
-	$(PY) packaging/chart.py
+	$(PY) build-tools/chart.py

@@ -1,4 +1,4 @@
-"""A fake engine (``tests/fakeengine.py``) in a process of its own, for the benchmarks.
+"""A fake engine (``tests/support/fakeengine.py``) in a process of its own, for the benchmarks.
 
 Serves ``--body`` on ``/metrics`` (and the tokenize endpoints), prints ``url http://...`` once
 listening, then reads modes from stdin, one a line (``hang``, ``ok``, any of

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from common import cpu_ms  # noqa: E402
 
-from exporter.exposition import TextEncoder  # noqa: E402
+from exporter.server.exposition import TextEncoder  # noqa: E402
 
 
 class Static(Collector):

@@ -31,7 +31,7 @@ sys.path.insert(0, {root!r})
 stage = sys.argv[1]
 if stage != "python":
     import aiohttp, prometheus_client, psutil, yaml  # noqa
-    import exporter.app, exporter.collectors.engine, exporter.collectors.nvml  # noqa
+    import exporter.server.app, exporter.collectors.engine, exporter.collectors.nvml  # noqa
     import exporter.collectors.process, exporter.collectors.cpu  # noqa
 if stage == "nvml":
     import pynvml

@@ -38,11 +38,11 @@ sys.path.insert(0, str(c.ROOT))
 
 from prometheus_client.exposition import choose_encoder
 
-from exporter.app import Exporter
-from exporter.backends.synthetic import write_synthetic_trace
 from exporter.cli import load_settings
 from exporter.collectors import build_collectors
-from exporter.exposition import TextEncoder
+from exporter.server.app import Exporter
+from exporter.server.exposition import TextEncoder
+from exporter.tools.synthetic import write_synthetic_trace
 
 
 class _Collected:

@@ -43,7 +43,7 @@ import report
 
 sys.path.insert(0, str(c.ROOT))
 
-from exporter.backends.synthetic import synthetic_trace_lines
+from exporter.tools.synthetic import synthetic_trace_lines
 
 
 @dataclass(frozen=True)

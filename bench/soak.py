@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from fakeengine import FakeEngine  # noqa: E402
 
-from exporter.backends.synthetic import synthetic_trace_lines  # noqa: E402
+from exporter.tools.synthetic import synthetic_trace_lines  # noqa: E402
 
 LISTEN = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 

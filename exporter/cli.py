@@ -31,7 +31,7 @@ from exporter.config import (
 )
 
 if TYPE_CHECKING:
-    from exporter.app import Exporter
+    from exporter.server.app import Exporter
 
 PROG = "inference-bottleneck-exporter"
 SUBCOMMANDS = ("serve", "record", "diagnose", "load", "demo")
@@ -139,7 +139,7 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings
     if settings.engine_mapping_file is not None:
         _validate_mapping(settings.engine_mapping_file)
     if settings.web_config_file is not None:
-        from exporter.websec import parse_web_config  # noqa: PLC0415
+        from exporter.server.websec import parse_web_config  # noqa: PLC0415
 
         parse_web_config(settings.web_config_file)
     return settings, bool(namespace.get("config_check", False))
@@ -159,13 +159,13 @@ def _describe(settings: Settings) -> str:
 async def _serve(settings: Settings) -> int:
     from aiohttp import web  # noqa: PLC0415
 
-    from exporter.app import SHUTDOWN_BUDGET_S, Exporter  # noqa: PLC0415
     from exporter.collectors import build_collectors  # noqa: PLC0415
+    from exporter.server.app import SHUTDOWN_BUDGET_S, Exporter  # noqa: PLC0415
 
     exporter = Exporter(settings, build_collectors(settings))
     security = None
     if settings.web_config_file is not None:
-        from exporter.websec import WebSecurity  # noqa: PLC0415
+        from exporter.server.websec import WebSecurity  # noqa: PLC0415
 
         security = WebSecurity(settings.web_config_file, protect_health=settings.web_protect_health)
     middlewares = [security.middleware] if security is not None else []
@@ -283,7 +283,7 @@ def record(argv: Sequence[str], env: Mapping[str, str]) -> int:
         except ConfigError as err:
             _fail(str(err))
     logs.setup(args.log_level, "logfmt")
-    from exporter.recorder import record_trace  # noqa: PLC0415
+    from exporter.tools.recorder import record_trace  # noqa: PLC0415
 
     return record_trace(args.out, duration=duration, interval=interval, replay=args.replay)
 
@@ -298,15 +298,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "record":
         return record(args, env)
     if command == "diagnose":
-        from exporter.diagnose import main as diagnose  # noqa: PLC0415
+        from exporter.diagnose.cli import main as diagnose  # noqa: PLC0415
 
         return diagnose(args)
     if command == "load":
-        from exporter.loadgen import main as load  # noqa: PLC0415
+        from exporter.lab.loadgen import main as load  # noqa: PLC0415
 
         return load(args)
     if command == "demo":
-        from exporter.reference.demo import main as demo  # noqa: PLC0415
+        from exporter.lab.demo import main as demo  # noqa: PLC0415
 
         return demo(args)
     return serve(args, env)

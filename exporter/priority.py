@@ -57,4 +57,4 @@ class ScrapeGate:
 
 
 SCRAPES = ScrapeGate()
-"""The process's gate: ``exporter.app`` serves through it, collectors step aside through it."""
+"""The process's gate: the HTTP app serves through it, collectors step aside through it."""

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, TRACE, ExporterProcess, metric_value
+from support.metrics import metric_value
+from support.paths import FIXTURES, TRACE
+from support.process import ExporterProcess
 
 GOLDEN = FIXTURES / "e2e-output.txt"
 PROC = FIXTURES / "proc" / "two-cpu"

@@ -9,8 +9,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ExporterProcess, metric_value
-from fakeengine import FakeEngine, FakeEngineThread
+from support.fakeengine import FakeEngine, FakeEngineThread
+from support.metrics import metric_value
+from support.paths import FIXTURES
+from support.process import ExporterProcess
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 V = {"engine": "vllm", "model": MODEL}

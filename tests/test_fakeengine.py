@@ -16,7 +16,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from fakeengine import (
+from prometheus_client.parser import text_string_to_metric_families
+from support.fakeengine import (
     BOMB_BYTES,
     DEFAULT_METRICS,
     DUPLICATE_FAMILIES,
@@ -29,7 +30,6 @@ from fakeengine import (
     token_id,
     unused_port,
 )
-from prometheus_client.parser import text_string_to_metric_families
 
 PROMPT_KEYS = {"vllm": "prompt", "sglang": "prompt", "tgi": "inputs", "llamacpp": "content"}
 TEXT = "Hello  world,\tthis is\na test"

@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, TRACE, metric_value
-from fakeengine import FakeEngine, FakeEngineThread, gzip_bomb
+from support.fakeengine import FakeEngine, FakeEngineThread, gzip_bomb
+from support.metrics import metric_value
+from support.nvml import FaultyApi
+from support.paths import FIXTURES, TRACE
 
 from exporter import logs
-from exporter.app import Exporter
 from exporter.backends import nvml_api
-from exporter.backends.fake import FaultyApi
 from exporter.backends.replay import ReplayApi, load_trace
 from exporter.collectors.base import Collector
 from exporter.collectors.cpu import CpuCollector
@@ -36,6 +36,7 @@ from exporter.collectors.nvml import NvmlCollector
 from exporter.collectors.process import ProcessCollector
 from exporter.collectors.tokenizer import TokenizerCollector
 from exporter.config import Settings
+from exporter.server.app import Exporter
 
 POLL = 0.5
 DEADLINE = 0.5

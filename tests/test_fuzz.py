@@ -21,10 +21,10 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.app import Exporter
 from exporter.collectors.base import Collection, Collector
 from exporter.config import Settings
 from exporter.engines import ENGINES, detect, normalise, parse_exposition
+from exporter.server.app import Exporter
 
 settings.register_profile(
     "ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -362,12 +362,12 @@ def _module_level_imports(tree: ast.AST) -> list[str]:
 
 
 def test_no_module_level_torch_import_under_exporter() -> None:
-    # exporter/reference is the optional `reference` extra (the torch engine); the sidecar
-    # never imports it, which test_sidecar_never_imports_the_reference_engine checks.
+    # exporter/lab is the optional `reference` extra (the torch engine); the sidecar never
+    # imports it, which test_sidecar_never_imports_the_reference_engine checks.
     offenders = [
         str(path.relative_to(ROOT))
         for path in sorted((ROOT / "exporter").rglob("*.py"))
-        if "reference" not in path.relative_to(ROOT / "exporter").parts
+        if "lab" not in path.relative_to(ROOT / "exporter").parts
         and any(
             name == "torch" or name.startswith("torch.")
             for name in _module_level_imports(ast.parse(path.read_text("utf-8")))
@@ -378,11 +378,11 @@ def test_no_module_level_torch_import_under_exporter() -> None:
 
 def test_sidecar_never_imports_the_reference_engine() -> None:
     code = (
-        "import sys, exporter.cli, exporter.app, exporter.collectors, exporter.diagnose;"
+        "import sys, exporter.cli, exporter.server.app, exporter.collectors, exporter.diagnose;"
         "from exporter.collectors import build_collectors;"
         "from exporter.config import Settings;"
         "build_collectors(Settings());"
-        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('exporter.reference')];"
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('exporter.lab.engine')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
     result = subprocess.run(

@@ -15,12 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT, TRACE, ExporterProcess
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+from support.paths import FIXTURES, ROOT, TRACE
+from support.process import ExporterProcess
 
-from exporter.docgen import DEFAULT_OUT
 from exporter.metrics import BY_NAME, CATALOGUE, MetricSpec
+from exporter.tools.docgen import DEFAULT_OUT
 
 PROC = FIXTURES / "proc" / "two-cpu"
 # The collectors this test runs (the others need an engine to scrape).
@@ -172,7 +173,7 @@ def test_catalogue_has_no_duplicates() -> None:
 
 def _docgen(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "exporter.docgen", *args],
+        [sys.executable, "-m", "exporter.tools.docgen", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -195,7 +196,7 @@ def test_docs_are_generated_from_the_catalogue(tmp_path: Path) -> None:
     copy.write_text(current.replace("Board power draw.", "Board power draw (edited)."))
     result = _docgen("--check", "--out", str(copy))
     assert result.returncode == 1
-    assert result.stderr == f"{copy} is out of date: run python -m exporter.docgen\n"
+    assert result.stderr == f"{copy} is out of date: run python -m exporter.tools.docgen\n"
 
     missing = tmp_path / "absent.md"
     assert _docgen("--check", "--out", str(missing)).returncode == 1

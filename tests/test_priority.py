@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
-from conftest import FIXTURES, TRACE
+from support.paths import FIXTURES, TRACE
 
 from exporter.backends.replay import ReplayApi, load_trace
 from exporter.collectors import engine as engine_module

@@ -2,7 +2,7 @@
 
 Three implementations exist: :class:`exporter.backends.nvml.PynvmlApi` (the real library),
 :class:`exporter.backends.replay.ReplayApi` (a recorded or synthetic trace) and
-:class:`exporter.backends.fake.FaultyApi` (wraps another and injects faults). The read logic
+:class:`support.nvml.FaultyApi` (wraps another and injects faults). The read logic
 that turns these calls into readings lives once, in :mod:`exporter.backends.gpu`, so replay
 and fault tests exercise the same code a GPU does.
 

@@ -21,7 +21,10 @@ from typing import Any
 
 import pytest
 import yaml
-from alerting.promstack import (
+from support.fakeengine import FakeEngine
+from support.paths import ROOT
+from support.process import ExporterProcess
+from support.promstack import (
     JOB,
     RULES,
     Capture,
@@ -37,8 +40,6 @@ from alerting.promstack import (
     trace,
     wait_until,
 )
-from conftest import ROOT, ExporterProcess
-from fakeengine import FakeEngine
 
 from exporter.signatures import catalogue, parse_config
 from exporter.signatures.alertmanager import alertmanager_yaml

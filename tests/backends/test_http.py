@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from fakeengine import (
+from support.fakeengine import (
     DEFAULT_METRICS,
     DUPLICATE_FAMILIES,
     GARBAGE,

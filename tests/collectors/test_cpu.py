@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import registry_of
+from support.metrics import registry_of
 
 from exporter.backends.procfs import MODES, CpuTimes
 from exporter.collectors.cpu import CpuCollector, hottest_softirq_ratio

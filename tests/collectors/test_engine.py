@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from conftest import registry_of
-from fakeengine import FakeEngine, gzip_bomb, unused_port
 from prometheus_client import CollectorRegistry
+from support.fakeengine import FakeEngine, gzip_bomb, unused_port
+from support.metrics import registry_of
 
 from exporter.backends.http import make_session
 from exporter.collectors.base import Collection

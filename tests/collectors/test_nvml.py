@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import registry_of
 from prometheus_client import CollectorRegistry
+from support.metrics import registry_of
+from support.nvml import FaultyApi
 
 from exporter.backends import nvml_api
-from exporter.backends.fake import FaultyApi
 from exporter.backends.replay import ReplayApi, parse_trace
 from exporter.collectors.base import Collection
 from exporter.collectors.nvml import NvmlCollector, integrate_samples

@@ -13,8 +13,8 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import registry_of
 from prometheus_client import CollectorRegistry
+from support.metrics import registry_of
 
 from exporter.collectors import process as process_module
 from exporter.collectors.process import MAX_NAMES, MAX_PROCESSES, ProcessCollector, short_name

@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from conftest import registry_of
-from fakeengine import FakeEngine
 from prometheus_client import CollectorRegistry
+from support.fakeengine import FakeEngine
+from support.metrics import registry_of
 
 from exporter.backends.http import make_session
 from exporter.collectors.base import Collection

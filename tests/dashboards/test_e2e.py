@@ -28,8 +28,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import TRACE, ExporterProcess
-from fakeengine import FakeEngine, FakeEngineThread
+from support.fakeengine import FakeEngine, FakeEngineThread
+from support.paths import TRACE
+from support.process import ExporterProcess
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 RULES = ROOT / "alert_rules"

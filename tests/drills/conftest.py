@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 from drills.harness import DrillResult, machine
 from drills.report import write
 from drills.scenarios import CPU_SCENARIOS
+from support.paths import ROOT
 
-from exporter.reference.stack import find_binary
+from exporter.lab.stack import find_binary
 
 DOC = ROOT / "docs" / "drills.md"
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from drills.scenarios import ENGINE_ARGS, LOAD, Scenario
 
-from exporter.reference.gputrace import write_trace
-from exporter.reference.stack import JOB, TARGET_LABELS, Stack, StackConfig, child_pythonpath
+from exporter.lab.engine.gputrace import write_trace
+from exporter.lab.stack import JOB, TARGET_LABELS, Stack, StackConfig, child_pythonpath
 
 POLL_S = 1.0
 PAGES_FOR_DEDUP = 2

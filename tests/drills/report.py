@@ -8,8 +8,8 @@ from pathlib import Path
 from drills.harness import DrillResult
 from drills.scenarios import LOAD, SCENARIOS, Scenario
 
-from exporter.reference.gputrace import mean_utilization, trace_lines
-from exporter.reference.inject import INJECTIONS
+from exporter.lab.engine.gputrace import mean_utilization, trace_lines
+from exporter.lab.engine.inject import INJECTIONS
 
 HEADER = """\
 # Drills: every CPU-side signature fired by its real cause
@@ -18,7 +18,7 @@ HEADER = """\
 edit. The run rewrites this file when the whole CPU matrix has run. -->
 
 A drill runs the whole pipeline on one machine and injects one real bottleneck into a real
-inference server: the reference engine (`exporter/reference/`: a random-weight transformer in
+inference server: the reference engine (`exporter/lab/engine/`: a random-weight transformer in
 torch, a byte-level BPE tokenizer, continuous batching, vLLM's API and metric names) under an
 open-loop load, the sidecar polling it, Prometheus with the `fast` rule profile (windows and
 `for` scaled by 1/10; scrapes and rule evaluations every 2 s), and Alertmanager with the pack's
@@ -141,7 +141,7 @@ def render(results: Mapping[str, DrillResult], *, machine: str, total_s: float, 
         "",
         "Without a GPU the sidecar replays an NVML trace. The drills do not use the bundled "
         "showcase trace (GPU 0 pulsing around 67 %): they replay one plain, steady GPU "
-        "(`exporter/reference/gputrace.py`), so that what differs between two drills is the "
+        "(`exporter/lab/engine/gputrace.py`), so that what differs between two drills is the "
         "injected cause and nothing else:",
         "",
         f"- `starved` (mean {_mean('starved'):.0f} %): healthy, tokenizer-slow, frontend-gil, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from chartlib import crd_validators_from
+from support.chart import crd_validators_from
 
 
 @pytest.fixture(scope="session")

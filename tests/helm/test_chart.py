@@ -11,7 +11,7 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
-from chartlib import (
+from support.chart import (
     CHART,
     KUBE_LATEST,
     KUBE_MIN,

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 import yaml
-from chartlib import CHART, ROOT, of_kind, render
+from support.chart import CHART, ROOT, of_kind, render
 
 import exporter
 
 
 def _chart_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("chart_tool", ROOT / "packaging" / "chart.py")
+    spec = importlib.util.spec_from_file_location("chart_tool", ROOT / "build-tools" / "chart.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

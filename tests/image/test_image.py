@@ -1,6 +1,6 @@
 """Builds the image for real and runs it the way Kubernetes would run the sidecar.
 
-packaging/build-image.sh debootstraps a Debian base (no registry is reachable here) and builds
+build-tools/build-image.sh debootstraps a Debian base (no registry is reachable here) and builds
 the Dockerfile with `buildah bud --isolation=chroot`; podman then runs the image's own
 ENTRYPOINT with a read-only root filesystem, every capability dropped and no privilege
 escalation, as the image's user. Needs root, buildah, podman, runc and debootstrap
@@ -64,7 +64,7 @@ def image() -> dict[str, Any]:
     assert os.geteuid() == 0, "building images needs root here"
     start = time.monotonic()
     result = subprocess.run(
-        [str(ROOT / "packaging" / "build-image.sh"), IMAGE],
+        [str(ROOT / "build-tools" / "build-image.sh"), IMAGE],
         env={**os.environ, "REBUILD_BASE": "1"},
         capture_output=True,
         text=True,

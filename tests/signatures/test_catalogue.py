@@ -6,7 +6,7 @@ import re
 
 import pytest
 import yaml
-from conftest import ROOT
+from support.paths import ROOT
 
 from exporter.collectors.nvml import CLOCK_EVENT_REASONS
 from exporter.signatures import catalogue, parse_config, recording_rules

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT
+from support.paths import ROOT
 
 from exporter.signatures import (
     SignatureConfigError,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import FIXTURES, ROOT
+from support.paths import FIXTURES, ROOT
 
 from exporter.metrics import BY_NAME
 from exporter.signatures import catalogue, parse_config, recording_rules

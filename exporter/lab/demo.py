@@ -1,0 +1,443 @@
+"""``inference-bottleneck-exporter demo``: the whole pipeline on this machine, live.
+
+Starts the reference engine (with ``--inject`` causes), the sidecar reading it (NVML when
+this machine has an NVIDIA driver, else a replayed GPU), Prometheus with the ``fast`` rules
+and Alertmanager paging a local PagerDuty capture when their binaries are installed
+(``make tools``), and an open-loop load. The terminal shows the key numbers, the signatures
+Prometheus evaluates, the pages Alertmanager sent, and where to look. Ctrl-C stops everything
+and prints what fired.
+
+The replayed GPU: without injections the bundled showcase trace
+(``exporter/data/replay-2gpu-synthetic.jsonl``, GPU 0 pulsing around 67 %); with one, the
+drill trace of that cause (:mod:`exporter.lab.engine.gputrace`: a GPU waiting on its host at
+40 %, or busy at 88 % for ``queue-flood``), so the GPU-gated signatures can fire as they do in
+the drills. ``--trace`` picks another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import math
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import NoReturn, TextIO
+
+from exporter.config import parse_duration
+from exporter.lab.engine import gputrace, inject
+from exporter.lab.loadgen import (
+    LiveState,
+    LoadConfig,
+    Summary,
+    completions_url,
+    format_summary,
+    percentiles,
+    run,
+)
+from exporter.lab.stack import PagerDutyCapture, Stack, StackConfig, StackError
+
+PROG = "inference-bottleneck-exporter demo"
+EXIT_USAGE = 2
+PORTS = {"engine": 8000, "sidecar": 10960, "prometheus": 9090, "alertmanager": 9093}
+DEMO_LABELS = {"namespace": "demo", "pod": "reference-0"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{PROG}: error: {message}\n")
+
+
+def _fail(message: str) -> NoReturn:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    raise SystemExit(EXIT_USAGE)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=PROG,
+        description=(
+            "Run the reference engine, a load, the sidecar, Prometheus and Alertmanager here, "
+            "and watch the signatures; Ctrl-C stops everything."
+        ),
+    )
+    p.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME]",
+        help="bottlenecks to inject: " + ", ".join(inject.INJECTIONS),
+    )
+    p.add_argument("--rate", type=float, default=2.0, help="requests per second (default 2)")
+    p.add_argument("--prompt-tokens", type=int, default=256, help="prompt size (default 256)")
+    p.add_argument("--output-tokens", type=int, default=192, help="tokens per answer (192)")
+    p.add_argument("--duration", default="", help="stop after this long (default: Ctrl-C)")
+    p.add_argument("--device", default="auto", help="engine device: auto, cpu, cuda")
+    p.add_argument(
+        "--trace",
+        default="auto",
+        help="GPU replay without a GPU: auto, bundled, starved, busy or a trace file",
+    )
+    p.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus")
+    p.add_argument("--no-alertmanager", action="store_true", help="do not start Alertmanager")
+    p.add_argument("--refresh", default="2s", help="screen refresh interval (default 2s)")
+    p.add_argument("--plain", action="store_true", help="print blocks instead of redrawing")
+    p.add_argument("--workdir", type=Path, help="keep configs and logs here (default: temporary)")
+    p.add_argument("--engine-arg", action="append", default=[], help="extra engine flag")
+    return p
+
+
+def _has_gpu() -> bool:
+    return Path("/dev/nvidiactl").exists()
+
+
+def pick_trace(choice: str, injections: frozenset[str], workdir: Path) -> tuple[Path | None, str]:
+    """The replay file for the sidecar (None: NVML) and how to describe it."""
+    if choice == "auto" and _has_gpu():
+        return None, "NVML (this machine's GPUs)"
+    if choice == "auto":
+        if not injections:
+            choice = "bundled"
+        else:
+            looks = {gputrace.SCENARIO_LOOK.get(i, "starved") for i in injections}
+            choice = "busy" if looks == {"busy"} else "starved"
+    if choice == "bundled":
+        ref = resources.files("exporter").joinpath("data/replay-2gpu-synthetic.jsonl")
+        path = workdir / "replay-2gpu-synthetic.jsonl"
+        path.write_bytes(ref.read_bytes())
+        return path, "replay of the bundled synthetic 2-GPU trace"
+    if choice in gputrace.LOOKS:
+        level = gputrace.LOOKS[choice]
+        path = gputrace.write_trace(choice, workdir / f"trace-{choice}.jsonl")
+        return path, f"replay of the '{choice}' drill trace (synthetic, ~{level:.0f} %)"
+    path = Path(choice)
+    if not path.is_file():
+        _fail(f"--trace: {choice!r} is not auto, bundled, starved, busy or a file")
+    return path.resolve(), f"replay of {path}"
+
+
+# --- live numbers from the sidecar ---------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    at: float
+    values: dict[str, float] = field(default_factory=dict)
+
+
+def _read_sidecar(url: str) -> Sample:
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode("utf-8", errors="replace")
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            key = s.name
+            if s.name == "inference_cpu_seconds_total":
+                key = f"{s.name}:{s.labels.get('mode', '')}"
+            elif s.name.endswith("_bucket") or s.name.endswith("_created"):
+                continue
+            values[key] = values.get(key, 0.0) + float(s.value)
+    return Sample(time.monotonic(), values)
+
+
+def _rate(a: Sample, b: Sample, name: str) -> float | None:
+    if name not in a.values or name not in b.values or b.at <= a.at:
+        return None
+    return max(0.0, b.values[name] - a.values[name]) / (b.at - a.at)
+
+
+def _pct(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None or math.isnan(value) else f"{100 * value:.{digits}f} %"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{1000 * value:.1f} ms"
+
+
+# --- the view ------------------------------------------------------------------------------------
+
+
+@dataclass
+class View:
+    out: TextIO
+    redraw: bool
+    header: list[str]
+    started: float = field(default_factory=time.monotonic)
+    last_print: float = 0.0
+
+    def show(self, lines: list[str]) -> None:
+        now = time.monotonic()
+        if self.redraw:
+            self.out.write("\x1b[H\x1b[2J" + "\n".join(self.header + lines) + "\n")
+        else:
+            if now - self.last_print < 10:
+                return
+            stamp = time.strftime("%H:%M:%S")
+            self.out.write(f"--- {stamp}\n" + "\n".join(lines) + "\n")
+        self.last_print = now
+        self.out.flush()
+
+
+def _load_lines(state: LiveState, rate: float) -> list[str]:
+    recent = [r for r in state.results[-200:] if r.ok]
+    done = sum(1 for r in state.results if r.ok)
+    failed = len(state.results) - done
+    ttft = percentiles([r.ttft for r in recent if r.ttft is not None])
+    itl = percentiles([g for r in recent for g in r.itl])
+    e2e = percentiles([r.e2e for r in recent if r.e2e is not None])
+    open_ = state.sent - len(state.results)
+    return [
+        f" load       {rate:g} req/s offered, {state.sent} sent, {done} done, {failed} failed, "
+        f"{open_} open",
+        f"            client p50: TTFT {_ms(ttft.get('p50'))}, gap between chunks "
+        f"{_ms(itl.get('p50'))}, end-to-end {_ms(e2e.get('p50'))}",
+    ]
+
+
+def _engine_lines(prev: Sample | None, cur: Sample | None) -> list[str]:
+    if cur is None:
+        return [" engine     (waiting for the sidecar)"]
+    v = cur.values
+    lines = [
+        f" engine     queue {v.get('inference_queue_depth', 0):.0f}, running "
+        f"{v.get('inference_requests_running', 0):.0f}, KV cache "
+        f"{_pct(v.get('inference_kv_cache_usage_ratio'))}"
+        + (
+            f", {_rate(prev, cur, 'inference_generation_tokens_total') or 0:.0f} tokens/s"
+            if prev
+            else ""
+        ),
+    ]
+    if prev is None:
+        return lines
+    busy = _rate(prev, cur, "inference_gpu_busy_seconds_total")
+    gpus = v.get("inference_gpu_up")
+    util = busy / gpus if busy is not None and gpus else None
+    softirq = _rate(prev, cur, "inference_cpu_seconds_total:softirq")
+    total = sum(
+        _rate(prev, cur, k) or 0.0 for k in cur.values if k.startswith("inference_cpu_seconds_")
+    )
+    node = softirq / total if softirq is not None and total else None
+    lines += [
+        f" GPU        utilisation {_pct(util)} (mean of {gpus or 0:.0f} GPU)",
+        f" host CPU   softirq {_pct(node, 1)} of the node, "
+        f"{_pct(v.get('inference_cpu_softirq_hottest_core_ratio'))} of its busiest core; "
+        f"busiest engine thread {_pct(v.get('inference_engine_hottest_thread_cpu_ratio'))} of "
+        "a core",
+    ]
+    tok_n = _rate(prev, cur, "inference_tokenizer_latency_seconds_count")
+    tok_s = _rate(prev, cur, "inference_tokenizer_latency_seconds_sum")
+    itl_n = _rate(prev, cur, "inference_inter_token_latency_seconds_count")
+    itl_s = _rate(prev, cur, "inference_inter_token_latency_seconds_sum")
+    tok = tok_s / tok_n if tok_n and tok_s is not None else None
+    itl = itl_s / itl_n if itl_n and itl_s is not None else None
+    lines.append(f" tokenizer  probe {_ms(tok)} for ~512 tokens, decode step {_ms(itl)} (means)")
+    return lines
+
+
+def _alert_lines(prometheus: str) -> list[str]:
+    import json  # noqa: PLC0415
+
+    if not prometheus:
+        return [
+            " signatures Prometheus is not installed (make tools); instead run:",
+            "            inference-bottleneck-exporter diagnose --target <sidecar URL>",
+        ]
+    try:
+        with urllib.request.urlopen(prometheus + "/api/v1/alerts", timeout=3) as resp:
+            alerts = json.loads(resp.read())["data"]["alerts"]
+    except (OSError, ValueError, KeyError):
+        return [" signatures (Prometheus not answering)"]
+    if not alerts:
+        return [" signatures none pending or firing"]
+    lines = [" signatures (fast profile: windows and `for` are 1/10 of production)"]
+    order = {"firing": 0, "pending": 1}
+    for a in sorted(alerts, key=lambda a: (order.get(a["state"], 2), a["labels"]["alertname"])):
+        since = a.get("activeAt", "")[11:19]
+        lines.append(
+            f"   {a['state'].upper():<8} {a['labels'].get('severity', ''):<8} "
+            f"{a['labels']['alertname']} (active since {since} UTC)"
+        )
+        if a["state"] == "firing":
+            text = a.get("annotations", {}).get("description", "")
+            lines.append("            " + (text[:150] + "..." if len(text) > 150 else text))
+    return lines
+
+
+def _page_lines(capture: PagerDutyCapture | None) -> list[str]:
+    if capture is None:
+        return []
+    pages = capture.snapshot()
+    if not pages:
+        return [" pages      none yet (Alertmanager -> local PagerDuty capture)"]
+    last = pages[-1]
+    payload = last.body.get("payload", {})
+    summary = str(payload.get("summary", ""))
+    return [
+        f" pages      {len(pages)} PagerDuty events; last: [{payload.get('severity', '')}] "
+        f"{summary[:110]}"
+    ]
+
+
+async def _live(args: argparse.Namespace, stack: Stack, view: View) -> Summary | ValueError:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    duration = parse_duration(args.duration) if args.duration else 7 * 86400.0
+    cfg = LoadConfig(
+        url=completions_url(stack.engine_url),
+        rate=args.rate,
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+        duration=duration,
+        drain=0.0,
+    )
+    state = LiveState()
+    load = asyncio.create_task(run(cfg, None, stop=stop, state=state))
+    refresh = parse_duration(args.refresh)
+    prev: Sample | None = None
+    cur: Sample | None = None
+    while not stop.is_set() and not load.done():
+        with contextlib.suppress(OSError, ValueError):
+            sample = await loop.run_in_executor(None, _read_sidecar, stack.sidecar_url)
+            prev, cur = cur, sample
+        alerts = await loop.run_in_executor(None, _alert_lines, stack.prometheus_url)
+        lines = [
+            *_load_lines(state, args.rate),
+            *_engine_lines(prev, cur),
+            "",
+            *alerts,
+            *_page_lines(stack.capture),
+        ]
+        dead = [c.name for c in stack.children if not c.alive()]
+        if dead:
+            lines.append(
+                f" STOPPED    {', '.join(dead)} exited: see the logs in {stack.cfg.workdir}"
+            )
+        view.show(lines)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=refresh)
+    stop.set()
+    try:
+        return await load
+    except ValueError as err:
+        return err
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parser().parse_args(list(argv))
+    try:
+        injections = inject.parse(args.inject)
+        if args.duration:
+            parse_duration(args.duration)
+        parse_duration(args.refresh)
+    except ValueError as err:
+        _fail(str(err))
+    if not 0 < args.rate <= 1000:
+        _fail("--rate: must be more than 0 and at most 1000")
+    missing = [m for m in ("torch", "tokenizers") if importlib.util.find_spec(m) is None]
+    if missing:
+        _fail(
+            f"the demo needs {' and '.join(missing)}: pip install "
+            "'inference-bottleneck-exporter[reference]' (make demo does it)"
+        )
+    if injections & inject.CUDA_ONLY and not _has_gpu():
+        _fail(f"{', '.join(sorted(injections & inject.CUDA_ONLY))} needs an NVIDIA GPU")
+    keep = args.workdir is not None
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ibe-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    trace, gpu_text = pick_trace(args.trace, injections, workdir)
+    stack = Stack(
+        StackConfig(
+            workdir=workdir,
+            injections=sorted(injections),
+            engine_args=["--device", args.device, *args.engine_arg],
+            trace=trace,
+            prometheus=not args.no_prometheus,
+            alertmanager=not args.no_alertmanager,
+            engine_port=PORTS["engine"],
+            sidecar_port=PORTS["sidecar"],
+            prometheus_port=PORTS["prometheus"],
+            alertmanager_port=PORTS["alertmanager"],
+            target_labels=dict(DEMO_LABELS),
+        )
+    )
+    parts = ["the reference engine", "the sidecar"]
+    if stack.prometheus_bin:
+        parts.append("Prometheus")
+    if stack.alertmanager_bin:
+        parts.append("Alertmanager")
+    print(f"starting {', '.join(parts)}... (logs in {workdir})", flush=True)
+    try:
+        stack.start()
+    except (StackError, OSError) as err:
+        stack.stop()
+        sys.stderr.write(f"{PROG}: error: {err}\n")
+        return 1
+    except KeyboardInterrupt:
+        stack.stop()
+        return 130
+    header = _header(stack, injections, gpu_text)
+    redraw = sys.stdout.isatty() and not args.plain
+    if not redraw:
+        print("\n".join(header), flush=True)
+    view = View(sys.stdout, redraw, header)
+    summary: Summary | ValueError | None = None
+    try:
+        summary = asyncio.run(_live(args, stack, view))
+    finally:
+        fired = _fired(stack)
+        stack.stop()
+    print(_goodbye(summary, fired, workdir, keep))
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+def _header(stack: Stack, injections: frozenset[str], gpu_text: str) -> list[str]:
+    what = ", ".join(sorted(injections)) or "nothing (a healthy server)"
+    lines = [
+        f"inference-bottleneck-exporter demo - injected: {what}    (Ctrl-C stops everything)",
+        f" engine     {stack.engine_url}  (/v1/completions, /tokenize, /metrics)",
+        f" sidecar    {stack.sidecar_url}/  and  {stack.sidecar_url}/metrics",
+    ]
+    if stack.prometheus_url:
+        lines.append(f" Prometheus {stack.prometheus_url}/alerts  (rules: fast profile)")
+    if stack.alertmanager_url:
+        lines.append(f" Alertmanager {stack.alertmanager_url}  -> local PagerDuty capture")
+    lines += [f" GPU        {gpu_text}", ""]
+    return lines
+
+
+def _fired(stack: Stack) -> list[str]:
+    if not stack.prometheus_url:
+        return []
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        return sorted({a["labels"]["alertname"] for a in stack.alerts() if a["state"] == "firing"})
+    return []
+
+
+def _goodbye(
+    summary: Summary | ValueError | None, fired: list[str], workdir: Path, keep: bool
+) -> str:
+    lines = ["", "stopped."]
+    if isinstance(summary, Summary):
+        lines.append(format_summary(summary))
+    elif summary is not None:
+        lines.append(f"load: {summary}")
+    lines.append("firing at the end: " + (", ".join(fired) if fired else "nothing"))
+    if keep:
+        lines.append(f"configs and logs: {workdir}")
+    return "\n".join(lines)

@@ -1,0 +1,362 @@
+"""``inference-bottleneck-exporter diagnose`` through the real CLI.
+
+``--target``: the real sidecar (bundled replay trace) in front of a fake engine whose
+tokenizer is slow (per-token latency) or fast, with inter-token latencies of 20 ms in its
+vLLM histogram. ``--prometheus.url``: a real Prometheus scraping that sidecar with the
+``fast`` rule pack. Exit codes, the JSON document and one-line errors.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.fakeengine import FakeEngine, FakeEngineThread, unused_port
+from support.paths import ROOT
+from support.process import ExporterProcess
+from support.promstack import (
+    RULES,
+    Feeder,
+    Load,
+    Stack,
+    address,
+    query,
+    sidecar,
+    start_prometheus,
+    wait_until,
+)
+
+from exporter.signatures import parse_config
+from exporter.signatures.render import runbook_url
+
+PROG = "inference-bottleneck-exporter diagnose"
+TOKENIZER = "InferenceTokenizerSlowerThanDecode"
+# The probe prompt is ~385 words for the fake tokenizer: 38.5 ms at 100 us per token, in the
+# histogram's 25-50 ms bucket (median 37.5 ms), against inter-token latencies of 20 ms
+# (10-25 ms bucket, median 17.5 ms).
+HOT = 0.0001
+COOL = 0.00001
+
+
+def diagnose(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "diagnose", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+@pytest.fixture
+def engine_with(request: pytest.FixtureRequest) -> Iterator[Callable[..., FakeEngineThread]]:
+    stack = Stack()
+
+    def start(per_token_latency: float, load: Load | None = None) -> FakeEngineThread:
+        engine = FakeEngine.run_in_thread(per_token_latency=per_token_latency)
+        stack.add(engine.stop)
+        feeder = Feeder([(engine, load or Load())])
+        stack.add(feeder.stop)
+        return engine
+
+    try:
+        yield start
+    finally:
+        stack.close()
+
+
+def warm(proc: ExporterProcess) -> None:
+    """Until the sidecar has tokenizer probes and engine histograms to rate."""
+    proc.wait_for(
+        lambda: (
+            "inference_tokenizer_latency_seconds_count" in proc.get("/metrics")[2].decode()
+            and "inference_inter_token_latency_seconds_count" in proc.get("/metrics")[2].decode()
+        ),
+        timeout=15,
+    )
+
+
+def sample(proc: ExporterProcess, *extra: str) -> subprocess.CompletedProcess[str]:
+    return diagnose("--target", proc.base, "--duration", "4s", "--interval", "1s", *extra)
+
+
+# --- --target ---------------------------------------------------------------------------------
+
+
+def test_target_hot_tokenizer_ranked_first(
+    exporter_process: Callable[..., ExporterProcess],
+    engine_with: Callable[..., FakeEngineThread],
+) -> None:
+    proc = sidecar(exporter_process, engine_with(HOT))
+    warm(proc)
+    result = sample(proc)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        f"diagnose {proc.base}/metrics, 5 samples over 4s (every window is the sampling span); "
+        "profile sidecar"
+    )
+    first = next(line for line in lines if line.startswith("1. "))
+    assert re.fullmatch(rf"1\. HOLDS  warning  {TOKENIZER} \[cpu\]", first), first
+    text = result.stdout
+    assert re.search(
+        r"evidence: median tokenizer latency (\d+\.\d) ms; median inter-token latency 17\.5 ms",
+        text,
+    )
+    tok = float(re.search(r"median tokenizer latency (\d+\.\d) ms", text)[1])  # type: ignore[index]
+    assert 25 < tok < 50
+    assert f"Tokenizer slower than a decode step on {proc.base}/metrics" in text
+    assert (
+        "fires after holding for 15m; runbook: " + runbook_url(parse_config({}), TOKENIZER) in text
+    )
+    assert "InferenceHBMBandwidthSaturated: needs Prometheus history (offset 1h)" in text
+
+
+def test_target_healthy_exits_0(
+    exporter_process: Callable[..., ExporterProcess],
+    engine_with: Callable[..., FakeEngineThread],
+) -> None:
+    proc = sidecar(exporter_process, engine_with(COOL))
+    warm(proc)
+    result = sample(proc)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 signature instance(s) hold, 0 nearly hold" in result.stdout
+    assert "No signature holds or nearly holds." in result.stdout
+
+
+def test_target_nearly_holds_and_json_schema(
+    exporter_process: Callable[..., ExporterProcess],
+    engine_with: Callable[..., FakeEngineThread],
+) -> None:
+    # Inter-token latency 40 ms: the same histogram bucket as the tokenizer's 38.5 ms, so
+    # both medians are 37.5 ms: the tokenizer is not slower (no '>'), but within 10 %.
+    proc = sidecar(exporter_process, engine_with(HOT, Load(itl=0.04)))
+    warm(proc)
+    result = sample(proc, "--output", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert set(report) == {
+        "mode",
+        "source",
+        "profile",
+        "evaluated_at",
+        "nearly_within",
+        "verdict",
+        "holds",
+        "nearly",
+        "checked_rules",
+        "findings",
+        "not_evaluated",
+        "no_data",
+        "samples",
+        "span_seconds",
+    }
+    assert report["mode"] == "target" and report["source"] == proc.base + "/metrics"
+    assert report["verdict"] == "none" and report["holds"] == 0 and report["nearly"] == 1
+    assert report["samples"] == 5 and 3.5 < report["span_seconds"] < 5
+    assert report["nearly_within"] == 0.1 and report["profile"] == "sidecar"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", report["evaluated_at"])
+    (finding,) = report["findings"]
+    assert finding["rank"] == 1 and finding["alert"] == TOKENIZER
+    assert finding["status"] == "nearly" and finding["severity"] == "warning"
+    assert finding["signature"] == "cpu" and finding["for"] == "15m"
+    assert finding["target"] == proc.base + "/metrics" and finding["labels"] == {}
+    assert finding["alert_state"] is None
+    assert finding["runbook_url"] == runbook_url(parse_config({}), TOKENIZER)
+    assert [e["key"] for e in finding["evidence"]] == ["tok", "itl"]
+    assert finding["evidence"][0]["value"] == pytest.approx(37.5)
+    assert finding["evidence"][0]["text"] == "37.5" and finding["evidence"][0]["unit"] == "ms"
+    comparison, traffic = finding["conditions"]
+    assert comparison["op"] == ">" and comparison["holds"] is False and comparison["nearly"]
+    assert comparison["value"] == pytest.approx(0.0375)
+    assert comparison["threshold"] == pytest.approx(0.0375)
+    assert comparison["relative_gap"] == pytest.approx(0.0)
+    assert comparison["threshold_expr"] == "inference:inter_token_latency_seconds:median5m"
+    assert traffic == {
+        "expr": "inference:traffic:active",
+        "op": None,
+        "value": 1.0,
+        "threshold": None,
+        "threshold_expr": None,
+        "holds": True,
+        "nearly": False,
+        "relative_gap": None,
+    }
+    assert "Median tokenizer latency 37.5 ms" in finding["description"]
+    assert {
+        "alert": "InferenceHBMBandwidthSaturated",
+        "reason": "needs Prometheus history (offset 1h)",
+    } in report["not_evaluated"]
+    assert "InferenceQueueWaitDominatesLatency" in report["no_data"]
+    # the threshold of "nearly" is a flag
+    strict = sample(proc, "--output", "json", "--nearly", "0")
+    assert json.loads(strict.stdout)["findings"] == []
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+def _one_line_error(result: subprocess.CompletedProcess[str], *parts: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"{PROG}: error: "), lines[0]
+    for part in parts:
+        assert part in lines[0], lines[0]
+
+
+def test_unreachable_target_and_prometheus_exit_2() -> None:
+    port = unused_port()
+    _one_line_error(
+        diagnose("--target", f"http://127.0.0.1:{port}/metrics", "--duration", "1s"),
+        f"cannot read http://127.0.0.1:{port}/metrics",
+    )
+    _one_line_error(
+        diagnose("--prometheus.url", f"http://127.0.0.1:{port}"),
+        f"cannot query http://127.0.0.1:{port}/api/v1/query",
+    )
+
+
+def test_target_that_is_not_the_sidecar_exits_2(
+    engine_with: Callable[..., FakeEngineThread],
+) -> None:
+    engine = engine_with(COOL)
+    _one_line_error(
+        diagnose("--target", engine.url + "/metrics", "--duration", "1s"),
+        "is not an inference-bottleneck-exporter /metrics page",
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "part"),
+    [
+        ((), "one of the arguments --prometheus.url --target is required"),
+        (("--target", "http://a", "--prometheus.url", "http://b"), "not allowed with"),
+        (("--target", "ftp://example.org/metrics"), "is not an http(s) URL"),
+        (("--prometheus.url", "localhost:9090"), "is not an http(s) URL"),
+        (("--target", "http://127.0.0.1:1", "--duration", "soon"), "--duration: 'soon'"),
+        (("--target", "http://127.0.0.1:1", "--interval", "0s"), "--interval: must be longer"),
+        (("--target", "http://127.0.0.1:1", "--nearly", "1.5"), "--nearly"),
+        (("--target", "http://127.0.0.1:1", "--profile", "dcgm"), "needs --prometheus.url"),
+        (("--target", "http://127.0.0.1:1", "--output", "yaml"), "invalid choice"),
+    ],
+)
+def test_usage_errors_exit_2_in_one_line(args: tuple[str, ...], part: str) -> None:
+    _one_line_error(diagnose(*args), part)
+
+
+def test_config_errors_exit_2_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "site.yaml"
+    bad.write_text(
+        "signatures:\n  InferenceTokenizerSlowerThanDecode:\n    decode_step_factor: 0\n"
+    )
+    _one_line_error(
+        diagnose("--target", "http://127.0.0.1:1", "--config", str(bad)),
+        "signatures.InferenceTokenizerSlowerThanDecode.decode_step_factor: must be more than 0",
+    )
+    _one_line_error(
+        diagnose("--target", "http://127.0.0.1:1", "--config", str(tmp_path / "missing.yaml")),
+        "missing.yaml: cannot read",
+    )
+
+
+def test_site_config_thresholds_apply(
+    tmp_path: Path,
+    exporter_process: Callable[..., ExporterProcess],
+    engine_with: Callable[..., FakeEngineThread],
+) -> None:
+    """The same thresholds as the rules: a tokenizer must be 3x a decode step at this site."""
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        "signatures:\n  InferenceTokenizerSlowerThanDecode:\n    decode_step_factor: 3\n"
+    )
+    proc = sidecar(exporter_process, engine_with(HOT))
+    warm(proc)
+    result = sample(proc, "--config", str(site), "--output", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["findings"] == []
+
+
+# --- --prometheus.url -------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(90)
+def test_prometheus_mode(
+    tmp_path: Path,
+    exporter_process: Callable[..., ExporterProcess],
+    engine_with: Callable[..., FakeEngineThread],
+) -> None:
+    proc = sidecar(exporter_process, engine_with(HOT))
+    target = address(proc)
+    stack = Stack()
+    try:
+        bare = start_prometheus(tmp_path / "bare", [target], [])
+        stack.add(bare.stop)
+        prometheus = start_prometheus(
+            tmp_path / "pack", [target], sorted((RULES / "fast").glob("*.yaml"))
+        )
+        stack.add(prometheus.stop)
+        # rate windows of the fast profile are 30s: two scrapes with probes in between do
+        wait_until(
+            lambda: (
+                bool(query(prometheus, "inference:tokenizer_latency_seconds:median30s"))
+                and bool(query(prometheus, "inference:inter_token_latency_seconds:median30s"))
+                and bool(query(prometheus, f'ALERTS{{alertname="{TOKENIZER}"}}'))
+                and bool(query(bare, "inference_exporter_build_info"))
+            ),
+            30,
+            "tokenizer and decode medians in Prometheus, the alert pending",
+        )
+        result = diagnose(
+            "--prometheus.url", prometheus.base, "--profile", "fast", "--output", "json"
+        )
+        assert result.returncode == 1, result.stdout + result.stderr
+        report = json.loads(result.stdout)
+        assert report["mode"] == "prometheus" and report["source"] == prometheus.base
+        assert "samples" not in report and report["verdict"] == "found"
+        first = report["findings"][0]
+        assert first["alert"] == TOKENIZER and first["status"] == "holds"
+        assert first["target"] == target
+        assert first["labels"] == {"instance": target, "job": "inference-bottleneck-exporter"}
+        # the alerting rules are loaded too: the alert waits out its 1m30s 'for'
+        assert first["alert_state"] == "pending"
+        tok, itl = (e["value"] for e in first["evidence"])
+        assert 25 < tok < 50 and itl == pytest.approx(17.5)
+        assert first["summary"] == f"Tokenizer slower than a decode step on {target}"
+        # the HBM comparison is evaluated here (Prometheus has the history, 6m in 'fast')
+        assert all(n["alert"] != "InferenceHBMBandwidthSaturated" for n in report["not_evaluated"])
+
+        text = diagnose("--prometheus.url", prometheus.base, "--profile", "fast")
+        assert text.returncode == 1
+        assert re.search(
+            rf"^1\. HOLDS  warning  {TOKENIZER} \[cpu\], alert pending$", text.stdout, re.M
+        )
+
+        _one_line_error(
+            diagnose("--prometheus.url", prometheus.base),
+            "holds recording rules of another profile or site config",
+            "--profile",
+        )
+        _one_line_error(
+            diagnose("--prometheus.url", bare.base),
+            "scrapes 1 sidecar(s) but has none of the pack's recording rules",
+        )
+    finally:
+        stack.close()
+
+
+def test_diagnose_is_a_subcommand() -> None:
+    result = diagnose("--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith(f"usage: {PROG} ")
+    for flag in ("--prometheus.url", "--target", "--duration", "--config", "--output"):
+        assert flag in result.stdout

@@ -1,0 +1,153 @@
+"""The reference engine over HTTP: OpenAI completions, vLLM tokenize and metrics."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.refengine import Engine
+
+from exporter.collectors.tokenizer import request_body, token_count
+from exporter.engines import detect, normalise, parse_exposition
+from exporter.lab.stack import child_pythonpath
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    eng = Engine(tmp_path_factory.mktemp("engine") / "engine.log", "--served-model-name", "ref")
+    yield eng
+    eng.stop()
+
+
+def test_health_and_models(engine: Engine) -> None:
+    assert engine.request("GET", "/health")[0] == 200
+    status, body = engine.request("GET", "/v1/models")
+    assert status == 200
+    assert json.loads(body)["data"][0]["id"] == "ref"
+
+
+def test_tokenize_answers_the_sidecar_probe_as_vllm(engine: Engine) -> None:
+    status, body = engine.request("POST", "/tokenize", request_body("vllm", "Hello world", "ref"))
+    assert status == 200
+    data = json.loads(body)
+    assert set(data) == {"count", "max_model_len", "tokens", "token_strs"}
+    assert data["count"] == len(data["tokens"]) == token_count(body) > 0
+    assert data["max_model_len"] == 1024
+    status, body = engine.request("POST", "/detokenize", {"tokens": data["tokens"]})
+    assert json.loads(body)["prompt"] == "Hello world"
+
+
+def test_completion(engine: Engine) -> None:
+    status, body = engine.request(
+        "POST", "/v1/completions", {"model": "ref", "prompt": "The river", "max_tokens": 7}
+    )
+    assert status == 200
+    data = json.loads(body)
+    assert data["object"] == "text_completion"
+    assert data["choices"][0]["finish_reason"] == "length"
+    assert data["usage"]["completion_tokens"] == 7
+    assert data["usage"]["total_tokens"] == 7 + data["usage"]["prompt_tokens"]
+
+
+def test_streamed_completion_is_server_sent_events(engine: Engine) -> None:
+    body = {
+        "prompt": [5, 6, 7, 8],
+        "max_tokens": 9,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
+    }
+    status, raw = engine.request("POST", "/v1/completions", body)
+    assert status == 200
+    events = [e for e in raw.decode().split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events)
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert chunks[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 9, "total_tokens": 13}
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert reasons[-1] == "length" and set(reasons[:-1]) == {None}
+    # Greedy decoding of the same prompt is deterministic.
+    again = engine.request("POST", "/v1/completions", {**body, "stream": False})[1]
+    text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    assert json.loads(again)["choices"][0]["text"] == text
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"not json", 400),
+        ({"prompt": "x", "model": "other"}, 404),
+        ({"prompt": "x", "max_tokens": 0}, 400),
+        ({"prompt": 5}, 400),
+        ({"prompt": "word " * 2000, "max_tokens": 1}, 400),
+        ({"prompt": [999999]}, 400),
+    ],
+)
+def test_bad_requests(engine: Engine, body: object, status: int) -> None:
+    got, raw = engine.request("POST", "/v1/completions", body)
+    assert got == status
+    assert json.loads(raw)["code"] == status
+
+
+def test_metrics_read_by_the_sidecars_vllm_adapter(engine: Engine) -> None:
+    engine.request("POST", "/v1/completions", {"prompt": "a b c", "max_tokens": 3})
+    status, body = engine.request("GET", "/metrics")
+    assert status == 200
+    families = parse_exposition(body.decode())
+    assert detect(families) == "vllm"
+    series = {(s.name, s.model): s for s in normalise(families, "vllm").series}
+    names = {name for name, _ in series}
+    assert {
+        "inference_queue_depth",
+        "inference_requests_running",
+        "inference_kv_cache_usage_ratio",
+        "inference_prompt_tokens_total",
+        "inference_generation_tokens_total",
+        "inference_time_to_first_token_seconds",
+        "inference_inter_token_latency_seconds",
+        "inference_e2e_request_latency_seconds",
+        "inference_queue_time_seconds",
+        "inference_prefill_time_seconds",
+        "inference_decode_time_seconds",
+    } <= names
+    assert series[("inference_generation_tokens_total", "ref")].value >= 3
+    assert series[("inference_e2e_request_latency_seconds", "ref")].count >= 1
+
+
+def test_sigterm_stops_engine_and_worker(tmp_path: Path) -> None:
+    eng = Engine(tmp_path / "engine.log")
+    took = eng.stop()
+    assert eng.proc.returncode == 0
+    assert took < 10
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--inject", "gpu-melt"], 2, "unknown injection 'gpu-melt'"),
+        (["--size", "huge"], 2, "--size: unknown size"),
+        (["--max-num-seqs", "0"], 2, "--max-num-seqs: must be at least 1"),
+        (["--inject", "h2d-stall", "--device", "cpu"], 1, "h2d-stall needs a CUDA device"),
+        (
+            ["--inject", "hbm-saturation,h2d-stall", "--device", "cpu"],
+            1,
+            "h2d-stall, hbm-saturation needs a CUDA device",
+        ),
+    ],
+)
+def test_engine_errors_are_one_line(args: list[str], code: int, message: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "exporter.lab.engine", "--port", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == code, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert message in last, out.stderr

@@ -1,0 +1,133 @@
+"""The model worker: KV cache, continuous batching, preemption (torch, in process)."""
+
+from __future__ import annotations
+
+import time
+
+import torch  # the reference extra (make install-dev): fails, never skips, without it
+
+from exporter.lab.engine.model import Model, ModelConfig
+from exporter.lab.engine.worker import Request, Scheduler, WorkerConfig
+
+VOCAB = 300
+
+
+def small(slots: int = 4, max_len: int = 64) -> Model:
+    cfg = ModelConfig(vocab_size=VOCAB, layers=2, d_model=32, heads=4, max_len=max_len, seed=3)
+    return Model(cfg, slots=slots, device="cpu", dtype=torch.float32)
+
+
+def scheduler(**kw: int) -> Scheduler:
+    slots = kw.pop("slots", 4)
+    cfg = WorkerConfig(
+        vocab_size=VOCAB, eos_id=0, max_model_len=64, max_num_seqs=slots, block_size=4, **kw
+    )
+    return Scheduler(cfg, small(slots=slots))
+
+
+def test_decode_with_the_cache_matches_a_full_forward_pass() -> None:
+    model = small()
+    tokens = [5, 17, 42, 7, 99, 3]
+    with torch.inference_mode():
+        full = model.prefill(tokens, slot=2)
+        model.prefill(tokens[:4], slot=1)
+        model.decode([tokens[4]], [1], [4])
+        step = model.decode([tokens[5]], [1], [5])[0]
+    assert torch.allclose(full, step, atol=1e-4)
+
+
+def test_batched_decode_over_scattered_slots_matches_one_by_one() -> None:
+    model = small()
+    prompts = {0: [1, 2, 3], 3: [9, 8, 7, 6, 5]}
+    with torch.inference_mode():
+        for slot, p in prompts.items():
+            model.prefill(p, slot)
+        alone = [model.decode([11], [s], [len(p)])[0].clone() for s, p in prompts.items()]
+        for slot, p in prompts.items():
+            model.prefill(p, slot)
+        both = model.decode([11, 11], list(prompts), [len(p) for p in prompts.values()])
+    for i in range(2):
+        assert torch.allclose(alone[i], both[i], atol=1e-4)
+
+
+def test_move_slot_keeps_the_sequence() -> None:
+    model = small()
+    with torch.inference_mode():
+        model.prefill([4, 5, 6], slot=3)
+        expected = model.decode([7], [3], [3])[0].clone()
+        model.prefill([4, 5, 6], slot=3)
+        model.move_slot(3, 0, 3)
+        moved = model.decode([7], [0], [3])[0]
+    assert torch.allclose(expected, moved, atol=1e-5)
+
+
+def run(s: Scheduler, steps: int = 200) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    with torch.inference_mode():
+        for _ in range(steps):
+            if not s.busy:
+                break
+            step = s.step()
+            for rid, token in step.tokens:
+                out.setdefault(rid, []).append(token)
+    return out
+
+
+def test_requests_join_and_leave_the_batch_per_step() -> None:
+    s = scheduler()
+    now = time.monotonic()
+    with torch.inference_mode():
+        s.add(Request("a", (1, 2, 3), 5, 0.0, 1), now)
+        first = s.step()
+        assert first.running == 1
+        s.add(Request("b", (4, 5), 3, 1.0, 2), now)
+        second = s.step()
+        assert sorted(r for r, _ in second.tokens) == ["a", "b"]  # b joined a running batch
+        assert second.running == 2
+    out = run(s)
+    assert len(out["a"]) == 3 and len(out["b"]) == 2  # the rest of 5 and 3 tokens
+    assert s.state.running == [] and s.state.free_blocks == s.state.total_blocks
+
+
+def test_admission_cap_queues_the_rest() -> None:
+    s = scheduler(slots=4)
+    s.cfg = WorkerConfig(**{**s.cfg.__dict__, "max_num_seqs": 1})
+    now = time.monotonic()
+    for i in range(3):
+        s.add(Request(f"r{i}", (1, 2, 3), 2, 0.0, i), now)
+    with torch.inference_mode():
+        step = s.step()
+    assert (step.running, step.waiting) == (1, 2)
+    out = run(s)
+    assert sorted(out) == ["r0", "r1", "r2"]
+
+
+def test_exhausted_kv_pool_preempts_and_recomputes() -> None:
+    # 6 blocks of 4 positions: two sequences growing to 16 positions cannot both fit.
+    s = scheduler(kv_blocks=6)
+    now = time.monotonic()
+    s.add(Request("a", (1, 2, 3, 4), 12, 1.0, 1), now)
+    s.add(Request("b", (5, 6, 7, 8), 12, 1.0, 2), now)
+    out = run(s)
+    assert s.state.preemptions >= 1
+    assert len(out["a"]) == 12 and len(out["b"]) == 12
+    assert s.state.free_blocks == 6
+
+
+def test_prompts_that_cannot_fit_are_refused() -> None:
+    s = scheduler(kv_blocks=2)
+    assert s.add(Request("x", tuple(range(1, 70)), 1, 1.0, 0), 0.0) is not None
+    assert s.add(Request("y", tuple(range(1, 20)), 1, 1.0, 0), 0.0) is not None
+    assert s.add(Request("z", (), 1, 1.0, 0), 0.0) == "empty prompt"
+
+
+def test_abort_frees_the_slot() -> None:
+    s = scheduler()
+    s.add(Request("a", (1, 2, 3), 50, 1.0, 1), 0.0)
+    s.add(Request("b", (1, 2, 3), 50, 1.0, 1), 0.0)
+    with torch.inference_mode():
+        s.step()
+        s.abort("a")
+        step = s.step()
+    assert step.running == 1 and [r for r, _ in step.tokens] == ["b"]
+    assert s.state.running[0].slot == 0
