@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from dashboards import generate
+from exporter.config import ArgumentParser
 
 HERE = Path(__file__).resolve().parent
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m dashboards",
         description="Generate the Grafana dashboards' JSON from the code in dashboards/.",
     )

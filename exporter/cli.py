@@ -19,15 +19,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from exporter import __version__, logs
 from exporter.config import (
-    OPTIONS,
+    ArgumentParser,
     ConfigError,
     Option,
     Settings,
-    collector_option,
     parse_duration,
     read_config_file,
     resolve,
-    settings_from,
+    usage_error,
 )
 
 if TYPE_CHECKING:
@@ -35,50 +34,35 @@ if TYPE_CHECKING:
 
 PROG = "inference-bottleneck-exporter"
 SUBCOMMANDS = ("serve", "record", "diagnose", "load", "demo")
-EXIT_USAGE = 2
+# The flags of ``serve`` that are not options (no environment variable, no config file key).
+VERSION_HELP = "Print the version and exit."
+CONFIG_FILE_HELP = (
+    "YAML file of options, nested (gpu: {poll-interval: 5s}) or dotted (gpu.poll-interval: 5s) "
+    "[env INFERENCE_EXPORTER_CONFIG_FILE]."
+)
+CONFIG_CHECK_HELP = "Validate the configuration, print each value and where it came from, exit."
 
 log = logging.getLogger("exporter")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line and exit code 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{PROG}: error: {message}\n")
-
-
 def _fail(message: str) -> NoReturn:
-    sys.stderr.write(f"{PROG}: error: {message}\n")
-    raise SystemExit(EXIT_USAGE)
+    usage_error(PROG, message)
 
 
 def version_text() -> str:
     return f"{PROG}, version {__version__} (python {platform.python_version()})"
 
 
-def serve_options() -> tuple[Option, ...]:
-    from exporter.collectors import COLLECTORS  # noqa: PLC0415
-
-    extra = tuple(
-        collector_option(name, entry.enabled_by_default, entry.help)
-        for name, entry in COLLECTORS.items()
-    )
-    return OPTIONS + extra
-
-
-def _serve_parser(options: tuple[Option, ...]) -> _Parser:
-    parser = _Parser(
+def _serve_parser(options: tuple[Option, ...]) -> ArgumentParser:
+    parser = ArgumentParser(
         prog=PROG,
         description="Prometheus exporter that finds what a GPU LLM inference server waits for.",
         argument_default=argparse.SUPPRESS,
     )
-    parser.add_argument("--version", action="version", version=version_text())
-    parser.add_argument("--config.file", dest="config_file", metavar="PATH", help="YAML file.")
+    parser.add_argument("--version", action="version", version=version_text(), help=VERSION_HELP)
+    parser.add_argument("--config.file", dest="config_file", metavar="PATH", help=CONFIG_FILE_HELP)
     parser.add_argument(
-        "--config.check",
-        dest="config_check",
-        action="store_true",
-        help="Validate the configuration, print it, and exit.",
+        "--config.check", dest="config_check", action="store_true", help=CONFIG_CHECK_HELP
     )
     for opt in options:
         env_help = f" [env {opt.env}]"
@@ -109,35 +93,18 @@ def _serve_parser(options: tuple[Option, ...]) -> _Parser:
     return parser
 
 
-def _validate_replay(path: Path) -> None:
-    from exporter.backends.replay import TraceError, load_trace  # noqa: PLC0415
-
-    try:
-        load_trace(path)
-    except TraceError as err:
-        raise ConfigError("--gpu.replay-file", str(err)) from None
-
-
-def _validate_mapping(path: Path) -> None:
-    from exporter.engines import load_mapping  # noqa: PLC0415
-
-    try:
-        load_mapping(path)
-    except ValueError as err:
-        raise ConfigError("--engine.mapping-file", str(err)) from None
-
-
 def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings, bool]:
     """Parse ``serve`` arguments; raises ConfigError / SystemExit(2) on bad input."""
+    from exporter.collectors import check_settings, serve_options  # noqa: PLC0415
+
     options = serve_options()
     namespace = vars(_serve_parser(options).parse_args(list(argv)))
     flags: dict[str, Any] = {o.name: namespace[o.dest] for o in options if o.dest in namespace}
     config_path = namespace.get("config_file") or env.get("INFERENCE_EXPORTER_CONFIG_FILE")
     file_values = read_config_file(Path(config_path)) if config_path else {}
     values, sources = resolve(options, flags, env, file_values)
-    settings = settings_from(values, sources, _validate_replay)
-    if settings.engine_mapping_file is not None:
-        _validate_mapping(settings.engine_mapping_file)
+    settings = Settings.of(values, sources)
+    check_settings(settings)
     if settings.web_config_file is not None:
         from exporter.server.websec import parse_web_config  # noqa: PLC0415
 
@@ -146,12 +113,11 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings
 
 
 def _describe(settings: Settings) -> str:
+    from exporter.collectors import serve_options  # noqa: PLC0415
+
     lines = []
     for opt in serve_options():
-        if opt.name.startswith("collector."):
-            value: Any = settings.collectors.get(opt.name.removeprefix("collector."))
-        else:
-            value = getattr(settings, opt.attr)
+        value = settings.values[opt.name]
         lines.append(f"{opt.name}={value} ({settings.sources.get(opt.name, 'default')})")
     return "\n".join(lines)
 
@@ -246,8 +212,15 @@ def serve(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return asyncio.run(_serve(settings))
 
 
+def _duration(flag: str, text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        _fail(f"{flag}: {err}")
+
+
 def record(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    parser = _Parser(
+    parser = ArgumentParser(
         prog=f"{PROG} record",
         description="Record an NVML replay trace (JSON lines) from the GPUs of this machine.",
     )
@@ -268,20 +241,19 @@ def record(argv: Sequence[str], env: Mapping[str, str]) -> int:
     )
     parser.add_argument("--log.level", dest="log_level", default="info", choices=logs.LEVEL_NAMES)
     args = parser.parse_args(list(argv))
-    try:
-        duration = parse_duration(args.duration)
-        interval = parse_duration(args.interval)
-    except ValueError as err:
-        _fail(str(err))
+    duration = _duration("--duration", args.duration)
+    interval = _duration("--gpu.poll-interval", args.interval)
     if not 0 < duration <= 86400:
         _fail(f"--duration: {args.duration} must be more than 0 and at most 24h")
     if not 0.1 <= interval <= 60:
         _fail(f"--gpu.poll-interval: {args.interval} must be between 100ms and 1m")
     if args.replay is not None:
+        from exporter.backends.replay import TraceError, load_trace  # noqa: PLC0415
+
         try:
-            _validate_replay(args.replay)
-        except ConfigError as err:
-            _fail(str(err))
+            load_trace(args.replay)
+        except TraceError as err:
+            _fail(f"--gpu.replay-file: {err}")
     logs.setup(args.log_level, "logfmt")
     from exporter.tools.recorder import record_trace  # noqa: PLC0415
 

@@ -8,12 +8,14 @@ exits 2 (an exporter whose user set a 3 ms interval must refuse, not burn a core
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
@@ -24,12 +26,9 @@ ENV_PREFIX = "INFERENCE_EXPORTER_"
 DEFAULT_PORT = 10960
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("logfmt", "json")
-ENGINE_TYPES = ("auto", "vllm", "sglang", "tgi", "triton", "llamacpp", "custom")
-# Default engine processes to watch: the front-ends and servers of the mainstream engines.
-DEFAULT_PROCESS_MATCH = (
-    r"(?i)vllm|sglang|text-generation-launcher|text-generation-router|text-generation-server"
-    r"|tritonserver|llama-server"
-)
+DEFAULT_SCRAPE_TIMEOUT = 2.0
+#: Exit code of every usage or configuration error, in every command.
+EXIT_USAGE = 2
 
 
 class ConfigError(ValueError):
@@ -41,23 +40,72 @@ class ConfigError(ValueError):
         super().__init__(f"{option}: {problem}")
 
 
-_DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))+$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+def usage_error(prog: str, message: str) -> NoReturn:
+    """End a command with one line on stderr and exit code 2: the way every command fails on
+    input its user can fix."""
+    sys.stderr.write(f"{prog}: error: {message}\n")
+    raise SystemExit(EXIT_USAGE)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """The argument parser of every command: a usage error is one line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        usage_error(self.prog, message)
+
+
+# One duration grammar for every flag, environment variable, config file and subcommand:
+# Prometheus's units, largest first, each at most once, a part may have a fraction
+# (``500ms``, ``15s``, ``1m30s``, ``1.5m``, ``2h``, ``1d``).
+_UNITS = {
+    "y": 365 * 86400.0,
+    "w": 7 * 86400.0,
+    "d": 86400.0,
+    "h": 3600.0,
+    "m": 60.0,
+    "s": 1.0,
+    "ms": 0.001,
+}
+_UNIT_ORDER = tuple(_UNITS)
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
 
 
 def parse_duration(text: str) -> float:
-    """Prometheus-style duration (``500ms``, ``15s``, ``1m30s``) in seconds."""
+    """A duration (``500ms``, ``15s``, ``1m30s``, ``1.5m``) in seconds; ValueError otherwise."""
     text = text.strip()
-    if not _DURATION_RE.match(text):
-        raise ValueError(f"{text!r} is not a duration (use e.g. 500ms, 15s, 1m30s)")
-    return sum(float(n) * _UNITS[u] for n, u in _DURATION_PART.findall(text))
+    position, last, seconds = 0, -1, 0.0
+    for match in _DURATION_PART.finditer(text):
+        rank = _UNIT_ORDER.index(match.group(2))
+        if match.start() != position or rank <= last:
+            break
+        position, last = match.end(), rank
+        seconds += float(match.group(1)) * _UNITS[match.group(2)]
+    if not text or position != len(text):
+        raise ValueError(
+            f"{text!r} is not a duration (use e.g. 500ms, 15s, 1m30s, 1.5m: units ms, s, m, "
+            "h, d, w, y, largest first)"
+        )
+    return seconds
+
+
+_FORMAT_UNITS = (("d", 86400000), ("h", 3600000), ("m", 60000), ("s", 1000), ("ms", 1))
 
 
 def format_duration(seconds: float) -> str:
-    if seconds < 1 and seconds * 1000 == int(seconds * 1000):
-        return f"{int(seconds * 1000)}ms"
-    return f"{seconds:g}s"
+    """Seconds as the shortest duration of that grammar (``300`` -> ``5m``, ``90`` ->
+    ``1m30s``, ``0.5`` -> ``500ms``), which PromQL reads too.
+
+    Rounded to whole milliseconds, the finest unit Prometheus accepts; ``0`` is ``0s``.
+    """
+    ms = round(seconds * 1000)
+    if ms <= 0:
+        return "0s"
+    parts = []
+    for unit, size in _FORMAT_UNITS:
+        count, ms = divmod(ms, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -221,12 +269,15 @@ class Option:
         return text
 
 
-OPTIONS: tuple[Option, ...] = (
+#: The options of the server itself; each collector declares its own (``OPTIONS`` in its
+#: module) and :mod:`exporter.collectors` adds them and the ``--collector.<name>`` toggles.
+CORE_OPTIONS: tuple[Option, ...] = (
     Option(
         "web.listen-address",
         "address",
         f":{DEFAULT_PORT}",
-        "Address to listen on for /metrics and the health endpoints.",
+        "Address of /metrics, /, /-/healthy and /-/ready; 127.0.0.1:0 picks a free port and "
+        "logs it.",
         metavar="HOST:PORT",
         attr="listen_address",
     ),
@@ -242,7 +293,8 @@ OPTIONS: tuple[Option, ...] = (
         "web.config.file",
         "path",
         None,
-        "Web config (exporter-toolkit format): TLS and basic auth users (bcrypt).",
+        "Web config in exporter-toolkit's format: TLS, client certificates, basic auth users "
+        "(bcrypt) and response headers; SECURITY.md lists every field.",
         metavar="PATH",
         attr="web_config_file",
     ),
@@ -254,156 +306,18 @@ OPTIONS: tuple[Option, ...] = (
         attr="web_protect_health",
     ),
     Option(
-        "path.procfs", "path", Path("/proc"), "procfs mountpoint.", metavar="PATH", attr="procfs"
-    ),
-    Option(
-        "gpu.replay-file",
-        "path",
-        None,
-        "Replay this NVML trace (JSON lines) instead of reading NVML.",
-        metavar="PATH",
-        attr="gpu_replay_file",
-    ),
-    Option(
-        "gpu.devices",
-        "str",
-        "",
-        "Comma-separated GPU indexes or UUIDs to watch (default: every GPU the sidecar sees; "
-        "give it the engine's GPUs through NVIDIA_VISIBLE_DEVICES or list them here).",
-        metavar="LIST",
-        attr="gpu_devices",
-    ),
-    Option(
-        "gpu.poll-interval",
-        "duration",
-        3.0,
-        "How often each GPU is read (about 10 NVML calls per read).",
-        minimum=0.5,
-        maximum=300.0,
-        metavar="DURATION",
-        attr="gpu_poll_interval",
-    ),
-    Option(
         "scrape.timeout",
         "duration",
-        2.0,
+        DEFAULT_SCRAPE_TIMEOUT,
         "Deadline for one collector in a scrape, and after which an NVML call counts as hung.",
         minimum=0.1,
         maximum=60.0,
         metavar="DURATION",
         attr="scrape_timeout",
     ),
-    Option(
-        "engine.url",
-        "url",
-        "http://127.0.0.1:8000/metrics",
-        "The inference engine's Prometheus endpoint.",
-        metavar="URL",
-        attr="engine_url",
-    ),
-    Option(
-        "engine.type",
-        "choice",
-        "auto",
-        "Engine whose metric names to read; auto recognises it from the names.",
-        choices=ENGINE_TYPES,
-        attr="engine_type",
-    ),
-    Option(
-        "engine.mapping-file",
-        "path",
-        None,
-        "YAML mapping from source metrics to normalised names (engine.type custom).",
-        metavar="PATH",
-        attr="engine_mapping_file",
-    ),
-    Option(
-        "engine.poll-interval",
-        "duration",
-        5.0,
-        "How often the engine's metrics are polled (off the scrape path).",
-        minimum=0.5,
-        maximum=300.0,
-        metavar="DURATION",
-        attr="engine_poll_interval",
-    ),
-    Option(
-        "engine.timeout",
-        "duration",
-        2.0,
-        "Deadline of one engine poll, body included (slow-drip bodies are cut).",
-        minimum=0.1,
-        maximum=60.0,
-        metavar="DURATION",
-        attr="engine_timeout",
-    ),
-    Option(
-        "engine.max-body",
-        "bytes",
-        16 * 1024**2,
-        "Largest engine response read; a larger one is a failed poll.",
-        minimum=1024,
-        maximum=1024**3,
-        metavar="SIZE",
-        attr="engine_max_body",
-    ),
-    Option(
-        "engine.max-series",
-        "int",
-        1000,
-        "Most normalised series kept per metric; the rest are dropped and counted.",
-        minimum=1,
-        maximum=1_000_000,
-        metavar="N",
-        attr="engine_max_series",
-    ),
-    Option(
-        "tokenizer.probe-interval",
-        "duration",
-        15.0,
-        "How often the tokenizer probe runs (two tokenize requests per probe).",
-        minimum=1.0,
-        maximum=3600.0,
-        metavar="DURATION",
-        attr="tokenizer_probe_interval",
-    ),
-    Option(
-        "tokenizer.url",
-        "str",
-        "",
-        "Tokenize endpoint; empty: the engine URL's host with the engine's tokenize path.",
-        metavar="URL",
-        attr="tokenizer_url",
-    ),
-    Option(
-        "tokenizer.prompt-file",
-        "path",
-        None,
-        "Text of the probe prompt (default: a bundled ~512-token prompt).",
-        metavar="PATH",
-        attr="tokenizer_prompt_file",
-    ),
-    Option(
-        "tokenizer.model",
-        "str",
-        "",
-        "Model name sent with the probe where the engine wants one (default: from the engine's "
-        "metrics).",
-        metavar="NAME",
-        attr="tokenizer_model",
-    ),
-    Option(
-        "process.match",
-        "regex",
-        DEFAULT_PROCESS_MATCH,
-        "Regular expression matched against process command lines to find the engine.",
-        metavar="REGEX",
-        attr="process_match",
-    ),
     Option("log.level", "choice", "info", "Log level.", choices=LOG_LEVELS, attr="log_level"),
     Option("log.format", "choice", "logfmt", "Log format.", choices=LOG_FORMATS, attr="log_format"),
 )
-BY_NAME = {o.name: o for o in OPTIONS}
 
 
 def collector_option(name: str, enabled: bool, help_text: str) -> Option:
@@ -414,37 +328,51 @@ def collector_option(name: str, enabled: bool, help_text: str) -> Option:
 
 @dataclass(frozen=True)
 class Settings:
-    """Resolved, validated configuration of ``serve``."""
+    """Resolved, validated configuration of ``serve``.
 
-    listen_address: str = f":{DEFAULT_PORT}"
-    telemetry_path: str = "/metrics"
-    web_config_file: Path | None = None
-    web_protect_health: bool = False
-    procfs: Path = Path("/proc")
-    gpu_replay_file: Path | None = None
-    gpu_devices: str = ""
-    gpu_poll_interval: float = 3.0
-    scrape_timeout: float = 2.0
-    log_level: str = "info"
-    log_format: str = "logfmt"
-    engine_url: str = "http://127.0.0.1:8000/metrics"
-    engine_type: str = "auto"
-    engine_mapping_file: Path | None = None
-    engine_poll_interval: float = 5.0
-    engine_timeout: float = 2.0
-    engine_max_body: int = 16 * 1024**2
-    engine_max_series: int = 1000
-    tokenizer_probe_interval: float = 15.0
-    tokenizer_url: str = ""
-    tokenizer_prompt_file: Path | None = None
-    tokenizer_model: str = ""
-    process_match: str = DEFAULT_PROCESS_MATCH
-    collectors: dict[str, bool] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)
+    The server's own options are typed fields (one per :data:`CORE_OPTIONS` entry, named by its
+    ``attr``); ``values`` holds every option by name, the collectors' too, which each collector
+    reads through its own typed section (:func:`section`). Defaults live in the options alone:
+    build one with :func:`exporter.collectors.default_settings` or from resolved values.
+    """
+
+    listen_address: str
+    telemetry_path: str
+    web_config_file: Path | None
+    web_protect_health: bool
+    scrape_timeout: float
+    log_level: str
+    log_format: str
+    values: Mapping[str, Any]
+    collectors: Mapping[str, bool]
+    sources: Mapping[str, str]
 
     @property
     def listen(self) -> tuple[str, int]:
         return parse_address(self.listen_address)
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any], sources: Mapping[str, str]) -> Settings:
+        """From resolved values by option name (every option's, incl. ``collector.<name>``)."""
+        collectors = {
+            name.removeprefix("collector."): bool(v)
+            for name, v in values.items()
+            if name.startswith("collector.")
+        }
+        core = {o.attr: values[o.name] for o in CORE_OPTIONS}
+        settings = cls(**core, values=dict(values), collectors=collectors, sources=dict(sources))
+        if settings.telemetry_path in {"/-/healthy", "/-/ready"}:
+            raise ConfigError("--web.telemetry-path", "collides with a health endpoint")
+        return settings
+
+
+_Section = TypeVar("_Section")
+
+
+def section(cls: type[_Section], options: Sequence[Option], settings: Settings) -> _Section:
+    """A collector's typed view of its options: ``cls``'s fields are the options' ``attr``."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{o.attr: settings.values[o.name] for o in options if o.attr in names})
 
 
 def flatten_file(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -506,32 +434,3 @@ def resolve(
         else:
             values[opt.name], sources[opt.name] = opt.default, "default"
     return values, sources
-
-
-def settings_from(
-    values: Mapping[str, Any],
-    sources: Mapping[str, str],
-    validate_replay: Callable[[Path], None] | None = None,
-) -> Settings:
-    """Build :class:`Settings` and check cross-field rules."""
-    collectors = {
-        name.removeprefix("collector."): bool(v)
-        for name, v in values.items()
-        if name.startswith("collector.")
-    }
-    fields = {o.attr: values[o.name] for o in OPTIONS}
-    settings = Settings(**fields, collectors=collectors, sources=dict(sources))
-    if settings.telemetry_path in {"/-/healthy", "/-/ready"}:
-        raise ConfigError("--web.telemetry-path", "collides with a health endpoint")
-    if any(not d.strip() for d in settings.gpu_devices.split(",")) and settings.gpu_devices:
-        raise ConfigError("--gpu.devices", f"{settings.gpu_devices!r} has an empty entry")
-    if settings.tokenizer_url:
-        try:
-            parse_url(settings.tokenizer_url)
-        except ValueError as err:
-            raise ConfigError("--tokenizer.url", str(err)) from None
-    if settings.engine_type == "custom" and settings.engine_mapping_file is None:
-        raise ConfigError("--engine.mapping-file", "required with --engine.type custom")
-    if settings.gpu_replay_file is not None and validate_replay is not None:
-        validate_replay(settings.gpu_replay_file)
-    return settings

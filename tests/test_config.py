@@ -17,13 +17,23 @@ TRACE = ROOT / "exporter" / "data" / "replay-2gpu-synthetic.jsonl"
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("500ms", 0.5), ("15s", 15.0), ("1m30s", 90.0), ("2h", 7200.0), ("1.5s", 1.5)],
+    [
+        ("500ms", 0.5),
+        ("15s", 15.0),
+        ("1m30s", 90.0),
+        ("2h", 7200.0),
+        ("1.5s", 1.5),
+        ("1.5m", 90.0),
+        ("1d2h", 93600.0),
+        ("1w", 604800.0),
+        ("0s", 0.0),
+    ],
 )
 def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "15", "s", "1x", "-1s", "1s2"])
+@pytest.mark.parametrize("text", ["", "15", "s", "1x", "-1s", "1s2", "30s1m", "1m1m", "1.s", ".5s"])
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(text)
@@ -47,9 +57,9 @@ def test_defaults() -> None:
     settings, check = load_settings([], {})
     assert settings.listen_address == ":10960"
     assert settings.telemetry_path == "/metrics"
-    assert settings.procfs == Path("/proc")
-    assert settings.gpu_replay_file is None
-    assert settings.gpu_poll_interval == 3.0
+    assert settings.values["path.procfs"] == Path("/proc")
+    assert settings.values["gpu.replay-file"] is None
+    assert settings.values["gpu.poll-interval"] == 3.0
     assert settings.scrape_timeout == 2.0
     assert settings.collectors == {
         "nvml": True,
@@ -58,10 +68,10 @@ def test_defaults() -> None:
         "tokenizer": True,
         "process": True,
     }
-    assert settings.engine_url == "http://127.0.0.1:8000/metrics"
-    assert settings.engine_type == "auto"
-    assert settings.engine_max_body == 16 * 1024 * 1024
-    assert settings.tokenizer_probe_interval == 15.0
+    assert settings.values["engine.url"] == "http://127.0.0.1:8000/metrics"
+    assert settings.values["engine.type"] == "auto"
+    assert settings.values["engine.max-body"] == 16 * 1024 * 1024
+    assert settings.values["tokenizer.probe-interval"] == 15.0
     assert not check
     assert set(settings.sources.values()) == {"default"}
 
@@ -81,7 +91,7 @@ def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
     )
     assert settings.listen_address == "127.0.0.1:3"
     assert settings.sources["web.listen-address"] == "flag"
-    assert settings.gpu_poll_interval == 20.0
+    assert settings.values["gpu.poll-interval"] == 20.0
     assert settings.sources["gpu.poll-interval"] == "env"
     assert settings.telemetry_path == "/file"
     assert settings.collectors["cpu"] is False
@@ -103,7 +113,7 @@ def test_collector_flags_and_env() -> None:
     ("argv", "env", "message"),
     [
         (["--gpu.poll-interval", "3ms"], {}, "--gpu.poll-interval: 3ms is below the minimum 500ms"),
-        (["--scrape.timeout", "2h"], {}, "--scrape.timeout: 2h is above the maximum 60s"),
+        (["--scrape.timeout", "2h"], {}, "--scrape.timeout: 2h is above the maximum 1m"),
         (["--web.listen-address", "nope"], {}, "--web.listen-address: 'nope' has no port"),
         (
             ["--web.telemetry-path", "metrics"],
@@ -205,5 +215,6 @@ def test_record_rejects_bad_duration() -> None:
     result = run_cli("record", "--duration", "soon", "--out", "/tmp/x.jsonl")
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        "inference-bottleneck-exporter: error: 'soon' is not a duration (use e.g. 500ms, 15s, 1m30s)"
+        "inference-bottleneck-exporter: error: --duration: 'soon' is not a duration (use e.g. "
+        "500ms, 15s, 1m30s, 1.5m: units ms, s, m, h, d, w, y, largest first)"
     )

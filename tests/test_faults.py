@@ -29,13 +29,13 @@ from support.paths import FIXTURES, TRACE
 from exporter import logs
 from exporter.backends import nvml_api
 from exporter.backends.replay import ReplayApi, load_trace
+from exporter.collectors import default_settings
 from exporter.collectors.base import Collector
 from exporter.collectors.cpu import CpuCollector
 from exporter.collectors.engine import EngineCollector, EngineHub
 from exporter.collectors.nvml import NvmlCollector
 from exporter.collectors.process import ProcessCollector
 from exporter.collectors.tokenizer import TokenizerCollector
-from exporter.config import Settings
 from exporter.server.app import Exporter
 
 POLL = 0.5
@@ -67,7 +67,7 @@ class Harness:
             TokenizerCollector(hub, url, interval=POLL, timeout=DEADLINE),
             ProcessCollector("vllm", interval=POLL),
         ]
-        settings = Settings(scrape_timeout=DEADLINE)
+        settings = default_settings(scrape_timeout=DEADLINE)
         self.exporter = Exporter(settings, collectors)
         for collector in collectors:
             collector.start()

@@ -21,8 +21,8 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from exporter.collectors import default_settings
 from exporter.collectors.base import Collection, Collector
-from exporter.config import Settings
 from exporter.engines import ENGINES, detect, normalise, parse_exposition
 from exporter.server.app import Exporter
 
@@ -121,7 +121,7 @@ class Static(Collector):
 
 @pytest.fixture
 async def server() -> AsyncIterator[TestServer]:
-    exporter = Exporter(Settings(scrape_timeout=0.5), [Static()])
+    exporter = Exporter(default_settings(scrape_timeout=0.5), [Static()])
     srv = TestServer(exporter.make_app(), host="127.0.0.1")
     await srv.start_server()
     exporter.ready = True

@@ -380,8 +380,8 @@ def test_sidecar_never_imports_the_reference_engine() -> None:
     code = (
         "import sys, exporter.cli, exporter.server.app, exporter.collectors, exporter.diagnose;"
         "from exporter.collectors import build_collectors;"
-        "from exporter.config import Settings;"
-        "build_collectors(Settings());"
+        "from exporter.collectors import default_settings;"
+        "build_collectors(default_settings());"
         "bad = [m for m in sys.modules if m == 'torch' or m.startswith('exporter.lab.engine')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )

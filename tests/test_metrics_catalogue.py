@@ -20,8 +20,9 @@ from prometheus_client.samples import Sample
 from support.paths import FIXTURES, ROOT, TRACE
 from support.process import ExporterProcess
 
+from exporter.collectors import serve_options
 from exporter.metrics import BY_NAME, CATALOGUE, MetricSpec
-from exporter.tools.docgen import DEFAULT_OUT
+from exporter.tools.docgen import FLAGS_BEGIN, FLAGS_END, METRICS_MD
 
 PROC = FIXTURES / "proc" / "two-cpu"
 # The collectors this test runs (the others need an engine to scrape).
@@ -182,22 +183,50 @@ def _docgen(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _copy_of_repo_docs(tmp: Path) -> Path:
+    (tmp / "docs").mkdir()
+    for name in ("README.md", "docs/metrics.md"):
+        (tmp / name).write_text((ROOT / name).read_text(encoding="utf-8"), encoding="utf-8")
+    return tmp
+
+
 def test_docs_are_generated_from_the_catalogue(tmp_path: Path) -> None:
     result = _docgen("--check")
     assert result.returncode == 0, result.stderr
-    current = DEFAULT_OUT.read_text(encoding="utf-8")
+    current = METRICS_MD.read_text(encoding="utf-8")
     for spec in CATALOGUE:
         assert f"`{spec.name}`" in current
 
-    copy = tmp_path / "metrics.md"
-    copy.write_text(current, encoding="utf-8")
-    assert _docgen("--check", "--out", str(copy)).returncode == 0
+    root = _copy_of_repo_docs(tmp_path)
+    assert _docgen("--check", "--root", str(root)).returncode == 0
 
+    copy = root / "docs" / "metrics.md"
     copy.write_text(current.replace("Board power draw.", "Board power draw (edited)."))
-    result = _docgen("--check", "--out", str(copy))
+    result = _docgen("--check", "--root", str(root))
     assert result.returncode == 1
-    assert result.stderr == f"{copy} is out of date: run python -m exporter.tools.docgen\n"
+    assert result.stderr == (f"out of date: {copy}; run python -m exporter.tools.docgen\n")
+    assert _docgen("--root", str(root)).returncode == 0
+    assert copy.read_text(encoding="utf-8") == current
 
-    missing = tmp_path / "absent.md"
-    assert _docgen("--check", "--out", str(missing)).returncode == 1
-    assert not missing.exists()
+    copy.unlink()
+    assert _docgen("--check", "--root", str(root)).returncode == 1
+    assert not copy.exists()
+
+
+def test_readme_flag_table_is_generated_from_the_options(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index(FLAGS_BEGIN) : readme.index(FLAGS_END)]
+    for option in serve_options():
+        assert f"`--{option.name}`" in table
+        assert f"`{option.env}`" in table
+    for flag in ("--config.file", "--config.check", "--version"):
+        assert f"`{flag}`" in table
+
+    root = _copy_of_repo_docs(tmp_path)
+    edited = readme.replace("| `--gpu.poll-interval` | `3s` |", "| `--gpu.poll-interval` | `5s` |")
+    assert edited != readme
+    (root / "README.md").write_text(edited, encoding="utf-8")
+    result = _docgen("--check", "--root", str(root))
+    assert result.returncode == 1 and "README.md" in result.stderr
+    assert _docgen("--root", str(root)).returncode == 0
+    assert (root / "README.md").read_text(encoding="utf-8") == readme

@@ -16,7 +16,7 @@ from dashboards.common import (
     timeseries,
     warn,
 )
-from exporter.config import Settings
+from exporter.config import DEFAULT_SCRAPE_TIMEOUT
 
 TITLE = "Collectors"
 
@@ -39,7 +39,7 @@ def success() -> AnyPanel:
 
 
 def duration() -> AnyPanel:
-    deadline = Settings().scrape_timeout
+    deadline = DEFAULT_SCRAPE_TIMEOUT
     return timeseries(
         "Collector duration",
         "Time each collector took in the scrape. Collectors read state that background "

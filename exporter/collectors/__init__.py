@@ -1,131 +1,100 @@
-"""The collector table: ``name -> (factory, enabled by default)``.
+"""The collector table: ``name -> (module, enabled by default, help)``.
 
-The CLI derives ``--collector.<name>`` / ``--no-collector.<name>`` from this table, and the app
-builds the enabled collectors from it; a new collector is one module plus one row here.
+Each collector module declares its own flags (``OPTIONS``), checks them across fields
+(``check(settings)``) and builds its collector (``build(settings, shared)``), as node_exporter's
+collectors register theirs. The CLI derives every serve flag from :func:`serve_options`: the
+server's own options, each collector's, and ``--collector.<name>`` / ``--no-collector.<name>``
+from this table; a new collector is one module plus one row here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
-from exporter.collectors.base import Collection, Collector
-from exporter.config import Settings
-
-if TYPE_CHECKING:
-    from exporter.collectors.engine import EngineHub
-
-
-# Seconds between scans of the node's processes (see ProcessCollector).
-PROCESS_SCAN_INTERVAL = 5.0
-
-
-@dataclass
-class Shared:
-    """State that collectors of one exporter share (built once per :func:`build_collectors`)."""
-
-    settings: Settings
-    _hub: EngineHub | None = field(default=None, repr=False)
-
-    @property
-    def engine_hub(self) -> EngineHub:
-        if self._hub is None:
-            from exporter.collectors.engine import EngineHub  # noqa: PLC0415
-
-            self._hub = EngineHub(configured=self.settings.engine_type)
-        return self._hub
+from exporter.collectors import cpu, engine, nvml, process, tokenizer
+from exporter.collectors.base import Collection, Collector, Shared
+from exporter.config import CORE_OPTIONS, Option, Settings, collector_option
 
 
 @dataclass(frozen=True)
 class CollectorEntry:
-    factory: Callable[[Settings, Shared], Collector]
+    module: ModuleType
     enabled_by_default: bool
     help: str
 
+    @property
+    def options(self) -> tuple[Option, ...]:
+        options: tuple[Option, ...] = self.module.OPTIONS
+        return options
 
-def _nvml(settings: Settings, shared: Shared) -> Collector:
-    from exporter.backends.nvml_api import NvmlApi  # noqa: PLC0415
-    from exporter.collectors.nvml import NvmlCollector  # noqa: PLC0415
+    def check(self, settings: Settings) -> None:
+        self.module.check(settings)
 
-    api_factory: Callable[[], NvmlApi]
-    if settings.gpu_replay_file is not None:
-        from exporter.backends.replay import ReplayApi, load_trace  # noqa: PLC0415
-
-        trace = load_trace(settings.gpu_replay_file)
-        api_factory = lambda: ReplayApi(trace)  # noqa: E731
-    else:
-        from exporter.backends.nvml import PynvmlApi  # noqa: PLC0415
-
-        api_factory = PynvmlApi
-
-    devices = frozenset(d.strip() for d in settings.gpu_devices.split(",") if d.strip())
-    return NvmlCollector(
-        api_factory,
-        poll_interval=settings.gpu_poll_interval,
-        deadline=settings.scrape_timeout,
-        devices=devices,
-    )
-
-
-def _cpu(settings: Settings, shared: Shared) -> Collector:
-    from exporter.collectors.cpu import CpuCollector  # noqa: PLC0415
-
-    return CpuCollector(settings.procfs)
-
-
-def _engine(settings: Settings, shared: Shared) -> Collector:
-    from exporter.collectors.engine import EngineCollector  # noqa: PLC0415
-
-    return EngineCollector(
-        shared.engine_hub,
-        settings.engine_url,
-        poll_interval=settings.engine_poll_interval,
-        timeout=settings.engine_timeout,
-        max_body=settings.engine_max_body,
-        max_series=settings.engine_max_series,
-        mapping_file=settings.engine_mapping_file,
-    )
-
-
-def _tokenizer(settings: Settings, shared: Shared) -> Collector:
-    from exporter.collectors.tokenizer import TokenizerCollector, load_prompt  # noqa: PLC0415
-
-    return TokenizerCollector(
-        shared.engine_hub,
-        settings.engine_url,
-        url=settings.tokenizer_url,
-        interval=settings.tokenizer_probe_interval,
-        timeout=settings.engine_timeout,
-        prompt=load_prompt(settings.tokenizer_prompt_file),
-        model=settings.tokenizer_model,
-        engine_poll_interval=settings.engine_poll_interval,
-    )
-
-
-def _process(settings: Settings, shared: Shared) -> Collector:
-    from exporter.collectors.process import ProcessCollector  # noqa: PLC0415
-
-    return ProcessCollector(settings.process_match, interval=PROCESS_SCAN_INTERVAL)
+    def build(self, settings: Settings, shared: Shared) -> Collector:
+        build: Callable[[Settings, Shared], Collector] = self.module.build
+        return build(settings, shared)
 
 
 COLLECTORS: dict[str, CollectorEntry] = {
-    "nvml": CollectorEntry(_nvml, True, "GPU utilisation, HBM bandwidth, power, clocks, Xids"),
-    "cpu": CollectorEntry(_cpu, True, "node CPU time by mode, softirq share, softirq vectors"),
-    "engine": CollectorEntry(_engine, True, "the engine's queue, batch, KV cache and latencies"),
-    "tokenizer": CollectorEntry(_tokenizer, True, "active probe of the engine's tokenizer"),
-    "process": CollectorEntry(_process, True, "CPU of the engine's processes and hottest thread"),
+    "nvml": CollectorEntry(nvml, True, "GPU utilisation, HBM bandwidth, power, clocks, Xids"),
+    "cpu": CollectorEntry(cpu, True, "node CPU time by mode, softirq share, softirq vectors"),
+    "engine": CollectorEntry(engine, True, "the engine's queue, batch, KV cache and latencies"),
+    "tokenizer": CollectorEntry(tokenizer, True, "active probe of the engine's tokenizer"),
+    "process": CollectorEntry(process, True, "CPU of the engine's processes and hottest thread"),
 }
+
+
+def serve_options() -> tuple[Option, ...]:
+    """Every ``serve`` option: the server's, each collector's, then the collector toggles."""
+    own = tuple(option for entry in COLLECTORS.values() for option in entry.options)
+    toggles = tuple(
+        collector_option(name, entry.enabled_by_default, entry.help)
+        for name, entry in COLLECTORS.items()
+    )
+    return CORE_OPTIONS + own + toggles
+
+
+def check_settings(settings: Settings) -> None:
+    """Every collector's cross-field checks (whether enabled or not: a config is valid or not
+    whatever is switched on today). Raises :class:`~exporter.config.ConfigError`."""
+    for entry in COLLECTORS.values():
+        entry.check(settings)
+
+
+def default_settings(**overrides: Any) -> Settings:
+    """Settings from every option's default, with ``overrides`` by option name (dots and dashes
+    as ``_``, e.g. ``scrape_timeout=0.5``): for tests and for code that embeds the exporter."""
+    options = serve_options()
+    by_dest = {option.dest: option for option in options}
+    unknown = sorted(set(overrides) - set(by_dest))
+    if unknown:
+        raise TypeError(f"unknown option {unknown[0]!r}")
+    values: dict[str, Any] = {option.name: option.default for option in options}
+    values.update({by_dest[dest].name: value for dest, value in overrides.items()})
+    sources: Mapping[str, str] = {name: "default" for name in values}
+    return Settings.of(values, sources)
 
 
 def build_collectors(settings: Settings) -> list[Collector]:
     """The enabled collectors, in table order."""
     shared = Shared(settings)
     return [
-        entry.factory(settings, shared)
+        entry.build(settings, shared)
         for name, entry in COLLECTORS.items()
         if settings.collectors.get(name, entry.enabled_by_default)
     ]
 
 
-__all__ = ["COLLECTORS", "Collection", "Collector", "CollectorEntry", "build_collectors"]
+__all__ = [
+    "COLLECTORS",
+    "Collection",
+    "Collector",
+    "CollectorEntry",
+    "build_collectors",
+    "check_settings",
+    "default_settings",
+    "serve_options",
+]

@@ -8,10 +8,15 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import aiohttp
 from prometheus_client.metrics_core import Metric
+
+from exporter.config import Settings
+
+if TYPE_CHECKING:
+    from exporter.collectors.engine import EngineHub
 
 T = TypeVar("T")
 
@@ -27,6 +32,27 @@ class Collection:
     metrics: list[Metric] = field(default_factory=list)
     success: bool = True
     error: str = ""
+
+
+@dataclass
+class Shared:
+    """State that the collectors of one exporter share (built once per build)."""
+
+    settings: Settings
+    _hub: EngineHub | None = field(default=None, repr=False)
+
+    @property
+    def engine_hub(self) -> EngineHub:
+        """The engine type as the engine collector last recognised it (the tokenizer probe
+        follows it)."""
+        if self._hub is None:
+            from exporter.collectors.engine import OPTIONS as ENGINE_OPTIONS  # noqa: PLC0415
+            from exporter.collectors.engine import EngineHub, EngineOptions  # noqa: PLC0415
+            from exporter.config import section  # noqa: PLC0415
+
+            configured = section(EngineOptions, ENGINE_OPTIONS, self.settings).type
+            self._hub = EngineHub(configured=configured)
+        return self._hub
 
 
 class Collector:

@@ -36,7 +36,8 @@ from prometheus_client.metrics_core import Metric
 from exporter import metrics as m
 from exporter.backends import procfs
 from exporter.backends.procfs import CpuStat, CpuTimes, ProcfsError, Softirqs
-from exporter.collectors.base import Collection, Collector, WindowHistory
+from exporter.collectors.base import Collection, Collector, Shared, WindowHistory
+from exporter.config import Option, Settings
 
 
 def hottest_softirq_ratio(
@@ -125,3 +126,26 @@ def _softirq_metric(softirqs: Softirqs) -> Metric:
     for vector, count in softirqs.counts.items():
         family.add_metric([vector], count)
     return family
+
+
+# --- flags and construction -------------------------------------------------------------------
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "path.procfs",
+        "path",
+        Path("/proc"),
+        "procfs mount point (in a container /proc/stat still shows the whole node, which is "
+        "what the cpu collector reads).",
+        metavar="PATH",
+        attr="procfs",
+    ),
+)
+
+
+def check(settings: Settings) -> None:
+    """Nothing to check across flags."""
+
+
+def build(settings: Settings, shared: Shared) -> CpuCollector:
+    return CpuCollector(settings.values["path.procfs"])

@@ -36,7 +36,8 @@ from prometheus_client.metrics_core import Metric
 
 from exporter import metrics as m
 from exporter.backends.http import FetchError, fetch
-from exporter.collectors.base import Collection, HttpPollingCollector
+from exporter.collectors.base import Collection, HttpPollingCollector, Shared
+from exporter.config import ConfigError, Option, Settings, section
 from exporter.engines import (
     ENGINES,
     detect_names,
@@ -55,6 +56,10 @@ log = logging.getLogger(__name__)
 # exports the engine-reported tokenizer latency next to its own probe's).
 FOREIGN = frozenset({"inference_tokenizer_latency_seconds"})
 STALE_INTERVALS = 3
+DEFAULT_POLL_INTERVAL = 5.0
+DEFAULT_TIMEOUT = 2.0
+DEFAULT_MAX_BODY = 16 * 1024**2
+DEFAULT_MAX_SERIES = 1000
 
 
 @dataclass
@@ -124,10 +129,10 @@ class EngineCollector(HttpPollingCollector):
         hub: EngineHub,
         url: str,
         *,
-        poll_interval: float = 5.0,
-        timeout: float = 2.0,
-        max_body: int = 16 * 1024**2,
-        max_series: int = 1000,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_body: int = DEFAULT_MAX_BODY,
+        max_series: int = DEFAULT_MAX_SERIES,
         mapping_file: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -243,3 +248,110 @@ class EngineCollector(HttpPollingCollector):
         built = list(families.values())
         self._built = (snapshot, engine, built)  # one assignment: safe for concurrent scrapes
         return built
+
+
+# --- flags and construction -------------------------------------------------------------------
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "engine.url",
+        "url",
+        "http://127.0.0.1:8000/metrics",
+        "The engine's own Prometheus endpoint (configuration only, never taken from a request).",
+        metavar="URL",
+        attr="url",
+    ),
+    Option(
+        "engine.type",
+        "choice",
+        "auto",
+        "Engine whose metric names to read; auto recognises it from the names.",
+        choices=("auto", *ENGINES),
+        attr="type",
+    ),
+    Option(
+        "engine.mapping-file",
+        "path",
+        None,
+        "YAML mapping of an in-house server's metrics to the normalised names (engine.type "
+        "custom; docs/engines.md).",
+        metavar="PATH",
+        attr="mapping_file",
+    ),
+    Option(
+        "engine.poll-interval",
+        "duration",
+        DEFAULT_POLL_INTERVAL,
+        "How often the engine's metrics are polled (off the scrape path).",
+        minimum=0.5,
+        maximum=300.0,
+        metavar="DURATION",
+        attr="poll_interval",
+    ),
+    Option(
+        "engine.timeout",
+        "duration",
+        DEFAULT_TIMEOUT,
+        "Deadline of one engine poll, body included (slow-drip bodies are cut).",
+        minimum=0.1,
+        maximum=60.0,
+        metavar="DURATION",
+        attr="timeout",
+    ),
+    Option(
+        "engine.max-body",
+        "bytes",
+        DEFAULT_MAX_BODY,
+        "Largest engine response read; a larger one is a failed poll.",
+        minimum=1024,
+        maximum=1024**3,
+        metavar="SIZE",
+        attr="max_body",
+    ),
+    Option(
+        "engine.max-series",
+        "int",
+        DEFAULT_MAX_SERIES,
+        "Most normalised series kept per metric; the rest are dropped and counted.",
+        minimum=1,
+        maximum=1_000_000,
+        metavar="N",
+        attr="max_series",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    url: str
+    type: str
+    mapping_file: Path | None
+    poll_interval: float
+    timeout: float
+    max_body: int
+    max_series: int
+
+
+def check(settings: Settings) -> None:
+    """Cross-field checks at start-up: the custom mapping is given and valid."""
+    opts = section(EngineOptions, OPTIONS, settings)
+    if opts.type == "custom" and opts.mapping_file is None:
+        raise ConfigError("--engine.mapping-file", "required with --engine.type custom")
+    if opts.mapping_file is not None:
+        try:
+            load_mapping(opts.mapping_file)
+        except ValueError as err:
+            raise ConfigError("--engine.mapping-file", str(err)) from None
+
+
+def build(settings: Settings, shared: Shared) -> EngineCollector:
+    opts = section(EngineOptions, OPTIONS, settings)
+    return EngineCollector(
+        shared.engine_hub,
+        opts.url,
+        poll_interval=opts.poll_interval,
+        timeout=opts.timeout,
+        max_body=opts.max_body,
+        max_series=opts.max_series,
+        mapping_file=opts.mapping_file,
+    )

@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
@@ -46,10 +47,13 @@ from exporter.backends.nvml_api import (
     NvmlApi,
     NvmlError,
 )
-from exporter.collectors.base import Collection, Collector
+from exporter.collectors.base import Collection, Collector, Shared
+from exporter.config import DEFAULT_SCRAPE_TIMEOUT, ConfigError, Option, Settings, section
 from exporter.priority import SCRAPES
 
 log = logging.getLogger(__name__)
+
+DEFAULT_POLL_INTERVAL = 3.0
 
 # Clock event reason bits (nvml.h nvmlClocksEventReason*), exported as label values.
 CLOCK_EVENT_REASONS = (
@@ -142,8 +146,8 @@ class NvmlCollector(Collector):
         self,
         api_factory: Callable[[], NvmlApi],
         *,
-        poll_interval: float = 3.0,
-        deadline: float = 2.0,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        deadline: float = DEFAULT_SCRAPE_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
         max_backoff: float = 60.0,
         devices: frozenset[str] = frozenset(),
@@ -494,3 +498,81 @@ class _Families:
 
 def _f(value: int | None) -> float | None:
     return None if value is None else float(value)
+
+
+# --- flags and construction -------------------------------------------------------------------
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "gpu.replay-file",
+        "path",
+        None,
+        "Replay this NVML trace (JSON lines) instead of reading NVML.",
+        metavar="PATH",
+        attr="replay_file",
+    ),
+    Option(
+        "gpu.devices",
+        "str",
+        "",
+        "Comma-separated GPU indexes or UUIDs to watch (default: every GPU the sidecar sees; "
+        "give it the engine's GPUs through NVIDIA_VISIBLE_DEVICES or list them here).",
+        metavar="LIST",
+        attr="devices",
+    ),
+    Option(
+        "gpu.poll-interval",
+        "duration",
+        DEFAULT_POLL_INTERVAL,
+        "How often each GPU is read (about 10 NVML calls per read).",
+        minimum=0.5,
+        maximum=300.0,
+        metavar="DURATION",
+        attr="poll_interval",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class NvmlOptions:
+    replay_file: Path | None
+    devices: str
+    poll_interval: float
+
+    @property
+    def device_set(self) -> frozenset[str]:
+        return frozenset(d.strip() for d in self.devices.split(",") if d.strip())
+
+
+def check(settings: Settings) -> None:
+    """Cross-field checks at start-up: the device list, the replay trace."""
+    opts = section(NvmlOptions, OPTIONS, settings)
+    if opts.devices and any(not d.strip() for d in opts.devices.split(",")):
+        raise ConfigError("--gpu.devices", f"{opts.devices!r} has an empty entry")
+    if opts.replay_file is not None:
+        from exporter.backends.replay import TraceError, load_trace  # noqa: PLC0415
+
+        try:
+            load_trace(opts.replay_file)
+        except TraceError as err:
+            raise ConfigError("--gpu.replay-file", str(err)) from None
+
+
+def build(settings: Settings, shared: Shared) -> NvmlCollector:
+    opts = section(NvmlOptions, OPTIONS, settings)
+    api_factory: Callable[[], NvmlApi]
+    if opts.replay_file is not None:
+        from exporter.backends.replay import ReplayApi, load_trace  # noqa: PLC0415
+
+        trace = load_trace(opts.replay_file)
+        api_factory = lambda: ReplayApi(trace)  # noqa: E731
+    else:
+        from exporter.backends.nvml import PynvmlApi  # noqa: PLC0415
+
+        api_factory = PynvmlApi
+    return NvmlCollector(
+        api_factory,
+        poll_interval=opts.poll_interval,
+        deadline=settings.scrape_timeout,
+        devices=opts.device_set,
+    )

@@ -19,11 +19,11 @@ Emits (label ``engine``)::
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -34,21 +34,26 @@ from prometheus_client.metrics_core import Metric
 
 from exporter import metrics as m
 from exporter.backends.http import FetchError, fetch
-from exporter.collectors.base import Collection, HttpPollingCollector
-from exporter.collectors.engine import STALE_INTERVALS, EngineHub, add_series
+from exporter.collectors.base import Collection, HttpPollingCollector, Shared
+from exporter.collectors.engine import (
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_TIMEOUT,
+    STALE_INTERVALS,
+    EngineHub,
+    EngineOptions,
+    add_series,
+)
+from exporter.collectors.engine import OPTIONS as ENGINE_OPTIONS
+from exporter.config import ConfigError, Option, Settings, parse_url, section
+from exporter.engines import BY_ENGINE
+from exporter.engines.model import Tokenize, token_count
 
 log = logging.getLogger(__name__)
 
 SHORT_PROMPT = "Hi"
 MAX_RESPONSE = 4 * 1024 * 1024
 
-# Tokenize endpoint path per engine; Triton has none (set --tokenizer.url for a front-end).
-PATHS = {
-    "vllm": "/tokenize",
-    "sglang": "/tokenize",
-    "tgi": "/tokenize",
-    "llamacpp": "/tokenize",
-}
+DEFAULT_INTERVAL = 15.0
 
 
 def default_prompt() -> str:
@@ -56,32 +61,10 @@ def default_prompt() -> str:
 
 
 def request_body(engine: str, text: str, model: str) -> dict[str, Any]:
-    """The tokenize request of each engine's API."""
-    if engine == "tgi":
-        return {"inputs": text}
-    if engine == "llamacpp":
-        return {"content": text}
-    body: dict[str, Any] = {"prompt": text}
-    if model:
-        body["model"] = model
-    return body
-
-
-def token_count(body: bytes) -> int:
-    """Tokens in a tokenize response of any supported engine; ValueError when unrecognised."""
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"tokenize response is not JSON ({err})") from None
-    if isinstance(data, list):  # TGI: one object per token
-        return len(data)
-    if isinstance(data, dict):
-        if isinstance(data.get("count"), int) and not isinstance(data["count"], bool):
-            return int(data["count"])
-        tokens = data.get("tokens")
-        if isinstance(tokens, list):
-            return len(tokens)
-    raise ValueError("tokenize response has neither 'count' nor 'tokens'")
+    """The tokenize request of the engine's API (vLLM and SGLang when the engine is unknown)."""
+    spec = BY_ENGINE.get(engine)
+    tokenize = spec.tokenize if spec is not None and spec.tokenize is not None else Tokenize()
+    return tokenize.body(text, model)
 
 
 class TokenizerCollector(HttpPollingCollector):
@@ -95,11 +78,11 @@ class TokenizerCollector(HttpPollingCollector):
         engine_url: str,
         *,
         url: str = "",
-        interval: float = 15.0,
-        timeout: float = 2.0,
+        interval: float = DEFAULT_INTERVAL,
+        timeout: float = DEFAULT_TIMEOUT,
         prompt: str | None = None,
         model: str = "",
-        engine_poll_interval: float = 5.0,
+        engine_poll_interval: float = DEFAULT_POLL_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
@@ -127,9 +110,10 @@ class TokenizerCollector(HttpPollingCollector):
         engine = self.hub.engine
         if self.url:
             return engine, self.url
-        path = PATHS.get(engine)
-        if path is None:
+        spec = BY_ENGINE.get(engine)
+        if spec is None or spec.tokenize is None:
             return None
+        path = spec.tokenize.path
         parts = urlsplit(self.engine_url)
         return engine, urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
@@ -222,3 +206,78 @@ class TokenizerCollector(HttpPollingCollector):
 def load_prompt(path: Path | None) -> str | None:
     """The probe prompt from ``--tokenizer.prompt-file`` (None: the bundled one)."""
     return None if path is None else path.read_text(encoding="utf-8")
+
+
+# --- flags and construction -------------------------------------------------------------------
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "tokenizer.probe-interval",
+        "duration",
+        DEFAULT_INTERVAL,
+        "How often the tokenizer probe runs: a 1-token and a ~512-token tokenize request each "
+        "time.",
+        minimum=1.0,
+        maximum=3600.0,
+        metavar="DURATION",
+        attr="probe_interval",
+    ),
+    Option(
+        "tokenizer.url",
+        "str",
+        "",
+        "Tokenize endpoint; empty: the engine URL's host with the engine's tokenize path.",
+        metavar="URL",
+        attr="url",
+    ),
+    Option(
+        "tokenizer.prompt-file",
+        "path",
+        None,
+        "Text of the probe prompt (default: a bundled ~512-token prompt).",
+        metavar="PATH",
+        attr="prompt_file",
+    ),
+    Option(
+        "tokenizer.model",
+        "str",
+        "",
+        "Model name sent with the probe where the engine wants one (default: from the engine's "
+        "metrics).",
+        metavar="NAME",
+        attr="model",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class TokenizerOptions:
+    probe_interval: float
+    url: str
+    prompt_file: Path | None
+    model: str
+
+
+def check(settings: Settings) -> None:
+    """Cross-field checks at start-up: the tokenize URL, when given, is a URL."""
+    url = section(TokenizerOptions, OPTIONS, settings).url
+    if url:
+        try:
+            parse_url(url)
+        except ValueError as err:
+            raise ConfigError("--tokenizer.url", str(err)) from None
+
+
+def build(settings: Settings, shared: Shared) -> TokenizerCollector:
+    opts = section(TokenizerOptions, OPTIONS, settings)
+    engine = section(EngineOptions, ENGINE_OPTIONS, settings)
+    return TokenizerCollector(
+        shared.engine_hub,
+        engine.url,
+        url=opts.url,
+        interval=opts.probe_interval,
+        timeout=engine.timeout,
+        prompt=load_prompt(opts.prompt_file),
+        model=opts.model,
+        engine_poll_interval=engine.poll_interval,
+    )

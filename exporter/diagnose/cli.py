@@ -40,9 +40,11 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
 from exporter.backends.http import FetchError, fetch, make_session
+from exporter.config import EXIT_USAGE, ArgumentParser, parse_duration
+from exporter.config import format_duration as duration
 from exporter.diagnose.promql import (
     NAME,
     SET_OPS,
@@ -66,18 +68,12 @@ from exporter.engines.parse import parse_exposition
 from exporter.signatures.catalogue import catalogue
 from exporter.signatures.config import PROFILES, SignatureConfigError, SiteConfig, load_config
 from exporter.signatures.model import AlertRule, Evidence, Signature, fill
-from exporter.signatures.promql import (
-    duration,
-    matchers,
-    num,
-    parse_duration,
-    split_matchers,
-)
+from exporter.signatures.promql import matchers, num, split_matchers
 from exporter.signatures.render import runbook_url
 from exporter.signatures.sources import recording_rules
 
 PROG = "inference-bottleneck-exporter diagnose"
-EXIT_NONE, EXIT_FOUND, EXIT_ERROR = 0, 1, 2
+EXIT_NONE, EXIT_FOUND, EXIT_ERROR = 0, 1, EXIT_USAGE
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 ORDERED = frozenset({">", "<", ">=", "<="})
 MAX_BODY = 16 * 1024 * 1024
@@ -86,11 +82,6 @@ DEFAULT_METRICS_PATH = "/metrics"
 
 class DiagnoseError(Exception):
     """Something the user can fix; ``str()`` is the one line printed."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_ERROR, f"{PROG}: error: {message}\n")
 
 
 # --- results ----------------------------------------------------------------------------------
@@ -743,8 +734,8 @@ def as_text(report: Report) -> str:
 # --- command line -----------------------------------------------------------------------------
 
 
-def _parser() -> _Parser:
-    parser = _Parser(
+def _parser() -> ArgumentParser:
+    parser = ArgumentParser(
         prog=PROG,
         description=(
             "Rank the bottleneck signatures that hold (or nearly hold) now, from Prometheus "

@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.signatures.promql import parse_duration
+from exporter.config import parse_duration
 
 Labels = tuple[tuple[str, str], ...]
 NAME = "__name__"
@@ -658,7 +658,7 @@ class Evaluator:
 
 
 def _duration(seconds: float) -> str:
-    from exporter.signatures.promql import duration  # noqa: PLC0415
+    from exporter.config import format_duration as duration  # noqa: PLC0415
 
     return duration(seconds)
 

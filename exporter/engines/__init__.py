@@ -6,9 +6,11 @@ Pure functions over parsed families (no I/O except :func:`load_mapping`, no regi
     engine = detect(families)                  # "vllm", "sglang", ... or None
     snapshot = normalise(families, engine, mapping=None, max_series=1000)
 
-One module per engine holds its declarative table (source names, current and deprecated,
-model label, unit conversion) and documents what it maps and why; :mod:`.rules` applies the
-tables the same way for every engine.
+One module per engine holds its :class:`~exporter.engines.model.EngineSpec` (metric prefixes,
+the declarative mapping table with current and deprecated names, model label and unit
+conversion, tokenize endpoint, process regex) and documents what it maps and why; :mod:`.rules`
+applies the tables the same way for every engine. Adding an engine is one module and one entry
+in :data:`SPECS`.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from prometheus_client.metrics_core import Metric
 
 from exporter.engines import custom, llamacpp, sglang, tgi, triton, vllm
 from exporter.engines.custom import CustomMapping, load_mapping
-from exporter.engines.model import EngineSnapshot
+from exporter.engines.model import EngineSnapshot, EngineSpec
 from exporter.engines.parse import parse_exposition
-from exporter.engines.rules import NORMALISED, CounterPair, Rule, apply_rules
+from exporter.engines.rules import NORMALISED, CounterPair, apply_rules
 from exporter.priority import no_pause
 
 __all__ = [
     "ENGINES",
     "NORMALISED",
+    "SPECS",
     "CustomMapping",
     "detect",
     "detect_names",
@@ -37,26 +40,23 @@ __all__ = [
     "source_keys",
 ]
 
-#: Engine types, as given to ``--engine.type`` (besides ``auto``) and used as label ``engine``.
-ENGINES: tuple[str, ...] = ("vllm", "sglang", "tgi", "triton", "llamacpp", "custom")
+#: Every engine the sidecar reads, in the order of ``--engine.type``'s choices.
+SPECS: tuple[EngineSpec, ...] = (vllm.SPEC, sglang.SPEC, tgi.SPEC, triton.SPEC, llamacpp.SPEC)
+BY_ENGINE: dict[str, EngineSpec] = {spec.name: spec for spec in SPECS}
 
-_RULES: dict[str, tuple[Rule, ...]] = {
-    "vllm": vllm.RULES,
-    "sglang": sglang.RULES,
-    "tgi": tgi.RULES,
-    "triton": triton.RULES,
-    "llamacpp": llamacpp.RULES,
-}
+#: Engine types, as given to ``--engine.type`` (besides ``auto``) and used as label ``engine``:
+#: the specs' and ``custom`` (a YAML mapping, or a server instrumented with the normalised names).
+ENGINES: tuple[str, ...] = (*BY_ENGINE, "custom")
 
-# Checked in this order: Triton first, because its Python and vLLM backends export their own
-# families next to nv_inference_*; the server is still Triton.
-_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("triton", triton.PREFIX),
-    ("vllm", vllm.PREFIX),
-    ("sglang", sglang.PREFIX),
-    ("tgi", tgi.PREFIX),
-    ("llamacpp", llamacpp.PREFIX),
+# An engine that serves another's metrics next to its own is recognised first.
+_DETECTION_ORDER: tuple[EngineSpec, ...] = tuple(
+    sorted(SPECS, key=lambda spec: not any(w in BY_ENGINE for w in spec.wraps))
 )
+
+
+def process_match() -> str:
+    """The default ``--process.match``: every engine's processes, case-insensitively."""
+    return "(?i)" + "|".join(spec.process for spec in SPECS)
 
 
 def detect(families: Sequence[Metric]) -> str | None:
@@ -73,9 +73,10 @@ def detect(families: Sequence[Metric]) -> str | None:
 
 def detect_names(names: set[str], samples: set[str]) -> str | None:
     """:func:`detect` from the family names and sample names alone."""
-    for engine, prefix in _PREFIXES:
-        if any(name.startswith(prefix) for name in names | samples):
-            return engine
+    every = names | samples
+    for spec in _DETECTION_ORDER:
+        if any(name.startswith(spec.prefixes) for name in every):
+            return spec.name
     if any(_is_normalised_sample(name) for name in samples):
         return "custom"
     return None
@@ -93,7 +94,7 @@ def _key(name: str) -> str:
 
 def source_keys(engine: str, mapping: CustomMapping | None = None) -> frozenset[str]:
     """Family keys (names without ``_total``, ``_bucket``, ...) the engine's rules read."""
-    rules = custom.rules(mapping) if engine == "custom" else _RULES[engine]
+    rules = custom.rules(mapping) if engine == "custom" else BY_ENGINE[engine].rules
     keys: set[str] = set()
     for r in rules:
         for alternative in r.alternatives:
@@ -164,8 +165,8 @@ def normalise(
     ``EngineSnapshot.dropped[name]``. Raises :class:`ValueError` for an unknown engine type."""
     if engine == "custom":
         rules = custom.rules(mapping)
-    elif engine in _RULES:
-        rules = _RULES[engine]
+    elif engine in BY_ENGINE:
+        rules = BY_ENGINE[engine].rules
     else:
         raise ValueError(f"unknown engine type {engine!r} (one of: {', '.join(ENGINES)})")
     return apply_rules(families, engine, rules, max_series=max_series)

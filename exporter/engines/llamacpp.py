@@ -22,6 +22,7 @@ No latency histograms (only cumulative ``prompt_seconds_total`` and
 
 from __future__ import annotations
 
+from exporter.engines.model import EngineSpec, Tokenize
 from exporter.engines.rules import Rule, Source, rule
 
 PREFIX = "llamacpp:"
@@ -36,4 +37,12 @@ RULES: tuple[Rule, ...] = (
     ),
     rule("inference_prompt_tokens_total", Source("llamacpp:prompt_tokens_total")),
     rule("inference_generation_tokens_total", Source("llamacpp:tokens_predicted_total")),
+)
+
+SPEC = EngineSpec(
+    name="llamacpp",
+    prefixes=(PREFIX,),
+    rules=RULES,
+    tokenize=Tokenize(body=lambda text, model: {"content": text}),
+    process="llama-server",
 )

@@ -31,6 +31,7 @@ No prefill/decode time histograms; SGLang keeps tokenizer time in traces, not me
 
 from __future__ import annotations
 
+from exporter.engines.model import EngineSpec, Tokenize
 from exporter.engines.rules import Rule, Source, rule
 
 PREFIX = "sglang:"
@@ -55,4 +56,13 @@ RULES: tuple[Rule, ...] = (
     ),
     rule("inference_e2e_request_latency_seconds", _s("sglang:e2e_request_latency_seconds")),
     rule("inference_queue_time_seconds", _s("sglang:queue_time_seconds")),
+)
+
+SPEC = EngineSpec(
+    name="sglang",
+    prefixes=(PREFIX,),
+    rules=RULES,
+    tokenize=Tokenize(),
+    preallocates_memory=True,
+    process="sglang",
 )

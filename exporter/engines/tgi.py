@@ -30,6 +30,7 @@ not requests).
 
 from __future__ import annotations
 
+from exporter.engines.model import EngineSpec, Tokenize
 from exporter.engines.rules import Rule, Source, rule
 
 PREFIX = "tgi_"
@@ -46,4 +47,13 @@ RULES: tuple[Rule, ...] = (
     rule("inference_e2e_request_latency_seconds", Source("tgi_request_duration")),
     rule("inference_queue_time_seconds", Source("tgi_request_queue_duration")),
     rule("inference_tokenizer_latency_seconds", Source("tgi_request_validation_duration")),
+)
+
+SPEC = EngineSpec(
+    name="tgi",
+    prefixes=(PREFIX,),
+    rules=RULES,
+    tokenize=Tokenize(body=lambda text, model: {"inputs": text}),
+    preallocates_memory=True,
+    process="text-generation-launcher|text-generation-router|text-generation-server",
 )

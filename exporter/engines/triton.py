@@ -36,6 +36,7 @@ per iteration), no tokenizer latency.
 
 from __future__ import annotations
 
+from exporter.engines.model import EngineSpec
 from exporter.engines.rules import CounterPair, LabelMatcher, Rule, Source, rule
 
 PREFIX = "nv_inference_"
@@ -88,4 +89,15 @@ RULES: tuple[Rule, ...] = (
         _timed("nv_inference_queue_duration_us"),
         _s("nv_inference_queue_summary_us", divisor=_US),
     ),
+)
+
+# Triton's Python and vLLM backends export their own families next to nv_inference_*: the
+# server is still Triton, so it is recognised before the engines it wraps.
+SPEC = EngineSpec(
+    name="triton",
+    prefixes=(PREFIX,),
+    rules=RULES,
+    tokenize=None,
+    process="tritonserver",
+    wraps=("vllm",),
 )

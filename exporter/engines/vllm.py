@@ -33,6 +33,7 @@ vLLM exports no tokenizer latency.
 
 from __future__ import annotations
 
+from exporter.engines.model import EngineSpec, Tokenize
 from exporter.engines.rules import Rule, Source, rule
 
 PREFIX = "vllm:"
@@ -68,4 +69,13 @@ RULES: tuple[Rule, ...] = (
     ),
     rule("inference_prefill_time_seconds", _s("vllm:request_prefill_time_seconds")),
     rule("inference_decode_time_seconds", _s("vllm:request_decode_time_seconds")),
+)
+
+SPEC = EngineSpec(
+    name="vllm",
+    prefixes=(PREFIX,),
+    rules=RULES,
+    tokenize=Tokenize(),
+    preallocates_memory=True,
+    process="vllm",
 )

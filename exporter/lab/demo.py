@@ -33,7 +33,7 @@ from importlib import resources
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from exporter.config import parse_duration
+from exporter.config import ArgumentParser, parse_duration, usage_error
 from exporter.lab.engine import gputrace, inject
 from exporter.lab.loadgen import (
     LiveState,
@@ -45,25 +45,19 @@ from exporter.lab.loadgen import (
     run,
 )
 from exporter.lab.stack import PagerDutyCapture, Stack, StackConfig, StackError
+from exporter.signatures.promql import pct
 
 PROG = "inference-bottleneck-exporter demo"
-EXIT_USAGE = 2
 PORTS = {"engine": 8000, "sidecar": 10960, "prometheus": 9090, "alertmanager": 9093}
 DEMO_LABELS = {"namespace": "demo", "pod": "reference-0"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{PROG}: error: {message}\n")
-
-
 def _fail(message: str) -> NoReturn:
-    sys.stderr.write(f"{PROG}: error: {message}\n")
-    raise SystemExit(EXIT_USAGE)
+    usage_error(PROG, message)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = ArgumentParser(
         prog=PROG,
         description=(
             "Run the reference engine, a load, the sidecar, Prometheus and Alertmanager here, "
@@ -158,7 +152,7 @@ def _rate(a: Sample, b: Sample, name: str) -> float | None:
 
 
 def _pct(value: float | None, digits: int = 0) -> str:
-    return "-" if value is None or math.isnan(value) else f"{100 * value:.{digits}f} %"
+    return "-" if value is None or math.isnan(value) else f"{pct(value, digits)} %"
 
 
 def _ms(value: float | None) -> str:

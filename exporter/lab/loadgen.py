@@ -34,10 +34,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
-from exporter.config import parse_duration
+from exporter.config import ArgumentParser, parse_duration, usage_error
 
 PROG = "inference-bottleneck-exporter load"
-EXIT_USAGE = 2
 DEFAULT_TOKENS_PER_WORD = 1.3
 MAX_RATE = 10000.0
 
@@ -133,13 +132,7 @@ WORDS = [
 
 
 def _fail(message: str) -> NoReturn:
-    sys.stderr.write(f"{PROG}: error: {message}\n")
-    raise SystemExit(EXIT_USAGE)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{PROG}: error: {message}\n")
+    usage_error(PROG, message)
 
 
 @dataclass(frozen=True)
@@ -509,7 +502,7 @@ def format_summary(s: Summary) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = ArgumentParser(
         prog=PROG,
         description="Open-loop (Poisson) load on an OpenAI-compatible completions endpoint.",
     )

@@ -11,11 +11,11 @@ Configuration errors print one line and exit 2.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from exporter.config import ArgumentParser
 from exporter.signatures.alertmanager import alertmanager_yaml
 from exporter.signatures.catalogue import catalogue
 from exporter.signatures.config import PROFILES, SignatureConfigError, SiteConfig, load_config
@@ -71,7 +71,7 @@ def stale_runbooks(files: dict[Path, str], runbooks: Path | None) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, help="site config (YAML); defaults when omitted")
     parser.add_argument(
         "--profile",

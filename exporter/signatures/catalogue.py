@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from exporter.config import format_duration as duration
 from exporter.signatures.config import SiteConfig
 from exporter.signatures.model import (
     TARGET,
@@ -21,7 +22,7 @@ from exporter.signatures.model import (
     Runbook,
     Signature,
 )
-from exporter.signatures.promql import by, duration, num, on, regex_alternatives, selector
+from exporter.signatures.promql import by, num, on, pct, regex_alternatives, selector
 from exporter.signatures.sources import Records
 
 T = TARGET
@@ -50,11 +51,6 @@ class _Ctx:
 
     def by(self, *extra: str) -> str:
         return by((*self.join, *extra))
-
-
-def pct(ratio: float) -> str:
-    """A 0-1 threshold as a percentage for prose (``0.6`` -> ``60``)."""
-    return num(round(ratio * 100, 6))
 
 
 def _percent(key: str, label: str, record: str, fmt: str = "%.0f") -> Evidence:

@@ -28,9 +28,10 @@ from typing import Any, Literal
 
 import yaml
 
+from exporter.config import parse_duration
 from exporter.metrics import UTILIZATION_BUCKETS
 from exporter.signatures.params import CLOCK_EVENT_BITS, PARAMS, Param, ParamValue
-from exporter.signatures.promql import LABEL_NAME, parse_duration, split_matchers
+from exporter.signatures.promql import LABEL_NAME, split_matchers
 
 Source = Literal["sidecar", "dcgm"]
 

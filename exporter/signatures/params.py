@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from exporter.engines import SPECS
+
 ParamKind = Literal["ratio", "number", "factor", "duration", "bucket", "xids", "names", "reasons"]
 ParamValue = float | tuple[int, ...] | tuple[str, ...]
 
@@ -99,7 +101,7 @@ PARAMS: dict[str, tuple[Param, ...]] = {
         Param(
             "preallocating_engines",
             "names",
-            ("vllm", "sglang", "tgi"),
+            tuple(spec.name for spec in SPECS if spec.preallocates_memory),
             "engines that reserve most of the framebuffer at start-up by design; their "
             "framebuffer usage never fires",
         ),

@@ -16,42 +16,6 @@ _MATCHER = re.compile(
     r"""\s*(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\s*(?P<op>=~|!~|!=|=)\s*"""
     r"""(?P<value>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)\s*"""
 )
-_DURATION = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
-_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
-_UNIT_SECONDS = {
-    "y": 365 * 86400.0,
-    "w": 7 * 86400.0,
-    "d": 86400.0,
-    "h": 3600.0,
-    "m": 60.0,
-    "s": 1.0,
-    "ms": 0.001,
-}
-_FORMAT_UNITS = (("d", 86400000), ("h", 3600000), ("m", 60000), ("s", 1000), ("ms", 1))
-
-
-def parse_duration(text: str) -> float:
-    """A Prometheus duration (``30s``, ``1h30m``) in seconds; ValueError otherwise."""
-    text = text.strip()
-    if not _DURATION.match(text):
-        raise ValueError(f"{text!r} is not a Prometheus duration (e.g. 30s, 5m, 1h30m)")
-    return sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text))
-
-
-def duration(seconds: float) -> str:
-    """Seconds as the shortest Prometheus duration (``300`` -> ``5m``, ``90`` -> ``1m30s``).
-
-    Rounded to whole milliseconds, the finest unit Prometheus accepts; ``0`` is ``0s``.
-    """
-    ms = round(seconds * 1000)
-    if ms <= 0:
-        return "0s"
-    parts = []
-    for unit, size in _FORMAT_UNITS:
-        count, ms = divmod(ms, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts)
 
 
 def num(value: float) -> str:
@@ -61,6 +25,15 @@ def num(value: float) -> str:
     if value == int(value):
         return str(int(value))
     return f"{value:.12g}"
+
+
+def pct(ratio: float, digits: int | None = None) -> str:
+    """A 0-1 ratio as a percentage for people, without the sign: the shortest exact form
+    (``0.6`` -> ``60``, ``0.125`` -> ``12.5``), or with ``digits`` fixed decimals
+    (``pct(0.1234, 1)`` -> ``12.3``). Thresholds in prose and live values use this one."""
+    if digits is not None:
+        return f"{100 * ratio:.{digits}f}"
+    return num(round(ratio * 100, 6))
 
 
 def split_matchers(text: str) -> list[str]:

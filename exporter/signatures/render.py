@@ -12,11 +12,12 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 
+from exporter.config import format_duration as duration
 from exporter.signatures.catalogue import catalogue
 from exporter.signatures.config import PROFILES, SELECTOR_HELP, WINDOW_HELP, SiteConfig
 from exporter.signatures.model import TARGET, AlertRule, Evidence, RecordingRule, Signature
 from exporter.signatures.params import PARAMS
-from exporter.signatures.promql import duration, indent, num
+from exporter.signatures.promql import indent, num
 from exporter.signatures.sources import recording_rules
 
 GENERATOR = "python -m exporter.signatures"

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.config import format_duration as duration
 from exporter.signatures.config import SiteConfig
 from exporter.signatures.model import RecordingRule
 from exporter.signatures.params import CLOCK_EVENT_BITS
-from exporter.signatures.promql import by, duration, num, on, regex_alternatives, selector
+from exporter.signatures.promql import by, num, on, regex_alternatives, selector
 
 GPU_LABELS = ("gpu", "uuid")
 PROBE = 'source="probe"'

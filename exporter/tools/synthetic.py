@@ -21,14 +21,14 @@ import bisect
 import json
 import math
 import random
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from exporter.backends.replay import TRACE_FORMAT, TRACE_VERSION
+from exporter.config import ArgumentParser, parse_duration
 
 DRIVER_VERSION = "550.54.15"
 GPU_NAME = "NVIDIA H100 80GB HBM3"
@@ -315,26 +315,14 @@ def write_synthetic_trace(
     return out
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str) -> float:
-    """``"60s"``, ``"2m"``, ``"1.5h"``, ``"250ms"`` or plain seconds, to positive seconds."""
-    match = _DURATION.match(text)
-    if not match:
-        raise ValueError(f"bad duration {text!r} (use e.g. 60s, 2m, 1h, 250ms)")
-    seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"duration must be positive, got {text!r}")
-    return seconds
-
-
 def _duration_arg(text: str) -> float:
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be positive, got {text!r}")
+    return seconds
 
 
 def _gpus_arg(text: str) -> int:
@@ -347,15 +335,8 @@ def _gpus_arg(text: str) -> int:
     return value
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """Reports a usage error as one line on stderr and exits 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _OneLineParser(
+    parser = ArgumentParser(
         prog="python -m exporter.tools.synthetic",
         description="Write a synthetic NVML trace (JSON lines) for replay without a GPU.",
     )

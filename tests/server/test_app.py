@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from support.metrics import metric_value
 
 from exporter import __version__
+from exporter.collectors import default_settings
 from exporter.collectors.base import Collection, Collector
 from exporter.config import Settings
 from exporter.server.app import Exporter
@@ -68,7 +69,7 @@ async def serve() -> AsyncIterator[ClientFactory]:
     async def start(
         collectors: Sequence[Collector], settings: Settings | None = None, **client: Any
     ) -> tuple[Exporter, Client]:
-        exporter = Exporter(settings or Settings(scrape_timeout=TIMEOUT), collectors)
+        exporter = Exporter(settings or default_settings(scrape_timeout=TIMEOUT), collectors)
         test_client = TestClient(TestServer(exporter.make_app(), host="127.0.0.1"), **client)
         await test_client.start_server()
         exporter.start()
@@ -257,7 +258,7 @@ async def test_methods_and_unknown_paths(serve: ClientFactory) -> None:
 
 async def test_custom_telemetry_path(serve: ClientFactory) -> None:
     exporter, client = await serve(
-        [Good()], Settings(scrape_timeout=TIMEOUT, telemetry_path="/probe")
+        [Good()], default_settings(scrape_timeout=TIMEOUT, web_telemetry_path="/probe")
     )
     await wait_ready(exporter)
     status, _, body = await get_text(client, "/probe")

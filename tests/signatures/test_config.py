@@ -12,6 +12,8 @@ import pytest
 import yaml
 from support.paths import ROOT
 
+from exporter.config import format_duration as duration
+from exporter.config import parse_duration
 from exporter.signatures import (
     SignatureConfigError,
     catalogue,
@@ -20,7 +22,7 @@ from exporter.signatures import (
     recording_rules,
 )
 from exporter.signatures.__main__ import main
-from exporter.signatures.promql import duration, parse_duration, split_matchers
+from exporter.signatures.promql import split_matchers
 
 STARVED = "InferenceGPUStarvedQueueGrowing"
 
@@ -73,7 +75,8 @@ STARVED = "InferenceGPUStarvedQueueGrowing"
         ({"dcgm": {"join": {}}}, "dcgm.join: must map at least one join label"),
         (
             {"windows": {"rate": "5 minutes"}},
-            "windows.rate: '5 minutes' is not a Prometheus duration (e.g. 30s, 5m, 1h30m)",
+            "windows.rate: '5 minutes' is not a duration (use e.g. 500ms, 15s, 1m30s, 1.5m: units "
+            "ms, s, m, h, d, w, y, largest first)",
         ),
         (
             {"windows": {"rate": 300}},
@@ -112,8 +115,8 @@ STARVED = "InferenceGPUStarvedQueueGrowing"
         ),
         (
             {"signatures": {STARVED: {"for": "ten minutes"}}},
-            f"signatures.{STARVED}.for: 'ten minutes' is not a Prometheus duration (e.g. 30s, 5m, "
-            "1h30m)",
+            f"signatures.{STARVED}.for: 'ten minutes' is not a duration (use e.g. 500ms, 15s, "
+            "1m30s, 1.5m: units ms, s, m, h, d, w, y, largest first)",
         ),
         (
             {"signatures": {STARVED: 0.5}},

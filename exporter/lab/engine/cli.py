@@ -17,21 +17,15 @@ import time
 from collections.abc import Sequence
 from typing import NoReturn
 
-from exporter.config import parse_duration
+from exporter.config import ArgumentParser, parse_duration, usage_error
 from exporter.lab.engine import DEFAULT_MODEL_NAME, inject
 
 PROG = "python -m exporter.lab.engine"
-EXIT_USAGE = 2
 log = logging.getLogger("exporter.lab.engine")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{PROG}: error: {message}\n")
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = ArgumentParser(
         prog=PROG,
         description=(
             "A small real LLM server (random-weight transformer, BPE tokenizer, continuous "
@@ -127,8 +121,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str) -> NoReturn:
-    sys.stderr.write(f"{PROG}: error: {message}\n")
-    raise SystemExit(EXIT_USAGE)
+    usage_error(PROG, message)
 
 
 def auto_threads() -> int:

@@ -46,7 +46,6 @@ Without ``UDP_SEGMENT`` (kernels before 4.18) it sends plain 1400-byte datagrams
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import os
@@ -58,6 +57,8 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from exporter.config import ArgumentParser
 
 CPU_ONLY = frozenset({"tokenizer-slow", "frontend-gil", "queue-flood", "cpu-contention", "softirq"})
 CUDA_ONLY = frozenset({"h2d-stall", "hbm-saturation"})
@@ -279,7 +280,7 @@ def _softirq(parent: int, duration: float, target: float, core_cap: float, max_r
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m exporter.lab.engine.inject",
         description="Helper processes of the reference engine's injections (bounded).",
     )
