@@ -22,7 +22,7 @@ from conftest import FIXTURES, ROOT, TRACE, ExporterProcess
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 BASE = [
     "--gpu.replay-file",
@@ -33,6 +33,8 @@ BASE = [
     "--no-collector.tokenizer",
     "--no-collector.process",
 ]
+SERVER_AUTH = ExtendedKeyUsageOID.SERVER_AUTH
+CLIENT_AUTH = ExtendedKeyUsageOID.CLIENT_AUTH
 REFUSED = "refused"  # the TLS handshake (or the connection) was refused
 
 # The client certificates, by name: (subject alternative names, issuing CA).
@@ -67,6 +69,7 @@ def make_cert(
     *,
     ca: bool = False,
     sans: Sequence[x509.GeneralName] = (),
+    usage: x509.ObjectIdentifier | None = None,
 ) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
@@ -80,7 +83,14 @@ def make_cert(
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
+            critical=False,
+        )
     )
+    if usage is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     if ca:
         builder = builder.add_extension(
             x509.KeyUsage(
@@ -114,15 +124,21 @@ class Pki:
             self._add(ca, make_cert(f"test {ca}", self._key(ca), None, ca=True))
         server_sans = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
         for server in ("server", "server2"):
-            cert = make_cert(server, self._key(server), self._issuer("ca"), sans=server_sans)
+            cert = make_cert(
+                server, self._key(server), self._issuer("ca"), sans=server_sans, usage=SERVER_AUTH
+            )
             self._add(server, cert)
         inter = make_cert("test intermediate", self._key("inter"), self._issuer("ca"), ca=True)
         self._add("inter", inter)
-        leaf = make_cert("chain", self._key("chain"), self._issuer("inter"), sans=server_sans)
+        leaf = make_cert(
+            "chain", self._key("chain"), self._issuer("inter"), sans=server_sans, usage=SERVER_AUTH
+        )
         self._add("chain", leaf)
         (root / "chain.crt").write_bytes(_pem(leaf) + _pem(inter))
         for client, (sans, issuer) in CLIENTS.items():
-            self._add(client, make_cert(client, self._key(client), self._issuer(issuer), sans=sans))
+            key = self._key(client)
+            cert = make_cert(client, key, self._issuer(issuer), sans=sans, usage=CLIENT_AUTH)
+            self._add(client, cert)
 
     def _key(self, name: str) -> ec.EllipticCurvePrivateKey:
         key = ec.generate_private_key(ec.SECP256R1())
