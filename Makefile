@@ -19,6 +19,11 @@ tools:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    prometheus prometheus-alertmanager >/dev/null; }
+	@# curl and openssl s_client: real TLS clients for tests/test_websec.py.
+	@command -v curl >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+	    curl openssl >/dev/null; }
 	@# buildah, podman (run with runc) and debootstrap: tests/image builds and runs the image.
 	@command -v buildah >/dev/null 2>&1 && command -v podman >/dev/null 2>&1 && \
 	  command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 || { \
