@@ -4,7 +4,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TRACE := exporter/data/replay-2gpu-synthetic.jsonl
 LISTEN ?= 127.0.0.1:10960
 
-.PHONY: install install-dev tools run test lint docs bench soak demo drills
+.PHONY: install install-dev tools run test test-lowest lint docs bench soak demo drills
 
 install:
 	$(PY) -m pip install -q -e .
@@ -68,6 +68,11 @@ lint:
 
 test: install-dev tools lint
 	$(PY) -m pytest -q
+
+# The exposition tests once more, against the lowest version of each core dependency that
+# pyproject.toml allows (.ci/constraints-lowest.txt), in a throwaway virtualenv.
+test-lowest:
+	$(PY) .ci/lowest.py
 
 docs:
 	$(PY) -m exporter.docgen
