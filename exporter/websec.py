@@ -391,7 +391,10 @@ def _pem(raw: Mapping[str, Any], base: Path, file_key: str, inline_key: str) -> 
 
 
 def _version(raw: Mapping[str, Any], key: str, default: str) -> str:
-    value = raw.get(key, default)
+    value = raw.get(key)
+    value = default if value is None or value == "" else value
+    if not isinstance(value, str):
+        raise _fail(f"tls_server_config.{key} must be TLS12 or TLS13")
     if value in ("TLS10", "TLS11"):
         raise _fail(
             f"tls_server_config.{key} {value}: TLS 1.0 and 1.1 are refused here (deprecated "
@@ -650,6 +653,8 @@ def _as_path(pem: Pem) -> Iterator[str]:
     if pem.path is not None:
         yield str(pem.path)
         return
+    if not hasattr(os, "memfd_create"):
+        raise OSError("inline PEM needs Linux here; use cert_file and key_file")
     fd = os.memfd_create("web-config-pem", os.MFD_CLOEXEC)
     try:
         os.write(fd, (pem.text or "").encode())

@@ -522,6 +522,11 @@ def test_reload_client_auth_and_sans(pki: Pki, config: Path, exporter_process: S
     proc.wait_for(lambda: status(proc, "/metrics", pki.client("intruder")) == 200)
     assert status(proc, "/metrics", pki.client("client")) == 403
     assert status(proc, "/metrics", pki.client()) == REFUSED
+    # another client CA: its certificate gets in, the old CA's no longer
+    other_ca = ["client_auth_type: RequireAndVerifyClientCert", "client_ca_file: other-ca.crt"]
+    write_atomically(config, tls_config(*other_ca))
+    proc.wait_for(lambda: status(proc, "/metrics", pki.client("stranger")) == 200)
+    assert status(proc, "/metrics", pki.client("client")) == REFUSED
 
 
 def test_reload_versions_ciphers_curves(pki: Pki, config: Path, exporter_process: Start) -> None:

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 import test_websec
+import yaml
 from websec_helpers import refused_at_start, tls_config
 
 from exporter import websec
+from exporter.config import ConfigError
 
 # Transcribed from exporter-toolkit's docs/web-configuration.md at commit 19a7c2d (July 2026):
 # the format as a new user reads it. A new upstream field belongs here and in websec.FIELDS.
@@ -278,6 +280,39 @@ def test_refused_on_reload_keeps_the_old(tmp_path: Path, caplog: pytest.LogCaptu
             security.maybe_reload()
         assert security.config is before, message
         assert any(message in r.getMessage() for r in caplog.records), (message, caplog.text)
+
+
+ODD_VALUES = [None, 0, 1, -1, 1.5, True, "", "x", "TLS12", [], ["x"], [1], [[]], {}, {"a": 1}]
+
+
+def _nest(name: str, value: object) -> dict[str, object]:
+    """{a: {b: value}} for "a.b"; a header name stays one key."""
+    parts = name.split(".", 2) if ".headers." in name else name.split(".")
+    for part in reversed(parts):
+        value = {part: value}
+    assert isinstance(value, dict)
+    return value
+
+
+SECTIONS = ["tls_server_config", "http_server_config", "http_server_config.headers", "rate_limit"]
+
+
+@pytest.mark.parametrize("name", SECTIONS + [f.name for f in websec.FIELDS])
+def test_odd_values_are_refused_in_one_line(tmp_path: Path, name: str) -> None:
+    """Any YAML value in any field, with or without TLS switched on: a config, or one line."""
+    config = tmp_path / "web.yml"
+    for value in ODD_VALUES:
+        for base in ({}, {"tls_server_config": {"cert_file": "s.crt", "key_file": "s.key"}}):
+            data = _nest(name, value)
+            merged = {**base, **data}
+            tls = data.get("tls_server_config")
+            if base and isinstance(tls, dict):  # the field next to cert_file and key_file
+                merged["tls_server_config"] = {**base["tls_server_config"], **tls}
+            config.write_text(yaml.safe_dump(merged))
+            try:
+                websec.read_web_config(config)
+            except ConfigError as err:
+                assert "\n" not in str(err)
 
 
 def test_docs_list_every_field() -> None:
