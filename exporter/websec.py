@@ -689,6 +689,12 @@ def build_ssl_context(tls: TlsConfig) -> _ConfigContext:
             f"{', '.join(tls.cipher_suites)}"
         ) from None
     if tls.curve is not None:
+        if ssl.OPENSSL_VERSION_INFO < (3,):
+            # Before OpenSSL 3, Python's set_ecdh_curve sets TLS 1.2's curve only.
+            raise _fail(
+                "tls_server_config.curve_preferences needs Python linked to OpenSSL 3 (this "
+                f"one has {ssl.OPENSSL_VERSION}); remove the field"
+            )
         context.set_ecdh_curve(_CURVES[tls.curve])
     try:
         with _as_path(tls.cert) as cert, _as_path(tls.key) as key:
@@ -714,9 +720,11 @@ def _reason(err: OSError | ssl.SSLError) -> str:
 
 class _ListeningContext(ssl.SSLContext):
     """The context the listening socket is given. It only hands each new connection to the
-    complete context of the generation in force: OpenSSL copies the verify mode, versions,
-    ciphers, groups and options into a connection when it is created, so switching contexts
-    later (in an SNI callback) would change the certificate but not the rest."""
+    complete context of the generation in force. Switching a connection's context later, in
+    an SNI callback, is not enough: OpenSSL (3.0, tried) then changes the certificate and the
+    cipher list but keeps the verify mode, the protocol versions and the key-exchange groups
+    of the context the connection was created with, so a client without a certificate, or
+    with TLS 1.2 or another curve, would still get in."""
 
     pick: Callable[[], _ConfigContext]
 
