@@ -4,7 +4,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TRACE := exporter/data/replay-2gpu-synthetic.jsonl
 LISTEN ?= 127.0.0.1:10960
 
-.PHONY: install install-dev tools run test lint docs bench soak demo drills
+.PHONY: install install-dev tools run test test-lowest lint docs bench soak demo drills
 
 install:
 	$(PY) -m pip install -q -e .
@@ -19,6 +19,11 @@ tools:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    prometheus prometheus-alertmanager >/dev/null; }
+	@# curl and openssl s_client: real TLS clients for tests/server/test_websec.py.
+	@command -v curl >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+	    curl openssl >/dev/null; }
 	@# buildah, podman (run with runc) and debootstrap: tests/image builds and runs the image.
 	@command -v buildah >/dev/null 2>&1 && command -v podman >/dev/null 2>&1 && \
 	  command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 || { \
@@ -63,6 +68,11 @@ lint:
 
 test: install-dev tools lint
 	$(PY) -m pytest -q
+
+# The exposition tests once more, against the lowest version of each core dependency that
+# pyproject.toml allows (.ci/constraints-lowest.txt), in a throwaway virtualenv.
+test-lowest:
+	$(PY) .ci/lowest.py
 
 docs:
 	$(PY) -m exporter.tools.docgen

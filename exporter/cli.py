@@ -134,8 +134,10 @@ async def _serve(settings: Settings) -> int:
         from exporter.server.websec import WebSecurity  # noqa: PLC0415
 
         security = WebSecurity(settings.web_config_file, protect_health=settings.web_protect_health)
-    middlewares = [security.middleware] if security is not None else []
-    runner = web.AppRunner(exporter.make_app(middlewares), handle_signals=False, access_log=None)
+    app = exporter.make_app()
+    if security is not None:
+        security.install(app)  # the checks, and the configured headers on every response
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     host, port = settings.listen
     site = web.TCPSite(

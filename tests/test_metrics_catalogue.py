@@ -22,7 +22,7 @@ from support.process import ExporterProcess
 
 from exporter.collectors import serve_options
 from exporter.metrics import BY_NAME, CATALOGUE, MetricSpec
-from exporter.tools.docgen import FLAGS_BEGIN, FLAGS_END, METRICS_MD
+from exporter.tools.docgen import FLAGS_BEGIN, FLAGS_END, METRICS_MD, generated
 
 PROC = FIXTURES / "proc" / "two-cpu"
 # The collectors this test runs (the others need an engine to scrape).
@@ -184,9 +184,11 @@ def _docgen(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _copy_of_repo_docs(tmp: Path) -> Path:
-    (tmp / "docs").mkdir()
-    for name in ("README.md", "docs/metrics.md"):
-        (tmp / name).write_text((ROOT / name).read_text(encoding="utf-8"), encoding="utf-8")
+    """A copy of every file docgen writes to, in a tree of its own."""
+    for path in generated():
+        copy = tmp / path.relative_to(ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
     return tmp
 
 

@@ -1,10 +1,15 @@
-"""A faster encoder for the classic Prometheus text format (``text/plain; version=0.0.4``).
+"""Faster encoders for the Prometheus text format (``text/plain; version=0.0.4``) and for
+OpenMetrics 1.0 (``application/openmetrics-text``), which Prometheus asks for.
 
 prometheus_client's ``generate_latest`` validates and escapes every label of every sample on
 every scrape; that was three quarters of the exporter's CPU per scrape with 8 GPUs. Label sets
-repeat from scrape to scrape, so this encoder renders each ``name{labels}`` prefix once and
-caches it. The output is byte-for-byte what ``generate_latest`` writes (a test compares them);
-OpenMetrics requests still go through prometheus_client.
+repeat from scrape to scrape, so :class:`TextEncoder` and :class:`OpenMetricsEncoder` render
+each ``name{labels}`` prefix once (with prometheus_client's own escaping functions) and cache it.
+Their output is byte-for-byte what prometheus_client's ``generate_latest`` and
+``openmetrics.exposition.generate_latest`` write (tests compare them, with prometheus-client
+0.26.0 and later, the pinned minimum). prometheus_client itself renders only OpenMetrics requests
+for the ``dots`` or ``values`` escaping (``Exporter.render``) and families with exemplars or
+native histograms, which the exporter never emits.
 """
 
 from __future__ import annotations
