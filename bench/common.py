@@ -28,6 +28,8 @@ from typing import Any
 
 import psutil
 
+from exporter.lab.processes import stop_process
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
@@ -322,13 +324,7 @@ class Running:
         self.proc = psutil.Process(self.popen.pid)
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
+        stop_process(self.popen)
 
 
 def _wait_for_url(base: str, path: str, popen: subprocess.Popen[bytes], log: Path) -> None:

@@ -158,7 +158,12 @@ def test_hanging_nvml_call_does_not_hold_the_scrape(
         "--gpu.replay-file", str(trace), "--path.procfs", str(PROC), "--scrape.timeout", "500ms"
     )
     proc.wait_ready(timeout=10)
-    time.sleep(0.6)  # let the hung call pass its deadline
+
+    def hung_call_past_its_deadline() -> bool:
+        text = proc.get("/metrics")[2].decode()
+        return metric_value(text, "inference_scrape_collector_success", {"collector": "nvml"}) == 0
+
+    proc.wait_for(hung_call_past_its_deadline, timeout=10)
     start = time.monotonic()
     status, _, body = proc.get("/metrics")
     took = time.monotonic() - start

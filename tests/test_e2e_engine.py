@@ -93,7 +93,9 @@ def test_exporter_stays_healthy_whatever_the_engine_does(
     fake.set_mode(mode)
     proc = exporter_process("--engine.url", fake.url + "/metrics", *FAST)
     proc.wait_ready(timeout=10)
-    time.sleep(1.2)  # a few polls and probes against the hostile engine
+    polls = fake.engine.requests["/metrics"]
+    # a few polls against the hostile engine (a hanging one counts when it starts)
+    proc.wait_for(lambda: fake.engine.requests["/metrics"] >= polls + 2, timeout=10)
     for _ in range(3):
         text, took = scrape(proc)
         assert took < 1.0

@@ -235,7 +235,8 @@ def test_engine_misbehaves(harness: Harness, mode: str) -> None:
 @pytest.mark.parametrize("mode", ["nan_inf", "duplicate_families"])
 def test_engine_odd_but_parsable(harness: Harness, mode: str) -> None:
     harness.engine.set_mode(mode, route="metrics")
-    time.sleep(2 * POLL)
+    polls = harness.engine.engine.requests["/metrics"]
+    harness.wait(lambda: harness.engine.engine.requests["/metrics"] >= polls + 2)
     assert harness.healthy()
     text, _ = harness.scrape()
     assert "NaN" not in text.replace("# ", "")

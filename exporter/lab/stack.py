@@ -20,226 +20,40 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import threading
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import yaml
 
+from exporter.lab.processes import (
+    Child,
+    PagerDutyCapture,
+    Server,
+    StackError,
+    fast_sidecar_flags,
+    find_binary,
+    free_port,
+    http_get,
+    log_match,
+    spawn,
+    start_alertmanager,
+    start_prometheus,
+    wait_until,
+)
+
+__all__ = ["JOB", "TARGET_LABELS", "PagerDutyCapture", "Stack", "StackConfig", "StackError"]
+
 # The reference engine's front-end process, not its worker or injection helpers.
-PROCESS_MATCH = r"-m exporter\.reference(?:\s|$)"
+PROCESS_MATCH = r"-m exporter\.lab\.engine(?:\s|$)"
 ENGINE_LISTEN = re.compile(r"listening on http://(\S+):(\d+)")
 SIDECAR_LISTEN = re.compile(r"listening on (127\.0\.0\.1|\[::1\]):(\d+)")
 JOB = "inference-bottleneck-exporter"
 TARGET_LABELS = {"namespace": "drill", "pod": "reference-0"}
-
-
-class StackError(RuntimeError):
-    """A component did not start; the message names it and points at its log."""
-
-
-def free_port(preferred: int = 0) -> int:
-    """``preferred`` when it is free on 127.0.0.1, else a free port the kernel picks."""
-    for port in (preferred, 0) if preferred else (0,):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return int(sock.getsockname()[1])
-    raise StackError("no free TCP port on 127.0.0.1")
-
-
-def find_binary(*names: str) -> str | None:
-    for name in names:
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return int(resp.status), resp.read()
-    except urllib.error.HTTPError as err:
-        return int(err.code), err.read()
-
-
-@dataclass
-class Child:
-    """One child process with its log file."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    _log: IO[bytes]
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log.close()
-
-
-def package_root() -> str:
-    """The directory that holds this ``exporter`` package (for children's PYTHONPATH)."""
-    import exporter  # noqa: PLC0415
-
-    return str(Path(exporter.__file__).resolve().parent.parent)
-
-
-def child_pythonpath() -> str:
-    path = os.environ.get("PYTHONPATH", "")
-    return package_root() + (os.pathsep + path if path else "")
-
-
-def spawn(name: str, cmd: Sequence[str], workdir: Path, env: dict[str, str] | None = None) -> Child:
-    """Start ``cmd`` in ``workdir`` with its output in ``<workdir>/<name>.log``; this package
-    is importable in the child whether or not it is installed."""
-    log_path = workdir / f"{name}.log"
-    pythonpath = child_pythonpath()
-    log = log_path.open("wb")
-    proc = subprocess.Popen(
-        list(cmd),
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=workdir,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath, **(env or {})},
-        start_new_session=True,  # Ctrl-C reaches the parent only, which stops us in order
-    )
-    return Child(name, proc, log_path, log)
-
-
-def wait_until(
-    check: Callable[[], bool], timeout: float, child: Child, what: str, step: float = 0.2
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not child.alive():
-            raise StackError(
-                f"{child.name} exited (code {child.proc.returncode}) before {what}; "
-                f"log {child.log_path}:\n{child.log_tail()}"
-            )
-        with contextlib.suppress(OSError, ValueError):
-            if check():
-                return
-        time.sleep(step)
-    raise StackError(f"{child.name}: no {what} after {timeout:.0f}s; log {child.log_path}")
-
-
-def _log_match(child: Child, pattern: re.Pattern[str]) -> re.Match[str] | None:
-    try:
-        text = child.log_path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    return pattern.search(text)
-
-
-# --- PagerDuty capture ---------------------------------------------------------------------------
-
-
-@dataclass
-class Page:
-    at: float  # time.monotonic() when received
-    path: str
-    body: dict[str, Any]
-
-    @property
-    def alertname(self) -> str:
-        details = self.body.get("payload", {}).get("custom_details", {})
-        return str(details.get("alertname", ""))
-
-    @property
-    def action(self) -> str:
-        return str(self.body.get("event_action", ""))
-
-    @property
-    def receiver(self) -> str:
-        return self.path.strip("/")
-
-
-class PagerDutyCapture:
-    """A local stand-in for the PagerDuty Events API v2: records every event it is sent."""
-
-    def __init__(self) -> None:
-        self.pages: list[Page] = []
-        self._lock = threading.Lock()
-        capture = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(min(length, 1 << 20))
-                try:
-                    body = json.loads(raw)
-                except json.JSONDecodeError:
-                    self.send_response(400)
-                    self.end_headers()
-                    return
-                with capture._lock:
-                    capture.pages.append(Page(time.monotonic(), self.path, body))
-                answer = json.dumps(
-                    {
-                        "status": "success",
-                        "message": "Event processed",
-                        "dedup_key": body.get("dedup_key"),
-                    }
-                ).encode()
-                self.send_response(202)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="pagerduty-capture", daemon=True
-        )
-        self._thread.start()
-
-    def snapshot(self) -> list[Page]:
-        with self._lock:
-            return list(self.pages)
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 # --- configuration files -------------------------------------------------------------------------
@@ -395,12 +209,12 @@ class Stack:
         engine = spawn("engine", cmd, cfg.workdir)
         self.children.append(engine)
         wait_until(
-            lambda: _log_match(engine, ENGINE_LISTEN) is not None,
+            lambda: log_match(engine, ENGINE_LISTEN) is not None,
             cfg.start_timeout,
-            engine,
             "'listening on' line",
+            child=engine,
         )
-        match = _log_match(engine, ENGINE_LISTEN)
+        match = log_match(engine, ENGINE_LISTEN)
         assert match is not None
         self.engine_url = f"http://{match.group(1)}:{match.group(2)}"
 
@@ -415,12 +229,11 @@ class Stack:
             f"127.0.0.1:{port}",
             "--engine.url",
             f"{self.engine_url}/metrics",
-            "--engine.poll-interval",
-            "1s",
-            "--gpu.poll-interval",
-            "1s",
-            "--tokenizer.probe-interval",
-            cfg.probe_interval,
+            # The reference engine under an injected bottleneck may answer a poll slowly:
+            # a 1 s poll with the default 2 s timeouts.
+            *fast_sidecar_flags(
+                engine_poll="1s", engine_timeout="2s", probe=cfg.probe_interval, scrape_timeout="2s"
+            ),
             "--process.match",
             PROCESS_MATCH,
             "--log.format",
@@ -431,65 +244,42 @@ class Stack:
         sidecar = spawn("sidecar", cmd, cfg.workdir)
         self.children.append(sidecar)
         wait_until(
-            lambda: _log_match(sidecar, SIDECAR_LISTEN) is not None, 30, sidecar, "listen address"
+            lambda: log_match(sidecar, SIDECAR_LISTEN) is not None,
+            30,
+            "listen address",
+            child=sidecar,
         )
-        match = _log_match(sidecar, SIDECAR_LISTEN)
+        match = log_match(sidecar, SIDECAR_LISTEN)
         assert match is not None
         self.sidecar_url = f"http://{match.group(1)}:{match.group(2)}"
         wait_until(
-            lambda: http_get(self.sidecar_url + "/-/ready", 2)[0] == 200, 30, sidecar, "readiness"
+            lambda: http_get(self.sidecar_url + "/-/ready", 2)[0] == 200,
+            30,
+            "readiness",
+            child=sidecar,
         )
 
     def _start_alertmanager(self) -> None:
         cfg = self.cfg
-        assert self.alertmanager_bin is not None
         self.capture = PagerDutyCapture()
         key = cfg.workdir / "pagerduty-routing-key"
         key.write_text("drill-routing-key-0000000000000000\n", encoding="utf-8")
-        conf = cfg.workdir / "alertmanager.yml"
-        conf.write_text(alertmanager_config(self.capture.url, key, cfg.am_timing), "utf-8")
-        port = free_port(cfg.alertmanager_port)
-        data = cfg.workdir / "alertmanager-data"
-        data.mkdir(exist_ok=True)
-        cmd = [
-            self.alertmanager_bin,
-            f"--config.file={conf}",
-            f"--storage.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ]
-        self.alertmanager_url = self._start_ready("alertmanager", cmd, port, 30)
+        config = alertmanager_config(self.capture.url, key, cfg.am_timing)
+        server = start_alertmanager(cfg.workdir, config, port=cfg.alertmanager_port)
+        self.alertmanager_url = self._keep(server)
 
     def _start_prometheus(self) -> None:
         cfg = self.cfg
-        assert self.prometheus_bin is not None
         rules = write_rules(cfg.workdir, config=cfg.rules_config)
         am = urllib.parse.urlsplit(self.alertmanager_url).netloc if self.alertmanager_url else None
         sidecar = urllib.parse.urlsplit(self.sidecar_url).netloc
-        conf = cfg.workdir / "prometheus.yml"
-        text = prometheus_config(sidecar, am, rules, cfg.interval, cfg.target_labels)
-        conf.write_text(text, encoding="utf-8")
-        port = free_port(cfg.prometheus_port)
-        data = cfg.workdir / "prometheus-data"
-        data.mkdir(exist_ok=True)
-        cmd = [
-            self.prometheus_bin,
-            f"--config.file={conf}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ]
-        self.prometheus_url = self._start_ready("prometheus", cmd, port, 60)
+        config = prometheus_config(sidecar, am, rules, cfg.interval, cfg.target_labels)
+        server = start_prometheus(cfg.workdir, config, port=cfg.prometheus_port)
+        self.prometheus_url = self._keep(server)
 
-    def _start_ready(self, name: str, cmd: Sequence[str], port: int, timeout: float) -> str:
-        """Starts a Prometheus-style server listening on ``port`` and waits for its
-        ``/-/ready``; returns its URL."""
-        child = spawn(name, cmd, self.cfg.workdir)
-        self.children.append(child)
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: http_get(url + "/-/ready", 2)[0] == 200, timeout, child, "readiness")
-        return url
+    def _keep(self, server: Server) -> str:
+        self.children.append(server.child)
+        return server.url
 
     def stop(self) -> None:
         for child in reversed(self.children):

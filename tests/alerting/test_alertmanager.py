@@ -305,7 +305,7 @@ def test_end_to_end_pagerduty_events(
             tmp_path,
             [address(starved), address(lost)],
             sorted((RULES / "fast").glob("*.yaml")),
-            alertmanager=am.base,
+            alertmanager=am.url,
         )
         stack.add(prometheus.stop)
         a, b = address(starved), address(lost)
@@ -321,7 +321,7 @@ def test_end_to_end_pagerduty_events(
 
         # B's starved-queue alert reached Alertmanager and is inhibited by its lost GPU.
         def suppressed() -> bool:
-            for alert in _alerts(am.base, STARVED):
+            for alert in _alerts(am.url, STARVED):
                 if alert["labels"].get("instance") == b:
                     return bool(
                         alert["status"]["state"] == "suppressed" and alert["status"]["inhibitedBy"]
@@ -343,7 +343,7 @@ def test_end_to_end_pagerduty_events(
         assert event["dedup_key"] == dedup_key(STARVED, a)
         assert event["client"] == "inference-bottleneck-exporter"
         # Alertmanager's external URL (its host name, our port)
-        assert event["client_url"].rstrip("/").endswith(":" + am.base.rsplit(":", 1)[1])
+        assert event["client_url"].rstrip("/").endswith(":" + am.url.rsplit(":", 1)[1])
         payload = event["payload"]
         assert payload["severity"] == "critical"
         assert payload["source"] == a

@@ -236,8 +236,13 @@ def test_background_thread_polls_and_stops_promptly() -> None:
             assert fake.requests["/metrics"] >= 2
             reg, _ = scrape(collector)
             assert reg.get_sample_value("inference_queue_depth", V) == 1
+            polls = fake.requests["/metrics"]
             fake.set_mode("hang", route="metrics")
-            time.sleep(0.6)
+            # stop while a poll hangs in flight
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and fake.requests["/metrics"] <= polls:
+                time.sleep(0.02)
+            assert fake.requests["/metrics"] > polls
         finally:
             start = time.monotonic()
             collector.stop(3)

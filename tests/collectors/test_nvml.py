@@ -338,8 +338,10 @@ def test_hanging_call_drops_the_gpu_not_the_scrape(replay: ReplayApi) -> None:
         assert reg.get_sample_value("inference_gpu_up", lab(0)) == 1
         assert reg.get_sample_value("inference_gpu_power_watts", lab(0)) == 512
         calls = faulty.calls["utilization_samples"]
-        time.sleep(0.3)
         # the hung GPU's poller waits in its one call; only GPU 0 keeps calling
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and faulty.calls["utilization_samples"] <= calls:
+            time.sleep(0.02)
         hung_threads = [t for t in threading.enumerate() if t.name == "nvml-gpu1"]
         assert len(hung_threads) == 1
         assert faulty.calls["utilization_samples"] > calls

@@ -10,18 +10,13 @@ query for three settings of the template variables.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import shutil
-import socket
+import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +26,9 @@ import yaml
 from support.fakeengine import FakeEngine, FakeEngineThread
 from support.paths import TRACE
 from support.process import ExporterProcess
+
+from exporter.lab import processes
+from exporter.lab.processes import Server
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 RULES = ROOT / "alert_rules"
@@ -147,95 +145,34 @@ def engine_process() -> Iterator[str]:
     try:
         yield marker
     finally:
-        proc.kill()
-        proc.wait(10)
+        processes.stop_process(proc, sig=signal.SIGKILL)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
-class Prometheus:
+def start_prometheus(workdir: Path, exporter: str) -> Server:
     """A real Prometheus on loopback, with the rule pack, scraping one exporter twice."""
-
-    def __init__(self, workdir: Path, exporter: str) -> None:
-        binary = shutil.which("prometheus")
-        assert binary, "prometheus not found: run `make tools`"
-        (workdir / "e2e-alert.yaml").write_text(yaml.safe_dump(TEST_ALERT))
-        config = {
-            "global": {
-                "scrape_interval": "1s",
-                "scrape_timeout": "1s",
-                "evaluation_interval": "1s",
+    (workdir / "e2e-alert.yaml").write_text(yaml.safe_dump(TEST_ALERT))
+    config = {
+        "global": {
+            "scrape_interval": "1s",
+            "scrape_timeout": "1s",
+            "evaluation_interval": "1s",
+        },
+        "rule_files": [
+            str(RULES / "recording_rules.yaml"),
+            str(RULES / "alerts.yaml"),
+            str(workdir / "e2e-alert.yaml"),
+        ],
+        "scrape_configs": [
+            # as a PodMonitor's target: job "<namespace>/<podmonitor>", namespace and pod
+            {
+                "job_name": f"{POD_LABELS['namespace']}/{JOB}",
+                "static_configs": [{"targets": [exporter], "labels": POD_LABELS}],
             },
-            "rule_files": [
-                str(RULES / "recording_rules.yaml"),
-                str(RULES / "alerts.yaml"),
-                str(workdir / "e2e-alert.yaml"),
-            ],
-            "scrape_configs": [
-                # as a PodMonitor's target: job "<namespace>/<podmonitor>", namespace and pod
-                {
-                    "job_name": f"{POD_LABELS['namespace']}/{JOB}",
-                    "static_configs": [{"targets": [exporter], "labels": POD_LABELS}],
-                },
-                # as a static target: no namespace, no pod
-                {"job_name": JOB, "static_configs": [{"targets": [exporter]}]},
-            ],
-        }
-        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.log = (workdir / "prometheus.log").open("w")
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address={self.url.removeprefix('http://')}",
-                "--log.level=warn",
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        self.logfile = workdir / "prometheus.log"
-
-    def get(self, path: str, **params: str) -> Any:
-        url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return json.loads(response.read())
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"prometheus exited: {self.logfile.read_text()}"
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"prometheus not ready in {timeout}s: {self.logfile.read_text()}")
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        answer = self.get("/api/v1/query", query=expr)
-        assert answer["status"] == "success", answer
-        assert answer["data"]["resultType"] == "vector", (expr, answer["data"]["resultType"])
-        result: list[dict[str, Any]] = answer["data"]["result"]
-        return result
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
+            # as a static target: no namespace, no pod
+            {"job_name": JOB, "static_configs": [{"targets": [exporter]}]},
+        ],
+    }
+    return processes.start_prometheus(workdir, config)
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +180,7 @@ def stack(
     tmp_path_factory: pytest.TempPathFactory,
     busy_engine: FakeEngineThread,
     engine_process: str,
-) -> Iterator[Prometheus]:
+) -> Iterator[Server]:
     """The exporter and Prometheus, started once for the module's tests."""
     exporter = ExporterProcess(
         [
@@ -263,12 +200,11 @@ def stack(
             engine_process,
         ]
     )
-    prometheus: Prometheus | None = None
+    prometheus: Server | None = None
     try:
         exporter.wait_ready()
         workdir = tmp_path_factory.mktemp("prometheus")
-        prometheus = Prometheus(workdir, exporter.base.removeprefix("http://"))
-        prometheus.wait_ready()
+        prometheus = start_prometheus(workdir, exporter.base.removeprefix("http://"))
         yield prometheus
     finally:
         if prometheus is not None:
@@ -281,7 +217,7 @@ def _finite(result: list[dict[str, Any]]) -> bool:
 
 
 def _problems(
-    prometheus: Prometheus, panel_queries: list[Any], variants: dict[str, dict[str, str]]
+    prometheus: Server, panel_queries: list[Any], variants: dict[str, dict[str, str]]
 ) -> list[str]:
     """Queries that should have data and have none (or only NaN/Inf), per variable setting."""
     problems = []
@@ -301,7 +237,7 @@ def _problems(
 
 
 def test_every_panel_query_returns_data(
-    stack: Prometheus, panel_queries: list[Any], variants: dict[str, dict[str, str]]
+    stack: Server, panel_queries: list[Any], variants: dict[str, dict[str, str]]
 ) -> None:
     keys = {query.key for query in panel_queries}
     assert set(NO_DATA) <= keys, f"stale NO_DATA entries: {set(NO_DATA) - keys}"
@@ -319,7 +255,7 @@ def test_every_panel_query_returns_data(
             assert not stack.query(query.render(variants["all"])), f"{query} has data now"
 
 
-def test_variables_find_their_values(stack: Prometheus, variable_queries: list[Any]) -> None:
+def test_variables_find_their_values(stack: Server, variable_queries: list[Any]) -> None:
     expected = {
         "namespace": {POD_LABELS["namespace"]},
         "pod": {POD_LABELS["pod"]},
@@ -331,7 +267,7 @@ def test_variables_find_their_values(stack: Prometheus, variable_queries: list[A
         found = {}
         for variable in variable_queries:
             selector = variable.selector.replace("$namespace", ".*").replace("$pod", ".*")
-            answer = stack.get("/api/v1/series", **{"match[]": selector})
+            answer = stack.get_json("/api/v1/series", **{"match[]": selector})
             values = {s[variable.label] for s in answer["data"] if variable.label in s}
             found[(variable.uid, variable.name)] = values
         wrong = {key: v for key, v in found.items() if v != expected[key[1]]}

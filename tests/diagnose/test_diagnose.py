@@ -317,11 +317,11 @@ def test_prometheus_mode(
             "tokenizer and decode medians in Prometheus, the alert pending",
         )
         result = diagnose(
-            "--prometheus.url", prometheus.base, "--profile", "fast", "--output", "json"
+            "--prometheus.url", prometheus.url, "--profile", "fast", "--output", "json"
         )
         assert result.returncode == 1, result.stdout + result.stderr
         report = json.loads(result.stdout)
-        assert report["mode"] == "prometheus" and report["source"] == prometheus.base
+        assert report["mode"] == "prometheus" and report["source"] == prometheus.url
         assert "samples" not in report and report["verdict"] == "found"
         first = report["findings"][0]
         assert first["alert"] == TOKENIZER and first["status"] == "holds"
@@ -335,19 +335,19 @@ def test_prometheus_mode(
         # the HBM comparison is evaluated here (Prometheus has the history, 6m in 'fast')
         assert all(n["alert"] != "InferenceHBMBandwidthSaturated" for n in report["not_evaluated"])
 
-        text = diagnose("--prometheus.url", prometheus.base, "--profile", "fast")
+        text = diagnose("--prometheus.url", prometheus.url, "--profile", "fast")
         assert text.returncode == 1
         assert re.search(
             rf"^1\. HOLDS  warning  {TOKENIZER} \[cpu\], alert pending$", text.stdout, re.M
         )
 
         _one_line_error(
-            diagnose("--prometheus.url", prometheus.base),
+            diagnose("--prometheus.url", prometheus.url),
             "holds recording rules of another profile or site config",
             "--profile",
         )
         _one_line_error(
-            diagnose("--prometheus.url", bare.base),
+            diagnose("--prometheus.url", bare.url),
             "scrapes 1 sidecar(s) but has none of the pack's recording rules",
         )
     finally:

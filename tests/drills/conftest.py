@@ -15,7 +15,7 @@ from drills.report import write
 from drills.scenarios import CPU_SCENARIOS
 from support.paths import ROOT
 
-from exporter.lab.stack import find_binary
+from exporter.lab.processes import find_binary
 
 DOC = ROOT / "docs" / "drills.md"
 

@@ -25,7 +25,8 @@ from typing import Any
 from drills.scenarios import ENGINE_ARGS, LOAD, Scenario
 
 from exporter.lab.engine.gputrace import write_trace
-from exporter.lab.stack import JOB, TARGET_LABELS, Stack, StackConfig, child_pythonpath
+from exporter.lab.processes import child_pythonpath, stop_process
+from exporter.lab.stack import JOB, TARGET_LABELS, Stack, StackConfig
 
 POLL_S = 1.0
 PAGES_FOR_DEDUP = 2
@@ -178,13 +179,7 @@ def _start_load(stack: Stack, scenario: Scenario, workdir: Path) -> subprocess.P
 
 
 def _stop_load(proc: subprocess.Popen[bytes], summary: Path) -> dict[str, Any] | None:
-    if proc.poll() is None:
-        proc.terminate()  # the load generator prints its summary on SIGTERM
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    stop_process(proc, 20)  # the load generator prints its summary on SIGTERM
     try:
         loaded: dict[str, Any] = json.loads(summary.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exporter.lab.stack import child_pythonpath, find_binary
+from exporter.lab.processes import child_pythonpath, find_binary
 
 
 def _started_by(workdir: Path) -> list[psutil.Process]:

@@ -6,14 +6,13 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
 from support.refengine import Engine
 
 from exporter.lab.loadgen import completions_url, percentiles
-from exporter.lab.stack import child_pythonpath
+from exporter.lab.processes import child_pythonpath, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +63,19 @@ def test_open_loop_load_and_summary(engine: Engine) -> None:
     assert summary["output_tokens_per_s"] > 0
 
 
+def _completed(engine: Engine) -> float:
+    """Requests the engine finished so far (every finish reason)."""
+    status, body = engine.request("GET", "/metrics", timeout=5)
+    assert status == 200
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in body.decode().splitlines()
+        if line.startswith("vllm:request_success_total{")
+    )
+
+
 def test_sigterm_prints_the_summary_so_far(engine: Engine) -> None:
+    before = _completed(engine)
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "exporter.cli", "load", "--url", engine.url, "--rate", "4",
@@ -75,7 +86,9 @@ def test_sigterm_prints_the_summary_so_far(engine: Engine) -> None:
         text=True,
         env={"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
-    time.sleep(4)
+
+    # the load generator is running (its handler installed) once one of its requests finished
+    wait_until(lambda: _completed(engine) > before, 60, "a request of the load generator")
     proc.send_signal(signal.SIGTERM)
     stdout, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0

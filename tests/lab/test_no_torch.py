@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from exporter.lab.stack import child_pythonpath
+from exporter.lab.processes import child_pythonpath
 
 MODULES = (
     "exporter.cli",

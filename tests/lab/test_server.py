@@ -13,7 +13,7 @@ from support.refengine import Engine
 
 from exporter.collectors.tokenizer import request_body, token_count
 from exporter.engines import detect, normalise, parse_exposition
-from exporter.lab.stack import child_pythonpath
+from exporter.lab.processes import child_pythonpath
 
 
 @pytest.fixture(scope="module")

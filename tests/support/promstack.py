@@ -9,8 +9,6 @@ binaries are the ones ``make tools`` installs (Debian's ``prometheus`` and
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import threading
 import time
 import urllib.error
@@ -18,16 +16,19 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from support.fakeengine import FakeEngineThread, unused_port
+from exporter.lab import processes
+from exporter.lab.processes import PagerDutyCapture as Capture
+from exporter.lab.processes import Server, fast_sidecar_flags, find_binary, wait_until
+from support.fakeengine import FakeEngineThread
 from support.paths import FIXTURES, ROOT, TRACE
 from support.process import ExporterProcess
+
+__all__ = ["Capture", "Server", "wait_until"]
 
 RULES = ROOT / "alert_rules"
 JOB = "inference-bottleneck-exporter"
@@ -35,44 +36,20 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 PROC = FIXTURES / "proc" / "two-cpu"
 # The sidecar as the end-to-end tests run it: fast polls, a fixed procfs (its softirq share
 # never moves), the replay trace unless a test passes its own.
-SIDECAR_FLAGS = (
-    "--path.procfs",
-    str(PROC),
-    "--gpu.poll-interval",
-    "1s",
-    "--engine.poll-interval",
-    "500ms",
-    "--engine.timeout",
-    "500ms",
-    "--tokenizer.probe-interval",
-    "1s",
-    "--scrape.timeout",
-    "800ms",
-)
+SIDECAR_FLAGS = ("--path.procfs", str(PROC), *fast_sidecar_flags())
 
 
 def binary(*names: str) -> str:
-    for name in names:
-        found = shutil.which(name) or (
-            f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None
-        )
-        if found:
-            return found
-    pytest.fail(f"{' or '.join(names)} not found: run `make tools`")
+    """A tool the tests need; missing, the test fails (CI installs it: `make tools`)."""
+    found = find_binary(*names)
+    if found is None:
+        pytest.fail(f"{' or '.join(names)} not found: run `make tools`")
+    return found
 
 
 def get_json(url: str, timeout: float = 5.0) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return json.loads(response.read())
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str, step: float = 0.25) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(step)
-    raise AssertionError(f"{what}: not within {timeout}s")
 
 
 def trace(
@@ -163,99 +140,13 @@ class Feeder:
         self._thread.join(5)
 
 
-# --- PagerDuty capture ---------------------------------------------------------------------------
-
-
-class Capture:
-    """An HTTP endpoint on 127.0.0.1 that records every JSON POST, as PagerDuty's Events API
-    would receive them, and answers like it (202)."""
-
-    def __init__(self) -> None:
-        self.posts: list[tuple[str, dict[str, Any]]] = []
-        self._lock = threading.Lock()
-        capture = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                with capture._lock:
-                    capture.posts.append((self.path, body))
-                answer = json.dumps({"status": "success", "dedup_key": body.get("dedup_key")})
-                self.send_response(202)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer.encode())
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def events(self, path: str | None = None, alertname: str | None = None) -> list[dict[str, Any]]:
-        with self._lock:
-            posts = list(self.posts)
-        return [
-            body
-            for where, body in posts
-            if (path is None or where == path)
-            and (
-                alertname is None
-                or body.get("payload", {}).get("custom_details", {}).get("alertname") == alertname
-            )
-        ]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(5)
-
-
-# --- processes ------------------------------------------------------------------------------------
-
-
-class Server:
-    """A Prometheus or Alertmanager process with its log in a file."""
-
-    def __init__(self, args: list[str], log: Path, port: int) -> None:
-        self.log = log
-        self.base = f"http://127.0.0.1:{port}"
-        self._log_file = log.open("w")
-        self.proc = subprocess.Popen(args, stdout=self._log_file, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        def ready() -> bool:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{self.log.name} exited: {self.log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(self.base + "/-/ready", timeout=2) as response:
-                    return bool(response.status == 200)
-            except (OSError, urllib.error.URLError):
-                return False
-
-        wait_until(ready, timeout, f"{self.log.name} ready")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log_file.close()
+# --- Prometheus and Alertmanager ------------------------------------------------------------------
 
 
 def start_prometheus(
     tmp: Path, targets: list[str], rule_files: list[Path], alertmanager: str | None = None
 ) -> Server:
     """Prometheus scraping ``targets`` (host:port) every second, evaluating every second."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    port = unused_port()
     config: dict[str, Any] = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
         "rule_files": [str(p) for p in rule_files],
@@ -264,51 +155,17 @@ def start_prometheus(
     if alertmanager is not None:
         host = urllib.parse.urlsplit(alertmanager).netloc
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [host]}]}]}
-    path = tmp / "prometheus.yml"
-    path.write_text(yaml.safe_dump(config))
-    server = Server(
-        [
-            binary("prometheus"),
-            f"--config.file={path}",
-            f"--storage.tsdb.path={tmp / 'prometheus-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--rules.alert.resend-delay=1s",
-            "--log.level=warn",
-        ],
-        tmp / "prometheus.log",
-        port,
+    return processes.start_prometheus(
+        tmp, config, args=("--rules.alert.resend-delay=1s", "--log.level=warn")
     )
-    server.wait_ready()
-    return server
 
 
 def start_alertmanager(tmp: Path, config: dict[str, Any]) -> Server:
-    tmp.mkdir(parents=True, exist_ok=True)
-    port = unused_port()
-    path = tmp / "alertmanager.yml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    server = Server(
-        [
-            binary("prometheus-alertmanager", "alertmanager"),
-            f"--config.file={path}",
-            f"--storage.path={tmp / 'alertmanager-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ],
-        tmp / "alertmanager.log",
-        port,
-    )
-    server.wait_ready()
-    return server
+    return processes.start_alertmanager(tmp, config)
 
 
 def query(prometheus: Server, expr: str) -> list[dict[str, Any]]:
-    url = prometheus.base + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    body = get_json(url)
-    assert body["status"] == "success", body
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
+    return prometheus.query(expr)
 
 
 def sidecar(

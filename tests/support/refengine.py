@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from exporter.lab.stack import child_pythonpath
+from exporter.lab.processes import child_pythonpath, stop_process
 
 LISTEN = re.compile(r"listening on (http://\S+)")
 
@@ -57,12 +57,6 @@ class Engine:
 
     def stop(self) -> float:
         start = time.monotonic()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc, 20)
         self._log.close()
         return time.monotonic() - start
