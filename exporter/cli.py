@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 PROG = "inference-bottleneck-exporter"
 SUBCOMMANDS = ("serve", "record", "diagnose", "load", "demo")
+# Subcommands whose code is in the lab (not installed in the sidecar's image): module names.
+LAB_COMMANDS = {"load": "loadgen", "demo": "demo"}
 # The flags of ``serve`` that are not options (no environment variable, no config file key).
 VERSION_HELP = "Print the version and exit."
 CONFIG_FILE_HELP = (
@@ -262,6 +264,23 @@ def record(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return record_trace(args.out, duration=duration, interval=interval, replay=args.replay)
 
 
+def _lab(command: str, args: list[str]) -> int:
+    """``load`` and ``demo`` live in the lab, which the sidecar's image does not install."""
+    import importlib  # noqa: PLC0415
+
+    try:
+        module = importlib.import_module(f"exporter.lab.{LAB_COMMANDS[command]}")
+    except ModuleNotFoundError as err:
+        if err.name is None or not err.name.startswith("exporter.lab"):
+            raise
+        _fail(
+            f"{command} needs the lab (exporter.lab), which this installation leaves out: run "
+            "it from a source checkout (make demo)"
+        )
+    result: int = module.main(args)
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ)
@@ -275,14 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from exporter.diagnose.cli import main as diagnose  # noqa: PLC0415
 
         return diagnose(args)
-    if command == "load":
-        from exporter.lab.loadgen import main as load  # noqa: PLC0415
-
-        return load(args)
-    if command == "demo":
-        from exporter.lab.demo import main as demo  # noqa: PLC0415
-
-        return demo(args)
+    if command in LAB_COMMANDS:
+        return _lab(command, args)
     return serve(args, env)
 
 

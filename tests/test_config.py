@@ -218,3 +218,27 @@ def test_record_rejects_bad_duration() -> None:
         "inference-bottleneck-exporter: error: --duration: 'soon' is not a duration (use e.g. "
         "500ms, 15s, 1m30s, 1.5m: units ms, s, m, h, d, w, y, largest first)"
     )
+
+
+@pytest.mark.parametrize("command", ["demo", "load"])
+def test_lab_commands_say_when_the_lab_is_left_out(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As in the sidecar's image, which installs no exporter/lab: one line, exit 2."""
+    import importlib  # noqa: PLC0415
+
+    real = importlib.import_module
+
+    def without_lab(name: str, package: str | None = None) -> object:
+        if name.startswith("exporter.lab"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", without_lab)
+    with pytest.raises(SystemExit) as exit_info:
+        main([command])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"inference-bottleneck-exporter: error: {command} needs the lab (exporter.lab), which "
+        "this installation leaves out: run it from a source checkout (make demo)\n"
+    )

@@ -110,6 +110,41 @@ def test_image_has_no_torch_and_no_installers(image: dict[str, Any]) -> None:
     assert found == "[]"
 
 
+def test_image_holds_the_sidecar_and_no_lab(image: dict[str, Any]) -> None:
+    """The installed package, file by file: the sidecar's parts are there, the lab's are not
+    (reference engine, load generator, demo), and the lab's subcommands say so in one line."""
+    listing = run_python(
+        "import exporter, pathlib; root = pathlib.Path(exporter.__file__).parent; "
+        "print('\\n'.join(sorted(str(p.relative_to(root.parent)) for p in root.rglob('*') "
+        "if p.is_file())))"
+    ).splitlines()
+    assert "exporter/cli.py" in listing
+    assert "exporter/server/app.py" in listing
+    assert "exporter/collectors/nvml.py" in listing
+    assert "exporter/diagnose/cli.py" in listing
+    lab = [path for path in listing if path.startswith("exporter/lab")]
+    assert lab == []
+    lab_source = {p.stem for p in (ROOT / "exporter" / "lab").rglob("*.py")} - {
+        "__init__",
+        "__main__",
+    }
+    strays = [path for path in listing if Path(path).stem in lab_source]
+    assert strays == []
+    for command in ("demo", "load"):
+        result = subprocess.run(
+            [*PODMAN, "run", "--rm", *RESTRICTED, IMAGE, command],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip() == (
+            f"inference-bottleneck-exporter: error: {command} needs the lab (exporter.lab), "
+            "which this installation leaves out: run it from a source checkout (make demo)"
+        )
+
+
 def test_version_through_the_entrypoint(image: dict[str, Any]) -> None:
     out = podman("run", "--rm", *RESTRICTED, IMAGE, "--version")
     assert out.startswith(f"inference-bottleneck-exporter, version {exporter.__version__} ")
