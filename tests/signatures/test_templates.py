@@ -11,6 +11,7 @@ from support.paths import ROOT
 
 from exporter.signatures import catalogue, parse_config
 from exporter.signatures import templates as tpl
+from exporter.signatures.catalogue import BUILDERS, builder_path
 from exporter.signatures.model import Check, Fix
 from exporter.signatures.templates import RunbookTemplateError, fill, parse, template_names
 
@@ -184,3 +185,13 @@ def test_site_config_values_reach_the_prose() -> None:
     assert "needs 2h of history" in hbm and "the first 2h after" in hbm
     pulsing = " ".join(books["InferenceGPUUtilizationPulsing"].caveats)
     assert "Samples exactly at 75 % count as not saturated" in pulsing
+
+
+def test_each_family_module_builds_its_own_signature_label() -> None:
+    """``builder_path(group)``, quoted on every runbook page, is where the builder lives."""
+    signatures = catalogue(parse_config({}))
+    assert len(BUILDERS) == len(signatures)
+    for build, sig in zip(BUILDERS, signatures, strict=True):
+        assert build.__module__ == f"exporter.signatures.catalogue.{sig.group}", sig.alert
+        assert (ROOT / builder_path(sig.group)).is_file()
+        assert (ROOT / tpl.template_path(sig.alert)).is_file()

@@ -39,10 +39,15 @@ BUILDERS: tuple[Callable[[Context], Signature], ...] = (
 )
 
 
+def builder_path(group: str) -> str:
+    """The module that builds the signatures of one ``signature`` label value."""
+    return f"exporter/signatures/catalogue/{group}.py"
+
+
 def catalogue(cfg: SiteConfig) -> tuple[Signature, ...]:
     """Every signature of the pack, in the order of :data:`BUILDERS`."""
     ctx = Context(cfg)
     return tuple(build(ctx) for build in BUILDERS)
 
 
-__all__ = ["BUILDERS", "Context", "catalogue"]
+__all__ = ["BUILDERS", "Context", "builder_path", "catalogue"]
