@@ -1,4 +1,8 @@
-"""The tunable parameters of every alert: names, kinds, defaults (from the seed articles).
+"""The tunable parameters of every alert: names, kinds and defaults.
+
+The defaults are rules of thumb of GPU LLM serving (a GPU under 60 % busy while its queue grows
+is starved by the CPU side; softirq above 5 % of CPU time competes with the engine; keep 10-15 %
+of the KV cache free).
 
 A site overrides them under ``signatures.<AlertName>.<param>`` in the config file; the
 config loader validates against this table, the catalogue reads the merged values, and the

@@ -1,4 +1,4 @@
-"""The signature catalogue: the issue's fixed contract, the rendered files, what diagnose reuses."""
+"""The signature catalogue: its fixed alert contract, the rendered files, what diagnose reuses."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from exporter.signatures.model import EFFORTS, GROUPS, SEVERITIES
 from exporter.signatures.params import CLOCK_EVENT_BITS, PARAMS
 from exporter.signatures.render import alerts_yaml, recording_rules_yaml
 
-# Issue 4: names, severities and signature groups are a fixed contract.
+# Names, severities and signature groups are a fixed contract: Alertmanager routes, the
+# dashboards and a site's silences match on them.
 CONTRACT = {
     "InferenceGPUStarvedQueueGrowing": ({"critical"}, "cpu"),
     "InferenceTokenizerSlowerThanDecode": ({"warning"}, "cpu"),
@@ -46,7 +47,7 @@ def test_catalogue_matches_the_contract() -> None:
         assert set(PARAMS[sig.alert]) and PARAMS[sig.alert][0].name == "for"
 
 
-def test_default_thresholds_are_the_issues() -> None:
+def test_default_thresholds() -> None:
     cfg = parse_config({})
     sig = {s.alert: s for s in catalogue(cfg)}
     assert sig["InferenceGPUStarvedQueueGrowing"].rules[0].expr == (
@@ -147,7 +148,7 @@ def test_descriptions_quote_measured_values() -> None:
                 assert rule.evidence, sig.alert
 
 
-def test_starved_description_reads_like_the_issue() -> None:
+def test_starved_description_quotes_live_values() -> None:
     text = alerts_yaml(parse_config({}))
     assert "Mean GPU utilisation {{ with printf `100 * inference:gpu_utilization:mean5m" in text
     assert "requests in 10m to {{ with printf `inference:queue_depth:sum" in text

@@ -1,0 +1,69 @@
+"""What every signature builder reads: the site config, the record names, small formatters.
+
+A builder never writes a threshold, window or selector itself: it asks the :class:`Context`,
+so a site's config regenerates the whole pack.
+"""
+
+from __future__ import annotations
+
+from exporter.config import format_duration
+from exporter.signatures import templates
+from exporter.signatures.config import SiteConfig
+from exporter.signatures.model import TARGET, Evidence, Runbook
+from exporter.signatures.promql import by, selector
+from exporter.signatures.sources import Records
+
+# Labels of a per-GPU series, besides the join labels of the target.
+GPU_LABELS = ("gpu", "uuid")
+
+
+class Context:
+    """One site config as the builders need it."""
+
+    def __init__(self, cfg: SiteConfig) -> None:
+        self.cfg = cfg
+        self.records = Records.of(cfg)
+        self.join = cfg.join_labels
+
+    def for_seconds(self, alert: str) -> float:
+        """How long the alert's condition must hold before it fires."""
+        return self.cfg.seconds(alert, "for")
+
+    def for_duration(self, alert: str) -> str:
+        """:meth:`for_seconds` as people and PromQL write it (``10m``)."""
+        return format_duration(self.for_seconds(alert))
+
+    def ratio(self, alert: str, name: str) -> float:
+        return self.cfg.ratio(alert, name)
+
+    def window(self, name: str) -> str:
+        """A look-back window as PromQL writes it (``5m``)."""
+        return format_duration(self.cfg.window(name))
+
+    def window_seconds(self, name: str) -> float:
+        return self.cfg.window(name)
+
+    def selector(self, metric: str, *matchers: str) -> str:
+        """``metric{...}`` with the site's sidecar matchers and ``matchers``."""
+        return selector(metric, self.cfg.selectors.sidecar, *matchers)
+
+    def rate(self, metric: str) -> str:
+        """``rate(metric{...}[<rate window>])`` of a sidecar counter."""
+        return f"rate({self.selector(metric)}[{self.window('rate')}])"
+
+    def by(self, *labels: str) -> str:
+        """``by (<join labels>, labels...)``: one series per target (and per ``labels``)."""
+        return by((*self.join, *labels))
+
+    def runbook(
+        self, alert: str, queries: tuple[tuple[str, str], ...] = (), **values: str
+    ) -> Runbook:
+        """The alert's runbook prose (``exporter/signatures/runbooks/<alert>.md``) with its
+        ``{{name}}`` placeholders filled from ``values``, and the PromQL ``queries`` that
+        confirm it."""
+        return templates.runbook(alert, queries, **values)
+
+
+def percent(key: str, label: str, record: str, fmt: str = "%.0f") -> Evidence:
+    """Evidence quoting a 0-1 record of the alert's target as a percentage."""
+    return Evidence(key, label, f"100 * {record}{TARGET}", "%", fmt)
