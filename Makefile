@@ -1,16 +1,29 @@
 # Everything a fresh machine needs goes through these targets; see README.md.
-PY ?= python3
+# Python packages go into a project virtualenv (.venv/), never into the system Python: a stock
+# Debian or Ubuntu refuses system-wide pip installs (PEP 668, "externally managed").
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TRACE := exporter/data/replay-2gpu-synthetic.jsonl
 LISTEN ?= 127.0.0.1:10960
 
-.PHONY: install install-dev tools run test test-lowest lint docs bench soak demo drills
+.PHONY: venv install install-dev tools run test test-lowest lint docs bench soak demo drills
 
-install:
+# Debian's python3 makes virtualenvs only with python3-venv installed; install it when missing.
+$(PY):
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV) && \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+	    python3-venv >/dev/null && $(PYTHON) -m venv $(VENV); }
+
+venv: $(PY)
+
+install: $(PY)
 	$(PY) -m pip install -q -e .
 
 # torch is pinned exactly (the `reference` extra, also here): a range pulls a newer, multi-GB build.
-install-dev:
+install-dev: $(PY)
 	$(PY) -m pip install -q -e '.[dev,reference]' 'torch==2.13.0'
 
 # promtool (Prometheus) and Alertmanager for the tests that use the real tools.
@@ -46,7 +59,7 @@ run: install
 # Prometheus (fast rules) and Alertmanager paging a local PagerDuty stand-in. Ctrl-C stops it.
 # `make demo INJECT=frontend-gil` injects a bottleneck (several: INJECT=softirq,tokenizer-slow);
 # DEMO_ARGS passes more flags, e.g. DEMO_ARGS="--duration 3m --plain".
-demo:
+demo: $(PY)
 	$(PY) -m pip install -q -e '.[reference]' 'torch==2.13.0'
 	@command -v prometheus >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -qq && \
@@ -55,14 +68,17 @@ demo:
 	  echo "Prometheus and Alertmanager could not be installed: the demo runs without them."
 	$(PY) -m exporter.cli demo $(if $(INJECT),--inject $(INJECT)) $(DEMO_ARGS)
 
-# The end-to-end bottleneck drills alone (about 12 minutes; they rewrite docs/drills.md).
+# The end-to-end bottleneck drills alone (about 12 minutes). Every run writes its report to
+# build/drills/drills.md (ignored); this target also copies it to docs/drills.md, on purpose.
 drills: install-dev tools
-	$(PY) -m pytest -q tests/drills
+	@status=0; $(PY) -m pytest -q tests/drills || status=$$?; \
+	  if [ -f build/drills/drills.md ]; then cp build/drills/drills.md docs/drills.md; fi; \
+	  exit $$status
 
-lint:
-	ruff check .
-	ruff format --check .
-	mypy --strict exporter
+lint: install-dev
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy --strict exporter
 	$(PY) -m exporter.tools.docgen --check
 	$(PY) -m exporter.signatures --check
 
@@ -71,7 +87,7 @@ test: install-dev tools lint
 
 # The exposition tests once more, against the lowest version of each core dependency that
 # pyproject.toml allows (.ci/constraints-lowest.txt), in a throwaway virtualenv.
-test-lowest:
+test-lowest: $(PY)
 	$(PY) .ci/lowest.py
 
 docs:
@@ -86,7 +102,7 @@ dashboards: install-dev
 soak: install-dev
 	$(PY) bench/soak.py --scrapes 10000
 
-# Overhead suite of issue #9, a few minutes: the exporter side by side with Debian's
+# The overhead suite, a few minutes: the exporter side by side with Debian's
 # node_exporter; JSON in bench/results/, tables regenerated in docs/performance.md.
 bench: install
 	@command -v prometheus-node-exporter >/dev/null 2>&1 || { \

@@ -4,7 +4,7 @@ The exporter's ``/metrics`` text is parsed back into families and served from a 
 ``CollectorRegistry`` whose collector yields those families; in this process (no HTTP, no
 collection) each encoder renders it ``calls`` times and the median CPU per render is kept:
 
-* ``generate_latest`` (prometheus_client's text format): the floor the issue asks for;
+* ``generate_latest`` (prometheus_client's text format): the floor the targets compare with;
 * prometheus_client's OpenMetrics ``generate_latest``: what a Prometheus scrape gets;
 * the exporter's cached ``TextEncoder`` on the same registry;
 * gzip of the text body at levels 6 (what the exporter uses) and 1.

@@ -44,7 +44,7 @@ def idle_without_replay(run: dict[str, Any]) -> float:
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each target of issue #9 with the measured value and pass/fail (8 GPUs, vLLM)."""
+    """Each overhead target with the measured value and pass/fail (8 GPUs, vLLM)."""
     ours = results["exporter_vllm"]
     ne = results.get("node_exporter")
     rss = max(ours["rss_mib_steady"], ours["rss_mib_end"])

@@ -1,4 +1,4 @@
-"""The overhead suite of issue #9: the exporter side by side with node_exporter, in one run.
+"""The overhead suite: the exporter side by side with node_exporter, in one run.
 
 What runs (each process on its own; this one only scrapes and reads /proc):
 

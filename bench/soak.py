@@ -3,7 +3,7 @@
 Runs the real CLI on a 2-GPU replay trace in which GPU 0 is lost (``GPU_IS_LOST``) for a few
 seconds of every 20 s loop, against a fake engine that alternates between healthy, HTTP 500,
 hanging and garbage every few seconds. Scrapes back to back over loopback and reports RSS at the
-start (after a warm-up) and at the end, and the growth. Target (issue #8): growth < 2 MiB over
+start (after a warm-up) and at the end, and the growth. Target: growth < 2 MiB over
 10,000 scrapes.
 
     python bench/soak.py --scrapes 10000 [--json out.json]

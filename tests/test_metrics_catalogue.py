@@ -134,9 +134,9 @@ def test_every_gpu_is_covered(exposition: str) -> None:
         assert {s.labels["gpu"] for s in samples} == {"0", "1"}, spec.name
 
 
-# Names fixed by an issue's metric contract that other code depends on; they keep their
-# name even where the unit suffix rule would ask for another (issue #2 names the histogram
-# of driver samples inference_gpu_utilization_samples).
+# Names of the metric contract that other code depends on; they keep their name even where the
+# unit suffix rule would ask for another (the histogram of driver samples is
+# inference_gpu_utilization_samples).
 CONTRACT_NAMES = frozenset({"inference_gpu_utilization_samples"})
 
 

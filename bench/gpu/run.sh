@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check of issue 5, for a lent GPU machine (under 10 minutes, one command):
+# The prepared GPU check, for a lent GPU machine (under 10 minutes, one command):
 #
 #   1. the reference engine on CUDA (the `medium` model), the sidecar on real NVML, 60 s of
 #      load; `inference-bottleneck-exporter record` writes the NVML trace meanwhile and prints
@@ -7,7 +7,7 @@
 #   2. NVML call timing: every call the sidecar makes, 200 times each, on every GPU;
 #   3. the GPU-only drills named in GPU_DRILLS (default "h2d-stall memory-pressure", about
 #      4 minutes each; "hbm-saturation" takes about 5 and needs Prometheus, so it goes in a
-#      second session: GPU_DRILLS=hbm-saturation SKIP_RECORD=1): with prometheus and
+#      second run: GPU_DRILLS=hbm-saturation SKIP_RECORD=1): with prometheus and
 #      alertmanager on PATH (or carried as .gpu-tools/prom.tar.xz) the full harness
 #      (tests/drills); otherwise `diagnose --target` on the live sidecar after 90 s of load,
 #      which must rank the injected cause first;

@@ -32,7 +32,7 @@ EXPECTED = {
     "exporter-health.json": ("ibe-exporter-health", "Exporter health"),
 }
 
-# The issue's panel list (issue 6), as titles: the contract of what each dashboard shows.
+# The panels each dashboard must show, by title: the contract of what on-call finds there.
 REQUIRED_PANELS = {
     "ibe-inference-bottlenecks": {
         "GPU utilisation vs queue depth",

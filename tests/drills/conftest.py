@@ -1,4 +1,8 @@
-"""Drill fixtures: the tools every drill needs, and docs/drills.md from the session's results."""
+"""Drill fixtures: the tools every drill needs, and the drill report from the session's results.
+
+The report goes to ``build/drills/drills.md`` (ignored by git), so a test run never changes a
+tracked file; ``make drills`` copies it to ``docs/drills.md`` on purpose.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from support.paths import ROOT
 
 from exporter.lab.processes import find_binary
 
-DOC = ROOT / "docs" / "drills.md"
+REPORT = ROOT / "build" / "drills" / "drills.md"
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +43,7 @@ def drill_tools() -> None:
 
 @pytest.fixture(scope="session")
 def drill_results() -> Iterator[dict[str, DrillResult]]:
-    """Results by scenario; rewrites docs/drills.md when the whole CPU matrix has run."""
+    """Results by scenario; writes the report when the whole CPU matrix has run."""
     results: dict[str, DrillResult] = {}
     began = time.monotonic()
     when = time.strftime("%Y-%m-%d %H:%M")
@@ -49,4 +53,5 @@ def drill_results() -> Iterator[dict[str, DrillResult]]:
         data = {name: {**r.to_json(), "fired": r.fired()} for name, r in results.items()}
         Path(dump).write_text(json.dumps(data, indent=2), encoding="utf-8")
     if all(s.name in results for s in CPU_SCENARIOS):
-        write(DOC, results, machine=machine(), total_s=time.monotonic() - began, when=when)
+        REPORT.parent.mkdir(parents=True, exist_ok=True)
+        write(REPORT, results, machine=machine(), total_s=time.monotonic() - began, when=when)

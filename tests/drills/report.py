@@ -145,8 +145,8 @@ def render(results: Mapping[str, DrillResult], *, machine: str, total_s: float, 
         "injected cause and nothing else:",
         "",
         f"- `starved` (mean {_mean('starved'):.0f} %): healthy, tokenizer-slow, frontend-gil, "
-        "cpu-contention, softirq. A GPU waiting for its host, as the seeds describe a "
-        "CPU-bound server (utilisation under 60 %). Replaying it in the healthy drill too "
+        "cpu-contention, softirq. A GPU waiting for its host, as a "
+        "CPU-bound server shows it (utilisation under 60 %). Replaying it in the healthy drill too "
         "arms every GPU-gated signature (`InferenceGPUStarvedQueueGrowing`, "
         "`InferenceFrontendCPUSaturated`): healthy stays quiet because their CPU-side "
         "conditions (a growing queue, a saturated thread) stay false.",
@@ -208,7 +208,7 @@ def render(results: Mapping[str, DrillResult], *, machine: str, total_s: float, 
         "earlier (6 minutes in the fast profile): the drill runs the rules with a site config "
         "(`windows.baseline: 20m`, the signature's `for: 5m`; 2 minutes and 30 s in the fast "
         "profile), given to Prometheus and to `diagnose` alike. None of the three has run yet: "
-        "no GPU was lent to the sessions that built them.",
+        "no GPU machine has been available to run them.",
         "",
         "## The softirq flood",
         "",

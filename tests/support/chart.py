@@ -1,6 +1,6 @@
 """Rendering the chart with the Helm v4 SDK (helm-python-sdk, no helm binary) and validating
 what it renders: kubernetes-validate for built-in kinds, the prometheus-operator CRDs'
-openAPIV3Schema (from ``<repo>/../shared/crds/``) for the custom resources."""
+openAPIV3Schema (from ``tests/fixtures/crds/``) for the custom resources."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from helm_python import _native
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "inference-bottleneck-exporter"
-CRDS = ROOT.parent / "shared" / "crds"
+CRDS = ROOT / "tests" / "fixtures" / "crds"
 RELEASE = "ibe"
 NAMESPACE = "inference"
 # The oldest Kubernetes the chart's features target (native sidecars) and the newest that

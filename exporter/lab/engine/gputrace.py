@@ -7,8 +7,8 @@ fixed and plain, so that what differs between two drills is only the real cause 
 side. Two looks, both one H100-like GPU, steady (no pulsing: fewer than 1 % of samples at or
 below 5 % or above 90 %), memory pre-allocated to 90 % as vLLM does:
 
-``starved``  mean utilisation 40 %: a GPU waiting for its host (the seeds: CPU-bound serving
-             shows GPU utilisation below 60 % while the queue grows). Used for the healthy
+``starved``  mean utilisation 40 %: a GPU waiting for its host (CPU-bound serving shows GPU
+             utilisation below 60 % while the queue grows). Used for the healthy
              drill too: every GPU-gated signature is armed, and only CPU-side evidence can
              make one fire.
 ``busy``     mean utilisation 88 %: a GPU that is kept working. Used where the cause leaves
