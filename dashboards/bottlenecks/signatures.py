@@ -19,7 +19,7 @@ from dashboards.common import (
     stat_panel,
     table_panel,
 )
-from exporter.signatures.catalogue import catalogue
+from exporter.signatures import catalogue
 from exporter.signatures.model import GROUPS, Group
 
 TITLE = "Active signatures"
