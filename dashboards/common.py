@@ -130,7 +130,7 @@ def target_labels() -> tuple[str, ...]:
 
 
 def variable_labels() -> tuple[str, ...]:
-    """The target labels with a template variable, coarse to fine.
+    """The target labels with a template variable, in the join labels' order.
 
     Every join label but ``job`` (the exporter's targets share one, picked by the exporter
     selector), and but ``instance`` where ``pod`` names the target (it is then the pod's
