@@ -117,6 +117,8 @@ image: tools
 	$(SUDO) build-tools/build-image.sh
 
 # The Helm chart's copies of alert_rules/ and dashboards/*.json, and its README values table
-# (tests/helm fails when they are stale).
+# (tests/helm fails when they are stale). `make chart SITE=site.yaml` instead writes a copy of
+# the chart to $(CHART_OUT) whose rules and dashboards are generated from that site config.
+CHART_OUT ?= build/chart
 chart:
-	$(PY) build-tools/chart.py
+	$(PY) build-tools/chart.py $(if $(SITE),--config $(SITE) --out $(CHART_OUT))

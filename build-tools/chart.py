@@ -1,4 +1,4 @@
-"""Keep the Helm chart's generated parts in step with their sources.
+"""Keep the Helm chart's generated parts in step with their sources; render a site's chart.
 
 Helm reads files only inside the chart directory, so the chart carries copies of the generated
 rules (``alert_rules/``) and dashboards (``dashboards/*.json``) under ``files/``, the PagerDuty
@@ -7,6 +7,15 @@ README's values table is generated from the ``# --`` comments of ``values.yaml``
 
     python build-tools/chart.py           # update the copies and the table (``make chart``)
     python build-tools/chart.py --check   # exit 1 naming every stale file (CI)
+
+A site with its own rule configuration (``python -m exporter.signatures --config site.yaml``)
+gets a copy of the chart whose rules, AlertmanagerConfig and dashboards are all generated from
+that one file (``make chart SITE=site.yaml CHART_OUT=DIR``):
+
+    python build-tools/chart.py --config site.yaml --out DIR           # write the chart to DIR
+    python build-tools/chart.py --config site.yaml --out DIR --check   # exit 1 when DIR differs
+
+A bad site config exits 2 with one line, as the generators do.
 """
 
 from __future__ import annotations
@@ -30,32 +39,66 @@ TABLE_END = "<!-- end of values table -->"
 NOT_PROFILES = {"tests"}
 
 
-def _is_rule_file(path: Path) -> bool:
-    data = yaml.safe_load(path.read_text())
-    return isinstance(data, dict) and "groups" in data
+def _is_rule_file(data: bytes) -> bool:
+    parsed = yaml.safe_load(data)
+    return isinstance(parsed, dict) and "groups" in parsed
 
 
 def chart_sources(root: Path = ROOT) -> dict[str, bytes]:
     """Path under ``files/`` -> content, for every file the chart carries from a source."""
-    out: dict[str, bytes] = {}
     rules = root / "alert_rules"
-    subdirs = sorted(p for p in rules.iterdir() if p.is_dir()) if rules.is_dir() else []
-    profiles = [rules, *subdirs]
-    for profile in profiles:
-        if profile.name in NOT_PROFILES:
-            continue
-        prefix = "alert_rules/" + ("" if profile == rules else f"{profile.name}/")
-        for path in sorted(profile.glob("*.yaml")):
-            if _is_rule_file(path):
-                out[prefix + path.name] = path.read_bytes()
-    alertmanager = rules / "alertmanager.yaml"
-    if alertmanager.is_file():
-        spec = alertmanager_config_spec(yaml.safe_load(alertmanager.read_text()))
+    rule_files: dict[str, bytes] = {}
+    if rules.is_dir():
+        for path in sorted(rules.glob("*.yaml")) + sorted(rules.glob("*/*.yaml")):
+            relative = path.relative_to(rules)
+            if relative.parts[0] not in NOT_PROFILES:
+                rule_files[relative.as_posix()] = path.read_bytes()
+    dashboards = {p.name: p.read_bytes() for p in sorted((root / "dashboards").glob("*.json"))}
+    return chart_files(rule_files, dashboards)
+
+
+def chart_files(rule_files: dict[str, bytes], dashboards: dict[str, bytes]) -> dict[str, bytes]:
+    """Path under ``files/`` -> content, from the pack's files (path under ``alert_rules/``)
+    and the dashboards (file name)."""
+    out: dict[str, bytes] = {}
+    for name, data in sorted(rule_files.items()):
+        if _is_rule_file(data):
+            out[f"alert_rules/{name}"] = data
+    alertmanager = rule_files.get("alertmanager.yaml")
+    if alertmanager is not None:
+        spec = alertmanager_config_spec(yaml.safe_load(alertmanager))
         text = ALERTMANAGER_HEADER + yaml.safe_dump(spec, sort_keys=False)
         out[ALERTMANAGER_SPEC] = text.encode()
-    for path in sorted((root / "dashboards").glob("*.json")):
-        out[f"dashboards/{path.name}"] = path.read_bytes()
+    for name, data in sorted(dashboards.items()):
+        out[f"dashboards/{name}"] = data
     return out
+
+
+class SiteConfigError(Exception):
+    """A site config the generators refuse; ``str()`` is their one line."""
+
+
+def site_sources(config: Path) -> dict[str, bytes]:
+    """Path under ``files/`` -> content, generated from a site config: the whole rule pack
+    (every profile, as ``python -m exporter.signatures --config``), its AlertmanagerConfig and
+    the dashboards (as ``python -m dashboards --config``)."""
+    # The generators: dashboards/ is not part of the installed package, it lives at the root.
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from dashboards import generate  # noqa: PLC0415
+    from exporter.signatures.__main__ import pack_files  # noqa: PLC0415
+    from exporter.signatures.config import SignatureConfigError, load_config  # noqa: PLC0415
+
+    pack = Path("alert_rules")
+    try:
+        cfg = load_config(config)
+        rules = pack_files(cfg, pack, runbooks=None)
+        dashboards = generate(cfg)
+    except SignatureConfigError as err:
+        where = "" if str(err).startswith(str(config)) else f"{config}: "
+        raise SiteConfigError(f"{where}{err}") from None
+    rule_files = {path.relative_to(pack).as_posix(): text.encode() for path, text in rules.items()}
+    return chart_files(rule_files, {name: text.encode() for name, text in dashboards.items()})
 
 
 # Alertmanager's configuration (alert_rules/alertmanager.yaml) -> AlertmanagerConfig spec.
@@ -274,8 +317,13 @@ def readme_with_table(readme: str, values_yaml: str) -> str:
 
 def stale(root: Path = ROOT) -> list[str]:
     """What differs between the chart and its sources, one line each; empty when in step."""
+    return chart_problems(root / CHART.relative_to(ROOT), chart_sources(root))
+
+
+def chart_problems(chart: Path, sources: dict[str, bytes]) -> list[str]:
+    """What differs between ``chart``'s ``files/`` and README table and ``sources``."""
     problems: list[str] = []
-    sources, copies = chart_sources(root), chart_copies(root / FILES.relative_to(ROOT))
+    copies = chart_copies(chart / "files")
     for name in sorted(sources.keys() | copies.keys()):
         if name not in copies:
             problems.append(f"files/{name}: missing (source exists)")
@@ -283,35 +331,102 @@ def stale(root: Path = ROOT) -> list[str]:
             problems.append(f"files/{name}: no source any more")
         elif sources[name] != copies[name]:
             problems.append(f"files/{name}: differs from its source")
-    readme = (root / README.relative_to(ROOT)).read_text()
-    values_yaml = (root / CHART.relative_to(ROOT) / "values.yaml").read_text()
-    if readme_with_table(readme, values_yaml) != readme:
+    readme = (chart / "README.md").read_text()
+    if readme_with_table(readme, (chart / "values.yaml").read_text()) != readme:
         problems.append("README.md: values table differs from values.yaml")
     return problems
 
 
 def sync(root: Path = ROOT) -> None:
-    files = root / FILES.relative_to(ROOT)
-    sources = chart_sources(root)
-    for name in chart_copies(files).keys() - sources.keys():
-        (files / name).unlink()
-    for name, data in sources.items():
-        target = files / name
+    chart = root / CHART.relative_to(ROOT)
+    write_files(chart / "files", chart_sources(root))
+    readme_path = chart / "README.md"
+    values_yaml = (chart / "values.yaml").read_text()
+    readme_path.write_text(readme_with_table(readme_path.read_text(), values_yaml))
+
+
+def write_files(directory: Path, files: dict[str, bytes]) -> None:
+    """Make ``directory`` hold exactly ``files`` (relative path -> content)."""
+    existing = (
+        {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+        if directory.is_dir()
+        else set()
+    )
+    for name in existing - files.keys():
+        (directory / name).unlink()
+    for name, data in files.items():
+        target = directory / name
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists() or target.read_bytes() != data:
             target.write_bytes(data)
-    for directory in sorted((p for p in files.rglob("*") if p.is_dir()), reverse=True):
-        if not any(directory.iterdir()):
-            directory.rmdir()
-    readme_path = root / README.relative_to(ROOT)
-    values_yaml = (root / CHART.relative_to(ROOT) / "values.yaml").read_text()
-    readme_path.write_text(readme_with_table(readme_path.read_text(), values_yaml))
+    for sub in sorted((p for p in directory.rglob("*") if p.is_dir()), reverse=True):
+        if not any(sub.iterdir()):
+            sub.rmdir()
+
+
+# --- a site's chart ---------------------------------------------------------------------------
+
+
+def site_chart(config: Path, chart: Path = CHART) -> dict[str, bytes]:
+    """Path in the chart -> content: the chart as it is, its ``files/`` from ``config``."""
+    own = {
+        path.relative_to(chart).as_posix(): path.read_bytes()
+        for path in sorted(chart.rglob("*"))
+        if path.is_file() and path.relative_to(chart).parts[0] != "files"
+    }
+    return own | {f"files/{name}": data for name, data in site_sources(config).items()}
+
+
+def site_chart_problems(out: Path, expected: dict[str, bytes]) -> list[str]:
+    """What differs between the chart in ``out`` and ``expected``, one line each."""
+    if not out.is_dir():
+        return [f"{out}: no chart there"]
+    current = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    problems = []
+    for name in sorted(expected.keys() | current.keys()):
+        if name not in current:
+            problems.append(f"{out}/{name}: missing")
+        elif name not in expected:
+            problems.append(f"{out}/{name}: not part of the chart")
+        elif current[name] != expected[name]:
+            problems.append(f"{out}/{name}: differs from the site config's")
+    return problems
+
+
+def check_out_directory(out: Path) -> None:
+    """Refuse to write a site's chart over the repository's chart or over unrelated files."""
+    if out.resolve() == CHART.resolve():
+        raise SiteConfigError(
+            f"--out {out}: the repository's chart follows alert_rules/ and dashboards/ "
+            "(`make chart`); name another directory"
+        )
+    if out.exists() and not out.is_dir():
+        raise SiteConfigError(f"--out {out}: not a directory")
+    if out.is_dir() and any(out.iterdir()):
+        chart_yaml = out / "Chart.yaml"
+        name = yaml.safe_load(chart_yaml.read_text()).get("name") if chart_yaml.is_file() else None
+        if name != CHART.name:
+            raise SiteConfigError(
+                f"--out {out}: not empty and holds no {CHART.name} chart; name a new directory"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if anything is stale")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="a site config (YAML) of the rule pack: write a chart whose rules and dashboards "
+        "are generated from it into --out",
+    )
+    parser.add_argument("--out", type=Path, help="directory of the site's chart (with --config)")
     args = parser.parse_args(argv)
+    if (args.config is None) != (args.out is None):
+        print("chart.py: error: --config and --out go together", file=sys.stderr)
+        return 2
+    if args.config is not None:
+        return site_main(args.config, args.out, check=args.check)
     if args.check:
         problems = stale()
         for line in problems:
@@ -320,6 +435,26 @@ def main(argv: list[str] | None = None) -> int:
             print("run `make chart` and commit the result", file=sys.stderr)
         return 1 if problems else 0
     sync()
+    return 0
+
+
+def site_main(config: Path, out: Path, *, check: bool) -> int:
+    try:
+        check_out_directory(out)
+        expected = site_chart(config)
+    except SiteConfigError as err:
+        print(f"chart.py: error: {err}", file=sys.stderr)
+        return 2
+    if check:
+        problems = site_chart_problems(out, expected)
+        for line in problems:
+            print(line, file=sys.stderr)
+        if problems:
+            again = f"python build-tools/chart.py --config {config} --out {out}"
+            print(f"run `{again}`", file=sys.stderr)
+        return 1 if problems else 0
+    write_files(out, expected)
+    print(f"wrote the chart with the rules and dashboards of {config} to {out}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""``python -m dashboards [--check] [--out DIR]``: write (or check) the dashboards' JSON."""
+"""``python -m dashboards [--config SITE] [--check] [--out DIR]``: write (or check) the JSON."""
 
 from __future__ import annotations
 
@@ -8,14 +8,22 @@ from pathlib import Path
 
 from dashboards import generate
 from exporter.config import ArgumentParser
+from exporter.signatures.config import SignatureConfigError, load_config
 
 HERE = Path(__file__).resolve().parent
+PROG = "python -m dashboards"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(
-        prog="python -m dashboards",
+        prog=PROG,
         description="Generate the Grafana dashboards' JSON from the code in dashboards/.",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="the rule pack's site config (YAML), as for python -m exporter.signatures: "
+        "its selectors, join labels and thresholds; the shipped defaults when omitted",
     )
     parser.add_argument(
         "--check",
@@ -26,9 +34,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--out", type=Path, default=HERE, help="directory of the JSON files (default: %(default)s)"
     )
     args = parser.parse_args(argv)
+    try:
+        files = generate(load_config(args.config))
+    except SignatureConfigError as err:
+        # The one line `python -m exporter.signatures` prints for the same file.
+        where = (
+            f"{args.config}: " if args.config and not str(err).startswith(str(args.config)) else ""
+        )
+        sys.stderr.write(f"{PROG}: error: {where}{err}\n")
+        return 2
     out: Path = args.out
     stale: list[str] = []
-    for name, text in generate().items():
+    for name, text in files.items():
         path = out / name
         current = path.read_text(encoding="utf-8") if path.exists() else None
         if current == text:

@@ -2,18 +2,26 @@
 
 Row modules build panels only through the factories here, so every panel gets the same
 datasource (the ``$datasource`` variable), a description, fixed sizes, and queries that filter
-by the same template variables. Thresholds that mirror an alert are read from the signature
-catalogue's defaults (``exporter.signatures``), so a panel's red line sits where the alert fires.
+by the same template variables.
 
-Selectors tolerate targets without ``namespace``/``pod`` (a static scrape config): the
-variables' "All" value is ``.*``, which also matches an absent label, and every matcher on
-them is a regular-expression matcher.
+Like a monitoring mixin's ``_config``, the rule pack's site config
+(``exporter.signatures.config``) drives the dashboards as it drives the rules: its join labels
+are the ``by (...)`` grouping, the target variables and the legends; its sidecar selector goes
+on every ``inference_*`` series and its exporter selector on ``up``, ``scrape_*`` and
+``process_*``; the alert parameters are the dashed threshold lines, so a panel's red line sits
+where the alert fires. Without a site config the shipped defaults apply.
+
+Selectors tolerate targets without some target label (a static scrape config has no
+``namespace``/``pod``): the variables' "All" value is ``.*``, which also matches an absent
+label, and every matcher on them is a regular-expression matcher.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Self, TypeVar
 
@@ -40,7 +48,8 @@ from grafana_foundation_sdk.models.heatmap import HeatmapColorMode, HeatmapColor
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from prometheus_client.utils import floatToGoString
 
-from exporter.signatures.config import DEFAULT_EXPORTER_SELECTOR, DEFAULT_JOIN_LABELS, SiteConfig
+from exporter.signatures.config import SignatureConfigError, SiteConfig
+from exporter.signatures.promql import split_matchers
 
 # --- identity ---------------------------------------------------------------------------------
 
@@ -70,32 +79,131 @@ class Unit:
     STATE = "none"
 
 
+# --- the site -------------------------------------------------------------------------------
+
+# The site config the dashboards are being built for. ``generate`` sets it for one generation
+# (``using(cfg)``); the helpers below read it when a row module calls them, never at import, so
+# one process can build the shipped dashboards and a site's side by side.
+_SITE: ContextVar[SiteConfig] = ContextVar("dashboards_site")
+_SHIPPED = SiteConfig()
+
+# The one template variable that is not a target label; a join label may not take its name.
+DATASOURCE_VARIABLE = "datasource"
+
+
+@contextmanager
+def using(cfg: SiteConfig) -> Iterator[SiteConfig]:
+    """Build dashboards for ``cfg`` inside the block (the shipped defaults outside it)."""
+    check_site(cfg)
+    token = _SITE.set(cfg)
+    try:
+        yield cfg
+    finally:
+        _SITE.reset(token)
+
+
+def check_site(cfg: SiteConfig) -> None:
+    """Refuse a config the dashboards cannot follow, as the rule pack refuses a bad one."""
+    for index, label in enumerate(cfg.join_labels):
+        if label == DATASOURCE_VARIABLE:
+            raise SignatureConfigError(
+                f"join_labels[{index}]",
+                f"{label!r} is the name of the dashboards' data source variable",
+            )
+
+
+def site() -> SiteConfig:
+    """The site config of the dashboards being built."""
+    return _SITE.get(_SHIPPED)
+
+
 # --- selectors --------------------------------------------------------------------------------
 
-# The labels one scrape target has (PodMonitor: namespace, pod, instance, job; static config:
-# instance, job); the same grouping as the recording rules.
-TARGET_LABELS: tuple[str, ...] = DEFAULT_JOIN_LABELS
-TARGET_MATCHERS = ('namespace=~"$namespace"', 'pod=~"$pod"')
+
+def target_labels() -> tuple[str, ...]:
+    """The labels of one scrape target: the rule pack's join labels, its ``by (...)`` grouping.
+
+    By default ``namespace, pod, instance, job`` (a PodMonitor's target; a static config has
+    ``instance, job``).
+    """
+    return site().join_labels
+
+
+def variable_labels() -> tuple[str, ...]:
+    """The target labels with a template variable, in the join labels' order.
+
+    Every join label but ``job`` (the exporter's targets share one, picked by the exporter
+    selector), and but ``instance`` where ``pod`` names the target (it is then the pod's
+    address): ``namespace, pod`` by default, ``instance`` for a site that joins on it alone.
+    """
+    labels = [label for label in target_labels() if label != "job"]
+    if "pod" in labels and "instance" in labels:
+        labels.remove("instance")
+    return tuple(labels)
+
+
+def column_labels() -> tuple[str, ...]:
+    """The target labels a table shows: every join label but ``job``."""
+    return tuple(label for label in target_labels() if label != "job") or target_labels()
+
+
+def target_legend(*, short: bool = False) -> str:
+    """A series' target in a legend: its join labels but ``namespace`` and ``job``.
+
+    ``{{pod}} {{instance}}`` by default; ``short`` leaves out the address (``{{pod}}``).
+    """
+    labels = [label for label in target_labels() if label not in ("namespace", "job")]
+    if short and len(labels) > 1 and "instance" in labels:
+        labels.remove("instance")
+    return " ".join("{{" + label + "}}" for label in labels or target_labels())
+
+
+def gpu_legend() -> str:
+    return target_legend() + " GPU {{gpu}}"
+
+
+def target_matchers() -> tuple[str, ...]:
+    """One regex matcher per target variable: ``namespace=~"$namespace", pod=~"$pod"``."""
+    return tuple(f'{label}=~"${label}"' for label in variable_labels())
+
+
+def sidecar_matchers() -> tuple[str, ...]:
+    """The site's matchers of every ``inference_*`` series (``selectors.sidecar``)."""
+    return tuple(split_matchers(site().selectors.sidecar))
+
+
+def exporter_matchers() -> tuple[str, ...]:
+    """Series that are not ``inference_*`` (up, scrape_*, process_*) exist for every target
+    Prometheus scrapes; these matchers pick the sidecar's, as the InferenceExporterDown alert
+    does (``selectors.exporter``)."""
+    return tuple(split_matchers(site().selectors.exporter))
+
+
+def _is_sidecar_series(metric: str) -> bool:
+    """A series the sidecar exports (not a recording rule's, not Prometheus's own)."""
+    return metric.startswith("inference_") and ":" not in metric
+
+
 GPU = 'gpu=~"$gpu"'
 MODEL = 'model=~"$model"'
-# Series that are not ``inference_*`` (up, scrape_*, process_*) exist for every target
-# Prometheus scrapes; this picks the sidecar's, as the InferenceExporterDown alert does.
-EXPORTER_JOB = DEFAULT_EXPORTER_SELECTOR
 
 RATE_INTERVAL = "$__rate_interval"
 RANGE = "$__range"
 
-TARGET_LEGEND = "{{pod}} {{instance}}"
-GPU_LEGEND = "{{pod}} {{instance}} GPU {{gpu}}"
 
-
-def sel(*matchers: str) -> str:
-    """``{namespace=~"$namespace", pod=~"$pod", <matchers>}``."""
-    return "{" + ", ".join((*TARGET_MATCHERS, *matchers)) + "}"
+def _body(matchers: Sequence[str]) -> str:
+    return "{" + ", ".join(matchers) + "}" if matchers else ""
 
 
 def series(metric: str, *matchers: str) -> str:
-    return metric + sel(*matchers)
+    """``metric{<target variables>, <site selector>, <matchers>}``.
+
+    The site's sidecar selector goes on the sidecar's own series only, as in the rules; a
+    panel passes ``*exporter_matchers()`` for ``up``, ``scrape_*`` and ``process_*``.
+    """
+    site_matchers = sidecar_matchers() if _is_sidecar_series(metric) else ()
+    own = [part for text in matchers for part in split_matchers(text)]
+    return metric + _body((*target_matchers(), *site_matchers, *own))
 
 
 def over(metric: str, *matchers: str, window: str = RATE_INTERVAL) -> str:
@@ -109,7 +217,7 @@ def rate(metric: str, *matchers: str) -> str:
 
 def by(aggregation: str, inner: str, *extra: str) -> str:
     """``aggregation by (<target labels>, extra...) (inner)``."""
-    return f"{aggregation} by ({', '.join((*TARGET_LABELS, *extra))}) ({inner})"
+    return f"{aggregation} by ({', '.join((*target_labels(), *extra))}) ({inner})"
 
 
 def mean_per_request(histogram: str, *matchers: str) -> str:
@@ -133,21 +241,18 @@ def le(bound: float) -> str:
 
 # --- alert thresholds -------------------------------------------------------------------------
 
-# The rule pack's shipped configuration: thresholds, clock-event reasons, runbook URLs.
-SITE = SiteConfig()
-
 
 def alert_threshold(alert: str, param: str) -> float:
-    """The shipped default of an alert parameter (``exporter/signatures/params.py``)."""
-    return SITE.ratio(alert, param)
+    """An alert parameter of the site config (``exporter/signatures/params.py`` defaults)."""
+    return site().ratio(alert, param)
 
 
 def alert_names(alert: str, param: str) -> tuple[str, ...]:
-    return SITE.names(alert, param)
+    return site().names(alert, param)
 
 
 def alert_ints(alert: str, param: str) -> tuple[int, ...]:
-    return SITE.ints(alert, param)
+    return site().ints(alert, param)
 
 
 def pct(ratio: float) -> str:
@@ -618,26 +723,42 @@ def _query_variable(
     )
 
 
+# Names and descriptions of the target variables the shipped join labels have; any other join
+# label gets a generic one.
+_TARGET_VARIABLES: dict[str, tuple[str, str]] = {
+    "namespace": (
+        "Namespace",
+        "Kubernetes namespace of the sidecar's pod (empty for static scrape targets; "
+        "All also matches those).",
+    ),
+    "pod": ("Pod", "Inference pod whose sidecar is scraped (a PodMonitor adds the label)."),
+    "instance": (
+        "Instance",
+        "Address (host:port) of the sidecar's scrape target, its name under a static scrape "
+        "config.",
+    ),
+}
+
+
+def _target_variable(index: int, label: str) -> QueryVariable:
+    """The variable of one target label, its values narrowed by the variables before it."""
+    title, description = _TARGET_VARIABLES.get(
+        label,
+        (
+            label.replace("_", " ").capitalize(),
+            f"The `{label}` label of the sidecar's scrape target, a join label of the rule "
+            "pack (empty where a target lacks it; All also matches those).",
+        ),
+    )
+    narrowed = _body((*target_matchers()[:index], *sidecar_matchers()))
+    query = f"label_values(inference_exporter_build_info{narrowed}, {label})"
+    return _query_variable(label, title, query, description)
+
+
 def variables(*names: str) -> list[cogbuilder.Builder[dashboard_models.VariableModel]]:
-    """The template variables of a dashboard, in this order: datasource, namespace, pod, ..."""
+    """The template variables of a dashboard: datasource, one per target label (the site's
+    join labels, :func:`variable_labels`), then ``names`` (``model``, ``gpu``)."""
     known: dict[str, cogbuilder.Builder[dashboard_models.VariableModel]] = {
-        "datasource": DatasourceVariable("datasource")
-        .label("Data source")
-        .description("The Prometheus that scrapes the inference-bottleneck-exporter sidecars.")
-        .type("prometheus"),
-        "namespace": _query_variable(
-            "namespace",
-            "Namespace",
-            "label_values(inference_exporter_build_info, namespace)",
-            "Kubernetes namespace of the sidecar's pod (empty for static scrape targets; "
-            "All also matches those).",
-        ),
-        "pod": _query_variable(
-            "pod",
-            "Pod",
-            'label_values(inference_exporter_build_info{namespace=~"$namespace"}, pod)',
-            "Inference pod whose sidecar is scraped (a PodMonitor adds the label).",
-        ),
         "model": _query_variable(
             "model",
             "Model",
@@ -652,7 +773,14 @@ def variables(*names: str) -> list[cogbuilder.Builder[dashboard_models.VariableM
             numeric=True,
         ),
     }
-    return [known[name] for name in ("datasource", *names)]
+    datasource = (
+        DatasourceVariable(DATASOURCE_VARIABLE)
+        .label("Data source")
+        .description("The Prometheus that scrapes the inference-bottleneck-exporter sidecars.")
+        .type("prometheus")
+    )
+    targets = [_target_variable(i, label) for i, label in enumerate(variable_labels())]
+    return [datasource, *targets, *(known[name] for name in names)]
 
 
 class RowModule(Protocol):
@@ -681,11 +809,14 @@ def build_dashboard(
     uid: str,
     title: str,
     description: str,
-    variable_names: Sequence[str],
+    variable_names: Sequence[str] = (),
     rows: Sequence[RowModule],
     annotations: Sequence[AnnotationQuery] = (),
 ) -> dashboard_models.Dashboard:
-    """Assemble rows of panels into a dashboard; panel ids are their position (1, 2, ...)."""
+    """Assemble rows of panels into a dashboard; panel ids are their position (1, 2, ...).
+
+    The target variables come from the site config; ``variable_names`` adds ``model``, ``gpu``.
+    """
     board = (
         Dashboard(title)
         .uid(uid)

@@ -24,7 +24,7 @@ def dashboard() -> Dashboard:
             "its feeders (queue, tokenizer, softirq, front-end thread, HBM, memory headroom), "
             "the latency of one request by stage, and the distribution of GPU utilisation."
         ),
-        variable_names=("namespace", "pod", "model", "gpu"),
+        variable_names=("model", "gpu"),
         rows=(signatures, waiting, latency, distribution),
         annotations=(signature_annotation(),),
     )

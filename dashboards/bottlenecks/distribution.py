@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dashboards.common import (
     GPU,
     RANGE,
-    TARGET_LEGEND,
     AnyPanel,
     Query,
     Unit,
@@ -23,6 +22,7 @@ from dashboards.common import (
     le,
     over,
     pct,
+    target_legend,
     timeseries,
     warn,
 )
@@ -71,12 +71,12 @@ def idle_and_saturated() -> AnyPanel:
         [
             Query(
                 f"{at_most(idle_at)}\n/\n{count}",
-                f"idle {TARGET_LEGEND}",
+                f"idle {target_legend()}",
                 thresholds=(warn(idle_share),),
             ),
             Query(
                 f"1 - (\n{at_most(busy_at)}\n/\n{count}\n)",
-                f"saturated {TARGET_LEGEND}",
+                f"saturated {target_legend()}",
                 thresholds=(warn(busy_share),),
             ),
         ],

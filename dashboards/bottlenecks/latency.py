@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 from dashboards.common import (
     MODEL,
-    TARGET_LEGEND,
     AnyPanel,
     Query,
     Unit,
@@ -23,6 +22,7 @@ from dashboards.common import (
     quantile,
     rate,
     series,
+    target_legend,
     timeseries,
     warn,
 )
@@ -51,11 +51,11 @@ def decomposition() -> AnyPanel:
         "queue band growing (offered load above capacity), the rest band growing (the CPU side "
         "is slow), decode growing at constant load (HBM bandwidth wall).",
         [
-            Query(queue, f"queue {TARGET_LEGEND}"),
-            Query(prefill, f"prefill {TARGET_LEGEND}"),
-            Query(decode, f"decode {TARGET_LEGEND}"),
-            Query(rest, f"front-end and rest {TARGET_LEGEND}"),
-            Query(e2e, f"end-to-end {TARGET_LEGEND}", stack=False, dashed=True),
+            Query(queue, f"queue {target_legend()}"),
+            Query(prefill, f"prefill {target_legend()}"),
+            Query(decode, f"decode {target_legend()}"),
+            Query(rest, f"front-end and rest {target_legend()}"),
+            Query(e2e, f"end-to-end {target_legend()}", stack=False, dashed=True),
         ],
         unit=Unit.SECONDS,
         stack=True,
@@ -72,7 +72,7 @@ def queue_share() -> AnyPanel:
         "Time requests spent waiting in the engine's queue as a share of their end-to-end "
         f"latency. Bad: above {pct(above)} while the server has traffic - the offered load "
         "exceeds what the server admits; scale out or shed load, the GPU work itself is fine.",
-        [Query(f"{waited}\n/\n({total} > 0)", f"queue share {TARGET_LEGEND}")],
+        [Query(f"{waited}\n/\n({total} > 0)", f"queue share {target_legend()}")],
         unit=Unit.RATIO,
         maximum=1.0,
         thresholds=[warn(above)],
@@ -90,10 +90,10 @@ def ttft_itl() -> AnyPanel:
         "queue (admission), inter-token latency rising with the batch size (HBM bandwidth), "
         "or a p90 far above the p50 (preemptions, long prompts stalling decodes).",
         [
-            Query(quantile(0.5, ttft, MODEL), f"TTFT p50 {TARGET_LEGEND}"),
-            Query(quantile(0.9, ttft, MODEL), f"TTFT p90 {TARGET_LEGEND}", dashed=True),
-            Query(quantile(0.5, itl, MODEL), f"inter-token p50 {TARGET_LEGEND}"),
-            Query(quantile(0.9, itl, MODEL), f"inter-token p90 {TARGET_LEGEND}", dashed=True),
+            Query(quantile(0.5, ttft, MODEL), f"TTFT p50 {target_legend()}"),
+            Query(quantile(0.9, ttft, MODEL), f"TTFT p90 {target_legend()}", dashed=True),
+            Query(quantile(0.5, itl, MODEL), f"inter-token p50 {target_legend()}"),
+            Query(quantile(0.9, itl, MODEL), f"inter-token p90 {target_legend()}", dashed=True),
         ],
         unit=Unit.SECONDS,
     )
@@ -108,9 +108,9 @@ def batch() -> AnyPanel:
         "limit with a growing queue (overload).",
         [
             Query(
-                by("sum", series("inference_requests_running", MODEL)), f"running {TARGET_LEGEND}"
+                by("sum", series("inference_requests_running", MODEL)), f"running {target_legend()}"
             ),
-            Query(by("sum", series("inference_queue_depth", MODEL)), f"waiting {TARGET_LEGEND}"),
+            Query(by("sum", series("inference_queue_depth", MODEL)), f"waiting {target_legend()}"),
         ],
         unit=Unit.COUNT,
     )

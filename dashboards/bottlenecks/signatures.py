@@ -9,8 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dashboards.common import SITE, AnyPanel, Query, Unit, series, stat_panel, table_panel
-from exporter.signatures.catalogue import catalogue
+from dashboards.common import (
+    AnyPanel,
+    Query,
+    Unit,
+    column_labels,
+    series,
+    site,
+    stat_panel,
+    table_panel,
+)
+from exporter.signatures import catalogue
 from exporter.signatures.model import GROUPS, Group
 
 TITLE = "Active signatures"
@@ -27,7 +36,7 @@ FAMILY_TITLES: dict[Group, str] = {
 
 def _alerts_by_family() -> dict[Group, list[str]]:
     families: dict[Group, list[str]] = {group: [] for group in GROUPS}
-    for signature in catalogue(SITE):
+    for signature in catalogue(site()):
         families[signature.group].append(f"{signature.alert} ({signature.title})")
     return families
 
@@ -48,19 +57,11 @@ def family_stat(group: Group, alerts: Sequence[str]) -> AnyPanel:
 
 
 def alerts_table() -> AnyPanel:
-    columns = (
-        "alertname",
-        "alertstate",
-        "severity",
-        "signature",
-        "namespace",
-        "pod",
-        "instance",
-        "gpu",
-    )
+    # The alerts carry the rules' join labels (job left out, as in every table).
+    columns = ("alertname", "alertstate", "severity", "signature", *column_labels(), "gpu")
     alerts = series("ALERTS", 'signature!=""')
     expr = f"max by ({', '.join(columns)}) ({alerts})"
-    runbook = SITE.runbook_url.replace("{alertname}", "${__data.fields.alertname}")
+    runbook = site().runbook_url.replace("{alertname}", "${__data.fields.alertname}")
     return table_panel(
         "Signature alerts now (pending and firing)",
         "Every signature alert that is pending (its condition holds, waiting out `for`) or "

@@ -10,19 +10,19 @@ from collections.abc import Sequence
 
 from dashboards.common import (
     GPU,
-    GPU_LEGEND,
     MODEL,
-    TARGET_LEGEND,
     AnyPanel,
     Query,
     Unit,
     alert_threshold,
     by,
+    gpu_legend,
     over,
     pct,
     quantile,
     rate,
     series,
+    target_legend,
     timeseries,
     warn,
 )
@@ -48,11 +48,11 @@ def utilisation_vs_queue() -> AnyPanel:
         [
             Query(
                 by("avg", rate("inference_gpu_busy_seconds_total", GPU)),
-                f"GPU utilisation {TARGET_LEGEND}",
+                f"GPU utilisation {target_legend()}",
             ),
             Query(
                 by("sum", series("inference_queue_depth", MODEL)),
-                f"queue {TARGET_LEGEND}",
+                f"queue {target_legend()}",
                 axis="right",
                 unit=Unit.COUNT,
             ),
@@ -76,15 +76,15 @@ def tokenizer_vs_decode() -> AnyPanel:
         [
             Query(
                 quantile(0.5, "inference_tokenizer_latency_seconds", extra=("source",)),
-                f"tokenizer p50 ({{{{source}}}}) {TARGET_LEGEND}",
+                f"tokenizer p50 ({{{{source}}}}) {target_legend()}",
             ),
             Query(
                 quantile(0.5, "inference_inter_token_latency_seconds", MODEL),
-                f"inter-token p50 {TARGET_LEGEND}",
+                f"inter-token p50 {target_legend()}",
             ),
             Query(
                 quantile(0.5, "inference_tokenizer_probe_rtt_seconds"),
-                f"1-token round trip p50 {TARGET_LEGEND}",
+                f"1-token round trip p50 {target_legend()}",
                 dashed=True,
             ),
         ],
@@ -107,12 +107,12 @@ def softirq() -> AnyPanel:
         [
             Query(
                 f"{softirq_seconds}\n/\n{all_seconds}",
-                f"node {TARGET_LEGEND}",
+                f"node {target_legend()}",
                 thresholds=(warn(node),),
             ),
             Query(
                 by("max", series("inference_cpu_softirq_hottest_core_ratio")),
-                f"hottest core {TARGET_LEGEND}",
+                f"hottest core {target_legend()}",
                 thresholds=(warn(core),),
             ),
         ],
@@ -132,11 +132,11 @@ def hottest_thread() -> AnyPanel:
         [
             Query(
                 by("max", series("inference_engine_hottest_thread_cpu_ratio")),
-                f"hottest thread {TARGET_LEGEND}",
+                f"hottest thread {target_legend()}",
             ),
             Query(
                 by("sum", rate("inference_engine_process_cpu_seconds_total"), "process"),
-                f"{{{{process}}}} {TARGET_LEGEND}",
+                f"{{{{process}}}} {target_legend()}",
                 axis="right",
                 unit=Unit.CORES,
             ),
@@ -161,12 +161,12 @@ def bandwidth_vs_tokens() -> AnyPanel:
         [
             Query(
                 by("avg", rate("inference_gpu_dram_active_seconds_total", GPU)),
-                f"HBM bandwidth {TARGET_LEGEND}",
+                f"HBM bandwidth {target_legend()}",
             ),
-            Query(tokens, f"tokens/s {TARGET_LEGEND}", axis="right", unit=Unit.TOKENS_PER_SECOND),
+            Query(tokens, f"tokens/s {target_legend()}", axis="right", unit=Unit.TOKENS_PER_SECOND),
             Query(
                 f"{tokens}\n/\n({running} > 0)",
-                f"tokens/s per request {TARGET_LEGEND}",
+                f"tokens/s per request {target_legend()}",
                 axis="right",
                 unit=Unit.TOKENS_PER_SECOND,
                 dashed=True,
@@ -194,12 +194,12 @@ def headroom() -> AnyPanel:
         [
             Query(
                 by("max", series("inference_kv_cache_usage_ratio", MODEL)),
-                f"KV cache {TARGET_LEGEND}",
+                f"KV cache {target_legend()}",
                 thresholds=(warn(kv),),
             ),
             Query(
                 by("max", f"{used}\n/\n{total}", "gpu"),
-                f"framebuffer {GPU_LEGEND}",
+                f"framebuffer {gpu_legend()}",
                 thresholds=(warn(framebuffer),),
             ),
         ],

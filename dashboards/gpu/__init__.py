@@ -20,6 +20,6 @@ def dashboard() -> Dashboard:
             "clocks, clock events, temperature and Xid errors, as the inference sidecar reads "
             "them through NVML (GPM metrics on Hopper and newer)."
         ),
-        variable_names=("namespace", "pod", "gpu"),
+        variable_names=("gpu",),
         rows=(utilisation, compute, memory, power, clocks, errors),
     )

@@ -6,15 +6,16 @@ from collections.abc import Sequence
 
 from dashboards.common import (
     GPU,
-    GPU_LEGEND,
     OFF_ACTIVE,
     AnyPanel,
     Query,
     Unit,
     alert_names,
     by,
+    gpu_legend,
     series,
     state_timeline,
+    target_legend,
     timeseries,
 )
 
@@ -30,9 +31,11 @@ def clocks() -> AnyPanel:
         "load while a hardware, thermal or power reason is active (see clock events) - every "
         "kernel runs slower. Low clocks while idle are normal.",
         [
-            Query(series("inference_gpu_sm_clock_hertz", GPU), f"SM {GPU_LEGEND}"),
+            Query(series("inference_gpu_sm_clock_hertz", GPU), f"SM {gpu_legend()}"),
             Query(
-                series("inference_gpu_memory_clock_hertz", GPU), f"memory {GPU_LEGEND}", dashed=True
+                series("inference_gpu_memory_clock_hertz", GPU),
+                f"memory {gpu_legend()}",
+                dashed=True,
             ),
         ],
         unit=Unit.HERTZ,
@@ -45,7 +48,7 @@ def temperature() -> AnyPanel:
         "GPU die temperature. Bad: approaching the GPU's slowdown temperature (about 85-90 °C "
         "on data-centre GPUs), after which the driver lowers the clocks (sw_thermal, "
         "hw_thermal); check cooling and airflow.",
-        [Query(series("inference_gpu_temperature_celsius", GPU), GPU_LEGEND)],
+        [Query(series("inference_gpu_temperature_celsius", GPU), gpu_legend())],
         unit=Unit.CELSIUS,
         thresholds=[(85.0, "red")],
         minimum=None,
@@ -64,7 +67,7 @@ def clock_events() -> AnyPanel:
         [
             Query(
                 by("max", series("inference_gpu_clock_event_active", GPU), "gpu", "reason"),
-                "GPU {{gpu}} {{reason}} {{pod}}",
+                "GPU {{gpu}} {{reason}} " + target_legend(short=True),
             )
         ],
         mappings=OFF_ACTIVE,

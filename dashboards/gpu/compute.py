@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dashboards.common import GPU, GPU_LEGEND, AnyPanel, Query, Unit, series, timeseries
+from dashboards.common import GPU, AnyPanel, Query, Unit, gpu_legend, series, timeseries
 
 TITLE = "SM and tensor activity"
 
@@ -18,10 +18,10 @@ def sm() -> AnyPanel:
         "overhead keep the GPU 'busy' while most SMs idle (decode at small batch, no CUDA "
         "graphs).",
         [
-            Query(series("inference_gpu_sm_active_ratio", GPU), f"SM active {GPU_LEGEND}"),
+            Query(series("inference_gpu_sm_active_ratio", GPU), f"SM active {gpu_legend()}"),
             Query(
                 series("inference_gpu_sm_occupancy_ratio", GPU),
-                f"occupancy {GPU_LEGEND}",
+                f"occupancy {gpu_legend()}",
                 dashed=True,
             ),
         ],
@@ -37,7 +37,7 @@ def tensor() -> AnyPanel:
         "compute-bound and should drive it high; decode is memory-bound and leaves it low. "
         "Bad: low tensor activity during prefill-heavy load (the GPU waits for input, or "
         "the model runs in a precision without tensor-core kernels).",
-        [Query(series("inference_gpu_tensor_active_ratio", GPU), GPU_LEGEND)],
+        [Query(series("inference_gpu_tensor_active_ratio", GPU), gpu_legend())],
         unit=Unit.RATIO,
         maximum=1.0,
     )

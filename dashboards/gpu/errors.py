@@ -6,13 +6,13 @@ from collections.abc import Sequence
 
 from dashboards.common import (
     GPU,
-    GPU_LEGEND,
     UP_DOWN,
     AnyPanel,
     Query,
     Unit,
     alert_ints,
     by,
+    gpu_legend,
     over,
     series,
     state_timeline,
@@ -28,7 +28,7 @@ def gpu_up() -> AnyPanel:
         "Whether each GPU's last NVML read succeeded in time. Bad: down - the GPU errors or "
         "hangs (Xid 79, fallen off the bus, is the usual cause) and requests on it stall or "
         "fail (the InferenceGPULost alert).",
-        [Query(by("min", series("inference_gpu_up", GPU), "gpu"), GPU_LEGEND)],
+        [Query(by("min", series("inference_gpu_up", GPU), "gpu"), gpu_legend())],
         mappings=UP_DOWN,
     )
 
@@ -44,7 +44,7 @@ def xid() -> AnyPanel:
         [
             Query(
                 by("sum", f"increase({over('inference_gpu_xid_errors_total', GPU)})", "gpu", "xid"),
-                "Xid {{xid}} " + GPU_LEGEND,
+                "Xid {{xid}} " + gpu_legend(),
             )
         ],
         unit=Unit.COUNT,

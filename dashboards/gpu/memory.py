@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 from dashboards.common import (
     GPU,
-    GPU_LEGEND,
     AnyPanel,
     Query,
     Unit,
     alert_threshold,
     by,
+    gpu_legend,
     pct,
     rate,
     series,
@@ -30,7 +30,12 @@ def bandwidth() -> AnyPanel:
         "interval (GPM, Hopper and newer; absent elsewhere). Decode reads the weights and the "
         f"KV cache for every token, so it lives here. Bad: above {pct(above)} - decode is "
         "memory-bound; more concurrent requests split the bandwidth and each one slows down.",
-        [Query(by("max", rate("inference_gpu_dram_active_seconds_total", GPU), "gpu"), GPU_LEGEND)],
+        [
+            Query(
+                by("max", rate("inference_gpu_dram_active_seconds_total", GPU), "gpu"),
+                gpu_legend(),
+            )
+        ],
         unit=Unit.RATIO,
         maximum=1.0,
         thresholds=[warn(above)],
@@ -46,7 +51,7 @@ def busy() -> AnyPanel:
         "keep it at 100 %, so high is not bad by itself; use it only where HBM bandwidth is "
         "absent. Bad: near 0 while requests run - the GPU is not even touching memory, it "
         "waits for work.",
-        [Query(series("inference_gpu_memory_busy_ratio", GPU), GPU_LEGEND)],
+        [Query(series("inference_gpu_memory_busy_ratio", GPU), gpu_legend())],
         unit=Unit.RATIO,
         maximum=1.0,
         span=8,
@@ -61,9 +66,9 @@ def framebuffer() -> AnyPanel:
         "KV-cache usage on the bottlenecks dashboard instead. Bad (other engines): used creeping "
         "up to the size, the next allocation fails with CUDA out of memory.",
         [
-            Query(series("inference_gpu_memory_used_bytes", GPU), f"used {GPU_LEGEND}"),
+            Query(series("inference_gpu_memory_used_bytes", GPU), f"used {gpu_legend()}"),
             Query(
-                series("inference_gpu_memory_total_bytes", GPU), f"size {GPU_LEGEND}", dashed=True
+                series("inference_gpu_memory_total_bytes", GPU), f"size {gpu_legend()}", dashed=True
             ),
         ],
         unit=Unit.BYTES,

@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 from dashboards.common import (
     GPU,
-    GPU_LEGEND,
     RANGE,
     AnyPanel,
     Query,
     Unit,
     by,
+    gpu_legend,
     over,
     rate,
     series,
@@ -31,11 +31,11 @@ def pcie() -> AnyPanel:
         "KV swapping); a PCIe Gen5 x16 link tops out near 64 GB/s per direction.",
         [
             Query(
-                series("inference_gpu_pcie_rx_bytes_per_second", GPU), f"host→device {GPU_LEGEND}"
+                series("inference_gpu_pcie_rx_bytes_per_second", GPU), f"host→device {gpu_legend()}"
             ),
             Query(
                 series("inference_gpu_pcie_tx_bytes_per_second", GPU),
-                f"device→host {GPU_LEGEND}",
+                f"device→host {gpu_legend()}",
                 dashed=True,
             ),
         ],
@@ -51,10 +51,10 @@ def power() -> AnyPanel:
         "(dashed). Bad: power far below the board limit while requests run (the GPU waits), "
         "or pinned at the limit with clocks dropping (power capping, see clock events).",
         [
-            Query(series("inference_gpu_power_watts", GPU), f"now {GPU_LEGEND}"),
+            Query(series("inference_gpu_power_watts", GPU), f"now {gpu_legend()}"),
             Query(
                 by("max", rate("inference_gpu_energy_joules_total", GPU), "gpu"),
-                f"mean {GPU_LEGEND}",
+                f"mean {gpu_legend()}",
                 dashed=True,
             ),
         ],
@@ -72,7 +72,7 @@ def energy() -> AnyPanel:
         "Energy each GPU used over the dashboard's time range (Volta and newer). Divide by the "
         "tokens generated in the same range for joules per token. Bad: energy per token rising "
         "at constant load - the GPU burns power while waiting or throttling.",
-        [Query(used, GPU_LEGEND, instant=True)],
+        [Query(used, gpu_legend(), instant=True)],
         unit=Unit.JOULES,
         span=8,
         height=8,

@@ -6,12 +6,13 @@ from collections.abc import Sequence
 
 from dashboards.common import (
     GPU,
-    GPU_LEGEND,
     AnyPanel,
     Query,
     Unit,
     alert_threshold,
     by,
+    column_labels,
+    gpu_legend,
     pct,
     rate,
     series,
@@ -25,7 +26,7 @@ IDENTITY = ("gpu", "uuid", "name", "driver_version", "pci_bus_id", "mig_mode")
 
 
 def identity() -> AnyPanel:
-    columns = ("namespace", "pod", "instance", *IDENTITY)
+    columns = (*column_labels(), *IDENTITY)
     return table_panel(
         "GPUs",
         "Each GPU the sidecar sees: index, UUID, model, driver, PCI bus id and MIG mode. "
@@ -53,7 +54,7 @@ def utilisation() -> AnyPanel:
         "the GPU it used (see SM activity). Bad: below "
         f"{pct(low)} for long while requests run (the GPU waits most of the time), or below "
         f"{pct(starved)} with a growing queue (the CPU side starves it).",
-        [Query(by("max", rate("inference_gpu_busy_seconds_total", GPU), "gpu"), GPU_LEGEND)],
+        [Query(by("max", rate("inference_gpu_busy_seconds_total", GPU), "gpu"), gpu_legend())],
         unit=Unit.RATIO,
         maximum=1.0,
         thresholds=[(low, "red"), (starved, "orange")],

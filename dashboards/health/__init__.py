@@ -21,6 +21,6 @@ def dashboard() -> Dashboard:
             "sidecar's own memory and CPU. A signature that cannot see its inputs stays silent; "
             "this dashboard shows where."
         ),
-        variable_names=("namespace", "pod", "gpu"),
+        variable_names=("gpu",),
         rows=(targets, collectors, engine, nvml),
     )

@@ -6,13 +6,13 @@ from collections.abc import Sequence
 
 from dashboards.common import (
     OK_FAILING,
-    TARGET_LEGEND,
     AnyPanel,
     Query,
     Unit,
     by,
     series,
     state_timeline,
+    target_legend,
     timeseries,
     warn,
 )
@@ -31,7 +31,7 @@ def success() -> AnyPanel:
         [
             Query(
                 by("min", series("inference_scrape_collector_success"), "collector"),
-                "{{collector}} " + TARGET_LEGEND,
+                "{{collector}} " + target_legend(),
             )
         ],
         mappings=OK_FAILING,
@@ -48,7 +48,7 @@ def duration() -> AnyPanel:
         [
             Query(
                 by("max", series("inference_scrape_collector_duration_seconds"), "collector"),
-                "{{collector}} " + TARGET_LEGEND,
+                "{{collector}} " + target_legend(),
             )
         ],
         unit=Unit.SECONDS,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dashboards.common import (
-    TARGET_LEGEND,
     UP_DOWN,
     AnyPanel,
     Query,
@@ -14,6 +13,7 @@ from dashboards.common import (
     rate,
     series,
     state_timeline,
+    target_legend,
     timeseries,
 )
 
@@ -26,7 +26,12 @@ def engine_up() -> AnyPanel:
         "Whether the sidecar's last poll of the engine's /metrics succeeded and parsed. Bad: "
         "down - queue, latency and KV-cache signals are missing (InferenceEngineMetricsDown); "
         "the failures panel says why (connect, timeout, status, too_large, parse).",
-        [Query(by("min", series("inference_engine_up"), "engine"), "{{engine}} " + TARGET_LEGEND)],
+        [
+            Query(
+                by("min", series("inference_engine_up"), "engine"),
+                "{{engine}} " + target_legend(),
+            )
+        ],
         mappings=UP_DOWN,
         span=8,
     )
@@ -42,7 +47,7 @@ def last_success() -> AnyPanel:
             Query(
                 "time() - "
                 + by("max", series("inference_engine_last_success_timestamp_seconds"), "engine"),
-                "{{engine}} " + TARGET_LEGEND,
+                "{{engine}} " + target_legend(),
             )
         ],
         unit=Unit.SECONDS,
@@ -60,15 +65,15 @@ def failures() -> AnyPanel:
         [
             Query(
                 by("sum", rate("inference_engine_poll_failures_total"), "reason"),
-                "poll {{reason}} " + TARGET_LEGEND,
+                "poll {{reason}} " + target_legend(),
             ),
             Query(
                 by("sum", rate("inference_tokenizer_probe_failures_total")),
-                "tokenizer probe " + TARGET_LEGEND,
+                "tokenizer probe " + target_legend(),
             ),
             Query(
                 by("sum", rate("inference_engine_series_dropped_total"), "metric"),
-                "dropped {{metric}} " + TARGET_LEGEND,
+                "dropped {{metric}} " + target_legend(),
             ),
         ],
         unit=Unit.PER_SECOND,

@@ -6,16 +6,16 @@ from collections.abc import Sequence
 
 from dashboards.common import (
     GPU,
-    GPU_LEGEND,
-    TARGET_LEGEND,
     UP_DOWN,
     AnyPanel,
     Query,
     Unit,
     by,
+    gpu_legend,
     rate,
     series,
     state_timeline,
+    target_legend,
     timeseries,
     warn,
 )
@@ -34,8 +34,8 @@ def nvml_up() -> AnyPanel:
         "device plugin), so every GPU signal is missing (InferenceNVMLUnavailable); one GPU "
         "down - that GPU errors or hangs (InferenceGPULost).",
         [
-            Query(by("min", series("inference_nvml_up")), "NVML " + TARGET_LEGEND),
-            Query(by("min", series("inference_gpu_up", GPU), "gpu"), GPU_LEGEND),
+            Query(by("min", series("inference_nvml_up")), "NVML " + target_legend()),
+            Query(by("min", series("inference_gpu_up", GPU), "gpu"), gpu_legend()),
         ],
         mappings=UP_DOWN,
     )
@@ -48,7 +48,7 @@ def calls() -> AnyPanel:
         f"too fast can stall the engine's own calls. Bad: above {CALL_BUDGET:g}/s per GPU "
         "(about 3.3 at the default 3 s poll interval; a 0.5 s interval is for short "
         "investigations only).",
-        [Query(by("sum", rate("inference_nvml_calls_total", GPU), "gpu"), GPU_LEGEND)],
+        [Query(by("sum", rate("inference_nvml_calls_total", GPU), "gpu"), gpu_legend())],
         unit=Unit.CALLS_PER_SECOND,
         thresholds=[warn(CALL_BUDGET)],
     )

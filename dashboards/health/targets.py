@@ -9,16 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dashboards.common import (
-    EXPORTER_JOB,
-    TARGET_LEGEND,
     UP_DOWN,
     AnyPanel,
     Query,
     Unit,
     by,
+    exporter_matchers,
     rate,
     series,
     state_timeline,
+    target_legend,
     timeseries,
 )
 
@@ -26,13 +26,14 @@ TITLE = "Scrape targets"
 
 
 def up() -> AnyPanel:
+    selector = ", ".join(exporter_matchers())
     return state_timeline(
         "Sidecar scraped",
         "Whether Prometheus's last scrape of each sidecar succeeded (targets whose job matches "
-        f"{EXPORTER_JOB}, the selector of the InferenceExporterDown alert). Bad: down - every "
+        f"{selector}, the selector of the InferenceExporterDown alert). Bad: down - every "
         "signature of that pod is blind; no row at all means Prometheus does not discover the "
         "sidecar (check the PodMonitor and its job name).",
-        [Query(by("max", series("up", EXPORTER_JOB)), TARGET_LEGEND)],
+        [Query(by("max", series("up", *exporter_matchers())), target_legend())],
         mappings=UP_DOWN,
     )
 
@@ -46,12 +47,12 @@ def scrape() -> AnyPanel:
         "engine exporting new label values; see series dropped on the engine row).",
         [
             Query(
-                by("max", series("scrape_duration_seconds", EXPORTER_JOB)),
-                f"duration {TARGET_LEGEND}",
+                by("max", series("scrape_duration_seconds", *exporter_matchers())),
+                f"duration {target_legend()}",
             ),
             Query(
-                by("max", series("scrape_samples_scraped", EXPORTER_JOB)),
-                f"series {TARGET_LEGEND}",
+                by("max", series("scrape_samples_scraped", *exporter_matchers())),
+                f"series {target_legend()}",
                 axis="right",
                 unit=Unit.COUNT,
             ),
@@ -67,7 +68,12 @@ def memory() -> AnyPanel:
         "Resident memory of the sidecar process. Bad: growing without bound (a leak, or an "
         "engine with ever new label values), or near the container's memory limit (the sidecar "
         "gets OOM-killed and the pod restarts it).",
-        [Query(by("max", series("process_resident_memory_bytes", EXPORTER_JOB)), TARGET_LEGEND)],
+        [
+            Query(
+                by("max", series("process_resident_memory_bytes", *exporter_matchers())),
+                target_legend(),
+            )
+        ],
         unit=Unit.BYTES,
     )
 
@@ -78,7 +84,12 @@ def cpu() -> AnyPanel:
         "CPU the sidecar process uses, as a share of one core. It runs in the inference pod and "
         "must not compete with the engine's front-end. Bad: more than a few percent of a core "
         "at the defaults (a short --gpu.poll-interval, or a huge engine /metrics response).",
-        [Query(by("max", rate("process_cpu_seconds_total", EXPORTER_JOB)), TARGET_LEGEND)],
+        [
+            Query(
+                by("max", rate("process_cpu_seconds_total", *exporter_matchers())),
+                target_legend(),
+            )
+        ],
         unit=Unit.RATIO,
     )
 

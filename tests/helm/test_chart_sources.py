@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 from support.chart import CHART, ROOT, of_kind, render
+from support.chart import chart_tool as load_chart_tool
 
 import exporter
 
-
-def _chart_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("chart_tool", ROOT / "build-tools" / "chart.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-chart_tool = _chart_tool()
+chart_tool = load_chart_tool()
 SCENARIOS_PAGERDUTY = {
     "alertmanagerConfig": {"enabled": True, "pagerduty": {"routingKeySecret": {"name": "pd"}}}
 }

@@ -5,10 +5,14 @@ openAPIV3Schema (from ``tests/fixtures/crds/``) for the custom resources."""
 from __future__ import annotations
 
 import copy
+import functools
+import importlib.util
 import json
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import helm_python as helm
@@ -55,6 +59,17 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "prometheusRule": {"profile": "fast"},
     },
 }
+
+
+@functools.cache
+def chart_tool() -> ModuleType:
+    """``build-tools/chart.py`` (a script, not a package) as a module."""
+    spec = importlib.util.spec_from_file_location("chart_tool", ROOT / "build-tools" / "chart.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 class _Loader(yaml.SafeLoader):
