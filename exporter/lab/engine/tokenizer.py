@@ -11,8 +11,8 @@ used two ways, with identical token ids:
   scan that splits out special tokens, the pre-tokenization regex, the textbook GPT-2 merge
   loop (collect the adjacent pairs, take the lowest-ranked one, merge every occurrence,
   repeat) without a cache, and one dictionary lookup per token. It holds the GIL throughout
-  and takes several times as long as the Rust path (pure-Python BPE is commonly measured 5-10x slower). The
-  ``tokenizer-slow`` injection puts it on the request path.
+  and takes several times as long as the Rust path (pure-Python BPE is commonly measured
+  5-10x slower). The ``tokenizer-slow`` injection puts it on the request path.
 
 Pre-tokenization is a regular expression both engines evaluate the same way (ASCII letter
 runs, single digits, runs of other symbols, whitespace), followed by the byte-to-character
