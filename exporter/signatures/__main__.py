@@ -87,23 +87,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--check", action="store_true", help="exit 1 if any file differs")
     args = parser.parse_args(argv)
+    out: Path = args.out or DEFAULT_OUT
+    runbooks: Path | None = args.runbooks if args.profile else args.runbooks or DEFAULT_RUNBOOKS
     try:
+        # Every profile the pack holds is built here, so a config that one of them refuses
+        # (e.g. dcgm's join labels) is reported like any other config error.
         cfg = load_config(args.config, args.profile or "sidecar")
+        if args.profile:
+            files = profile_files(cfg, out)
+            if runbooks is not None:
+                files.update(runbook_files(cfg, runbooks))
+        else:
+            files = pack_files(cfg, out, runbooks)
     except SignatureConfigError as err:
         where = (
             f"{args.config}: " if args.config and not str(err).startswith(str(args.config)) else ""
         )
         sys.stderr.write(f"{PROG}: error: {where}{err}\n")
         return 2
-    out: Path = args.out or DEFAULT_OUT
-    if args.profile:
-        files = profile_files(cfg, out)
-        runbooks: Path | None = args.runbooks
-        if runbooks is not None:
-            files.update(runbook_files(cfg, runbooks))
-    else:
-        runbooks = args.runbooks or DEFAULT_RUNBOOKS
-        files = pack_files(cfg, out, runbooks)
     stale = stale_runbooks(files, runbooks)
     if args.check:
         bad = [

@@ -291,3 +291,16 @@ def test_runbook_and_evidence_queries_are_valid_promql(promtool: str, tmp_path: 
     path.write_text(yaml.safe_dump({"groups": [{"name": "q", "rules": rules}]}), encoding="utf-8")
     result = run(promtool, "check", "rules", "--lint=none", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_config_one_profile_refuses_exits_2_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The whole pack builds every profile: dcgm's join check fails like any config error."""
+    site = tmp_path / "site.yaml"
+    site.write_text("join_labels: [instance, job]\n", encoding="utf-8")
+    assert main(["--config", str(site), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"python -m exporter.signatures: error: {site}: dcgm.join: ")
+    assert not (tmp_path / "out").exists()
