@@ -323,6 +323,32 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         source="nvmlEventSetWait (nvmlEventTypeXidCriticalError) in a background thread",
         gpus=_ALL,
     ),
+    MetricSpec(
+        "inference_gpu_peak_memory_bandwidth_bytes_per_second",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "Theoretical peak DRAM bandwidth of the whole GPU: bus width / 8 x maximum memory clock "
+        "x 2, or the datasheet figure where it differs (exporter.hardware.gpus); read once.",
+        unit="bytes per second",
+        source="nvmlDeviceGetMemoryBusWidth, nvmlDeviceGetMaxClockInfo(NVML_CLOCK_MEM); "
+        "product table; replay traces carry the facts",
+        gpus=_ALL,
+    ),
+    MetricSpec(
+        "inference_gpu_peak_flops",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "precision"),
+        "Dense (no 2:4 sparsity) tensor peak of the whole GPU by precision (fp16, bf16 with FP32 "
+        "accumulation; fp8, int8 where the architecture has them; int8 in operations/s): SMs x "
+        "maximum SM clock x FLOPs per SM per clock, or the datasheet's clock where NVML's "
+        "maximum is higher; read once.",
+        unit="FLOP per second",
+        source="nvmlDeviceGetNumGpuCores, nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM), "
+        "nvmlDeviceGetCudaComputeCapability; architecture and product tables",
+        gpus="Volta and newer with a known compute capability",
+    ),
     # --- cpu ----------------------------------------------------------------------------------
     MetricSpec(
         "inference_cpu_seconds_total",
