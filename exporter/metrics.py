@@ -591,6 +591,42 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Tokenizer probes that failed (connection, status, timeout, unparsable response).",
         source="tokenizer probe",
     ),
+    # --- model --------------------------------------------------------------------------------
+    MetricSpec(
+        "inference_model_weight_bytes",
+        "gauge",
+        "model",
+        ("engine", "model"),
+        "Bytes of weights one decode step reads, per GPU of the engine: the stored weights "
+        "(quantised ones at their real size) less the untied input embedding, divided by "
+        "--model.tensor-parallel. Mixture of experts: every expert (a batch of a few dozen "
+        "tokens reaches them all).",
+        unit="bytes",
+        source="--model.path: model.safetensors.index.json metadata.total_size or the "
+        "safetensors headers; --model.weight-bytes",
+    ),
+    MetricSpec(
+        "inference_model_kv_cache_bytes_per_token",
+        "gauge",
+        "model",
+        ("engine", "model"),
+        "KV-cache bytes of one token on one GPU of the engine: 2 x layers x KV heads x head dim x "
+        "dtype bytes (GQA through the KV heads; MLA: layers x (kv_lora_rank + qk_rope_head_dim) "
+        "x dtype bytes).",
+        unit="bytes",
+        source="--model.path config.json, --model.kv-cache-dtype, --model.tensor-parallel",
+    ),
+    MetricSpec(
+        "inference_model_flops_per_token",
+        "gauge",
+        "model",
+        ("engine", "model"),
+        "Forward FLOPs of one token on one GPU of the engine: 2 x non-embedding parameters the "
+        "token passes through (MoE: its active experts) / --model.tensor-parallel; attention "
+        "over the context and the LM head come on top.",
+        unit="FLOP",
+        source="--model.path config.json shapes",
+    ),
     # --- process ------------------------------------------------------------------------------
     MetricSpec(
         "inference_engine_processes",

@@ -137,12 +137,13 @@ def test_every_gpu_is_covered(exposition: str) -> None:
 # Names fixed by an issue's metric contract that other code depends on; they keep their
 # name even where the unit suffix rule would ask for another (issue #2 names the histogram
 # of driver samples inference_gpu_utilization_samples; the roofline contract names the FLOP
-# figures, FLOPs being no Prometheus base unit).
+# figures, FLOPs being no Prometheus base unit, and the KV-cache bytes per token).
 CONTRACT_NAMES = frozenset(
     {
         "inference_gpu_utilization_samples",
         "inference_gpu_peak_flops",
         "inference_model_flops_per_token",
+        "inference_model_kv_cache_bytes_per_token",
     }
 )
 

@@ -121,6 +121,13 @@ def _int(config: Mapping[str, Any], *keys: str, default: int | None = None) -> i
     return default
 
 
+def _positive(config: Mapping[str, Any], *keys: str, default: int | None = None) -> int:
+    value = _int(config, *keys, default=default)
+    if value <= 0:
+        raise ModelConfigError(f"config.json {' / '.join(keys)} must be positive, got {value}")
+    return value
+
+
 def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The language model's part of a multimodal config (``text_config``), else the config."""
     inner = config.get("text_config")
@@ -143,11 +150,11 @@ def _moe_layers(config: Mapping[str, Any], layers: int, experts: int) -> int:
 def shape_of(config: Mapping[str, Any]) -> ModelShape:
     """Read the shapes; raises :class:`ModelConfigError` naming a missing key."""
     c = _text_config(config)
-    layers = _int(c, "num_hidden_layers", "n_layer", "num_layers")
-    hidden = _int(c, "hidden_size", "n_embd", "d_model")
-    heads = _int(c, "num_attention_heads", "n_head")
-    kv_heads = _int(c, "num_key_value_heads", "num_kv_heads", default=heads)
-    head_dim = _int(c, "head_dim", default=hidden // heads)
+    layers = _positive(c, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = _positive(c, "hidden_size", "n_embd", "d_model")
+    heads = _positive(c, "num_attention_heads", "n_head")
+    kv_heads = _positive(c, "num_key_value_heads", "num_kv_heads", default=heads)
+    head_dim = _positive(c, "head_dim", default=hidden // heads)
     intermediate = _int(c, "intermediate_size", "ffn_dim", default=4 * hidden)
     experts = _int(c, "num_local_experts", "num_experts", "n_routed_experts", default=0)
     shared = _int(c, "n_shared_experts", default=0)
@@ -170,7 +177,7 @@ def shape_of(config: Mapping[str, Any]) -> ModelShape:
         kv_heads=kv_heads,
         head_dim=head_dim,
         intermediate=intermediate,
-        vocab=_int(c, "vocab_size", "padded_vocab_size"),
+        vocab=_positive(c, "vocab_size", "padded_vocab_size"),
         tie_embeddings=bool(c.get("tie_word_embeddings", False)),
         # Qwen2 (and Qwen2-MoE) put biases on q, k and v without a config key.
         qkv_bias=bool(c.get("attention_bias", False)) or model_type in {"qwen2", "qwen2_moe"},
