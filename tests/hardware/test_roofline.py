@@ -33,10 +33,11 @@ def test_tensor_parallel_halves_the_floor() -> None:
 
 
 def test_prefill_flops_and_floor() -> None:
-    # 2 x 8.03e9 parameters x 2048 prompt tokens on an H100 SXM (989.4 TFLOPS bf16): 33 ms.
-    flops = prefill_flops(8.03e9, 2048)
-    assert flops == pytest.approx(2 * 8.03e9 * 2048)
-    assert prefill_floor_seconds(flops, 989.4e12) == pytest.approx(0.03324, abs=1e-4)
+    # Llama-3.1-8B: 2 x 6.98e9 non-embedding parameters x 2048 prompt tokens on an H100 SXM
+    # (989.4 TFLOPS bf16): 29 ms.
+    flops = prefill_flops(6_979_588_096, 2048)
+    assert flops == pytest.approx(28.59e12, rel=1e-3)
+    assert prefill_floor_seconds(flops, 989.4e12) == pytest.approx(0.0289, abs=1e-4)
 
 
 def test_experts_read_per_step() -> None:
