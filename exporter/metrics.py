@@ -323,6 +323,32 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         source="nvmlEventSetWait (nvmlEventTypeXidCriticalError) in a background thread",
         gpus=_ALL,
     ),
+    MetricSpec(
+        "inference_gpu_peak_memory_bandwidth_bytes_per_second",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "Theoretical peak DRAM bandwidth of the whole GPU: bus width / 8 x maximum memory clock "
+        "x 2, or the datasheet figure where it differs (exporter.hardware.gpus); read once.",
+        unit="bytes per second",
+        source="nvmlDeviceGetMemoryBusWidth, nvmlDeviceGetMaxClockInfo(NVML_CLOCK_MEM); "
+        "product table; replay traces carry the facts",
+        gpus=_ALL,
+    ),
+    MetricSpec(
+        "inference_gpu_peak_flops",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "precision"),
+        "Dense (no 2:4 sparsity) tensor peak of the whole GPU by precision (fp16, bf16 with FP32 "
+        "accumulation; fp8, int8 where the architecture has them; int8 in operations/s): SMs x "
+        "maximum SM clock x FLOPs per SM per clock, or the datasheet's clock where NVML's "
+        "maximum is higher; read once.",
+        unit="FLOP per second",
+        source="nvmlDeviceGetNumGpuCores, nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM), "
+        "nvmlDeviceGetCudaComputeCapability; architecture and product tables",
+        gpus="Volta and newer with a known compute capability",
+    ),
     # --- cpu ----------------------------------------------------------------------------------
     MetricSpec(
         "inference_cpu_seconds_total",
@@ -564,6 +590,42 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine",),
         "Tokenizer probes that failed (connection, status, timeout, unparsable response).",
         source="tokenizer probe",
+    ),
+    # --- model --------------------------------------------------------------------------------
+    MetricSpec(
+        "inference_model_weight_bytes",
+        "gauge",
+        "model",
+        ("engine", "model"),
+        "Bytes of weights one decode step reads, per GPU of the engine: the stored weights "
+        "(quantised ones at their real size) less the untied input embedding, divided by "
+        "--model.tensor-parallel. Mixture of experts: every expert (a batch of a few dozen "
+        "tokens reaches them all).",
+        unit="bytes",
+        source="--model.path: model.safetensors.index.json metadata.total_size or the "
+        "safetensors headers; --model.weight-bytes",
+    ),
+    MetricSpec(
+        "inference_model_kv_cache_bytes_per_token",
+        "gauge",
+        "model",
+        ("engine", "model"),
+        "KV-cache bytes of one token on one GPU of the engine: 2 x layers x KV heads x head dim x "
+        "dtype bytes (GQA through the KV heads; MLA: layers x (kv_lora_rank + qk_rope_head_dim) "
+        "x dtype bytes).",
+        unit="bytes",
+        source="--model.path config.json, --model.kv-cache-dtype, --model.tensor-parallel",
+    ),
+    MetricSpec(
+        "inference_model_flops_per_token",
+        "gauge",
+        "model",
+        ("engine", "model"),
+        "Forward FLOPs of one token on one GPU of the engine: 2 x non-embedding parameters the "
+        "token passes through (MoE: its active experts) / --model.tensor-parallel; attention "
+        "over the context and the LM head come on top.",
+        unit="FLOP",
+        source="--model.path config.json shapes",
     ),
     # --- process ------------------------------------------------------------------------------
     MetricSpec(

@@ -67,6 +67,7 @@ def test_defaults() -> None:
         "engine": True,
         "tokenizer": True,
         "process": True,
+        "model": True,
     }
     assert settings.values["engine.url"] == "http://127.0.0.1:8000/metrics"
     assert settings.values["engine.type"] == "auto"

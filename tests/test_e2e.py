@@ -36,6 +36,7 @@ STATIC = [
     "--no-collector.engine",
     "--no-collector.tokenizer",
     "--no-collector.process",
+    "--no-collector.model",
 ]
 
 _VOLATILE = re.compile(r"^(process_|python_info)")

@@ -136,8 +136,16 @@ def test_every_gpu_is_covered(exposition: str) -> None:
 
 # Names of the metric contract that other code depends on; they keep their name even where the
 # unit suffix rule would ask for another (the histogram of driver samples is
-# inference_gpu_utilization_samples).
-CONTRACT_NAMES = frozenset({"inference_gpu_utilization_samples"})
+# inference_gpu_utilization_samples; the roofline figures name FLOPs, which is no Prometheus
+# base unit, and the KV-cache bytes per token).
+CONTRACT_NAMES = frozenset(
+    {
+        "inference_gpu_utilization_samples",
+        "inference_gpu_peak_flops",
+        "inference_model_flops_per_token",
+        "inference_model_kv_cache_bytes_per_token",
+    }
+)
 
 
 @pytest.mark.parametrize("spec", CATALOGUE, ids=lambda s: s.name)

@@ -9,6 +9,10 @@ Call budget (counted in :attr:`GpuReader.calls`): one read makes at most 10 driv
 one GPM sample), or 11 on GPUs without GPM (two PCIe throughput calls instead of the GPM
 sample). GPM sample allocation, freeing and metric computation happen inside the library
 without the driver and are not counted.
+
+Identity calls (UUID, name, PCI bus, MIG mode, GPM support) and the hardware facts behind the
+peak figures (memory bus width, maximum SM and memory clocks, CUDA cores, compute capability:
+:class:`~exporter.hardware.gpus.GpuFacts`) are made once per NVML session, not per read.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from exporter.backends.nvml_api import (
     NvmlApi,
     NvmlError,
 )
+from exporter.hardware.gpus import GpuFacts
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,7 @@ class GpuIdentity:
     pci_bus_id: str
     mig_mode: str  # enabled | disabled | unsupported
     gpm_supported: bool
+    facts: GpuFacts = field(default_factory=GpuFacts)
 
 
 @dataclass
@@ -68,6 +74,27 @@ class GpuReading:
     pcie_rx_kibps: int | None = None
     gpm: dict[str, float] = field(default_factory=dict)
     gpm_interval_s: float | None = None
+
+
+def _optional(fn: Callable[[], T]) -> T | None:
+    """One call whose answer may not exist on this GPU or driver (None then)."""
+    try:
+        return fn()
+    except NvmlError as err:
+        if err.code not in FIELD_ERRORS:
+            raise
+        return None
+
+
+def read_facts(api: NvmlApi, handle: object) -> GpuFacts:
+    """The hardware facts behind the peak figures: five calls, once per NVML session."""
+    return GpuFacts(
+        memory_bus_width_bits=_optional(lambda: api.memory_bus_width_bits(handle)) or None,
+        max_memory_clock_mhz=_optional(lambda: api.max_clock_mhz(handle, "mem")) or None,
+        max_sm_clock_mhz=_optional(lambda: api.max_clock_mhz(handle, "sm")) or None,
+        cuda_cores=_optional(lambda: api.cuda_cores(handle)) or None,
+        compute_capability=_optional(lambda: api.compute_capability(handle)),
+    )
 
 
 def read_identity(api: NvmlApi, index: int, handle: object) -> GpuIdentity:
@@ -92,6 +119,7 @@ def read_identity(api: NvmlApi, index: int, handle: object) -> GpuIdentity:
         pci_bus_id=api.pci_bus_id(handle),
         mig_mode=mig,
         gpm_supported=gpm,
+        facts=read_facts(api, handle),
     )
 
 

@@ -1,7 +1,8 @@
 """The real NVML library through nvidia-ml-py (module ``pynvml``).
 
 The module is imported lazily, in :meth:`PynvmlApi.init`, so a machine without it still
-runs every other collector, and its absence is reported as ``LIBRARY_NOT_FOUND``.
+runs every other collector, and its absence is reported as ``LIBRARY_NOT_FOUND``. Tests pass
+a stand-in module (``library=``) that answers as NVML does.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from exporter.backends.nvml_api import (
+    FUNCTION_NOT_FOUND,
     LIBRARY_NOT_FOUND,
     NOT_FOUND,
     TIMEOUT,
@@ -33,7 +35,8 @@ def _text(value: object) -> str:
 class PynvmlApi:
     """:class:`~exporter.backends.nvml_api.NvmlApi` on top of nvidia-ml-py."""
 
-    def __init__(self) -> None:
+    def __init__(self, library: ModuleType | None = None) -> None:
+        self._library = library
         self._nvml: ModuleType | None = None
         self._event_set: Any = None
 
@@ -50,13 +53,24 @@ class PynvmlApi:
         except nvml.NVMLError as err:
             raise NvmlError(int(getattr(err, "value", UNKNOWN)), str(err)) from None
 
+    def _fn(self, name: str) -> Callable[..., Any]:
+        """A binding that older nvidia-ml-py releases lack: missing is FUNCTION_NOT_FOUND, as
+        the library itself answers for a symbol an older driver lacks."""
+        fn: Callable[..., Any] | None = getattr(self._lib, name, None)
+        if fn is None:
+            raise NvmlError(FUNCTION_NOT_FOUND, f"pynvml has no {name}")
+        return fn
+
     def init(self) -> None:
-        try:
-            import pynvml  # noqa: PLC0415 - optional at run time, see module docstring
-        except ImportError as err:  # pragma: no cover - nvidia-ml-py is a dependency
-            raise NvmlError(LIBRARY_NOT_FOUND, f"cannot import pynvml: {err}") from None
-        self._nvml = pynvml
-        self._call(pynvml.nvmlInit)
+        library = self._library
+        if library is None:
+            try:
+                import pynvml  # noqa: PLC0415 - optional at run time, see module docstring
+            except ImportError as err:  # pragma: no cover - nvidia-ml-py is a dependency
+                raise NvmlError(LIBRARY_NOT_FOUND, f"cannot import pynvml: {err}") from None
+            library = pynvml
+        self._nvml = library
+        self._call(library.nvmlInit)
 
     def shutdown(self) -> None:
         nvml = self._lib
@@ -89,6 +103,21 @@ class PynvmlApi:
     def mig_mode(self, handle: object) -> int:
         current, _pending = self._call(self._lib.nvmlDeviceGetMigMode, handle)
         return int(current)
+
+    def memory_bus_width_bits(self, handle: object) -> int:
+        return int(self._call(self._fn("nvmlDeviceGetMemoryBusWidth"), handle))
+
+    def max_clock_mhz(self, handle: object, kind: ClockKind) -> int:
+        nvml = self._lib
+        clock = nvml.NVML_CLOCK_SM if kind == "sm" else nvml.NVML_CLOCK_MEM
+        return int(self._call(nvml.nvmlDeviceGetMaxClockInfo, handle, clock))
+
+    def cuda_cores(self, handle: object) -> int:
+        return int(self._call(self._fn("nvmlDeviceGetNumGpuCores"), handle))
+
+    def compute_capability(self, handle: object) -> tuple[int, int]:
+        major, minor = self._call(self._lib.nvmlDeviceGetCudaComputeCapability, handle)
+        return int(major), int(minor)
 
     def utilization_samples(self, handle: object, last_seen_us: int) -> list[tuple[int, float]]:
         nvml = self._lib

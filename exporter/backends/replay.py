@@ -11,6 +11,16 @@ Trace format (version 1), one JSON object per line:
                "pci_bus_id": "00000000:18:00.0", "mig_mode": 0, "gpm": true}, ...]}
 
   ``mig_mode`` null means unsupported; ``duration_s`` (optional) is the loop period.
+  A gpu entry may carry ``facts``, NVML's answers to the once-per-GPU hardware queries behind
+  the peak figures::
+
+    "facts": {"memory_bus_width_bits": 5120, "max_clocks_mhz": [1980, 2619],
+              "cuda_cores": 16896, "compute_capability": [9, 0]}
+
+  (``max_clocks_mhz`` is ``[sm, memory]``; either may be null). A fact that is missing, or a
+  trace written before facts existed, answers ``NOT_SUPPORTED`` as NVML does on a GPU without
+  it; the peak figures then come from the product table by the GPU's ``name``
+  (:mod:`exporter.hardware.gpus`), or are absent for a GPU the table does not know.
 
 * then one record per read of one GPU, ``t`` seconds after the trace started::
 
@@ -53,6 +63,7 @@ from exporter.backends.nvml_api import (
     PcieDirection,
     XidEvent,
 )
+from exporter.hardware.gpus import GpuFacts
 
 TRACE_FORMAT = "inference-bottleneck-exporter/nvml-trace"
 TRACE_VERSION = 1
@@ -72,6 +83,61 @@ class TraceGpu:
     pci_bus_id: str
     mig_mode: int | None
     gpm: bool
+    facts: GpuFacts = field(default_factory=GpuFacts)
+
+
+def facts_to_json(facts: GpuFacts) -> dict[str, Any]:
+    """A gpu entry's ``facts`` object (only what NVML answered)."""
+    out: dict[str, Any] = {}
+    if facts.memory_bus_width_bits is not None:
+        out["memory_bus_width_bits"] = facts.memory_bus_width_bits
+    if facts.max_sm_clock_mhz is not None or facts.max_memory_clock_mhz is not None:
+        out["max_clocks_mhz"] = [facts.max_sm_clock_mhz, facts.max_memory_clock_mhz]
+    if facts.cuda_cores is not None:
+        out["cuda_cores"] = facts.cuda_cores
+    if facts.compute_capability is not None:
+        out["compute_capability"] = list(facts.compute_capability)
+    return out
+
+
+def _positive(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{what} must be a positive integer or null, got {value!r}")
+    return value
+
+
+def _parse_facts(raw: Any) -> GpuFacts:
+    if raw is None:
+        return GpuFacts()
+    if not isinstance(raw, dict):
+        raise ValueError("'facts' must be an object")
+    unknown = set(raw) - {
+        "memory_bus_width_bits",
+        "max_clocks_mhz",
+        "cuda_cores",
+        "compute_capability",
+    }
+    if unknown:
+        raise ValueError(f"unknown facts {sorted(unknown)}")
+    clocks = raw.get("max_clocks_mhz", [None, None])
+    if not isinstance(clocks, list) or len(clocks) != 2:
+        raise ValueError("'max_clocks_mhz' must be [sm, memory]")
+    cc = raw.get("compute_capability")
+    if cc is not None and (
+        not isinstance(cc, list)
+        or len(cc) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cc)
+    ):
+        raise ValueError("'compute_capability' must be [major, minor]")
+    return GpuFacts(
+        memory_bus_width_bits=_positive(raw.get("memory_bus_width_bits"), "memory_bus_width_bits"),
+        max_sm_clock_mhz=_positive(clocks[0], "max_clocks_mhz[0]"),
+        max_memory_clock_mhz=_positive(clocks[1], "max_clocks_mhz[1]"),
+        cuda_cores=_positive(raw.get("cuda_cores"), "cuda_cores"),
+        compute_capability=None if cc is None else (cc[0], cc[1]),
+    )
 
 
 @dataclass
@@ -113,6 +179,7 @@ def _parse_gpu(where: str, raw: Any) -> TraceGpu:
             pci_bus_id=str(raw.get("pci_bus_id", "")),
             mig_mode=None if mig is None else int(mig),
             gpm=bool(raw.get("gpm", False)),
+            facts=_parse_facts(raw.get("facts")),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise TraceError(f"{where}: bad gpu entry ({err})") from None
@@ -344,6 +411,28 @@ class ReplayApi:
         if mode is None:
             raise NvmlError(NOT_SUPPORTED)
         return mode
+
+    @staticmethod
+    def _fact(value: Any) -> Any:
+        if value is None:
+            raise NvmlError(NOT_SUPPORTED)
+        return value
+
+    def memory_bus_width_bits(self, handle: object) -> int:
+        return int(self._fact(self._gpu(handle).facts.memory_bus_width_bits))
+
+    def max_clock_mhz(self, handle: object, kind: ClockKind) -> int:
+        facts = self._gpu(handle).facts
+        return int(
+            self._fact(facts.max_sm_clock_mhz if kind == "sm" else facts.max_memory_clock_mhz)
+        )
+
+    def cuda_cores(self, handle: object) -> int:
+        return int(self._fact(self._gpu(handle).facts.cuda_cores))
+
+    def compute_capability(self, handle: object) -> tuple[int, int]:
+        major, minor = self._fact(self._gpu(handle).facts.compute_capability)
+        return int(major), int(minor)
 
     def utilization_samples(self, handle: object, last_seen_us: int) -> list[tuple[int, float]]:
         loop, pos = position = self._position()

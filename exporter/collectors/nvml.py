@@ -16,6 +16,7 @@ Emits (labels ``gpu``, ``uuid`` unless noted; see ``docs/metrics.md``)::
     inference_gpu_power_watts, _energy_joules_total, _temperature_celsius
     inference_gpu_sm_clock_hertz, _memory_clock_hertz, _clock_event_active{reason}
     inference_gpu_xid_errors_total{xid}
+    inference_gpu_peak_memory_bandwidth_bytes_per_second, inference_gpu_peak_flops{precision}
 
 How it reads: one thread per GPU polls every ``poll_interval`` (default 3 s, about 3.3 NVML
 calls per GPU per second), so a hung call stalls only its own GPU and never a scrape. The
@@ -23,6 +24,9 @@ driver's utilisation buffer is drained on each poll, so the busy-seconds counter
 driver sample whatever the scrape interval. ``collect()`` only reads the latest state.
 A poll in flight longer than ``deadline`` marks the GPU down and the collector unsuccessful;
 no second call is started for that GPU while one hangs.
+
+The peak figures are computed once per NVML session from the identity-time facts
+(:func:`exporter.hardware.gpus.peaks_of`) and cost no call per poll.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from exporter.backends.nvml_api import (
 )
 from exporter.collectors.base import Collection, Collector, Shared
 from exporter.config import DEFAULT_SCRAPE_TIMEOUT, ConfigError, Option, Settings, section
+from exporter.hardware.gpus import Peaks, peaks_of
 from exporter.priority import SCRAPES
 
 log = logging.getLogger(__name__)
@@ -99,6 +104,7 @@ class GpuState:
     """Everything the collector knows about one GPU; guarded by ``lock``."""
 
     identity: GpuIdentity
+    peaks: Peaks | None = None
     reader: GpuReader | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     latest: GpuReading | None = None
@@ -228,6 +234,7 @@ class NvmlCollector(Collector):
                 # Keep counters across NVML sessions (driver reload): same GPU, same series.
                 state = self._by_uuid.get(identity.uuid) or GpuState(identity=identity)
                 state.identity = identity
+                state.peaks = _peaks(identity)
                 state.reader = GpuReader(api, identity, handle, clock=self._clock)
                 state.inflight_since = None
                 states[index] = state
@@ -405,6 +412,8 @@ class _Families:
         self.dram_seconds = m.counter("inference_gpu_dram_active_seconds_total")
         self.energy = m.counter("inference_gpu_energy_joules_total")
         self.events = m.gauge("inference_gpu_clock_event_active")
+        self.peak_bandwidth = m.gauge("inference_gpu_peak_memory_bandwidth_bytes_per_second")
+        self.peak_flops = m.gauge("inference_gpu_peak_flops")
         self.gauges = {
             name: m.gauge(name)
             for name in (
@@ -427,6 +436,7 @@ class _Families:
 
     def all(self) -> list[Metric]:
         fams: list[Metric] = [self.calls, self.info, self.up, self.xid, self.hist, self.busy]
+        fams += [self.peak_bandwidth, self.peak_flops]
         fams += [self.dram_seconds, self.energy, self.events, *self.gauges.values()]
         return [f for f in fams if f.samples]
 
@@ -440,6 +450,12 @@ class _Families:
         self.calls.add_metric([labels[0]], float(s.calls))
         self.info.add_metric([*labels, ident.name, driver, ident.pci_bus_id, ident.mig_mode], 1.0)
         self.up.add_metric(labels, 1.0 if healthy else 0.0)
+        # Facts of the hardware, not readings: present whether or not the GPU answers now.
+        if s.peaks is not None:
+            if s.peaks.memory_bandwidth is not None:
+                self.peak_bandwidth.add_metric(labels, s.peaks.memory_bandwidth)
+            for precision, value in sorted(s.peaks.flops.items()):
+                self.peak_flops.add_metric([*labels, precision], value)
         for xid, count in sorted(s.xids.items()):
             self.xid.add_metric([*labels, str(xid)], float(count))
         r = s.latest
@@ -494,6 +510,20 @@ class _Families:
         if r.clock_events is not None:
             for bit, reason in CLOCK_EVENT_REASONS:
                 self.events.add_metric([*labels, reason], 1.0 if r.clock_events & bit else 0.0)
+
+
+def _peaks(identity: GpuIdentity) -> Peaks:
+    peaks = peaks_of(identity.name, identity.facts)
+    bandwidth = peaks.memory_bandwidth
+    log.info(
+        "GPU %d (%s): peak bandwidth %s, dense bf16 %s (%s)",
+        identity.index,
+        identity.name,
+        "unknown" if bandwidth is None else f"{bandwidth / 1e9:.0f} GB/s",
+        f"{peaks.flops['bf16'] / 1e12:.1f} TFLOPS" if "bf16" in peaks.flops else "unknown",
+        peaks.basis,
+    )
+    return peaks
 
 
 def _f(value: int | None) -> float | None:

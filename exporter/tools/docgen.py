@@ -43,6 +43,7 @@ _COLLECTOR_TITLES = {
     "engine": "Collector `engine`",
     "tokenizer": "Collector `tokenizer`",
     "process": "Collector `process`",
+    "model": "Collector `model`",
 }
 
 

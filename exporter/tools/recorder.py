@@ -16,7 +16,7 @@ from typing import Any
 
 from exporter.backends.gpu import GpuReader, GpuReading, read_identity
 from exporter.backends.nvml_api import NvmlApi, NvmlError
-from exporter.backends.replay import TRACE_FORMAT, TRACE_VERSION
+from exporter.backends.replay import TRACE_FORMAT, TRACE_VERSION, facts_to_json
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ def record_with(api: NvmlApi, out: Path, *, duration: float, interval: float) ->
                     "pci_bus_id": i.pci_bus_id,
                     "mig_mode": {"enabled": 1, "disabled": 0}.get(i.mig_mode),
                     "gpm": i.gpm_supported,
+                    "facts": facts_to_json(i.facts),
                 }
                 for i in identities
             ],

@@ -39,6 +39,14 @@ PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 MAX_GPUS = 64
 SM_CLOCK_MAX_MHZ = 1980
 MEM_CLOCK_MHZ = 2619
+# What NVML answers for an H100 SXM5 80GB (the peak figures' inputs): a 5120-bit HBM3 bus,
+# 132 SMs x 128 CUDA cores, compute capability 9.0 (exporter/hardware/gpus.py cites them).
+HARDWARE_FACTS = {
+    "memory_bus_width_bits": 5120,
+    "max_clocks_mhz": [SM_CLOCK_MAX_MHZ, MEM_CLOCK_MHZ],
+    "cuda_cores": 16896,
+    "compute_capability": [9, 0],
+}
 CLOCK_EVENT_GPU_IDLE = 0x1
 PRESTART_BUFFER_S = 2.0  # the driver returns ~2 s of history on the first call
 
@@ -278,6 +286,7 @@ def synthetic_trace_lines(
                 "pci_bus_id": _pci_bus_id(i),
                 "mig_mode": 0,
                 "gpm": True,
+                "facts": HARDWARE_FACTS,
             }
             for i in range(gpus)
         ],

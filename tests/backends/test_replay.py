@@ -28,6 +28,7 @@ from exporter.backends.replay import (
     load_trace,
     parse_trace,
 )
+from exporter.hardware.gpus import GpuFacts, peaks_of
 
 SHIPPED = Path(exporter.__file__).parent / "data" / "replay-2gpu-synthetic.jsonl"
 WALL0 = 1_700_000_000_000_000  # epoch µs at init
@@ -464,3 +465,77 @@ def test_empty_and_unreadable(tmp_path: Path) -> None:
 def test_duration_defaults_to_one_more_interval() -> None:
     trace = parse_trace(lines(header(), record(0.0), record(2.0), record(4.0)))
     assert trace.duration_s == 6.0
+
+
+# --- hardware facts (the inputs of the peak figures) ------------------------------------------
+
+H100_FACTS = {
+    "memory_bus_width_bits": 5120,
+    "max_clocks_mhz": [1980, 2619],
+    "cuda_cores": 16896,
+    "compute_capability": [9, 0],
+}
+
+
+def test_facts_are_answered_from_the_header() -> None:
+    head = header(gpus=2)
+    head["gpus"][0]["facts"] = H100_FACTS
+    head["gpus"][1]["facts"] = {"max_clocks_mhz": [None, 2619]}
+    api, _ = start(parse_trace(lines(head, record(0.0), record(0.0, gpu=1))))
+    h0, h1 = api.handle(0), api.handle(1)
+    assert api.memory_bus_width_bits(h0) == 5120
+    assert api.max_clock_mhz(h0, "sm") == 1980
+    assert api.max_clock_mhz(h0, "mem") == 2619
+    assert api.cuda_cores(h0) == 16896
+    assert api.compute_capability(h0) == (9, 0)
+    identity = read_identity(api, 0, h0)
+    assert identity.facts.cuda_cores == 16896
+    # what the trace does not hold answers NOT_SUPPORTED, as NVML does
+    assert api.max_clock_mhz(h1, "mem") == 2619
+    for call in (
+        lambda: api.max_clock_mhz(h1, "sm"),
+        lambda: api.memory_bus_width_bits(h1),
+        lambda: api.cuda_cores(h1),
+        lambda: api.compute_capability(h1),
+    ):
+        with pytest.raises(NvmlError) as exc:
+            call()
+        assert exc.value.code == NOT_SUPPORTED_CODE
+
+
+def test_old_trace_without_facts_still_loads_and_peaks_come_from_the_name() -> None:
+    api, _ = start(parse_trace(lines(header(), record(0.0))))
+    identity = read_identity(api, 0, api.handle(0))
+    assert identity.facts == GpuFacts()
+    peaks = peaks_of(identity.name, identity.facts)
+    assert peaks.memory_bandwidth == pytest.approx(3.352e12, rel=1e-3)
+    assert peaks.flops["bf16"] == pytest.approx(989.4e12, rel=1e-3)
+
+
+def test_shipped_trace_carries_h100_sxm_facts() -> None:
+    trace = load_trace(SHIPPED)
+    for gpu in trace.gpus:
+        assert gpu.facts.memory_bus_width_bits == 5120
+        assert gpu.facts.cuda_cores == 132 * 128
+        assert (gpu.facts.max_sm_clock_mhz, gpu.facts.max_memory_clock_mhz) == (1980, 2619)
+        assert gpu.facts.compute_capability == (9, 0)
+
+
+@pytest.mark.parametrize(
+    ("facts", "problem"),
+    [
+        ("fast", "'facts' must be an object"),
+        ({"bus": 1}, "unknown facts"),
+        ({"cuda_cores": -1}, "cuda_cores must be a positive integer"),
+        ({"cuda_cores": True}, "cuda_cores must be a positive integer"),
+        ({"max_clocks_mhz": [1980]}, "'max_clocks_mhz' must be [sm, memory]"),
+        ({"compute_capability": [9]}, "'compute_capability' must be [major, minor]"),
+        ({"compute_capability": ["9", 0]}, "'compute_capability' must be [major, minor]"),
+    ],
+)
+def test_bad_facts(facts: Any, problem: str) -> None:
+    head = header()
+    head["gpus"][0]["facts"] = facts
+    with pytest.raises(TraceError, match="trace:1: bad gpu entry") as exc:
+        parse_trace(lines(head, record(0.0)))
+    assert problem in str(exc.value)

@@ -438,3 +438,64 @@ def test_devices_restrict_the_gpus_watched(replay: ReplayApi, clock: FakeClock) 
             assert reg.get_sample_value("inference_gpu_power_watts", lab(0)) is None
         finally:
             collector.stop(2)
+
+
+def test_peaks_from_the_gpu_name_when_the_trace_has_no_facts(collector: NvmlCollector) -> None:
+    reg, _ = scrape(collector)
+    g = reg.get_sample_value
+    # GPU 0 is an H100 SXM by name: the product table gives its datasheet peaks
+    assert g("inference_gpu_peak_memory_bandwidth_bytes_per_second", lab(0)) == pytest.approx(
+        5120 / 8 * 2619e6 * 2
+    )
+    assert g("inference_gpu_peak_flops", lab(0, precision="bf16")) == pytest.approx(
+        132 * 1830e6 * 4096
+    )
+    assert g("inference_gpu_peak_flops", lab(0, precision="fp8")) == pytest.approx(
+        132 * 1830e6 * 8192
+    )
+    # GPU 1, an A10G, is in no table and the trace holds no facts: no peaks rather than guesses
+    assert g("inference_gpu_peak_memory_bandwidth_bytes_per_second", lab(1)) is None
+    assert g("inference_gpu_peak_flops", lab(1, precision="bf16")) is None
+
+
+def test_peaks_from_trace_facts(clock: FakeClock) -> None:
+    lines = trace_lines(records())
+    head = json.loads(lines[0])
+    # an A10G as NVML describes it: 80 SMs x 128 cores, GA10x, 384-bit GDDR6 at 6251 MHz
+    head["gpus"][1]["facts"] = {
+        "memory_bus_width_bits": 384,
+        "max_clocks_mhz": [1710, 6251],
+        "cuda_cores": 80 * 128,
+        "compute_capability": [8, 6],
+    }
+    api = ReplayApi(parse_trace([json.dumps(head), *lines[1:]]), clock=clock)
+    for collector in started(api, clock):
+        g = scrape(collector)[0].get_sample_value
+        assert g("inference_gpu_peak_memory_bandwidth_bytes_per_second", lab(1)) == (
+            pytest.approx(600.1e9, rel=1e-3)
+        )
+        assert g("inference_gpu_peak_flops", lab(1, precision="bf16")) == pytest.approx(
+            80 * 1710e6 * 1024
+        )
+        assert g("inference_gpu_peak_flops", lab(1, precision="fp8")) is None  # Ampere
+
+
+def test_facts_are_read_once_per_session_and_outlive_a_lost_gpu(
+    replay: ReplayApi, clock: FakeClock
+) -> None:
+    faulty = FaultyApi(replay)
+    fact_calls = ("memory_bus_width_bits", "cuda_cores", "compute_capability")
+    for collector in started(faulty, clock):
+        for _ in range(3):
+            clock.now += 1.0
+            collector.poll_now()
+        assert [faulty.calls[c] for c in fact_calls] == [2, 2, 2]  # one per GPU
+        assert faulty.calls["max_clock_mhz"] == 4  # SM and memory, per GPU
+        faulty.lose(0, nvml_api.GPU_IS_LOST)
+        clock.now += 1.0
+        collector.poll_now()
+        reg, _ = scrape(collector)
+        assert reg.get_sample_value("inference_gpu_up", lab(0)) == 0
+        # a fact of the hardware, still there while the GPU does not answer
+        assert reg.get_sample_value("inference_gpu_peak_flops", lab(0, precision="bf16")) > 0
+        assert [faulty.calls[c] for c in fact_calls] == [2, 2, 2]

@@ -110,6 +110,22 @@ class FaultyApi:
     def mig_mode(self, handle: object) -> int:
         return self._call("mig_mode", handle, lambda: self.inner.mig_mode(handle))
 
+    def memory_bus_width_bits(self, handle: object) -> int:
+        return self._call(
+            "memory_bus_width_bits", handle, lambda: self.inner.memory_bus_width_bits(handle)
+        )
+
+    def max_clock_mhz(self, handle: object, kind: ClockKind) -> int:
+        return self._call("max_clock_mhz", handle, lambda: self.inner.max_clock_mhz(handle, kind))
+
+    def cuda_cores(self, handle: object) -> int:
+        return self._call("cuda_cores", handle, lambda: self.inner.cuda_cores(handle))
+
+    def compute_capability(self, handle: object) -> tuple[int, int]:
+        return self._call(
+            "compute_capability", handle, lambda: self.inner.compute_capability(handle)
+        )
+
     def utilization_samples(self, handle: object, last_seen_us: int) -> list[tuple[int, float]]:
         return self._call(
             "utilization_samples",

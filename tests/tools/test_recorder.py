@@ -81,8 +81,15 @@ def test_header_names_the_source_gpus_and_is_not_synthetic(
     assert header["version"] == 1
     assert header["synthetic"] is False
     assert header["driver_version"] == "550.54.15"
-    # identity round-trips exactly: same uuid, name, bus id, MIG mode and GPM support
+    # identity round-trips exactly: same uuid, name, bus id, MIG mode and GPM support, and the
+    # hardware facts behind the peak figures
     assert header["gpus"] == source.header["gpus"]
+    assert header["gpus"][0]["facts"] == {
+        "memory_bus_width_bits": 5120,
+        "max_clocks_mhz": [1980, 2619],
+        "cuda_cores": 16896,
+        "compute_capability": [9, 0],
+    }
     assert header["description"] == (
         "Recorded by inference-bottleneck-exporter record on NVIDIA H100 80GB HBM3"
     )

@@ -98,6 +98,7 @@ runs everything but nvml.
 - --no-collector.engine
 - --no-collector.tokenizer
 - --no-collector.process
+- --no-collector.model
 {{- end }}
 {{- range .Values.sidecar.extraArgs }}
 - {{ . | quote }}
