@@ -17,6 +17,8 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from exporter.backends.http import FetchError, fetch, make_session
 from exporter.diagnose.model import DiagnoseError
 from exporter.diagnose.promql import (
@@ -29,7 +31,6 @@ from exporter.diagnose.promql import (
     Scrape,
     Value,
 )
-from exporter.engines.parse import parse_exposition
 from exporter.signatures.config import SiteConfig
 from exporter.signatures.promql import split_matchers
 from exporter.signatures.sources import recording_rules
@@ -162,15 +163,22 @@ def target_labels(cfg: SiteConfig) -> frozenset[str]:
 
 
 def scrape_samples(text: str) -> dict[Labels, float]:
-    """Every sample of a ``/metrics`` page by its labels (``__name__`` among them)."""
-    families = parse_exposition(text)
+    """Every sample of a ``/metrics`` page by its labels (``__name__`` among them), as
+    Prometheus would store them: NaN and infinities kept, the first of a repeated series.
+
+    Raises :class:`ValueError` when the text is not an exposition."""
     samples: dict[Labels, float] = {}
-    for family in families:
-        for sample in family.samples:
-            if sample.name.endswith("_created"):
-                continue
-            labels = tuple(sorted({**sample.labels, NAME: sample.name}.items()))
-            samples[labels] = float(sample.value)
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
+                labels = tuple(sorted({**sample.labels, NAME: sample.name}.items()))
+                samples.setdefault(labels, float(sample.value))
+    # The parser raises ValueError for most garbage, and other exceptions for some.
+    except Exception as exc:
+        message = " ".join(str(exc).split())[:120] or type(exc).__name__
+        raise ValueError(f"malformed exposition: {message}") from exc
     return samples
 
 
