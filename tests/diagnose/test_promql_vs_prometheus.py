@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import itertools
 import json
 import math
 import random
@@ -99,6 +100,7 @@ REL = 1e-9
 # 2024-01-01T00:00:00Z; sets lie two hours apart, so no window or offset reaches another set.
 EPOCH_MS = 1_704_067_200_000
 SET_SPACING_MS = 2 * 3600 * 1000
+LOOKBACK_MS = 1000  # Prometheus' lookback, shorter than every scrape interval of every set
 JOB = "inference-bottleneck-exporter"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 UUIDS = (
@@ -693,11 +695,10 @@ def om_value(value: float) -> str:
 
 
 def om_labels(labels: Labels) -> str:
-    body = ",".join(
-        f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
-        for k, v in labels
-        if k != NAME
-    )
+    def escaped(value: str) -> str:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    body = ",".join(f'{k}="{escaped(v)}"' for k, v in labels if k != NAME)
     return f"{{{body}}}"
 
 
@@ -751,7 +752,7 @@ class Prometheus:
                 "--storage.tsdb.retention.time=100y",
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 # Stands in for staleness markers (see the module docstring).
-                "--query.lookback-delta=1s",
+                f"--query.lookback-delta={LOOKBACK_MS}ms",
                 "--log.level=warn",
             ],
             tmp / f"{data.name}.log",
@@ -808,6 +809,7 @@ class Prepared:
 
 def prepare(index: int, s: SeriesSet, raw: Series) -> Prepared:
     start_ms = EPOCH_MS + index * SET_SPACING_MS
+    assert all(b - a > LOOKBACK_MS for a, b in itertools.pairwise(s.times_ms)), s.name
     cfg = site_config(s)
     times = [(ms - s.times_ms[0]) / 1000 for ms in s.times_ms]
     all_scrapes = []
