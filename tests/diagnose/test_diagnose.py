@@ -9,6 +9,7 @@ vLLM histogram. ``--prometheus.url``: a real Prometheus scraping that sidecar wi
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from support.promstack import (
     wait_until,
 )
 
+from exporter.diagnose.backends import scrape_samples
 from exporter.signatures import parse_config
 from exporter.signatures.render import runbook_url
 
@@ -360,3 +362,21 @@ def test_diagnose_is_a_subcommand() -> None:
     assert result.stdout.startswith(f"usage: {PROG} ")
     for flag in ("--prometheus.url", "--target", "--duration", "--config", "--output"):
         assert flag in result.stdout
+
+
+def test_scrape_samples_keep_what_prometheus_stores() -> None:
+    """NaN and infinities are samples too (Prometheus stores them); ``_created`` is not."""
+    text = (
+        '# TYPE g gauge\ng{a="1"} NaN\ng{a="2"} +Inf\n'
+        "# TYPE c counter\nc_total 3\nc_created 1.7e9\n"
+    )
+    samples = scrape_samples(text)
+    assert set(samples) == {
+        (("__name__", "g"), ("a", "1")),
+        (("__name__", "g"), ("a", "2")),
+        (("__name__", "c_total"),),
+    }
+    assert math.isnan(samples[(("__name__", "g"), ("a", "1"))])
+    assert samples[(("__name__", "g"), ("a", "2"))] == math.inf
+    with pytest.raises(ValueError, match="malformed exposition"):
+        scrape_samples("not an exposition {\n")

@@ -263,3 +263,96 @@ def test_record_keeps_the_record_name() -> None:
     ev.record("level:x:sum", "sum by (pod) (x)")
     assert ev.records["level:x:sum"] == [Sample((("__name__", "level:x:sum"), ("pod", "p")), 2.0)]
     assert values(ev.eval(parse('level:x:sum{pod="p"} * 2'))) == {(("pod", "p"),): 4}
+
+
+# --- what the comparison with Prometheus (test_promql_vs_prometheus.py) found -----------------
+
+
+def test_rate_extrapolates_series_that_appear_or_vanish_while_sampling() -> None:
+    """Prometheus extrapolates a series whose first or last sample is more than 1.1 average
+    intervals from the window's edge by half an interval; the window is the sampling span."""
+    new, gone = lab("new_total"), lab("gone_total")
+    ev = Evaluator(
+        scrapes(
+            (0, {gone: 50}),
+            (10, {gone: 60}),
+            (20, {new: 100, gone: 70}),
+            (30, {new: 110}),
+            (40, {new: 120}),
+        )
+    )
+    # new: 20 over 20 s, starts 20 s after the window: + 5 s (half of 10 s) -> 25 over 40 s
+    assert one(ev.eval(parse("increase(new_total[40s])"))) == pytest.approx(25)
+    assert one(ev.eval(parse("rate(new_total[40s])"))) == pytest.approx(25 / 40)
+    # gone: 20 over 20 s, ends 20 s before the window does: + 5 s
+    assert one(ev.eval(parse("increase(gone_total[40s])"))) == pytest.approx(25)
+
+
+def test_rate_stops_extrapolating_at_the_counters_zero() -> None:
+    x = lab("x_total")
+    ev = Evaluator(scrapes((0, {}), (10, {}), (20, {x: 1}), (30, {x: 5}), (40, {x: 9})))
+    # 8 over 20 s from 1: the zero lies 2.5 s before the first sample, closer than 5 s
+    assert one(ev.eval(parse("increase(x_total[40s])"))) == pytest.approx(8 * 22.5 / 20)
+
+
+def test_times_are_whole_milliseconds() -> None:
+    """Differences of float Unix times are off by up to 2.4e-7 s; Prometheus' are exact."""
+    t0 = 1_704_067_200.0
+    g = lab("g")
+    offsets = (0, 4_731, 10_112, 15_998, 21_407, 28_003)
+    ev = Evaluator([Scrape(t0 + ms / 1000, {g: 2 + 0.05 * ms / 1000}) for ms in offsets])
+    assert ev.span == 28.003
+    assert one(ev.eval(parse("deriv(g[1m])"))) == pytest.approx(0.05, rel=1e-12)
+
+
+def test_deriv_of_a_constant_is_zero() -> None:
+    g = lab("g")
+    ev = Evaluator(scrapes(*((t, {g: 0.1}) for t in (0, 3, 7, 12))))
+    assert one(ev.eval(parse("deriv(g[1m])"))) == 0.0
+
+
+def test_nan_through_functions_and_aggregations() -> None:
+    g0, g1 = lab("g", gpu="0"), lab("g", gpu="1")
+    nan = math.nan
+    ev = Evaluator(scrapes((0, {g0: nan, g1: 3}), (10, {g0: 2, g1: nan}), (20, {g0: nan, g1: 1})))
+    # clamp: NaN stays NaN (Go's math.Max and math.Min)
+    assert math.isnan(values(ev.eval(parse("clamp(g, 0, 1)")))[(("gpu", "0"),)])
+    assert ev.eval(parse("clamp(g, 1, 0)")) == []
+    # max_over_time: a NaN gives way to any number, wherever it stands
+    over = values(ev.eval(parse("max_over_time(g[1m])")))
+    assert over == {(("gpu", "0"),): 2, (("gpu", "1"),): 3}
+    assert values(ev.eval(parse("max(g)"))) == {(): 1}
+    assert math.isnan(one(ev.eval(parse("avg(g)"))))
+
+
+def test_bucket_quantile_keeps_nan_counts_and_adds_equal_bounds() -> None:
+    inf = math.inf
+    # Prometheus keeps a NaN count (no monotonic fix-up across it): NaN
+    assert math.isnan(bucket_quantile(0.25, [(0.1, math.nan), (0.2, 3), (inf, 4)]))
+    # "0.1" and "0.10" are one bucket
+    assert bucket_quantile(0.5, [(0.1, 1), (0.1, 1), (0.2, 4), (inf, 4)]) == pytest.approx(0.1)
+
+
+def test_vector_matching_result_labels_are_prometheus() -> None:
+    a = lab("a", gpu="0", uuid="x")
+    b = lab("b", gpu="0", uuid="y")
+    ev = Evaluator(scrapes((0, {a: 6, b: 3})))
+    # one-to-one: ignoring() drops its labels, on() keeps only its own, also when filtering
+    assert values(ev.eval(parse("a / ignoring (uuid) b"))) == {(("gpu", "0"),): 2}
+    assert values(ev.eval(parse("a > on (gpu) b"))) == {(("gpu", "0"),): 6}
+    assert values(ev.eval(parse("a > bool ignoring (uuid) b"))) == {(("gpu", "0"),): 1}
+
+
+def test_scalar_comparison_needs_bool() -> None:
+    ev = Evaluator(scrapes((0, {})))
+    with pytest.raises(PromQLError, match="bool"):
+        ev.eval(parse("1 > 0"))
+    assert ev.eval(parse("1 > bool 0")) == 1
+
+
+def test_power_and_modulo_are_go_float_arithmetic() -> None:
+    ev = Evaluator(scrapes((0, {lab("x"): -8.0})))
+    assert math.isnan(one(ev.eval(parse("x ^ 0.5"))))  # no complex numbers
+    assert one(ev.eval(parse("-x ^ 400"))) == math.inf  # overflow is infinite
+    assert math.isnan(one(ev.eval(parse("x % 0"))))
+    assert one(ev.eval(parse("x % 3"))) == -2  # the sign of the dividend

@@ -1,0 +1,296 @@
+"""The catalogue's alert expressions, measured condition by condition, and the two modes.
+
+Each alert expression is split at its ``and``/``or``/``unless`` into conditions; every
+comparison is measured against its threshold (:func:`instances`). A signature *holds* for an
+instance when the expression returns it, and *nearly holds* when every failing condition misses
+its threshold by at most the margin (a share of the threshold).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from exporter.backends.http import make_session
+from exporter.diagnose.backends import (
+    Backend,
+    PrometheusBackend,
+    TargetBackend,
+    sample_target,
+    target_evaluator,
+)
+from exporter.diagnose.model import (
+    Condition,
+    EvidenceValue,
+    Finding,
+    Instance,
+    Report,
+    format_value,
+)
+from exporter.diagnose.promql import (
+    SET_OPS,
+    Binary,
+    Labels,
+    NeedsHistoryError,
+    Node,
+    Num,
+    PromQLError,
+    Sample,
+    Value,
+    compare,
+    match_key,
+    parse,
+    source,
+    unparen,
+)
+from exporter.signatures.catalogue import catalogue
+from exporter.signatures.config import SiteConfig
+from exporter.signatures.model import AlertRule, Evidence, Signature
+from exporter.signatures.promql import matchers
+
+ORDERED = frozenset({">", "<", ">=", "<="})
+
+
+# --- one alert expression ---------------------------------------------------------------------
+
+
+def _closeness(op: str, value: float, threshold: float, margin: float) -> tuple[bool, bool, float]:
+    """holds, nearly, relative gap of ``value op threshold``."""
+    if math.isnan(value) or math.isnan(threshold):
+        return False, False, math.nan
+    holds = compare(op, value, threshold)
+    if op not in ORDERED or threshold == 0 or math.isinf(threshold):
+        return holds, False, math.nan
+    gap = abs(value - threshold) / abs(threshold)
+    return holds, (not holds and margin > 0 and gap <= margin), gap
+
+
+async def instances(backend: Backend, text: str, node: Node, margin: float) -> list[Instance]:
+    """The instances of the expression ``text`` (parsed as ``node``) with their conditions."""
+    node = unparen(node)
+    if isinstance(node, Binary) and node.op in SET_OPS:
+        left = await instances(backend, text, node.lhs, margin)
+        right = await instances(backend, text, node.rhs, margin)
+        return _combine(node, left, right, source(text, node.rhs))
+    if isinstance(node, Binary) and node.is_filter:
+        return await _comparison(backend, text, node, margin)
+    value = await backend.value(source(text, node), node)
+    if isinstance(value, float):
+        raise PromQLError(f"{source(text, node)} is a scalar, not a condition")
+    expr = source(text, node)
+    return [
+        Instance(
+            s.without_name(), True, False, s.value, [Condition(expr, None, s.value, holds=True)]
+        )
+        for s in value
+    ]
+
+
+async def _comparison(backend: Backend, text: str, node: Binary, margin: float) -> list[Instance]:
+    lhs = await backend.value(source(text, node.lhs), node.lhs)
+    rhs_node = unparen(node.rhs)
+    rhs: Value = (
+        rhs_node.value
+        if isinstance(rhs_node, Num)
+        else await backend.value(source(text, node.rhs), node.rhs)
+    )
+    if isinstance(lhs, float):
+        raise PromQLError(f"{source(text, node.lhs)} is a scalar")
+    index: dict[Labels, float] = {}
+    if isinstance(rhs, list):
+        index = {match_key(s.labels, node.on, node.ignoring): s.value for s in rhs}
+    out = []
+    for s in lhs:
+        threshold = (
+            rhs
+            if isinstance(rhs, float)
+            else index.get(match_key(s.labels, node.on, node.ignoring))
+        )
+        if threshold is None:
+            continue
+        holds, nearly, gap = _closeness(node.op, s.value, threshold, margin)
+        condition = Condition(
+            source(text, node.lhs),
+            node.op,
+            s.value,
+            threshold,
+            None if isinstance(rhs, float) else source(text, node.rhs),
+            holds,
+            nearly,
+            None if math.isnan(gap) else gap,
+        )
+        out.append(Instance(s.without_name(), holds, nearly, s.value, [condition]))
+    return out
+
+
+def _rank(inst: Instance) -> int:
+    return 0 if inst.holds else 1 if inst.nearly else 2
+
+
+def _combine(node: Binary, left: list[Instance], right: list[Instance], rhs: str) -> list[Instance]:
+    def key(inst: Instance) -> Labels:
+        return match_key(inst.labels, node.on, node.ignoring)
+
+    best: dict[Labels, Instance] = {}
+    for inst in right:
+        current = best.get(key(inst))
+        if current is None or _rank(inst) < _rank(current):
+            best[key(inst)] = inst
+    out: list[Instance] = []
+    if node.op == "and":
+        for a in left:
+            b = best.get(key(a))
+            if b is None:
+                missing = Condition(rhs, None, None)
+                out.append(Instance(a.labels, False, False, a.value, [*a.conditions, missing]))
+                continue
+            holds = a.holds and b.holds
+            nearly = not holds and (a.holds or a.nearly) and (b.holds or b.nearly)
+            out.append(Instance(a.labels, holds, nearly, a.value, a.conditions + b.conditions))
+        return out
+    if node.op == "unless":
+        for a in left:
+            b = best.get(key(a))
+            if b is not None and b.holds:
+                excluded = Condition(rhs, "unless", b.value, holds=True)
+                out.append(Instance(a.labels, False, False, a.value, [*a.conditions, excluded]))
+            else:
+                out.append(a)
+        return out
+    used: set[Labels] = set()
+    for a in left:
+        b = best.get(key(a))
+        if b is None:
+            out.append(a)
+            continue
+        used.add(key(a))
+        holds = a.holds or b.holds
+        nearly = not holds and (a.nearly or b.nearly)
+        out.append(Instance(a.labels, holds, nearly, a.value, a.conditions + b.conditions))
+    out += [b for b in right if key(b) not in used]
+    return out
+
+
+# --- evidence ---------------------------------------------------------------------------------
+
+
+async def _evidence(
+    backend: Backend, cfg: SiteConfig, rule: AlertRule, inst: Instance
+) -> list[EvidenceValue]:
+    out = []
+    for item in rule.evidence:
+        value = (
+            inst.value
+            if item.expr is None
+            else await _evidence_value(backend, cfg, rule, item, inst)
+        )
+        text = format_value(item.fmt, value)
+        out.append(EvidenceValue(item.key, item.label, value, item.unit, text))
+    return out
+
+
+async def _evidence_value(
+    backend: Backend, cfg: SiteConfig, rule: AlertRule, item: Evidence, inst: Instance
+) -> float | None:
+    scope = rule.scope if item.scope is None else item.scope
+    wanted = {label: inst.get(label) for label in (*cfg.join_labels, *scope)}
+    query = item.query(matchers(wanted))
+    try:
+        value = await backend.value(query, parse(query))
+    except (NeedsHistoryError, PromQLError):
+        return None
+    if isinstance(value, float):
+        return value
+    return value[0].value if value else None
+
+
+def target_name(cfg: SiteConfig, labels: dict[str, str]) -> str:
+    """How the alerts name a scrape target: ``namespace/pod``, else ``instance``."""
+    if labels.get("pod"):
+        namespace = labels.get("namespace")
+        return f"{namespace}/{labels['pod']}" if namespace else labels["pod"]
+    for name in ("instance", *cfg.join_labels):
+        if labels.get(name):
+            return labels[name]
+    return "-"
+
+
+# --- the catalogue ----------------------------------------------------------------------------
+
+
+async def evaluate(
+    backend: Backend,
+    report: Report,
+    fixed_target: str | None,
+    states: list[Sample] | None = None,
+) -> None:
+    """Every alert rule of the catalogue into ``report``, findings in rank order."""
+    cfg = report.cfg
+    for sig in catalogue(cfg):
+        data = False
+        for rule in sig.rules:
+            report.checked += 1
+            try:
+                found = await instances(backend, rule.expr, parse(rule.expr), report.margin)
+            except NeedsHistoryError as err:
+                report.not_evaluated[sig.alert] = f"needs Prometheus history ({err})"
+                continue
+            except PromQLError as err:
+                report.not_evaluated[sig.alert] = f"cannot evaluate here ({err})"
+                continue
+            data = data or bool(found)
+            for inst in found:
+                if not (inst.holds or inst.nearly):
+                    continue
+                labels = dict(inst.labels)
+                target = fixed_target or target_name(cfg, labels)
+                finding = Finding(
+                    sig, rule, inst, target, await _evidence(backend, cfg, rule, inst)
+                )
+                if states is not None:
+                    finding.state = _state(states, sig, rule, inst)
+                report.findings.append(finding)
+        if not data and sig.alert not in report.not_evaluated:
+            report.no_data.append(sig.alert)
+    report.findings.sort(key=Finding.sort_key)
+
+
+def _state(states: list[Sample], sig: Signature, rule: AlertRule, inst: Instance) -> str | None:
+    """The alert's ``ALERTS`` state for this instance: firing, pending or none."""
+    found = None
+    for s in states:
+        labels = dict(s.labels)
+        if labels.get("alertname") != sig.alert or labels.get("severity") != rule.severity:
+            continue
+        if all(labels.get(k, "") == v for k, v in inst.labels):
+            if labels.get("alertstate") == "firing":
+                return "firing"
+            found = labels.get("alertstate")
+    return found
+
+
+# --- the two modes ----------------------------------------------------------------------------
+
+
+async def diagnose_prometheus(url: str, cfg: SiteConfig, timeout: float, margin: float) -> Report:
+    """The catalogue through a Prometheus that holds the pack for ``cfg``."""
+    at = time.time()
+    report = Report("prometheus", url, cfg, margin, at)
+    async with make_session() as session:
+        backend = PrometheusBackend(session, url, timeout, at)
+        await backend.check_records(cfg)
+        states = await backend.vector('ALERTS{alertname=~"Inference.+"}')
+        await evaluate(backend, report, None, states)
+    return report
+
+
+async def diagnose_target(
+    url: str, cfg: SiteConfig, *, span: float, interval: float, timeout: float, margin: float
+) -> Report:
+    """The catalogue over samples of one sidecar's ``/metrics`` page."""
+    scrapes = await sample_target(url, span, interval, timeout)
+    evaluator = target_evaluator(scrapes, cfg)
+    report = Report("target", url, cfg, margin, scrapes[-1].time)
+    report.samples, report.span = len(scrapes), evaluator.span
+    await evaluate(TargetBackend(evaluator), report, url)
+    return report
