@@ -314,8 +314,10 @@ def start_prometheus(
     args: Sequence[str] = ("--log.level=warn",),
     timeout: float = 60.0,
     name: str = "prometheus",
+    data: Path | None = None,
 ) -> Server:
-    """Prometheus with ``config`` (a mapping or YAML text), its data in ``workdir``, ready.
+    """Prometheus with ``config`` (a mapping or YAML text), ready; its TSDB in ``data``
+    (default: a new directory in ``workdir``, which also holds its config and log).
 
     Raises :class:`StackError` when the binary is missing or the server does not get ready."""
     binary = find_binary("prometheus")
@@ -324,7 +326,8 @@ def start_prometheus(
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"{name}.yml"
     _write_config(path, config)
-    data = workdir / f"{name}-data"
+    if data is None:
+        data = workdir / f"{name}-data"
     data.mkdir(exist_ok=True)
     flags = [f"--config.file={path}", f"--storage.tsdb.path={data}", *args]
     return _start_server(

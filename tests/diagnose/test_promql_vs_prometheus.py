@@ -66,8 +66,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
-from support.fakeengine import unused_port
-from support.promstack import Server, binary
+from support.promstack import binary
 
 from exporter.config import format_duration
 from exporter.diagnose.backends import TargetBackend, scrape_samples, target_evaluator
@@ -88,6 +87,7 @@ from exporter.diagnose.promql import (
     parse,
     source,
 )
+from exporter.lab.processes import start_prometheus
 from exporter.metrics import BY_NAME, TOKENIZER_BUCKETS, UTILIZATION_BUCKETS
 from exporter.metrics import counter as counter_family
 from exporter.metrics import gauge as gauge_family
@@ -741,25 +741,21 @@ class Prometheus:
     """A Prometheus over ``data`` on loopback, asked instant queries on one connection."""
 
     def __init__(self, data: Path, tmp: Path) -> None:
-        config = tmp / f"{data.name}.yml"
-        config.write_text("global: {}\n")
-        self.port = unused_port()
-        self.server = Server(
-            [
-                binary("prometheus"),
-                f"--config.file={config}",
-                f"--storage.tsdb.path={data}",
+        self.server = start_prometheus(
+            tmp,
+            "global: {}\n",
+            name=data.name,
+            data=data,
+            args=(
                 "--storage.tsdb.retention.time=100y",
-                f"--web.listen-address=127.0.0.1:{self.port}",
                 # Stands in for staleness markers (see the module docstring).
                 f"--query.lookback-delta={LOOKBACK_MS}ms",
                 "--log.level=warn",
-            ],
-            tmp / f"{data.name}.log",
-            self.port,
+            ),
+            timeout=30,
         )
-        self.server.wait_ready(30)
-        self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        port = urllib.parse.urlsplit(self.server.url).port
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
 
     def query(self, expr: str, at_ms: int) -> list[Sample] | float | str:
         """A vector, a scalar, or the error Prometheus answered."""
