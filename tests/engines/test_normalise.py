@@ -82,7 +82,19 @@ def test_detect_prefers_triton_when_a_backend_exports_its_own_families() -> None
 
 
 def test_engine_types() -> None:
-    assert ENGINES == ("vllm", "sglang", "tgi", "triton", "llamacpp", "custom")
+    assert ENGINES == (
+        "vllm",
+        "sglang",
+        "tgi",
+        "triton",
+        "llamacpp",
+        "nim",
+        "trtllm",
+        "dynamo",
+        "lmdeploy",
+        "ray",
+        "custom",
+    )
 
 
 def test_unknown_engine_type_is_a_value_error() -> None:
