@@ -23,7 +23,7 @@ SeriesKind = Literal["gauge", "counter", "histogram"]
 Layer = Literal["engine", "frontend"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Series:
     """One normalised series. Histograms carry cumulative ``buckets`` (upper bound, count),
     ending with ``+Inf``, plus ``sum`` and ``count``; gauges and counters carry ``value``."""

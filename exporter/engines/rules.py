@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Literal
@@ -257,7 +257,7 @@ def index_samples(families: Iterable[Metric]) -> SampleIndex:
     return index
 
 
-def _sample_name(index: Mapping[str, object], metric: str) -> str:
+def _sample_name(index: Container[str], metric: str) -> str:
     """The sample name a scalar source is exposed under: the name as written, else its
     ``_total`` twin (the parser renames counter samples to ``_total``; untyped ones keep the
     name they were written with). One of them only, so nothing is counted twice."""
@@ -270,32 +270,68 @@ def _sample_name(index: Mapping[str, object], metric: str) -> str:
 Group = tuple[str, tuple[str, ...]]
 
 
-def _rows(
-    index: SampleIndex, name: str, source: Source, keep: tuple[str, ...]
-) -> Iterable[tuple[Group, Labels, dict[str, str], float]]:
-    """(group, series key, labels, value) of every series of ``name`` the matchers accept (a
-    bucket's ``le`` is not matched against)."""
-    series = index.get(name)
-    if not series:
-        return
+RawRow = tuple[Labels, dict[str, str], float]
+
+
+class _Samples:
+    """The index with each sample name's label sets decoded once per poll, and its rows by
+    the value of a label once a rule asks (several rules read one family with different
+    equality matchers: TensorRT-LLM's request and KV block gauges by type)."""
+
+    def __init__(self, index: SampleIndex) -> None:
+        self.index = index
+        self._decoded: dict[str, list[RawRow]] = {}
+        self._by_label: dict[tuple[str, str], dict[str, list[RawRow]]] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.index
+
+    def rows(self, name: str) -> list[RawRow]:
+        found = self._decoded.get(name)
+        if found is None:
+            series = self.index.get(name, {})
+            found = self._decoded[name] = [(k, dict(k), v) for k, v in series.items()]
+        return found
+
+    def rows_with(self, name: str, label: str, value: str) -> list[RawRow]:
+        """The rows whose ``label`` is ``value`` (missing: ``""``)."""
+        buckets = self._by_label.get((name, label))
+        if buckets is None:
+            buckets = self._by_label[(name, label)] = defaultdict(list)
+            for row in self.rows(name):
+                buckets[row[1].get(label, "")].append(row)
+        return buckets.get(value, [])
+
+
+Row = tuple[Group, Labels, Labels, dict[str, str], float]
+
+
+def _rows(samples: _Samples, name: str, source: Source, keep: tuple[str, ...]) -> Iterable[Row]:
+    """(group, series key, all labels, labels as a dict, value) of every series of ``name``
+    the matchers accept (a bucket's ``le`` is not matched against). The dict is shared
+    between rules: read it, never change it."""
     matchers = source.matchers
+    rows = samples.rows(name)
+    # One equality matcher narrows the rows before any other is tried.
+    first = next((m for m in matchers if m.op == "=" and m.label != "le"), None)
+    if first is not None:
+        rows = samples.rows_with(name, first.label, first.value)
+        matchers = tuple(m for m in matchers if m is not first)
     # A matcher never sees a bucket's le (it would match the model's buckets one by one).
     hide_le = any(m.label == "le" for m in matchers)
     replicas = source.replicas
-    for key, value in series.items():
-        labels = dict(key)
+    model_of = source.model_of
+    for key, labels, value in rows:
         if matchers:
             seen = {k: v for k, v in key if k != "le"} if hide_le else labels
             if not all(m.matches(seen) for m in matchers):
                 continue
-        group = (source.model_of(labels), tuple(labels.get(k, "") for k in keep))
+        kept = tuple(labels.get(k, "") for k in keep) if keep else ()
         series_key = tuple(kv for kv in key if kv[0] not in replicas) if replicas else key
-        yield group, series_key, labels, value
+        yield (model_of(labels), kept), series_key, key, labels, value
 
 
-def _value(source: Source, labels: Mapping[str, str], value: float) -> float | None:
-    if not source.value_labels:
-        return value if math.isfinite(value) else None
+def _value(source: Source, labels: Mapping[str, str]) -> float | None:
     product = 1.0
     for label in source.value_labels:
         try:
@@ -316,15 +352,15 @@ def _combine(values: list[float], agg: Aggregate) -> float:
 
 
 def _scalars(
-    index: SampleIndex, source: Source, agg: Aggregate, keep: tuple[str, ...]
+    samples: _Samples, source: Source, agg: Aggregate, keep: tuple[str, ...]
 ) -> dict[Group, float]:
     """Per-group aggregate of a gauge/counter source, converted to base units."""
     per_series: dict[Group, dict[Labels, float]] = defaultdict(dict)
-    for group, series_key, labels, raw in _rows(
-        index, _sample_name(index, source.metric), source, keep
-    ):
-        value = _value(source, labels, raw)
-        if value is None:
+    by_labels = bool(source.value_labels)
+    name = _sample_name(samples, source.metric)
+    for group, series_key, _, labels, raw in _rows(samples, name, source, keep):
+        value = _value(source, labels) if by_labels else raw
+        if value is None or not math.isfinite(value):
             continue
         known = per_series[group].get(series_key)
         if known is None or value > known:  # replicas: the largest copy
@@ -337,9 +373,9 @@ def _scalars(
     return out
 
 
-def _product(index: SampleIndex, product: Product, agg: Aggregate) -> dict[Group, float]:
-    left = _scalars(index, product.left, agg, ())
-    right = _scalars(index, product.right, "max", ())
+def _product(samples: _Samples, product: Product, agg: Aggregate) -> dict[Group, float]:
+    left = _scalars(samples, product.left, agg, ())
+    right = _scalars(samples, product.right, "max", ())
     out: dict[Group, float] = {}
     for group, value in left.items():
         factor = right.get(group)
@@ -386,7 +422,7 @@ def _one_histogram(
 
 
 def _histograms(
-    index: SampleIndex, source: Source, keep: tuple[str, ...]
+    samples: _Samples, source: Source, keep: tuple[str, ...]
 ) -> dict[Group, list[_Hist]]:
     """Every valid histogram series of a source, by group, before unit conversion (of
     replicas, the one with the most observations)."""
@@ -394,10 +430,11 @@ def _histograms(
     parts: dict[Labels, dict[str, float]] = defaultdict(dict)
     groups: dict[Labels, tuple[Group, Labels]] = {}
     broken: set[Labels] = set()
-    for group, series_key, labels, value in _rows(index, source.metric + "_bucket", source, keep):
-        le = labels.pop("le", "")
+    bucket_name = source.metric + "_bucket"
+    for group, series_key, every, labels, value in _rows(samples, bucket_name, source, keep):
+        le = labels.get("le", "")
         key = tuple(kv for kv in series_key if kv[0] != "le")
-        full = tuple(sorted(labels.items()))
+        full = tuple(kv for kv in every if kv[0] != "le")
         groups[full] = (group, key)
         bound = _bound(le)
         if bound is None:
@@ -405,8 +442,9 @@ def _histograms(
         else:
             buckets[full].setdefault(bound, value)
     for suffix in ("_sum", "_count"):
-        for group, series_key, labels, value in _rows(index, source.metric + suffix, source, keep):
-            full = tuple(sorted(labels.items()))
+        for group, series_key, full, _, value in _rows(
+            samples, source.metric + suffix, source, keep
+        ):
             groups[full] = (group, series_key)
             parts[full][suffix] = value
     chosen: dict[Group, dict[Labels, _Hist]] = defaultdict(dict)
@@ -453,21 +491,21 @@ def _convert(hist: _Hist, scale: float, divisor: float) -> _Hist | None:
 
 
 def _histogram_source(
-    index: SampleIndex, source: AnySource, keep: tuple[str, ...]
+    samples: _Samples, source: AnySource, keep: tuple[str, ...]
 ) -> dict[Group, _Hist]:
     """Per-group merged histogram of one source, in base units."""
     if isinstance(source, Product):
         return {}
     if isinstance(source, CounterPair):
-        totals = _scalars(index, source.total, "sum", keep)
-        counts = _scalars(index, source.count, "sum", keep)
+        totals = _scalars(samples, source.total, "sum", keep)
+        counts = _scalars(samples, source.count, "sum", keep)
         return {
             group: _Hist({_INF: counts[group]}, totals[group], counts[group])
             for group in totals
             if group in counts
         }
     out: dict[Group, _Hist] = {}
-    for group, hists in _histograms(index, source, keep).items():
+    for group, hists in _histograms(samples, source, keep).items():
         converted = _convert(_merge(hists), source.scale, source.divisor)
         if converted is not None:
             out[group] = converted
@@ -477,19 +515,19 @@ def _histogram_source(
 # --- rules ---------------------------------------------------------------------------------------
 
 
-def _series(r: Rule, group: Group, **values: object) -> Series:
+def _scalar_series(r: Rule, group: Group, value: float) -> Series:
     model, kept = group
-    labels = tuple(zip(r.labels, kept, strict=True))
-    return Series(r.target, model, r.kind, labels=labels, **values)  # type: ignore[arg-type]
+    labels = tuple(zip(r.labels, kept, strict=True)) if kept else ()
+    return Series(r.target, model, r.kind, value, (), 0.0, 0.0, labels)
 
 
-def _apply(index: SampleIndex, r: Rule) -> list[Series]:
+def _apply(samples: _Samples, r: Rule) -> list[Series]:
     kind = r.kind
     for alternative in r.alternatives:
         if kind == "histogram":
             found: dict[Group, list[_Hist]] = defaultdict(list)
             for source in alternative:
-                for group, hist in _histogram_source(index, source, r.labels).items():
+                for group, hist in _histogram_source(samples, source, r.labels).items():
                     found[group].append(hist)
             if found:
                 return [_histogram_series(r, group, _merge(found[group])) for group in found]
@@ -499,23 +537,25 @@ def _apply(index: SampleIndex, r: Rule) -> list[Series]:
                 if isinstance(source, CounterPair):
                     continue
                 values = (
-                    _product(index, source, r.aggregate)
+                    _product(samples, source, r.aggregate)
                     if isinstance(source, Product)
-                    else _scalars(index, source, r.aggregate, r.labels)
+                    else _scalars(samples, source, r.aggregate, r.labels)
                 )
                 for group, value in values.items():
                     scalars[group].append(value)
             if scalars:
                 return [
-                    _series(r, group, value=_combine(vals, r.aggregate))
+                    _scalar_series(r, group, _combine(vals, r.aggregate))
                     for group, vals in scalars.items()
                 ]
     return []
 
 
 def _histogram_series(r: Rule, group: Group, hist: _Hist) -> Series:
+    model, kept = group
+    labels = tuple(zip(r.labels, kept, strict=True)) if kept else ()
     buckets = tuple(sorted(hist.buckets.items()))
-    return _series(r, group, buckets=buckets, sum=hist.sum, count=buckets[-1][1])
+    return Series(r.target, model, "histogram", 0.0, buckets, hist.sum, buckets[-1][1], labels)
 
 
 def _settle_engine_wide(series: list[Series]) -> list[Series]:
@@ -548,8 +588,9 @@ def apply_rules(
     if not isinstance(index, dict):
         index = index_samples(index)
     found: list[Series] = []
+    samples = _Samples(index)
     for r in rules:
-        found.extend(_apply(index, r))
+        found.extend(_apply(samples, r))
     if model_alias is not None:
         aliases = model_alias(index)
         if aliases:

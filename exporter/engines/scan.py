@@ -38,7 +38,8 @@ _SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created", "_info")
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 # A label name that prometheus_client accepts without a second look: not reserved (__).
 _LABEL_NAME = r"(?:[a-zA-Z][a-zA-Z0-9_]*|_[a-zA-Z0-9][a-zA-Z0-9_]*)"
-_LABEL_VALUE = r'"(?:[^"\\\n]|\\.)*"'
+# Unrolled (no alternation per character): the regular expression engine runs it fast.
+_LABEL_VALUE = r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
 # Decimal numbers of at most 30 significant characters (longer integers overflow a float
 # differently in the two paths), Inf and NaN as Prometheus writes them.
 _NUMBER = r"[+-]?(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][+-]?[0-9]{1,3})?"
@@ -47,7 +48,9 @@ _PAIR = rf"{_LABEL_NAME}={_LABEL_VALUE}"
 _SAMPLE = re.compile(
     rf"({_NAME})(?:\{{((?:{_PAIR}(?:,{_PAIR})*,?)?)\}})? +({_VALUE})(?: +-?[0-9]{{1,20}})?"
 )
-_LABEL = re.compile(rf"({_LABEL_NAME})=({_LABEL_VALUE})")
+_LABEL = re.compile(rf'({_LABEL_NAME})="([^"\\\n]*(?:\\.[^"\\\n]*)*)"')
+# A sample line's name: up to the first brace, space or tab.
+_HEAD = re.compile(r"[^{ \t]*")
 _ESCAPE = re.compile(r'\\[\\n"]')
 _ESCAPES = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
 _COMMENT = re.compile(rf"#[ \t]+(HELP|TYPE)[ \t]+({_NAME})(?:[ \t]+(.*))?")
@@ -95,36 +98,34 @@ def line_name(line: str) -> str:
     if line.startswith("#"):
         parts = line.split(None, 3)
         return parts[2] if len(parts) > 2 and parts[1] in ("HELP", "TYPE", "UNIT") else ""
-    end = len(line)
-    for stop in ("{", " ", "\t"):
-        at = line.find(stop)
-        if 0 <= at < end:
-            end = at
-    return line[:end]
+    head = _HEAD.match(line)
+    return head.group() if head is not None else ""
 
 
 def _unescape(value: str) -> str:
-    inner = value[1:-1]
-    if "\\" in inner:
-        inner = _ESCAPE.sub(lambda m: _ESCAPES[m.group(0)], inner)
-    return inner
+    return _ESCAPE.sub(lambda m: _ESCAPES[m.group(0)], value) if "\\" in value else value
 
 
-def _sample(line: str) -> Sample:
+def _sample(line: str, decoded: dict[str, Labels]) -> Sample:
     match = _SAMPLE.fullmatch(line)
     if match is None:
         raise _OddLineError
     name, label_text, text = match.groups()
     value = float(text)
-    if value == 0.0 and text.lstrip("+-").isdigit():
+    if value == 0.0 and text[0] == "-" and text[1:].isdigit():
         value = 0.0  # prometheus_client reads "-0" as the integer 0, not as -0.0
     if not label_text:
         return name, (), value
-    pairs = _LABEL.findall(label_text)
-    labels = {k: _unescape(v) for k, v in pairs}
-    if len(labels) != len(pairs):
-        raise _OddLineError  # a label given twice: prometheus_client refuses the line
-    return name, tuple(sorted(labels.items())), value
+    labels = decoded.get(label_text)
+    if labels is None:
+        pairs = _LABEL.findall(label_text)
+        by_name = dict(pairs)
+        if len(by_name) != len(pairs):
+            raise _OddLineError  # a label given twice: prometheus_client refuses the line
+        if "\\" in label_text:
+            by_name = {k: _unescape(v) for k, v in by_name.items()}
+        labels = decoded[label_text] = tuple(sorted(by_name.items()))
+    return name, labels, value
 
 
 @dataclass
@@ -229,13 +230,50 @@ def scan(text: str, keys: frozenset[str], pause: Callable[[], None] = no_pause) 
     :func:`family_key`) and collect every family and sample name. Raises :class:`ValueError`
     when a kept line is malformed (as :func:`~exporter.engines.parse.parse_exposition`).
 
-    ``pause`` is called every 256 lines (the engine poller passes
+    ``pause`` is called every 256 kept lines (the engine poller passes
     :meth:`exporter.priority.ScrapeGate.step_aside`)."""
+    kept, families, samples = _kept_lines(text, keys, pause)
+    grouper: _Grouper | None = _Grouper()
+    # Label sets repeat (one per model across a model's families): decoded once.
+    decoded: dict[str, Labels] = {}
+    for number, line in enumerate(kept):
+        if not number & 255:
+            pause()
+        try:
+            if line[0] == "#":
+                _comment(grouper, line)
+                continue
+            sample = _sample(line, decoded)
+            if sample[0] in grouper.allowed:
+                grouper.samples.append(sample)
+            else:
+                grouper.sample(sample)
+        except _OddLineError:
+            grouper = None
+            break
+    if grouper is not None:
+        try:
+            return Scanned(_index(grouper.finish()), families, samples)
+        except _OddLineError:
+            pass
+    # An unusual kept line: prometheus_client reads the kept text (and raises as before).
+    parsed = parse_exposition("\n".join(kept) + "\n", pause)
+    return Scanned(dict(index_samples(parsed)), families, samples, fast=False)
+
+
+def _wanted(name: str, keys: frozenset[str]) -> bool:
+    return name in keys or family_key(name) in keys
+
+
+def _kept_lines(
+    text: str, keys: frozenset[str], pause: Callable[[], None]
+) -> tuple[list[str], set[str], set[str]]:
+    """The kept lines (stripped) and every family and sample name, line by line as
+    ``select_families`` reads them."""
     families: set[str] = set()
     samples: set[str] = set()
     kept: list[str] = []
     relevant: dict[str, bool] = {}
-    grouper: _Grouper | None = _Grouper()
     for number, raw in enumerate(text.splitlines()):
         if not number & 255:
             pause()
@@ -245,31 +283,13 @@ def scan(text: str, keys: frozenset[str], pause: Callable[[], None] = no_pause) 
         name = line_name(line)
         if not name:
             continue
-        is_comment = line[0] == "#"
-        (families if is_comment else samples).add(name)
+        (families if line[0] == "#" else samples).add(name)
         wanted = relevant.get(name)
         if wanted is None:
-            wanted = relevant[name] = name in keys or family_key(name) in keys
-        if not wanted:
-            continue
-        kept.append(line)
-        if grouper is None:
-            continue
-        try:
-            if is_comment:
-                _comment(grouper, line)
-            else:
-                grouper.sample(_sample(line))
-        except _OddLineError:
-            grouper = None
-    if grouper is not None:
-        try:
-            return Scanned(_index(grouper.finish()), families, samples)
-        except _OddLineError:
-            pass
-    # An unusual kept line: prometheus_client reads the kept text (and raises as before).
-    parsed = parse_exposition("\n".join(kept) + "\n", pause)
-    return Scanned(dict(index_samples(parsed)), families, samples, fast=False)
+            wanted = relevant[name] = _wanted(name, keys)
+        if wanted:
+            kept.append(line)
+    return kept, families, samples
 
 
 def _comment(grouper: _Grouper, line: str) -> None:
