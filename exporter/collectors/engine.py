@@ -266,7 +266,7 @@ class EngineCollector(HttpPollingCollector):
             return
         loop = asyncio.get_running_loop()
         try:
-            snapshot = await loop.run_in_executor(None, self._digest, ep, result.body)
+            snapshot = await loop.run_in_executor(None, self._digest, result.body, ep)
         except UnrecognisedError as err:
             self._fail(ep, "unrecognised", str(err))
             return
@@ -291,7 +291,9 @@ class EngineCollector(HttpPollingCollector):
             log.info("engine metrics at %s readable again", ep.url)
             ep.last_error = ""
 
-    def _digest(self, ep: Endpoint, body: bytes) -> EngineSnapshot:
+    def _digest(self, body: bytes, ep: Endpoint | None = None) -> EngineSnapshot:
+        """One body's snapshot, for ``ep`` (default: the first endpoint)."""
+        ep = ep if ep is not None else self.endpoints[0]
         text = body.decode("utf-8", errors="replace")
         # Only the families the rules read are decoded (a vLLM server exposes five times
         # more, a Triton server with many models ten times): same snapshot, less CPU.

@@ -42,6 +42,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from itertools import pairwise
 from typing import Literal
 
@@ -116,6 +117,13 @@ class Source:
     value_labels: tuple[str, ...] = ()
     engine_wide: bool = False
     blank_models: tuple[str, ...] = ()
+
+    @cached_property
+    def plain_model(self) -> str | None:
+        """The model label when reading it is all :meth:`model_of` does (the common case)."""
+        if isinstance(self.model_label, str) and not self.blank_models and not self.engine_wide:
+            return self.model_label
+        return None
 
     def model_of(self, labels: Mapping[str, str]) -> str:
         names = self.model_label
@@ -306,26 +314,36 @@ class _Samples:
 Row = tuple[Group, Labels, Labels, dict[str, str], float]
 
 
+def _narrowed(
+    samples: _Samples, name: str, source: Source
+) -> tuple[list[RawRow], tuple[LabelMatcher, ...]]:
+    """The rows of ``name`` worth trying and the matchers still to try: one equality matcher
+    picks its rows from an index of the label's values."""
+    matchers = source.matchers
+    first = next((m for m in matchers if m.op == "=" and m.label != "le"), None)
+    if first is None:
+        return samples.rows(name), matchers
+    rest = tuple(m for m in matchers if m is not first)
+    return samples.rows_with(name, first.label, first.value), rest
+
+
+def _accepted(matchers: tuple[LabelMatcher, ...], key: Labels, labels: dict[str, str]) -> bool:
+    # A matcher never sees a bucket's le (it would match the model's buckets one by one).
+    if "le" in labels and any(m.label == "le" for m in matchers):
+        return all(m.matches({k: v for k, v in key if k != "le"}) for m in matchers)
+    return all(m.matches(labels) for m in matchers)
+
+
 def _rows(samples: _Samples, name: str, source: Source, keep: tuple[str, ...]) -> Iterable[Row]:
     """(group, series key, all labels, labels as a dict, value) of every series of ``name``
     the matchers accept (a bucket's ``le`` is not matched against). The dict is shared
     between rules: read it, never change it."""
-    matchers = source.matchers
-    rows = samples.rows(name)
-    # One equality matcher narrows the rows before any other is tried.
-    first = next((m for m in matchers if m.op == "=" and m.label != "le"), None)
-    if first is not None:
-        rows = samples.rows_with(name, first.label, first.value)
-        matchers = tuple(m for m in matchers if m is not first)
-    # A matcher never sees a bucket's le (it would match the model's buckets one by one).
-    hide_le = any(m.label == "le" for m in matchers)
+    rows, matchers = _narrowed(samples, name, source)
     replicas = source.replicas
     model_of = source.model_of
     for key, labels, value in rows:
-        if matchers:
-            seen = {k: v for k, v in key if k != "le"} if hide_le else labels
-            if not all(m.matches(seen) for m in matchers):
-                continue
+        if matchers and not _accepted(matchers, key, labels):
+            continue
         kept = tuple(labels.get(k, "") for k in keep) if keep else ()
         series_key = tuple(kv for kv in key if kv[0] not in replicas) if replicas else key
         yield (model_of(labels), kept), series_key, key, labels, value
@@ -355,19 +373,33 @@ def _scalars(
     samples: _Samples, source: Source, agg: Aggregate, keep: tuple[str, ...]
 ) -> dict[Group, float]:
     """Per-group aggregate of a gauge/counter source, converted to base units."""
-    per_series: dict[Group, dict[Labels, float]] = defaultdict(dict)
-    by_labels = bool(source.value_labels)
     name = _sample_name(samples, source.metric)
-    for group, series_key, _, labels, raw in _rows(samples, name, source, keep):
-        value = _value(source, labels) if by_labels else raw
-        if value is None or not math.isfinite(value):
-            continue
-        known = per_series[group].get(series_key)
-        if known is None or value > known:  # replicas: the largest copy
-            per_series[group][series_key] = value
+    by_group: dict[Group, list[float]] = defaultdict(list)
+    plain = source.plain_model
+    if plain is not None and not keep and not source.replicas and not source.value_labels:
+        # The common source (a model label, nothing else to work out), in one tight loop:
+        # each series is distinct, none is a copy of another.
+        rows, matchers = _narrowed(samples, name, source)
+        for key, labels, value in rows:
+            if matchers and not _accepted(matchers, key, labels):
+                continue
+            if value - value == 0.0:  # finite (inf - inf and nan - nan are nan)
+                by_group[(labels.get(plain, ""), ())].append(value)
+    else:
+        per_series: dict[Group, dict[Labels, float]] = defaultdict(dict)
+        by_labels = bool(source.value_labels)
+        for group, series_key, _, labels, raw in _rows(samples, name, source, keep):
+            found = _value(source, labels) if by_labels else raw
+            if found is None or not math.isfinite(found):
+                continue
+            known = per_series[group].get(series_key)
+            if known is None or found > known:  # replicas: the largest copy
+                per_series[group][series_key] = found
+        for group, by_series in per_series.items():
+            by_group[group] = list(by_series.values())
     out: dict[Group, float] = {}
-    for group, by_series in per_series.items():
-        converted = _combine(list(by_series.values()), agg) * source.scale / source.divisor
+    for group, values in by_group.items():
+        converted = _combine(values, agg) * source.scale / source.divisor
         if math.isfinite(converted):
             out[group] = converted
     return out

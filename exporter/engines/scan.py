@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -104,28 +105,6 @@ def line_name(line: str) -> str:
 
 def _unescape(value: str) -> str:
     return _ESCAPE.sub(lambda m: _ESCAPES[m.group(0)], value) if "\\" in value else value
-
-
-def _sample(line: str, decoded: dict[str, Labels]) -> Sample:
-    match = _SAMPLE.fullmatch(line)
-    if match is None:
-        raise _OddLineError
-    name, label_text, text = match.groups()
-    value = float(text)
-    if value == 0.0 and text[0] == "-" and text[1:].isdigit():
-        value = 0.0  # prometheus_client reads "-0" as the integer 0, not as -0.0
-    if not label_text:
-        return name, (), value
-    labels = decoded.get(label_text)
-    if labels is None:
-        pairs = _LABEL.findall(label_text)
-        by_name = dict(pairs)
-        if len(by_name) != len(pairs):
-            raise _OddLineError  # a label given twice: prometheus_client refuses the line
-        if "\\" in label_text:
-            by_name = {k: _unescape(v) for k, v in by_name.items()}
-        labels = decoded[label_text] = tuple(sorted(by_name.items()))
-    return name, labels, value
 
 
 @dataclass
@@ -233,32 +212,70 @@ def scan(text: str, keys: frozenset[str], pause: Callable[[], None] = no_pause) 
     ``pause`` is called every 256 kept lines (the engine poller passes
     :meth:`exporter.priority.ScrapeGate.step_aside`)."""
     kept, families, samples = _kept_lines(text, keys, pause)
-    grouper: _Grouper | None = _Grouper()
-    # Label sets repeat (one per model across a model's families): decoded once.
-    decoded: dict[str, Labels] = {}
-    for number, line in enumerate(kept):
-        if not number & 255:
-            pause()
-        try:
-            if line[0] == "#":
-                _comment(grouper, line)
-                continue
-            sample = _sample(line, decoded)
-            if sample[0] in grouper.allowed:
-                grouper.samples.append(sample)
-            else:
-                grouper.sample(sample)
-        except _OddLineError:
-            grouper = None
-            break
-    if grouper is not None:
-        try:
-            return Scanned(_index(grouper.finish()), families, samples)
-        except _OddLineError:
-            pass
+    try:
+        return Scanned(_index(_grouped(kept, pause)), families, samples)
+    except _OddLineError:
+        pass
     # An unusual kept line: prometheus_client reads the kept text (and raises as before).
     parsed = parse_exposition("\n".join(kept) + "\n", pause)
     return Scanned(dict(index_samples(parsed)), families, samples, fast=False)
+
+
+def _grouped(kept: list[str], pause: Callable[[], None]) -> list[_Family]:
+    """The kept lines decoded and grouped into families; :class:`_OddLineError` for a line
+    of another shape than the plain one."""
+    grouper = _Grouper()
+    # Label sets repeat (one per model across a model's families): decoded once.
+    decoded: dict[str, Labels] = {}
+    fullmatch = _SAMPLE.fullmatch
+    for number, line in enumerate(kept):
+        if not number & 255:
+            pause()
+        if line[0] == "#":
+            _comment(grouper, line)
+            continue
+        match = fullmatch(line)
+        if match is None:
+            raise _OddLineError
+        name, label_text, text = match.groups()
+        value = float(text)
+        if value == 0.0 and text[0] == "-" and text[1:].isdigit():
+            value = 0.0  # prometheus_client reads "-0" as the integer 0, not as -0.0
+        if not label_text:
+            labels: Labels = ()
+        else:
+            found = decoded.get(label_text)
+            labels = found if found is not None else _labels(label_text, decoded)
+        if name in grouper.allowed:
+            grouper.samples.append((name, labels, value))
+        else:
+            grouper.sample((name, labels, value))
+    return grouper.finish()
+
+
+def _labels(label_text: str, decoded: dict[str, Labels]) -> Labels:
+    """The sorted label pairs of a label text (remembered in ``decoded``). A bucket's labels
+    are the series' labels plus ``le``: the series' part is decoded once for all buckets."""
+    at = label_text.find('le="')
+    if (at == 0 or (at > 0 and label_text[at - 1] == ",")) and "\\" not in label_text:
+        end = label_text.index('"', at + 4)
+        rest = label_text[:at] + label_text[end + 2 :]
+        if 'le="' not in rest:
+            base = decoded.get(rest)
+            if base is None:
+                base = _labels(rest, decoded)
+            pair = ("le", label_text[at + 4 : end])
+            where = bisect_left(base, pair)
+            labels = decoded[label_text] = (*base[:where], pair, *base[where:])
+            return labels
+    pairs = _LABEL.findall(label_text)
+    by_name = dict(pairs)
+    if len(by_name) != len(pairs):
+        raise _OddLineError  # a label given twice: prometheus_client refuses the line
+    if "\\" in label_text:
+        by_name = {k: _unescape(v) for k, v in by_name.items()}
+    labels = decoded[label_text] = tuple(sorted(by_name.items()))
+    return labels
 
 
 def _wanted(name: str, keys: frozenset[str]) -> bool:
@@ -274,16 +291,28 @@ def _kept_lines(
     samples: set[str] = set()
     kept: list[str] = []
     relevant: dict[str, bool] = {}
+    head = _HEAD.match
     for number, raw in enumerate(text.splitlines()):
         if not number & 255:
             pause()
-        line = raw.strip()
-        if not line:
+        if not raw:
             continue
-        name = line_name(line)
-        if not name:
-            continue
-        (families if line[0] == "#" else samples).add(name)
+        first = raw[0]
+        if first != "#" and not first.isspace() and not raw[-1].isspace():
+            # the common sample line: no blanks around it, its name up to {, space or tab
+            line = raw
+            name = head(raw).group()  # type: ignore[union-attr]  # matches every string
+            if not name:
+                continue
+            samples.add(name)
+        else:
+            line = raw.strip()
+            if not line:
+                continue
+            name = line_name(line)
+            if not name:
+                continue
+            (families if line[0] == "#" else samples).add(name)
         wanted = relevant.get(name)
         if wanted is None:
             wanted = relevant[name] = _wanted(name, keys)
