@@ -39,6 +39,6 @@ SPEC = EngineSpec(
     rules=renamed(vllm.RULES, _spellings),
     tokenize=None,
     preallocates_memory=True,
-    process="ray::|raylet",
+    process="ray::",
     version=Version(label="Version"),
 )

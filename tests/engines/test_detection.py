@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from exporter.engines import ENGINES, SPECS, detect, detect_names, digest, parse_exposition
+from exporter.engines import (
+    ENGINES,
+    SPECS,
+    detect,
+    detect_names,
+    digest,
+    parse_exposition,
+    process_match,
+)
 from exporter.engines import poll_keys as keys_of_every_engine
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
@@ -125,3 +134,35 @@ def test_engines_that_serve_others_come_first() -> None:
     assert detect_names(set(), {"vllm:num_requests_waiting", "nv_inference_count"}) == "triton"
     wrappers = [s.name for s in SPECS if s.wraps]
     assert wrappers == ["triton", "dynamo"]
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("engine", "cmdline"),
+    [
+        ("vllm", "python3 -m vllm.entrypoints.openai.api_server --model m"),
+        ("sglang", "python3 -m sglang.launch_server --model-path m --enable-metrics"),
+        ("nim", "python3 -m vllm_nvext.entrypoints.openai.api_server --max-model-len 16000"),
+        ("nim", "python3 -m nim_llm_sdk.entrypoints.launch"),
+        ("trtllm", "trtllm-serve serve Qwen/Qwen3-8B --backend pytorch --port 8000"),
+        ("dynamo", "python3 -m dynamo.frontend --http-port 8000"),
+        ("dynamo", "python3 -m dynamo.sglang --model-path Qwen/Qwen3-0.6B"),
+        ("lmdeploy", "lmdeploy serve api_server internlm/internlm2_5-7b-chat"),
+        ("ray", "ray::ServeReplica:llm:LLMServer:qwen"),
+        ("triton", "/opt/tritonserver/bin/tritonserver --model-repository=/m"),
+        ("llamacpp", "llama-server -m model.gguf --metrics"),
+    ],
+)
+def test_each_engine_matches_its_processes(engine: str, cmdline: str) -> None:
+    spec = next(s for s in SPECS if s.name == engine)
+    assert re.search(spec.process, cmdline, re.IGNORECASE)
+    assert re.search(process_match(), cmdline)
+
+
+@pytest.mark.parametrize(
+    "cmdline", ["python3 other.py", "sleep infinity", "raylet --node-ip-address=10.0.0.1"]
+)
+def test_other_processes_are_not_engines(cmdline: str) -> None:
+    assert not re.search(process_match(), cmdline)
