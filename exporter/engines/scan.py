@@ -228,28 +228,32 @@ def _grouped(kept: list[str], pause: Callable[[], None]) -> list[_Family]:
     # Label sets repeat (one per model across a model's families): decoded once.
     decoded: dict[str, Labels] = {}
     fullmatch = _SAMPLE.fullmatch
-    for number, line in enumerate(kept):
-        if not number & 255:
-            pause()
-        if line[0] == "#":
-            _comment(grouper, line)
-            continue
-        match = fullmatch(line)
-        if match is None:
-            raise _OddLineError
-        name, label_text, text = match.groups()
-        value = float(text)
-        if value == 0.0 and text[0] == "-" and text[1:].isdigit():
-            value = 0.0  # prometheus_client reads "-0" as the integer 0, not as -0.0
-        if not label_text:
-            labels: Labels = ()
-        else:
-            found = decoded.get(label_text)
-            labels = found if found is not None else _labels(label_text, decoded)
-        if name in grouper.allowed:
-            grouper.samples.append((name, labels, value))
-        else:
-            grouper.sample((name, labels, value))
+    # The current family's names and samples, kept in locals (the hot loop's lookups).
+    allowed, current = grouper.allowed, grouper.samples
+    for start in range(0, len(kept), 256):
+        pause()
+        for line in kept[start : start + 256]:
+            if line[0] == "#":
+                _comment(grouper, line)
+                allowed, current = grouper.allowed, grouper.samples
+                continue
+            match = fullmatch(line)
+            if match is None:
+                raise _OddLineError
+            name, label_text, text = match.groups()
+            value = float(text)
+            if value == 0.0 and text[0] == "-" and text[1:].isdigit():
+                value = 0.0  # prometheus_client reads "-0" as the integer 0, not as -0.0
+            if not label_text:
+                labels: Labels = ()
+            else:
+                found = decoded.get(label_text)
+                labels = found if found is not None else _labels(label_text, decoded)
+            if name in allowed:
+                current.append((name, labels, value))
+            else:
+                grouper.sample((name, labels, value))
+                allowed, current = grouper.allowed, grouper.samples
     return grouper.finish()
 
 
@@ -269,12 +273,12 @@ def _labels(label_text: str, decoded: dict[str, Labels]) -> Labels:
             labels = decoded[label_text] = (*base[:where], pair, *base[where:])
             return labels
     pairs = _LABEL.findall(label_text)
-    by_name = dict(pairs)
-    if len(by_name) != len(pairs):
+    if len({name for name, _ in pairs}) != len(pairs):
         raise _OddLineError  # a label given twice: prometheus_client refuses the line
     if "\\" in label_text:
-        by_name = {k: _unescape(v) for k, v in by_name.items()}
-    labels = decoded[label_text] = tuple(sorted(by_name.items()))
+        pairs = [(k, _unescape(v)) for k, v in pairs]
+    pairs.sort()
+    labels = decoded[label_text] = tuple(pairs)
     return labels
 
 
