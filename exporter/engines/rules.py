@@ -465,8 +465,8 @@ def _histograms(
     bucket_name = source.metric + "_bucket"
     for group, series_key, every, labels, value in _rows(samples, bucket_name, source, keep):
         le = labels.get("le", "")
-        key = tuple(kv for kv in series_key if kv[0] != "le")
         full = tuple(kv for kv in every if kv[0] != "le")
+        key = full if series_key is every else tuple(kv for kv in series_key if kv[0] != "le")
         groups[full] = (group, key)
         bound = _bound(le)
         if bound is None:

@@ -46,9 +46,10 @@ _LABEL_VALUE = r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
 _NUMBER = r"[+-]?(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][+-]?[0-9]{1,3})?"
 _VALUE = rf"(?:{_NUMBER}|[+-]?Inf|NaN)"
 _PAIR = rf"{_LABEL_NAME}={_LABEL_VALUE}"
-_SAMPLE = re.compile(
-    rf"({_NAME})(?:\{{((?:{_PAIR}(?:,{_PAIR})*,?)?)\}})? +({_VALUE})(?: +-?[0-9]{{1,20}})?"
-)
+# The sample line: its label text is checked on its own (_LABEL_LIST), once per distinct
+# text, so the line's pattern takes it as any text between the braces.
+_SAMPLE = re.compile(rf"({_NAME})(?:\{{(.*)\}})? +({_VALUE})(?: +-?[0-9]{{1,20}})?")
+_LABEL_LIST = re.compile(rf"(?:{_PAIR}(?:,{_PAIR})*,?)?")
 _LABEL = re.compile(rf'({_LABEL_NAME})="([^"\\\n]*(?:\\.[^"\\\n]*)*)"')
 # A sample line's name: up to the first brace, space or tab.
 _HEAD = re.compile(r"[^{ \t]*")
@@ -260,6 +261,8 @@ def _grouped(kept: list[str], pause: Callable[[], None]) -> list[_Family]:
 def _labels(label_text: str, decoded: dict[str, Labels]) -> Labels:
     """The sorted label pairs of a label text (remembered in ``decoded``). A bucket's labels
     are the series' labels plus ``le``: the series' part is decoded once for all buckets."""
+    if _LABEL_LIST.fullmatch(label_text) is None:
+        raise _OddLineError
     at = label_text.find('le="')
     if (at == 0 or (at > 0 and label_text[at - 1] == ",")) and "\\" not in label_text:
         end = label_text.index('"', at + 4)
