@@ -48,6 +48,7 @@ EXPECTED: dict[str, str | None] = {
     "trtllm-serve-unprefixed-aibrix2004-2026-03-excerpt.txt": None,
     "trtllm-serve-unprefixed-pr5785-2025-07-excerpt-a.txt": "trtllm",
     "trtllm-serve-unprefixed-pr5785-2025-07-excerpt-b.txt": None,
+    "vllm-0.10.0-production-stack617-excerpt.txt": "vllm",
     "vllm-v0-0.5-2024-06.txt": "vllm",
     "vllm-v1-dp-pr22227-2025-08-excerpt.txt": "vllm",
     "vllm.txt": "vllm",

@@ -224,6 +224,14 @@ def test_vllm_v1_names_through_a_dynamo_worker_read_as_vllm() -> None:
     ]
 
 
+def test_vllm_0_10_with_deprecated_names_next_to_the_new() -> None:
+    s = snap("vllm-0.10.0-production-stack617-excerpt.txt")
+    assert s.engine == "vllm"
+    assert values(s) == {
+        ("inference_kv_cache_usage_ratio", "zai-org/GLM-4.5"): 9.75010481363281e-06
+    }
+
+
 def test_vllm_data_parallel_excerpt() -> None:
     """The excerpt holds only the buckets of engine 1's decode time (its _sum and _count were
     cut): recognised as vLLM, and a histogram without _sum is never made up."""
