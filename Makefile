@@ -110,6 +110,7 @@ bench: install
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    prometheus-node-exporter >/dev/null; }
 	$(PY) bench/run_all.py
+	$(PY) bench/engine_poll.py
 
 # The container image, built offline from a local debootstrap base (docs/deployment.md).
 .PHONY: image chart

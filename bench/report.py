@@ -339,7 +339,8 @@ def scaling_tables(results: dict[str, Any]) -> list[str]:
             [
                 "engine series (models)",
                 "series on /metrics",
-                "engine poll: parse + normalise (share of a core at 5 s)",
+                "engine poll: parse + normalise now (share of a core at 5 s); before: "
+                "families kept / full parse",
                 "CPU per scrape, Prometheus / text (median)",
                 "RSS",
                 "idle CPU (without Xid emulation)",
@@ -354,7 +355,8 @@ def scaling_tables(results: dict[str, Any]) -> list[str]:
                 [
                     f"{p['engine_series']}" + (f" ({models})" if models else ""),
                     str(p["series"]),
-                    f"{_ms(p['engine_digest_ms'])} ms ({_pct(p['engine_digest_share_of_core'])})",
+                    f"{_ms(p['engine_digest_ms'])} ms ({_pct(p['engine_digest_share_of_core'])})"
+                    + _before(p),
                     f"{_ms(p['scrape_prometheus']['cpu_ms_per_scrape_median'])} / "
                     f"{_ms(p['scrape_text']['cpu_ms_per_scrape_median'])} ms",
                     f"{p['rss_mib_end']:.1f} MiB",
@@ -363,6 +365,16 @@ def scaling_tables(results: dict[str, Any]) -> list[str]:
             )
         )
     return lines
+
+
+def _before(p: dict[str, Any]) -> str:
+    """The earlier paths of the same run, where the run measured them."""
+    if "engine_digest_before_ms" not in p:
+        return ""
+    return (
+        f"; before: {_ms(p['engine_digest_before_ms'])} / "
+        f"{_ms(p['engine_digest_full_parse_ms'])} ms"
+    )
 
 
 def floor_table(results: dict[str, Any]) -> list[str]:

@@ -28,7 +28,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -288,19 +287,12 @@ def measure_node_exporter(binary: str, logdir: Path, plan: Plan) -> dict[str, An
         return out
 
 
-def engine_digest_ms(body: str, calls: int) -> float:
-    """CPU of one engine poll's parse + recognise + normalise, in this process (median)."""
-    from exporter.engines import detect, normalise, parse_exposition  # noqa: PLC0415
+def engine_poll(body: str, calls: int) -> dict[str, Any]:
+    """CPU of one engine poll's parse + recognise + normalise, in this process: the
+    collector's path now and the two before it, side by side (``bench/engine_poll.py``)."""
+    import engine_poll as poll  # noqa: PLC0415
 
-    times = []
-    for _ in range(calls):
-        start = time.process_time()
-        families = parse_exposition(body)
-        engine = detect(families)
-        assert engine is not None
-        normalise(families, engine)
-        times.append(time.process_time() - start)
-    return round(statistics.median(times) * 1000, 3)
+    return poll.measure(body, calls)
 
 
 def measure_scaling_point(
@@ -333,7 +325,11 @@ def measure_scaling_point(
     text = body.read_text()
     out["engine_series"] = expositions.series_of(text)
     out["engine_bytes"] = len(text.encode())
-    out["engine_digest_ms"] = engine_digest_ms(text, 3 if plan.floor_calls < 100 else 7)
+    poll = engine_poll(text, 3 if plan.floor_calls < 100 else 9)
+    out["engine_poll"] = poll
+    out["engine_digest_ms"] = poll["now"]["median_ms"]
+    out["engine_digest_before_ms"] = poll["families kept"]["median_ms"]
+    out["engine_digest_full_parse_ms"] = poll["full parse"]["median_ms"]
     out["engine_digest_share_of_core"] = round(out["engine_digest_ms"] / 1000 / 5.0, 5)
     return out
 

@@ -91,6 +91,7 @@ def _serve_parser(options: tuple[Option, ...]) -> ArgumentParser:
             dest=opt.dest,
             metavar=opt.metavar or opt.kind.upper(),
             help=f"{opt.help}{default}{env_help}",
+            action="append" if opt.multiple else "store",
         )
     return parser
 
@@ -120,6 +121,8 @@ def _describe(settings: Settings) -> str:
     lines = []
     for opt in serve_options():
         value = settings.values[opt.name]
+        if opt.multiple:
+            value = opt.show(value)
         lines.append(f"{opt.name}={value} ({settings.sources.get(opt.name, 'default')})")
     return "\n".join(lines)
 

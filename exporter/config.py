@@ -169,7 +169,10 @@ def parse_bool(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Option:
-    """One configuration option. ``kind`` picks the parser; bounds apply to numbers."""
+    """One configuration option. ``kind`` picks the parser; bounds apply to numbers.
+
+    A ``multiple`` option takes one or more values, as a tuple: the flag given several times,
+    a comma-separated environment variable, or a YAML list (or one value) in the file."""
 
     name: str
     # str, duration, bool, path, choice, address, url-path, url, int, bytes, regex
@@ -181,6 +184,7 @@ class Option:
     maximum: float | None = None
     metavar: str = ""
     attr: str = ""  # the Settings field it fills
+    multiple: bool = False
 
     @property
     def env(self) -> str:
@@ -191,7 +195,29 @@ class Option:
         return re.sub(r"[.-]", "_", self.name)
 
     def parse(self, raw: Any) -> Any:
-        """Parse and validate a raw value (a string from flags/env, any YAML scalar from file)."""
+        """Parse and validate a raw value (a string from flags/env, any YAML scalar from file;
+        for a ``multiple`` option also a list, or a comma-separated string)."""
+        if self.multiple:
+            return tuple(self._one(item) for item in self._items(raw))
+        return self._one(raw)
+
+    def _items(self, raw: Any) -> list[Any]:
+        """The values of a ``multiple`` option: list items, each string split at commas."""
+        given = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+        items: list[Any] = []
+        for item in given:
+            if not isinstance(item, str):
+                items.append(item)
+                continue
+            parts = [part.strip() for part in item.split(",")]
+            if any(not part for part in parts):
+                raise ConfigError(f"--{self.name}", f"{item!r} has an empty value")
+            items += parts
+        if not items:
+            raise ConfigError(f"--{self.name}", "expected one or more values")
+        return items
+
+    def _one(self, raw: Any) -> Any:
         try:
             value = self._parse(raw)
         except ValueError as err:
@@ -215,7 +241,10 @@ class Option:
         return f"{bound:g}"
 
     def show(self, value: Any) -> str:
-        """A value as the user would write it (``3s``, ``16MiB``)."""
+        """A value as the user would write it (``3s``, ``16MiB``; values of a ``multiple``
+        option separated by commas)."""
+        if self.multiple and isinstance(value, tuple):
+            return ",".join(self.show(item) for item in value)
         if self.kind in {"duration", "bytes"}:
             return self._show(value)
         return str(value)

@@ -42,6 +42,12 @@ class MetricSpec:
     gpus: str = ""
 
     @property
+    def optional_labels(self) -> tuple[str, ...]:
+        """Labels present only in some configurations: ``endpoint`` on the engine collector's
+        metrics when several ``--engine.url`` are polled (one value per endpoint)."""
+        return ("endpoint",) if self.collector == "engine" else ()
+
+    @property
     def family_name(self) -> str:
         """Name handed to prometheus_client (which appends ``_total`` to counters)."""
         if self.type == "counter" and self.name.endswith("_total"):
@@ -410,7 +416,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine",
         ("engine", "reason"),
         "Failed polls of the engine's metrics endpoint by reason (connect, timeout, status, "
-        "too_large, parse).",
+        "too_large, protocol, parse, unrecognised); every reason is there from the start, at 0.",
         source="poll of --engine.url",
     ),
     MetricSpec(
@@ -427,9 +433,12 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine",
         ("engine", "model"),
         "Requests waiting in the engine's queue.",
-        source="vLLM vllm:num_requests_waiting; SGLang sglang:num_queue_reqs; TGI tgi_queue_size; "
-        "Triton nv_inference_pending_request_count + TensorRT-LLM "
-        'nv_trt_llm_request_metrics{request_type="waiting"}; llama.cpp llamacpp:requests_deferred',
+        source="vLLM vllm:num_requests_waiting; SGLang sglang:num_queue_reqs (one TP rank per DP "
+        "rank); TGI tgi_queue_size; Triton nv_inference_pending_request_count + TensorRT-LLM "
+        'nv_trt_llm_request_metrics{request_type="waiting"}; llama.cpp llamacpp:requests_deferred; '
+        "NIM num_requests_waiting; TensorRT-LLM trtllm_num_requests_waiting; LMDeploy "
+        "lmdeploy:num_requests_waiting; Ray ray_vllm_num_requests_waiting; Dynamo frontend "
+        "dynamo_frontend_queued_requests",
     ),
     MetricSpec(
         "inference_requests_running",
@@ -437,9 +446,12 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine",
         ("engine", "model"),
         "Requests being processed (in the running batch).",
-        source="vLLM vllm:num_requests_running; SGLang sglang:num_running_reqs; TGI "
-        "tgi_batch_current_size; Triton (TensorRT-LLM models only) "
-        'nv_trt_llm_request_metrics{request_type="active"}; llama.cpp llamacpp:requests_processing',
+        source="vLLM vllm:num_requests_running; SGLang sglang:num_running_reqs (one TP rank per "
+        "DP rank); TGI tgi_batch_current_size; Triton (TensorRT-LLM models only) "
+        'nv_trt_llm_request_metrics{request_type="active"}; llama.cpp '
+        "llamacpp:requests_processing; NIM num_requests_running; TensorRT-LLM "
+        "trtllm_num_requests_running; LMDeploy lmdeploy:num_requests_running; Ray "
+        "ray_vllm_num_requests_running; Dynamo frontend dynamo_frontend_inflight_requests",
     ),
     MetricSpec(
         "inference_kv_cache_usage_ratio",
@@ -452,7 +464,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "SGLang "
         "sglang:token_usage; Triton (TensorRT-LLM) nv_trt_llm_kv_cache_block_metrics"
         '{kv_cache_block_type="fraction"}; llama.cpp llamacpp:kv_cache_usage_ratio (builds '
-        "before mid-2025); the fullest engine of a model",
+        "before mid-2025); NIM gpu_cache_usage_perc; TensorRT-LLM trtllm_kv_cache_utilization; "
+        "LMDeploy lmdeploy:gpu_cache_usage_perc; Ray ray_vllm_kv_cache_usage_perc; Dynamo "
+        "dynamo_component_kvstats_gpu_cache_usage_percent; the fullest engine of a model",
     ),
     MetricSpec(
         "inference_prompt_tokens_total",
@@ -461,7 +475,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model"),
         "Prompt (prefill) tokens processed.",
         source="vLLM vllm:prompt_tokens_total; SGLang sglang:prompt_tokens_total; TGI "
-        "tgi_request_input_length_sum; llama.cpp llamacpp:prompt_tokens_total",
+        "tgi_request_input_length_sum; llama.cpp llamacpp:prompt_tokens_total; NIM, TensorRT-LLM, "
+        "LMDeploy, Ray: the same name with their prefix; Dynamo frontend "
+        "dynamo_frontend_input_sequence_tokens_sum",
     ),
     MetricSpec(
         "inference_generation_tokens_total",
@@ -470,7 +486,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model"),
         "Tokens generated (decoded).",
         source="vLLM vllm:generation_tokens_total; SGLang sglang:generation_tokens_total; TGI "
-        "tgi_request_generated_tokens_sum; llama.cpp llamacpp:tokens_predicted_total",
+        "tgi_request_generated_tokens_sum; llama.cpp llamacpp:tokens_predicted_total; NIM, "
+        "TensorRT-LLM, LMDeploy, Ray: the same name with their prefix; Dynamo frontend "
+        "dynamo_frontend_output_tokens_total",
     ),
     MetricSpec(
         "inference_time_to_first_token_seconds",
@@ -480,7 +498,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Time from request arrival to the first generated token (engine's own buckets).",
         unit="seconds",
         source="vLLM vllm:time_to_first_token_seconds; SGLang sglang:time_to_first_token_seconds; "
-        "Triton nv_inference_first_response_histogram_ms (decoupled models; ms converted)",
+        "Triton nv_inference_first_response_histogram_ms (decoupled models; ms converted); NIM, "
+        "TensorRT-LLM, LMDeploy, Ray: time_to_first_token_seconds with their prefix; Dynamo "
+        "frontend dynamo_frontend_time_to_first_token_seconds",
     ),
     MetricSpec(
         "inference_inter_token_latency_seconds",
@@ -493,7 +513,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         source="vLLM vllm:inter_token_latency_seconds (older "
         "vllm:time_per_output_token_seconds, deprecated 0.11); SGLang "
         "sglang:inter_token_latency_seconds (older sglang:time_per_output_token_seconds); TGI "
-        "tgi_request_mean_time_per_token_duration (a per-request mean)",
+        "tgi_request_mean_time_per_token_duration (a per-request mean); NIM "
+        "time_per_output_token_seconds; TensorRT-LLM trtllm_time_per_output_token_seconds (a "
+        "per-request mean); LMDeploy lmdeploy:iter_token_latency; Ray as vLLM; Dynamo frontend "
+        "dynamo_frontend_inter_token_latency_seconds",
     ),
     MetricSpec(
         "inference_e2e_request_latency_seconds",
@@ -504,7 +527,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         unit="seconds",
         source="vLLM vllm:e2e_request_latency_seconds; SGLang sglang:e2e_request_latency_seconds; "
         "TGI tgi_request_duration; Triton nv_inference_request_duration_us / "
-        "nv_inference_request_success (+Inf bucket only)",
+        "nv_inference_request_success (+Inf bucket only); NIM, TensorRT-LLM, LMDeploy, Ray: "
+        "e2e_request_latency_seconds with their prefix; Dynamo frontend "
+        "dynamo_frontend_request_duration_seconds",
     ),
     MetricSpec(
         "inference_queue_time_seconds",
@@ -515,7 +540,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         unit="seconds",
         source="vLLM vllm:request_queue_time_seconds (V0 also vllm:time_in_queue_requests); "
         "SGLang sglang:queue_time_seconds; TGI tgi_request_queue_duration; Triton "
-        "nv_inference_queue_duration_us / nv_inference_request_success (+Inf bucket only)",
+        "nv_inference_queue_duration_us / nv_inference_request_success (+Inf bucket only); "
+        "TensorRT-LLM trtllm_request_queue_time_seconds; LMDeploy "
+        "lmdeploy:request_queue_time_seconds; Ray as vLLM",
     ),
     MetricSpec(
         "inference_prefill_time_seconds",
@@ -524,7 +551,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model"),
         "Time requests spent in prefill.",
         unit="seconds",
-        source="vLLM vllm:request_prefill_time_seconds",
+        source="vLLM vllm:request_prefill_time_seconds; SGLang "
+        'sglang:per_stage_req_latency_seconds{stage="prefill_forward"}; TensorRT-LLM '
+        "trtllm_request_prefill_time_seconds; LMDeploy lmdeploy:request_prefill_time_seconds; "
+        "Ray as vLLM",
     ),
     MetricSpec(
         "inference_decode_time_seconds",
@@ -533,7 +563,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model"),
         "Time requests spent in decode.",
         unit="seconds",
-        source="vLLM vllm:request_decode_time_seconds",
+        source="vLLM vllm:request_decode_time_seconds; SGLang "
+        'sglang:per_stage_req_latency_seconds{stage="decode_loop"}; TensorRT-LLM '
+        "trtllm_request_decode_time_seconds; LMDeploy lmdeploy:request_decode_time_seconds; "
+        "Ray as vLLM",
     ),
     MetricSpec(
         "inference_h2d_copy_seconds",
@@ -545,6 +578,82 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         unit="seconds",
         source="exporter.instrument.torch_h2d H2DTimer around Tensor.to; custom engines only",
     ),
+    MetricSpec(
+        "inference_engine_info",
+        "gauge",
+        "engine",
+        ("engine", "version", "model"),
+        "Which engine (and version, where it tells) serves which model; constant 1, one series "
+        "per model of the last good poll.",
+        source="engine type as configured or recognised; version from the engine's version "
+        "endpoint (vLLM and TensorRT-LLM /version, SGLang /get_server_info, TGI /info, Triton "
+        "/v2, llama.cpp /props, NIM /v1/version) or, for Ray, its Version label; empty where "
+        "the engine tells none (LMDeploy, Dynamo)",
+    ),
+    MetricSpec(
+        "inference_queue_depth_by_reason",
+        "gauge",
+        "engine",
+        ("engine", "model", "reason"),
+        "Requests waiting, by why they wait: capacity (no KV-cache room to admit them) or "
+        "deferred (held back for another reason, e.g. a LoRA or grammar limit).",
+        source="vLLM vllm:num_requests_waiting_by_reason{reason}; Ray as vLLM",
+    ),
+    MetricSpec(
+        "inference_kv_cache_capacity_tokens",
+        "gauge",
+        "engine",
+        ("engine", "model"),
+        "Tokens the engine's KV-cache pool holds, summed over its data-parallel engines.",
+        source="vLLM vllm:cache_config_info kv_cache_size_tokens label, else num_gpu_blocks x "
+        "block_size; SGLang sglang:max_total_num_tokens; TensorRT-LLM trtllm_kv_cache_max_blocks "
+        "x trtllm_kv_cache_tokens_per_block; Dynamo frontend dynamo_frontend_model_total_kv_blocks "
+        "x dynamo_frontend_model_kv_cache_block_size (all workers of the model); Ray as vLLM",
+    ),
+    MetricSpec(
+        "inference_prompt_tokens_cached_total",
+        "counter",
+        "engine",
+        ("engine", "model"),
+        "Prompt tokens whose KV came from a cache (prefix-cache hit or KV transfer) instead of "
+        "being computed; a part of inference_prompt_tokens_total.",
+        source="vLLM vllm:prompt_tokens_cached_total (else vllm:prompt_tokens_by_source_total "
+        '{source!="local_compute"}); SGLang sglang:cached_tokens_total (else '
+        'sglang:realtime_tokens_total{mode="prefill_cache"}); LMDeploy '
+        "lmdeploy:cached_tokens_total; Ray as vLLM",
+    ),
+    MetricSpec(
+        "inference_estimated_flops_total",
+        "counter",
+        "engine",
+        ("engine", "model"),
+        "Floating-point operations the engine estimates it ran, PER GPU (one GPU's share; the "
+        "mean over data-parallel engines or ranks): divide its rate by one GPU's peak.",
+        source="vLLM vllm:estimated_flops_per_gpu_total (--enable-mfu-metrics); SGLang "
+        "sglang:estimated_flops_per_gpu_total; Ray as vLLM",
+    ),
+    MetricSpec(
+        "inference_estimated_read_bytes_total",
+        "counter",
+        "engine",
+        ("engine", "model"),
+        "Bytes the engine estimates it read from GPU memory, PER GPU (as "
+        "inference_estimated_flops_total).",
+        unit="bytes",
+        source="vLLM vllm:estimated_read_bytes_per_gpu_total; SGLang "
+        "sglang:estimated_read_bytes_per_gpu_total; Ray as vLLM",
+    ),
+    MetricSpec(
+        "inference_estimated_write_bytes_total",
+        "counter",
+        "engine",
+        ("engine", "model"),
+        "Bytes the engine estimates it wrote to GPU memory, PER GPU (as "
+        "inference_estimated_flops_total).",
+        unit="bytes",
+        source="vLLM vllm:estimated_write_bytes_per_gpu_total; SGLang "
+        "sglang:estimated_write_bytes_per_gpu_total; Ray as vLLM",
+    ),
     # --- tokenizer ----------------------------------------------------------------------------
     MetricSpec(
         "inference_tokenizer_latency_seconds",
@@ -555,7 +664,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "1-token round trip; source=engine is what the engine or its instrumentation reports.",
         unit="seconds",
         source="POST to the engine's tokenize endpoint; engine: TGI "
-        "tgi_request_validation_duration (proxy), exporter.instrument tokenizer_timer()",
+        "tgi_request_validation_duration (proxy), SGLang "
+        'sglang:per_stage_req_latency_seconds{stage="tokenize"}, exporter.instrument '
+        "tokenizer_timer()",
     ),
     MetricSpec(
         "inference_tokenizer_probe_rtt_seconds",
@@ -667,22 +778,30 @@ def _checked(name: str, kind: MetricType) -> MetricSpec:
     return entry
 
 
-def gauge(name: str) -> GaugeMetricFamily:
-    """A fresh gauge family for catalogue entry ``name``, with the catalogue's labels."""
+def _labels(entry: MetricSpec, optional: tuple[str, ...]) -> list[str]:
+    unknown = [label for label in optional if label not in entry.optional_labels]
+    if unknown:
+        raise ValueError(f"{entry.name} has no optional label {unknown[0]!r}")
+    return [*entry.labels, *optional]
+
+
+def gauge(name: str, optional: tuple[str, ...] = ()) -> GaugeMetricFamily:
+    """A fresh gauge family for catalogue entry ``name``, with the catalogue's labels (and
+    the ``optional`` ones named, which the entry must allow)."""
     entry = _checked(name, "gauge")
-    return GaugeMetricFamily(entry.family_name, entry.help, labels=list(entry.labels))
+    return GaugeMetricFamily(entry.family_name, entry.help, labels=_labels(entry, optional))
 
 
-def counter(name: str) -> CounterMetricFamily:
+def counter(name: str, optional: tuple[str, ...] = ()) -> CounterMetricFamily:
     """A fresh counter family for catalogue entry ``name``, with the catalogue's labels."""
     entry = _checked(name, "counter")
-    return CounterMetricFamily(entry.family_name, entry.help, labels=list(entry.labels))
+    return CounterMetricFamily(entry.family_name, entry.help, labels=_labels(entry, optional))
 
 
-def histogram(name: str) -> HistogramMetricFamily:
+def histogram(name: str, optional: tuple[str, ...] = ()) -> HistogramMetricFamily:
     """A fresh histogram family for catalogue entry ``name``, with the catalogue's labels."""
     entry = _checked(name, "histogram")
-    return HistogramMetricFamily(entry.family_name, entry.help, labels=list(entry.labels))
+    return HistogramMetricFamily(entry.family_name, entry.help, labels=_labels(entry, optional))
 
 
 @dataclass

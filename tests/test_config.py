@@ -69,7 +69,7 @@ def test_defaults() -> None:
         "process": True,
         "model": True,
     }
-    assert settings.values["engine.url"] == "http://127.0.0.1:8000/metrics"
+    assert settings.values["engine.url"] == ("http://127.0.0.1:8000/metrics",)
     assert settings.values["engine.type"] == "auto"
     assert settings.values["engine.max-body"] == 16 * 1024 * 1024
     assert settings.values["tokenizer.probe-interval"] == 15.0
@@ -148,6 +148,67 @@ def test_bad_values_name_the_field(argv: list[str], env: dict[str, str], message
     with pytest.raises(ConfigError) as info:
         load_settings(argv, env)
     assert str(info.value).startswith(message)
+
+
+def test_an_option_given_several_times_from_flags_env_and_file(tmp_path: Path) -> None:
+    a, b = "http://127.0.0.1:8000/metrics", "http://127.0.0.1:8081/metrics"
+    flags, _ = load_settings(["--engine.url", a, "--engine.url", b], {})
+    assert flags.values["engine.url"] == (a, b)
+    assert flags.sources["engine.url"] == "flag"
+    comma, _ = load_settings([f"--engine.url={a},{b}"], {})
+    assert comma.values["engine.url"] == (a, b)
+    env, _ = load_settings([], {"INFERENCE_EXPORTER_ENGINE_URL": f"{a}, {b}"})
+    assert (env.values["engine.url"], env.sources["engine.url"]) == ((a, b), "env")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"engine:\n  url:\n    - {a}\n    - {b}\n")
+    listed, _ = load_settings(["--config.file", str(cfg)], {})
+    assert listed.values["engine.url"] == (a, b)
+    cfg.write_text(f"engine:\n  url: {b}\n")
+    single, _ = load_settings(["--config.file", str(cfg)], {})
+    assert single.values["engine.url"] == (b,)
+    # the flag replaces the file's list, it does not add to it
+    both, _ = load_settings(["--config.file", str(cfg), "--engine.url", a], {})
+    assert both.values["engine.url"] == (a,)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (
+            ["--engine.url", "http://a:1/metrics", "--engine.url", "ftp://b"],
+            {},
+            "--engine.url: 'ftp://b' is not an http:// or https:// URL with a host",
+        ),
+        (
+            [],
+            {"INFERENCE_EXPORTER_ENGINE_URL": "http://a:1/metrics,,http://b:2/metrics"},
+            "INFERENCE_EXPORTER_ENGINE_URL: 'http://a:1/metrics,,http://b:2/metrics' has an "
+            "empty value",
+        ),
+        (
+            ["--engine.url", "http://a:1/metrics", "--engine.url", "http://a:1/metrics"],
+            {},
+            "--engine.url: 'http://a:1/metrics' is given twice",
+        ),
+    ],
+)
+def test_bad_repeated_values(argv: list[str], env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(argv, env)
+    assert str(info.value) == message
+
+
+def test_repeated_option_in_a_config_file_must_not_be_empty(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("engine:\n  url: []\n")
+    with pytest.raises(ConfigError, match=r"engine\.url: expected one or more values"):
+        load_settings(["--config.file", str(cfg)], {})
+
+
+def test_config_check_shows_repeated_values(capsys: pytest.CaptureFixture[str]) -> None:
+    urls = ["http://127.0.0.1:8000/metrics", "http://127.0.0.1:8081/metrics"]
+    assert main(["--config.check", "--engine.url", urls[0], "--engine.url", urls[1]]) == 0
+    assert f"engine.url={urls[0]},{urls[1]} (flag)" in capsys.readouterr().out
 
 
 def test_bad_config_file(tmp_path: Path) -> None:

@@ -194,3 +194,39 @@ def test_bad_mapping_file_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert "--engine.mapping-file:" in result.stderr and "m.yaml" in result.stderr
+
+
+def test_two_engine_urls_through_the_cli(
+    fake: FakeEngineThread, exporter_process: Callable[..., ExporterProcess]
+) -> None:
+    """A vLLM server and a NIM in one pod: each polled, each with its endpoint label."""
+    body = (FIXTURES / "engines" / "nim-llm-1.0.0-2024-10.txt").read_text()
+    with FakeEngine.run_in_thread(metrics_body=body) as nim:
+        proc = exporter_process(
+            "--engine.url", fake.url + "/metrics", "--engine.url", nim.url + "/metrics", *FAST
+        )
+        proc.wait_ready()
+        first = {"engine": "vllm", "endpoint": fake.url.removeprefix("http://")}
+        second = {"engine": "nim", "endpoint": nim.url.removeprefix("http://")}
+
+        def both_up() -> bool:
+            text = scrape(proc)[0]
+            return all(metric_value(text, "inference_engine_up", x) == 1 for x in (first, second))
+
+        proc.wait_for(both_up)
+        text, _ = scrape(proc)
+        assert metric_value(text, "inference_queue_depth", {**first, "model": MODEL}) == 1
+        nim_model = {**second, "model": "meta/llama-3.1-8b-instruct"}
+        assert metric_value(text, "inference_requests_running", nim_model) == 1
+        assert metric_value(text, "inference_generation_tokens_total", nim_model) == 174
+        info = {**second, "version": "", "model": "meta/llama-3.1-8b-instruct"}
+        assert metric_value(text, "inference_engine_info", info) == 1
+        # the tokenizer probe follows the first URL's engine
+        proc.wait_for(
+            lambda: (
+                metric_value(
+                    scrape(proc)[0], "inference_tokenizer_probe_tokens", {"engine": "vllm"}
+                )
+                is not None
+            )
+        )

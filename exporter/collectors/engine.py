@@ -1,51 +1,71 @@
 """Collector ``engine``: the inference engine's own metrics, normalised to fixed names.
 
-Emits (``engine`` = the engine type; ``model`` from the engine's model label, empty if none)::
+Emits (``engine`` = the engine type; ``model`` from the engine's model label, empty if none;
+with several ``--engine.url``, every series also carries ``endpoint``)::
 
     inference_engine_up{engine}                           last poll succeeded and parsed
     inference_engine_last_success_timestamp_seconds{engine}
     inference_engine_poll_failures_total{engine,reason}   connect, timeout, status, too_large,
-                                                          protocol, parse, unrecognised
+                                                          protocol, parse, unrecognised (all
+                                                          there from the start, at 0)
     inference_engine_series_dropped_total{engine,metric}  over --engine.max-series
-    inference_queue_depth{engine,model}, inference_requests_running, inference_kv_cache_usage_ratio
-    inference_prompt_tokens_total, inference_generation_tokens_total
+    inference_engine_info{engine,version,model}           1 per model of the last good poll
+    inference_queue_depth{engine,model}, inference_queue_depth_by_reason{engine,model,reason},
+    inference_requests_running, inference_kv_cache_usage_ratio,
+    inference_kv_cache_capacity_tokens, inference_prompt_tokens_total,
+    inference_prompt_tokens_cached_total, inference_generation_tokens_total,
+    inference_estimated_flops_total, inference_estimated_read_bytes_total,
+    inference_estimated_write_bytes_total,
     inference_time_to_first_token_seconds, inference_inter_token_latency_seconds,
     inference_e2e_request_latency_seconds, inference_queue_time_seconds,
     inference_prefill_time_seconds, inference_decode_time_seconds   (engine's own buckets)
 
-A background thread polls ``--engine.url`` every ``--engine.poll-interval`` with its own event
-loop (a hostile or hung engine cannot stall the exporter's HTTP server) and keeps the last good
-snapshot; ``collect()`` serves it without waiting. When the last success is older than three
-intervals the normalised series disappear rather than go stale.
+A background thread polls every ``--engine.url`` every ``--engine.poll-interval`` with its own
+event loop (a hostile or hung engine cannot stall the exporter's HTTP server), each endpoint
+on its own (its own deadline, engine type, failures and last good snapshot); ``collect()``
+serves the snapshots without waiting. When an endpoint's last success is older than three
+intervals its normalised series disappear rather than go stale. After each first success of
+an endpoint (and after it recovers or its engine changes) the engine's version endpoint is
+asked once, for ``inference_engine_info``.
+
+Several endpoints: each keeps its own ``inference_engine_up{engine,endpoint}`` and series
+(``endpoint`` is the URL's ``host:port``, plus the path when two URLs share one), so nothing
+collides and a rule's ``sum`` over a pod adds disaggregated prefill and decode servers as it
+should. A front-end (Dynamo's frontend) polled with the engines behind it counts the same
+requests again: the request-level names come from the front-end only and every other name
+from the engines only (:func:`exporter.engines.layered`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import get_args
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter import metrics as m
-from exporter.backends.http import FetchError, fetch
+from exporter.backends.http import FetchError, FetchReason, fetch
 from exporter.collectors.base import Collection, HttpPollingCollector, Shared
 from exporter.config import ConfigError, Option, Settings, section
 from exporter.engines import (
+    BY_ENGINE,
     ENGINES,
-    detect_names,
+    UnrecognisedError,
+    digest,
+    layered,
     load_mapping,
-    normalise,
-    parse_exposition,
-    select_families,
-    source_keys,
+    poll_keys,
 )
 from exporter.engines.model import EngineSnapshot, Series
 from exporter.priority import SCRAPES
@@ -55,16 +75,21 @@ log = logging.getLogger(__name__)
 # Normalised series that belong to another collector's family (the tokenizer collector
 # exports the engine-reported tokenizer latency next to its own probe's).
 FOREIGN = frozenset({"inference_tokenizer_latency_seconds"})
+#: Every reason of inference_engine_poll_failures_total: the fetch's and the body's.
+REASONS: tuple[str, ...] = (*get_args(FetchReason), "parse", "unrecognised")
 STALE_INTERVALS = 3
 DEFAULT_POLL_INTERVAL = 5.0
 DEFAULT_TIMEOUT = 2.0
 DEFAULT_MAX_BODY = 16 * 1024**2
 DEFAULT_MAX_SERIES = 1000
+DEFAULT_URL = "http://127.0.0.1:8000/metrics"
+MAX_VERSION_BODY = 1024 * 1024
 
 
 @dataclass
 class EngineHub:
-    """What the engine collector learned, shared with the tokenizer collector."""
+    """What the engine collector learned of one endpoint; the first endpoint's is shared with
+    the tokenizer collector."""
 
     configured: str
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -73,6 +98,7 @@ class EngineHub:
     snapshot_at: float = 0.0
     last_success_wall: float | None = None
     up: bool = False
+    version: str = ""
 
     @property
     def engine(self) -> str:
@@ -93,30 +119,95 @@ class EngineHub:
         return None
 
 
-def add_series(families: dict[str, Metric], engine: str, series: Series, extra: str) -> None:
+@dataclass
+class Endpoint:
+    """One polled ``--engine.url``: its label, state and counters."""
+
+    url: str
+    label: str
+    hub: EngineHub
+    failures: Counter[str] = field(default_factory=Counter)
+    dropped: Counter[str] = field(default_factory=Counter)
+    last_error: str = ""
+    # Ask the version endpoint at the next success: first poll, recovery, engine change.
+    version_wanted: bool = True
+
+
+def endpoint_labels(urls: Sequence[str]) -> list[str]:
+    """The ``endpoint`` label of each URL: ``host:port``, with the path where two URLs share
+    a ``host:port``. Raises :class:`ValueError` when a URL is given twice."""
+
+    def host_port(url: str) -> str:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return f"{host}:{port}"
+
+    short = [host_port(url) for url in urls]
+    labels = [
+        s if short.count(s) == 1 else s + (urlsplit(url).path or "/")
+        for s, url in zip(short, urls, strict=True)
+    ]
+    for i, label in enumerate(labels):
+        if label in labels[:i]:
+            raise ValueError(f"{urls[i]!r} is given twice")
+    return labels
+
+
+def add_series(
+    families: dict[str, Metric],
+    engine: str,
+    series: Series,
+    extra: str,
+    endpoint: str | None = None,
+) -> None:
     """Add one normalised series to its family (created from the catalogue on first use).
 
     ``extra`` is the second label's value: the model for engine metrics, the source for the
-    tokenizer latency.
+    tokenizer latency; the series' own labels follow, then ``endpoint`` when given.
     """
-    labels = [engine, extra]
+    labels = [engine, extra, *(value for _, value in series.labels)]
+    optional: tuple[str, ...] = ()
+    if endpoint is not None:
+        labels.append(endpoint)
+        optional = ("endpoint",)
     fam = families.get(series.name)
     if series.kind == "histogram":
-        hist = fam if isinstance(fam, HistogramMetricFamily) else m.histogram(series.name)
+        hist = fam if isinstance(fam, HistogramMetricFamily) else m.histogram(series.name, optional)
         hist.add_metric(labels, [(_bound(le), c) for le, c in series.buckets], series.sum)
         families[series.name] = hist
     elif series.kind == "counter":
-        counter = fam if isinstance(fam, CounterMetricFamily) else m.counter(series.name)
+        counter = fam if isinstance(fam, CounterMetricFamily) else m.counter(series.name, optional)
         counter.add_metric(labels, series.value)
         families[series.name] = counter
     else:
-        gauge = fam if isinstance(fam, GaugeMetricFamily) else m.gauge(series.name)
+        gauge = fam if isinstance(fam, GaugeMetricFamily) else m.gauge(series.name, optional)
         gauge.add_metric(labels, series.value)
         families[series.name] = gauge
 
 
 def _bound(le: float) -> str:
     return "+Inf" if le == float("inf") else repr(float(le))
+
+
+def version_of(body: bytes, keys: Sequence[str]) -> str:
+    """The version in a version endpoint's JSON answer: the first of ``keys`` holding a
+    string or a number; ``""`` when there is none."""
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return ""
+    if not isinstance(data, dict):
+        return ""
+    for key in keys:
+        value = data.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()[:100]
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+    return ""
 
 
 class EngineCollector(HttpPollingCollector):
@@ -129,6 +220,7 @@ class EngineCollector(HttpPollingCollector):
         hub: EngineHub,
         url: str,
         *,
+        more_urls: Sequence[str] = (),
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         timeout: float = DEFAULT_TIMEOUT,
         max_body: int = DEFAULT_MAX_BODY,
@@ -139,114 +231,167 @@ class EngineCollector(HttpPollingCollector):
         super().__init__()
         self.hub = hub
         self.url = url
+        urls = [url, *more_urls]
+        self.endpoints = [
+            Endpoint(u, label, hub if i == 0 else EngineHub(configured=hub.configured))
+            for i, (u, label) in enumerate(zip(urls, endpoint_labels(urls), strict=True))
+        ]
+        self.several = len(self.endpoints) > 1
         self.poll_interval = self.interval = poll_interval
         self.timeout = timeout
         self.max_body = max_body
         self.max_series = max_series
         self.mapping = load_mapping(mapping_file) if mapping_file is not None else None
         # Every engine's families while auto-detecting (one set: the engine may change).
-        self._keys = frozenset().union(*(source_keys(e, self.mapping) for e in ENGINES))
+        self._keys = poll_keys(self.mapping)
         self._clock = clock
-        self._failures: Counter[str] = Counter()
-        self._dropped: Counter[str] = Counter()
-        self._last_error = ""
-        self._built: tuple[EngineSnapshot, str, list[Metric]] | None = None
+        self._built: tuple[tuple[object, ...], list[Metric]] | None = None
 
     # --- polling -----------------------------------------------------------------------------
     async def tick(self, session: aiohttp.ClientSession) -> None:
-        """One poll: fetch, parse, recognise, normalise, publish."""
+        """One poll of every endpoint, side by side: fetch, parse, recognise, normalise."""
+        await asyncio.gather(*(self._poll(session, ep) for ep in self.endpoints))
+
+    async def _poll(self, session: aiohttp.ClientSession, ep: Endpoint) -> None:
         try:
             result = await fetch(
                 session,
-                self.url,
+                ep.url,
                 timeout=self.timeout,
                 max_bytes=self.max_body,
                 headers={"Accept": "text/plain;version=0.0.4"},
             )
         except FetchError as err:
-            self._fail(err.reason, str(err))
+            self._fail(ep, err.reason, str(err))
             return
         loop = asyncio.get_running_loop()
         try:
-            snapshot = await loop.run_in_executor(None, self._digest, result.body)
-        except ValueError as err:
-            reason = "unrecognised" if "recognise" in str(err) else "parse"
-            self._fail(reason, str(err))
+            snapshot = await loop.run_in_executor(None, self._digest, result.body, ep)
+        except UnrecognisedError as err:
+            self._fail(ep, "unrecognised", str(err))
             return
-        self._dropped.update(snapshot.dropped)
-        with self.hub.lock:
-            self.hub.snapshot = snapshot
-            self.hub.snapshot_at = self._clock()
-            self.hub.last_success_wall = time.time()
-            self.hub.up = True
-        if self._last_error:
-            log.info("engine metrics at %s readable again", self.url)
-            self._last_error = ""
+        except ValueError as err:
+            self._fail(ep, "parse", str(err))
+            return
+        ep.dropped.update(snapshot.dropped)
+        if snapshot.version:  # in the metrics themselves (Ray): current at every poll
+            with ep.hub.lock:
+                ep.hub.version = snapshot.version
+        elif ep.version_wanted:
+            ep.version_wanted = False
+            version = await self._version(session, ep, snapshot.engine)
+            with ep.hub.lock:
+                ep.hub.version = version
+        with ep.hub.lock:
+            ep.hub.snapshot = snapshot
+            ep.hub.snapshot_at = self._clock()
+            ep.hub.last_success_wall = time.time()
+            ep.hub.up = True
+        if ep.last_error:
+            log.info("engine metrics at %s readable again", ep.url)
+            ep.last_error = ""
 
-    def _digest(self, body: bytes) -> EngineSnapshot:
+    def _digest(self, body: bytes, ep: Endpoint | None = None) -> EngineSnapshot:
+        """One body's snapshot, for ``ep`` (default: the first endpoint)."""
+        ep = ep if ep is not None else self.endpoints[0]
         text = body.decode("utf-8", errors="replace")
-        # Only the families the rules read are parsed (a vLLM server exposes five times
+        # Only the families the rules read are decoded (a vLLM server exposes five times
         # more, a Triton server with many models ten times): same snapshot, less CPU.
-        pause = SCRAPES.step_aside  # a scrape in flight goes first (exporter.priority)
-        selected, names, samples = select_families(text, self._keys, pause)
-        families = parse_exposition(selected, pause)
-        engine = self.hub.configured
-        if engine == "auto":
-            found = detect_names(names, samples)
-            if found is None:
-                parse_exposition(text)  # not an exposition at all: a parse failure, as before
-                raise ValueError("could not recognise the engine from its metric names")
-            if found != self.hub.detected:
-                log.info("engine at %s recognised as %s", self.url, found)
-                self.hub.detected = found
-            engine = found
-        return normalise(families, engine, mapping=self.mapping, max_series=self.max_series)
+        snapshot = digest(
+            text,
+            ep.hub.configured,
+            keys=self._keys,
+            mapping=self.mapping,
+            max_series=self.max_series,
+            pause=SCRAPES.step_aside,  # a scrape in flight goes first (exporter.priority)
+        )
+        if ep.hub.configured == "auto" and snapshot.engine != ep.hub.detected:
+            log.info("engine at %s recognised as %s", ep.url, snapshot.engine)
+            ep.hub.detected = snapshot.engine
+            ep.version_wanted = True
+        return snapshot
 
-    def _fail(self, reason: str, message: str) -> None:
-        self._failures[reason] += 1
-        with self.hub.lock:
-            self.hub.up = False
+    async def _version(self, session: aiohttp.ClientSession, ep: Endpoint, engine: str) -> str:
+        """The engine's version from its version endpoint, or ``""`` (none, or no answer)."""
+        spec = BY_ENGINE.get(engine)
+        if spec is None or spec.version.path is None:
+            return ""
+        parts = urlsplit(ep.url)
+        url = urlunsplit((parts.scheme, parts.netloc, spec.version.path, "", ""))
+        try:
+            result = await fetch(session, url, timeout=self.timeout, max_bytes=MAX_VERSION_BODY)
+        except FetchError as err:
+            log.debug("no version from %s: %s", url, err)
+            return ""
+        return version_of(result.body, spec.version.keys)
+
+    def _fail(self, ep: Endpoint, reason: str, message: str) -> None:
+        ep.failures[reason] += 1
+        ep.version_wanted = True  # the engine may come back as another version
+        with ep.hub.lock:
+            ep.hub.up = False
         text = f"{reason}: {message}"
-        if text != self._last_error:
-            log.warning("engine metrics at %s: %s", self.url, text)
-            self._last_error = text
+        if text != ep.last_error:
+            log.warning("engine metrics at %s: %s", ep.url, text)
+            ep.last_error = text
 
     # --- scrape ------------------------------------------------------------------------------
     def collect(self) -> Collection:
-        engine = self.hub.engine
-        up = m.gauge("inference_engine_up")
-        with self.hub.lock:
-            is_up, last_wall = self.hub.up, self.hub.last_success_wall
-        up.add_metric([engine], 1.0 if is_up else 0.0)
-        out = Collection(metrics=[up], success=is_up, error="" if is_up else self._last_error)
-        if last_wall is not None:
-            ts = m.gauge("inference_engine_last_success_timestamp_seconds")
-            ts.add_metric([engine], last_wall)
-            out.metrics.append(ts)
-        failures = m.counter("inference_engine_poll_failures_total")
-        for reason, count in sorted(self._failures.items()):
-            failures.add_metric([engine, reason], float(count))
-        dropped = m.counter("inference_engine_series_dropped_total")
-        for metric, count in sorted(self._dropped.items()):
-            dropped.add_metric([engine, metric], float(count))
-        out.metrics += [f for f in (failures, dropped) if f.samples]
-        snapshot = self.hub.fresh(self._clock(), STALE_INTERVALS * self.poll_interval)
-        if snapshot is not None:
-            out.metrics += self._families_of(snapshot, engine)
+        optional = ("endpoint",) if self.several else ()
+        up = m.gauge("inference_engine_up", optional)
+        ts = m.gauge("inference_engine_last_success_timestamp_seconds", optional)
+        failures = m.counter("inference_engine_poll_failures_total", optional)
+        dropped = m.counter("inference_engine_series_dropped_total", optional)
+        info = m.gauge("inference_engine_info", optional)
+        now = self._clock()
+        fresh: list[tuple[Endpoint, str, EngineSnapshot]] = []
+        errors: list[str] = []
+        for ep in self.endpoints:
+            engine = ep.hub.engine
+            tail = [ep.label] if self.several else []
+            with ep.hub.lock:
+                is_up, last_wall, version = ep.hub.up, ep.hub.last_success_wall, ep.hub.version
+            up.add_metric([engine, *tail], 1.0 if is_up else 0.0)
+            if not is_up:
+                errors.append(f"{ep.url}: {ep.last_error}" if self.several else ep.last_error)
+            if last_wall is not None:
+                ts.add_metric([engine, *tail], last_wall)
+            for reason in REASONS:
+                failures.add_metric([engine, reason, *tail], float(ep.failures[reason]))
+            for metric, count in sorted(ep.dropped.items()):
+                dropped.add_metric([engine, metric, *tail], float(count))
+            snapshot = ep.hub.fresh(now, STALE_INTERVALS * self.poll_interval)
+            if snapshot is not None:
+                fresh.append((ep, engine, snapshot))
+                models = sorted({s.model for s in snapshot.series if s.name not in FOREIGN})
+                for model in models or [""]:
+                    info.add_metric([engine, version, model, *tail], 1.0)
+        out = Collection(
+            metrics=[up, failures],
+            success=not errors,
+            error="; ".join(e for e in errors if e),
+        )
+        out.metrics += [f for f in (ts, dropped, info) if f.samples]
+        out.metrics += self._families_of(fresh)
         return out
 
-    def _families_of(self, snapshot: EngineSnapshot, engine: str) -> list[Metric]:
-        """The normalised families of a snapshot, built once per snapshot (a poll every 5 s,
-        scrapes as often as they come; nobody modifies a family after it is built)."""
+    def _families_of(self, fresh: list[tuple[Endpoint, str, EngineSnapshot]]) -> list[Metric]:
+        """The normalised families of the fresh snapshots, built once per set of snapshots (a
+        poll every 5 s, scrapes as often as they come; nobody modifies a family after it is
+        built)."""
+        key = tuple((id(snap), engine, ep.label) for ep, engine, snap in fresh)
         cached = self._built
-        if cached is not None and cached[0] is snapshot and cached[1] == engine:
-            return cached[2]
+        if cached is not None and cached[0] == key:
+            return cached[1]
         families: dict[str, Metric] = {}
-        for series in snapshot.series:
-            if series.name not in FOREIGN:
-                add_series(families, engine, series, series.model)
+        kept = layered([snap for _, _, snap in fresh])
+        for (ep, engine, _), series_list in zip(fresh, kept, strict=True):
+            endpoint = ep.label if self.several else None
+            for series in series_list:
+                if series.name not in FOREIGN:
+                    add_series(families, engine, series, series.model, endpoint)
         built = list(families.values())
-        self._built = (snapshot, engine, built)  # one assignment: safe for concurrent scrapes
+        self._built = (key, built)  # one assignment: safe for concurrent scrapes
         return built
 
 
@@ -256,16 +401,20 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "engine.url",
         "url",
-        "http://127.0.0.1:8000/metrics",
-        "The engine's own Prometheus endpoint (configuration only, never taken from a request).",
+        (DEFAULT_URL,),
+        "The engine's own Prometheus endpoint (configuration only, never taken from a request); "
+        "give it several times (or comma-separated) to poll several endpoints, e.g. a Dynamo "
+        "frontend and its worker or disaggregated prefill and decode servers (docs/engines.md).",
         metavar="URL",
         attr="url",
+        multiple=True,
     ),
     Option(
         "engine.type",
         "choice",
         "auto",
-        "Engine whose metric names to read; auto recognises it from the names.",
+        "Engine whose metric names to read; auto recognises it from the names (each endpoint "
+        "on its own).",
         choices=("auto", *ENGINES),
         attr="type",
     ),
@@ -323,7 +472,7 @@ OPTIONS: tuple[Option, ...] = (
 
 @dataclass(frozen=True)
 class EngineOptions:
-    url: str
+    url: tuple[str, ...]
     type: str
     mapping_file: Path | None
     poll_interval: float
@@ -333,8 +482,13 @@ class EngineOptions:
 
 
 def check(settings: Settings) -> None:
-    """Cross-field checks at start-up: the custom mapping is given and valid."""
+    """Cross-field checks at start-up: the URLs are distinct, the custom mapping is given and
+    valid."""
     opts = section(EngineOptions, OPTIONS, settings)
+    try:
+        endpoint_labels(opts.url)
+    except ValueError as err:
+        raise ConfigError("--engine.url", str(err)) from None
     if opts.type == "custom" and opts.mapping_file is None:
         raise ConfigError("--engine.mapping-file", "required with --engine.type custom")
     if opts.mapping_file is not None:
@@ -346,9 +500,11 @@ def check(settings: Settings) -> None:
 
 def build(settings: Settings, shared: Shared) -> EngineCollector:
     opts = section(EngineOptions, OPTIONS, settings)
+    first, *more = opts.url
     return EngineCollector(
         shared.engine_hub,
-        opts.url,
+        first,
+        more_urls=more,
         poll_interval=opts.poll_interval,
         timeout=opts.timeout,
         max_body=opts.max_body,

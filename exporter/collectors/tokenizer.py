@@ -1,4 +1,5 @@
-"""Collector ``tokenizer``: an active probe of the engine's tokenizer.
+"""Collector ``tokenizer``: an active probe of the engine's tokenizer (of the first
+``--engine.url`` when several are polled).
 
 No mainstream engine exports tokenizer latency, yet "tokenizer slower than a decode step" is a
 key CPU-side signature. Every ``--tokenizer.probe-interval`` (default 15 s) the probe sends two
@@ -273,7 +274,7 @@ def build(settings: Settings, shared: Shared) -> TokenizerCollector:
     engine = section(EngineOptions, ENGINE_OPTIONS, settings)
     return TokenizerCollector(
         shared.engine_hub,
-        engine.url,
+        engine.url[0],  # the first --engine.url: the engine whose tokenizer is probed
         url=opts.url,
         interval=opts.probe_interval,
         timeout=engine.timeout,

@@ -22,7 +22,7 @@ No latency histograms (only cumulative ``prompt_seconds_total`` and
 
 from __future__ import annotations
 
-from exporter.engines.model import EngineSpec, Tokenize
+from exporter.engines.model import EngineSpec, Tokenize, Version
 from exporter.engines.rules import Rule, Source, rule
 
 PREFIX = "llamacpp:"
@@ -45,4 +45,5 @@ SPEC = EngineSpec(
     rules=RULES,
     tokenize=Tokenize(body=lambda text, model: {"content": text}),
     process="llama-server",
+    version=Version(path="/props", keys=("build_info",)),
 )

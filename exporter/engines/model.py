@@ -2,7 +2,8 @@
 
 Adapters (one module per engine in this package) turn an engine's parsed exposition into
 :class:`Series` under the fixed ``inference_*`` names of the metric catalogue, with label
-``model`` (empty where the engine has none). Units are already converted to base units.
+``model`` (empty where the engine has none) and the metric's own labels, if any (``reason``).
+Units are already converted to base units.
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from exporter.engines.rules import Rule
+    from exporter.engines.rules import Rule, SampleIndex
 
 SeriesKind = Literal["gauge", "counter", "histogram"]
+#: What an endpoint is: an engine (or a server of one) or a front-end that routes to engines
+#: (Dynamo's frontend), whose request metrics count the same requests again.
+Layer = Literal["engine", "frontend"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Series:
     """One normalised series. Histograms carry cumulative ``buckets`` (upper bound, count),
     ending with ``+Inf``, plus ``sum`` and ``count``; gauges and counters carry ``value``."""
@@ -31,15 +35,20 @@ class Series:
     buckets: tuple[tuple[float, float], ...] = ()
     sum: float = 0.0
     count: float = 0.0
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
 class EngineSnapshot:
-    """Everything normalised from one successful poll."""
+    """Everything normalised from one successful poll: the series, the series dropped over
+    the limit, what the endpoint is (``layer``) and the engine's version where its metrics
+    carry it (``""`` otherwise)."""
 
     engine: str
     series: list[Series] = field(default_factory=list)
     dropped: Counter[str] = field(default_factory=Counter)
+    layer: Layer = "engine"
+    version: str = ""
 
 
 def _openai_tokenize_body(text: str, model: str) -> dict[str, Any]:
@@ -63,6 +72,16 @@ class Tokenize:
 
 
 @dataclass(frozen=True)
+class Version:
+    """Where an engine says its version: a JSON document at ``path`` on the engine's host (the
+    first of ``keys`` that holds a string), and/or a label of its metrics (``label``)."""
+
+    path: str | None = None
+    keys: tuple[str, ...] = ("version",)
+    label: str | None = None
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     """Everything the sidecar knows of one engine, in the engine's own module.
 
@@ -74,6 +93,13 @@ class EngineSpec:
     metrics it may serve next to its own, so that it is recognised before them;
     ``preallocates_memory`` says it reserves most of the GPU memory at start-up by design (its
     framebuffer usage says nothing about headroom).
+
+    Engines without a prefix of their own (NVIDIA NIM, early ``trtllm-serve``) are recognised
+    by ``signatures`` instead: sets of family names (without ``_total``, ``_bucket``, ...) that
+    must all be present, checked after every prefix. ``frontend_prefixes`` mark an endpoint
+    that only routes requests (its layer is ``frontend`` when no other name of the engine is
+    present); ``model_alias`` maps model names as some series spell them to the spelling the
+    others use; ``version`` says where the engine tells its version.
     """
 
     name: str
@@ -84,10 +110,17 @@ class EngineSpec:
     metrics_path: str = "/metrics"
     wraps: tuple[str, ...] = ()
     preallocates_memory: bool = False
+    signatures: tuple[frozenset[str], ...] = ()
+    frontend_prefixes: tuple[str, ...] = ()
+    model_alias: Callable[[SampleIndex], dict[str, str]] | None = None
+    version: Version = field(default_factory=Version)
 
 
 def token_count(body: bytes) -> int:
-    """Tokens in a tokenize response of any supported engine; ValueError when unrecognised."""
+    """Tokens in a tokenize response of any supported engine; ValueError when unrecognised.
+
+    vLLM ``count``, SGLang and llama.cpp ``tokens``, TGI a list, LMDeploy ``length`` (and
+    ``input_ids``)."""
     try:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -95,9 +128,11 @@ def token_count(body: bytes) -> int:
     if isinstance(data, list):  # TGI: one object per token
         return len(data)
     if isinstance(data, dict):
-        if isinstance(data.get("count"), int) and not isinstance(data["count"], bool):
-            return int(data["count"])
-        tokens = data.get("tokens")
-        if isinstance(tokens, list):
-            return len(tokens)
+        for key in ("count", "length"):
+            if isinstance(data.get(key), int) and not isinstance(data[key], bool):
+                return int(data[key])
+        for key in ("tokens", "input_ids"):
+            tokens = data.get(key)
+            if isinstance(tokens, list):
+                return len(tokens)
     raise ValueError("tokenize response has neither 'count' nor 'tokens'")

@@ -73,11 +73,19 @@ def _merged(raw: list[Metric]) -> list[Metric]:
     return list(by_name.values())
 
 
+def _finite(value: float) -> bool:
+    # An integer too large for a float (a 400-digit value) is as unusable as +Inf.
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _clean(family: Metric) -> Metric:
     if family.type not in _WITH_SERIES_PARTS:
-        family.samples = [s for s in family.samples if math.isfinite(s.value)]
+        family.samples = [s for s in family.samples if _finite(s.value)]
         return family
-    bad = {_series_key(s) for s in family.samples if not math.isfinite(s.value)}
+    bad = {_series_key(s) for s in family.samples if not _finite(s.value)}
     if bad:
         family.samples = [s for s in family.samples if _series_key(s) not in bad]
     return family

@@ -1,7 +1,7 @@
 """Declarative mapping rules and the one function that applies them.
 
 Each engine module holds a table of :class:`Rule` (one per normalised name it can fill); this
-module turns parsed families into :class:`~exporter.engines.model.Series` with them.
+module turns an engine's samples into :class:`~exporter.engines.model.Series` with them.
 
 How a rule is applied:
 
@@ -14,11 +14,21 @@ How a rule is applied:
   and the others are ignored. That is how deprecated names are supported without counting a
   value twice while an engine exports both the old and the new name.
 * Every source of the winning alternative contributes: values are grouped by the source's
-  model label (absent label: model ``""``) and aggregated per model. Counters and histograms
+  model label (absent label: model ``""``) and by the rule's own labels (``reason`` of
+  ``inference_queue_depth_by_reason``), and aggregated per group. Counters and histograms
   are summed (Triton versions of one model, vLLM data-parallel engines, SGLang DP ranks);
-  gauges are summed by default (requests waiting/running: the model's total) and a rule may
-  take the maximum instead (KV cache usage: the fullest engine is the one that preempts).
-* Histograms of one model with different bucket lists are merged on the bounds they share,
+  gauges are summed by default (requests waiting/running: the model's total); a rule may take
+  the maximum instead (KV cache usage: the fullest engine is the one that preempts) or the
+  mean (per-GPU estimates: one GPU's share whatever the number of engines).
+* *Replicas*: series that differ only in a source's ``replicas`` labels report one quantity
+  several times (SGLang's tensor-parallel ranks each report the same batch): one of them is
+  kept, the largest (for a histogram, the one with the most observations), before summing.
+* A source may take its value from labels (``value_labels``: the product of their numbers,
+  for info-style series such as vLLM's ``cache_config_info``), or be a :class:`Product` of two
+  gauges (blocks times tokens per block), or a :class:`CounterPair` (a duration counter over a
+  request counter, as an ``+Inf``-only histogram). An ``engine_wide`` source has no model
+  label: its series belong to the exposition's only model when there is exactly one.
+* Histograms of one group with different bucket lists are merged on the bounds they share,
   so cumulative counts stay exact. Units are converted after aggregation (``scale`` then
   ``divisor``), which keeps e.g. Triton's integer microseconds exact in seconds.
 * Non-finite values are skipped, a histogram series with a missing or non-finite ``_sum`` or
@@ -30,8 +40,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from itertools import pairwise
 from typing import Literal
 
@@ -41,19 +52,26 @@ from exporter.engines.model import EngineSnapshot, Series, SeriesKind
 from exporter.metrics import BY_NAME, CATALOGUE
 
 MatchOp = Literal["=", "!=", "=~", "!~"]
-Aggregate = Literal["sum", "max"]
+Aggregate = Literal["sum", "max", "mean"]
+
+#: Labels the collector sets itself; every other catalogue label of a normalised metric is
+#: filled from the engine's series by the rule.
+COLLECTOR_LABELS = frozenset({"engine", "model", "source", "endpoint"})
 
 #: The names an engine adapter may produce: the engine section's per-model metrics and the
 #: engine-reported tokenizer latency. The exporter's own engine metrics (``inference_engine_up``
-#: ...) and the tokenizer probe's metrics are not in it: no engine can set those.
+#: ..., ``inference_engine_info``) and the tokenizer probe's metrics are not in it: no engine
+#: can set those.
 NORMALISED: tuple[str, ...] = tuple(
     spec.name
     for spec in CATALOGUE
-    if (spec.collector == "engine" and "model" in spec.labels)
+    if (spec.collector == "engine" and "model" in spec.labels and not spec.name.endswith("_info"))
     or spec.name == "inference_tokenizer_latency_seconds"
 )
 
 _INF = math.inf
+# Where an engine-wide series goes until the exposition's only model is known.
+_SOLE_MODEL = "\x00sole model"
 
 
 @dataclass(frozen=True)
@@ -80,14 +98,46 @@ class LabelMatcher:
 @dataclass(frozen=True)
 class Source:
     """One source metric: its exposed name, label matchers, the label that carries the model
-    (``None``: the engine has none, model ``""``) and the unit conversion to base units
-    (value x ``scale`` / ``divisor``; histograms convert bucket bounds and ``_sum``)."""
+    (``None``: the engine has none, model ``""``; several: the first present) and the unit
+    conversion to base units (value x ``scale`` / ``divisor``; histograms convert bucket bounds
+    and ``_sum``).
+
+    ``replicas``: labels whose values are copies of one quantity (one series kept, the
+    largest); ``value_labels``: the value is the product of these labels' numbers, not the
+    sample's; ``engine_wide``: the series have no model label and belong to the exposition's
+    only model; ``blank_models``: model label values that mean "no model" (``""``).
+    """
 
     metric: str
     matchers: tuple[LabelMatcher, ...] = ()
-    model_label: str | None = None
+    model_label: str | tuple[str, ...] | None = None
     scale: float = 1.0
     divisor: float = 1.0
+    replicas: tuple[str, ...] = ()
+    value_labels: tuple[str, ...] = ()
+    engine_wide: bool = False
+    blank_models: tuple[str, ...] = ()
+
+    @cached_property
+    def plain_model(self) -> str | None:
+        """The model label when reading it is all :meth:`model_of` does (the common case)."""
+        if isinstance(self.model_label, str) and not self.blank_models and not self.engine_wide:
+            return self.model_label
+        return None
+
+    def model_of(self, labels: Mapping[str, str]) -> str:
+        names = self.model_label
+        if names is None:
+            model = ""
+        elif isinstance(names, str):
+            model = labels.get(names, "")
+        else:
+            model = next((labels[n] for n in names if n in labels), "")
+        if model in self.blank_models:
+            model = ""
+        if not model and self.engine_wide:
+            return _SOLE_MODEL
+        return model
 
 
 @dataclass(frozen=True)
@@ -100,30 +150,103 @@ class CounterPair:
     count: Source
 
 
-Alternative = tuple[Source | CounterPair, ...]
+@dataclass(frozen=True)
+class Product:
+    """A gauge that is the product of two: ``left`` aggregated as the rule says, times
+    ``right`` (a per-unit factor, its largest value per model): KV blocks x tokens per
+    block."""
+
+    left: Source
+    right: Source
+
+
+AnySource = Source | CounterPair | Product
+Alternative = tuple[AnySource, ...]
 
 
 @dataclass(frozen=True)
 class Rule:
-    """How one normalised metric is filled: alternatives tried in order."""
+    """How one normalised metric is filled: alternatives tried in order. ``labels`` are the
+    metric's own labels besides engine and model, taken from the sources' series."""
 
     target: str
     alternatives: tuple[Alternative, ...]
     aggregate: Aggregate = "sum"
+    labels: tuple[str, ...] = ()
 
     @property
     def kind(self) -> SeriesKind:
         return BY_NAME[self.target].type
 
 
-def rule(
-    target: str, *alternatives: Source | CounterPair | Alternative, aggregate: Aggregate = "sum"
-) -> Rule:
+def rule(target: str, *alternatives: AnySource | Alternative, aggregate: Aggregate = "sum") -> Rule:
     """A :class:`Rule`; each alternative is one source or a tuple of sources to combine."""
     if target not in NORMALISED:
         raise ValueError(f"{target} is not a normalised engine metric")
     alts = tuple(a if isinstance(a, tuple) else (a,) for a in alternatives)
-    return Rule(target, alts, aggregate)
+    labels = tuple(label for label in BY_NAME[target].labels if label not in COLLECTOR_LABELS)
+    return Rule(target, alts, aggregate, labels)
+
+
+def merge_tables(*tables: Iterable[Rule]) -> tuple[Rule, ...]:
+    """One table from several: per target, the alternatives of each table in the order given
+    (an engine that serves another's metrics reads them with the other's own rules)."""
+    merged: dict[str, Rule] = {}
+    for table in tables:
+        for r in table:
+            known = merged.get(r.target)
+            if known is None:
+                merged[r.target] = r
+            elif known.aggregate != r.aggregate or known.labels != r.labels:
+                raise ValueError(f"{r.target}: tables disagree on aggregation")
+            else:
+                merged[r.target] = Rule(
+                    r.target, known.alternatives + r.alternatives, r.aggregate, r.labels
+                )
+    return tuple(merged.values())
+
+
+def renamed(table: Iterable[Rule], rename: Callable[[str], tuple[str, ...]]) -> tuple[Rule, ...]:
+    """Another engine's table under other names: each alternative once per spelling
+    ``rename`` gives (in that order), every source of it renamed the same way (Ray re-exports
+    ``vllm:x`` as ``ray_vllm_x``, older Ray as ``ray_vllm:x``)."""
+
+    def one(source: AnySource, i: int) -> AnySource:
+        if isinstance(source, CounterPair):
+            return CounterPair(one_source(source.total, i), one_source(source.count, i))
+        if isinstance(source, Product):
+            return Product(one_source(source.left, i), one_source(source.right, i))
+        return one_source(source, i)
+
+    def one_source(source: Source, i: int) -> Source:
+        return replace(source, metric=rename(source.metric)[i])
+
+    out: list[Rule] = []
+    for r in table:
+        alternatives: list[Alternative] = []
+        for alternative in r.alternatives:
+            first = next(iter(source_names_of(alternative)))
+            for i in range(len(rename(first))):
+                alternatives.append(tuple(one(source, i) for source in alternative))
+        out.append(Rule(r.target, tuple(alternatives), r.aggregate, r.labels))
+    return tuple(out)
+
+
+def source_names_of(alternative: Alternative) -> Iterable[str]:
+    for source in alternative:
+        if isinstance(source, CounterPair):
+            yield from (source.total.metric, source.count.metric)
+        elif isinstance(source, Product):
+            yield from (source.left.metric, source.right.metric)
+        else:
+            yield source.metric
+
+
+def source_names(rules: Iterable[Rule]) -> Iterable[str]:
+    """Every metric name the rules read (for the family filter of the engine poll)."""
+    for r in rules:
+        for alternative in r.alternatives:
+            yield from source_names_of(alternative)
 
 
 # --- sample index ------------------------------------------------------------------------------
@@ -142,7 +265,7 @@ def index_samples(families: Iterable[Metric]) -> SampleIndex:
     return index
 
 
-def _sample_name(index: SampleIndex, metric: str) -> str:
+def _sample_name(index: Container[str], metric: str) -> str:
     """The sample name a scalar source is exposed under: the name as written, else its
     ``_total`` twin (the parser renames counter samples to ``_total``; untyped ones keep the
     name they were written with). One of them only, so nothing is counted twice."""
@@ -150,34 +273,146 @@ def _sample_name(index: SampleIndex, metric: str) -> str:
     return metric if metric in index or twin not in index else twin
 
 
-def _selected(
-    index: SampleIndex, name: str, source: Source
-) -> Iterable[tuple[str, dict[str, str], float]]:
-    """(model, labels, value) of every series of ``name`` the matchers accept (a bucket's
-    ``le`` is not matched against), in a deterministic order."""
-    for key, value in sorted(index.get(name, {}).items()):
-        labels = dict(key)
-        matched = {k: v for k, v in key if k != "le"}
-        if all(m.matches(matched) for m in source.matchers):
-            model = labels.get(source.model_label, "") if source.model_label else ""
-            yield model, labels, value
+# A group: (model, values of the rule's labels); a series key within it: the labels that are
+# not replicas of one another.
+Group = tuple[str, tuple[str, ...]]
+
+
+RawRow = tuple[Labels, dict[str, str], float]
+
+
+class _Samples:
+    """The index with each sample name's label sets decoded once per poll, and its rows by
+    the value of a label once a rule asks (several rules read one family with different
+    equality matchers: TensorRT-LLM's request and KV block gauges by type)."""
+
+    def __init__(self, index: SampleIndex) -> None:
+        self.index = index
+        self._decoded: dict[str, list[RawRow]] = {}
+        self._by_label: dict[tuple[str, str], dict[str, list[RawRow]]] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.index
+
+    def rows(self, name: str) -> list[RawRow]:
+        found = self._decoded.get(name)
+        if found is None:
+            series = self.index.get(name, {})
+            found = self._decoded[name] = [(k, dict(k), v) for k, v in series.items()]
+        return found
+
+    def rows_with(self, name: str, label: str, value: str) -> list[RawRow]:
+        """The rows whose ``label`` is ``value`` (missing: ``""``)."""
+        buckets = self._by_label.get((name, label))
+        if buckets is None:
+            buckets = self._by_label[(name, label)] = defaultdict(list)
+            for row in self.rows(name):
+                buckets[row[1].get(label, "")].append(row)
+        return buckets.get(value, [])
+
+
+Row = tuple[Group, Labels, Labels, dict[str, str], float]
+
+
+def _narrowed(
+    samples: _Samples, name: str, source: Source
+) -> tuple[list[RawRow], tuple[LabelMatcher, ...]]:
+    """The rows of ``name`` worth trying and the matchers still to try: one equality matcher
+    picks its rows from an index of the label's values."""
+    matchers = source.matchers
+    first = next((m for m in matchers if m.op == "=" and m.label != "le"), None)
+    if first is None:
+        return samples.rows(name), matchers
+    rest = tuple(m for m in matchers if m is not first)
+    return samples.rows_with(name, first.label, first.value), rest
+
+
+def _accepted(matchers: tuple[LabelMatcher, ...], key: Labels, labels: dict[str, str]) -> bool:
+    # A matcher never sees a bucket's le (it would match the model's buckets one by one).
+    if "le" in labels and any(m.label == "le" for m in matchers):
+        return all(m.matches({k: v for k, v in key if k != "le"}) for m in matchers)
+    return all(m.matches(labels) for m in matchers)
+
+
+def _rows(samples: _Samples, name: str, source: Source, keep: tuple[str, ...]) -> Iterable[Row]:
+    """(group, series key, all labels, labels as a dict, value) of every series of ``name``
+    the matchers accept (a bucket's ``le`` is not matched against). The dict is shared
+    between rules: read it, never change it."""
+    rows, matchers = _narrowed(samples, name, source)
+    replicas = source.replicas
+    model_of = source.model_of
+    for key, labels, value in rows:
+        if matchers and not _accepted(matchers, key, labels):
+            continue
+        kept = tuple(labels.get(k, "") for k in keep) if keep else ()
+        series_key = tuple(kv for kv in key if kv[0] not in replicas) if replicas else key
+        yield (model_of(labels), kept), series_key, key, labels, value
+
+
+def _value(source: Source, labels: Mapping[str, str]) -> float | None:
+    product = 1.0
+    for label in source.value_labels:
+        try:
+            product *= float(labels[label])
+        except (KeyError, ValueError):
+            return None
+    return product if math.isfinite(product) else None
 
 
 # --- scalar sources ------------------------------------------------------------------------------
 
 
-def _scalars(index: SampleIndex, source: Source, agg: Aggregate) -> dict[str, float]:
-    """Per-model aggregate of a gauge/counter source, converted to base units."""
-    values: dict[str, list[float]] = defaultdict(list)
-    for model, _, value in _selected(index, _sample_name(index, source.metric), source):
-        if math.isfinite(value):
-            values[model].append(value)
-    out: dict[str, float] = {}
-    for model, vals in values.items():
-        total = max(vals) if agg == "max" else math.fsum(vals)
-        converted = total * source.scale / source.divisor
+def _combine(values: list[float], agg: Aggregate) -> float:
+    if agg == "max":
+        return max(values)
+    total = math.fsum(values)
+    return total / len(values) if agg == "mean" else total
+
+
+def _scalars(
+    samples: _Samples, source: Source, agg: Aggregate, keep: tuple[str, ...]
+) -> dict[Group, float]:
+    """Per-group aggregate of a gauge/counter source, converted to base units."""
+    name = _sample_name(samples, source.metric)
+    by_group: dict[Group, list[float]] = defaultdict(list)
+    plain = source.plain_model
+    if plain is not None and not keep and not source.replicas and not source.value_labels:
+        # The common source (a model label, nothing else to work out), in one tight loop:
+        # each series is distinct, none is a copy of another.
+        rows, matchers = _narrowed(samples, name, source)
+        for key, labels, value in rows:
+            if matchers and not _accepted(matchers, key, labels):
+                continue
+            if value - value == 0.0:  # finite (inf - inf and nan - nan are nan)
+                by_group[(labels.get(plain, ""), ())].append(value)
+    else:
+        per_series: dict[Group, dict[Labels, float]] = defaultdict(dict)
+        by_labels = bool(source.value_labels)
+        for group, series_key, _, labels, raw in _rows(samples, name, source, keep):
+            found = _value(source, labels) if by_labels else raw
+            if found is None or not math.isfinite(found):
+                continue
+            known = per_series[group].get(series_key)
+            if known is None or found > known:  # replicas: the largest copy
+                per_series[group][series_key] = found
+        for group, by_series in per_series.items():
+            by_group[group] = list(by_series.values())
+    out: dict[Group, float] = {}
+    for group, values in by_group.items():
+        converted = _combine(values, agg) * source.scale / source.divisor
         if math.isfinite(converted):
-            out[model] = converted
+            out[group] = converted
+    return out
+
+
+def _product(samples: _Samples, product: Product, agg: Aggregate) -> dict[Group, float]:
+    left = _scalars(samples, product.left, agg, ())
+    right = _scalars(samples, product.right, "max", ())
+    out: dict[Group, float] = {}
+    for group, value in left.items():
+        factor = right.get(group)
+        if factor is not None and math.isfinite(value * factor):
+            out[group] = value * factor
     return out
 
 
@@ -218,40 +453,52 @@ def _one_histogram(
     return _Hist(dict(zip(bounds, counts, strict=True)), total, counts[-1])
 
 
-def _histograms(index: SampleIndex, source: Source) -> dict[str, list[_Hist]]:
-    """Every valid histogram series of a source, by model, before unit conversion."""
+def _histograms(
+    samples: _Samples, source: Source, keep: tuple[str, ...]
+) -> dict[Group, list[_Hist]]:
+    """Every valid histogram series of a source, by group, before unit conversion (of
+    replicas, the one with the most observations)."""
     buckets: dict[Labels, dict[float, float]] = defaultdict(dict)
     parts: dict[Labels, dict[str, float]] = defaultdict(dict)
-    models: dict[Labels, str] = {}
+    groups: dict[Labels, tuple[Group, Labels]] = {}
     broken: set[Labels] = set()
-    for model, labels, value in _selected(index, source.metric + "_bucket", source):
-        le = labels.pop("le", "")
-        group = tuple(sorted(labels.items()))
-        models[group] = model
+    bucket_name = source.metric + "_bucket"
+    for group, series_key, every, labels, value in _rows(samples, bucket_name, source, keep):
+        le = labels.get("le", "")
+        full = tuple(kv for kv in every if kv[0] != "le")
+        key = full if series_key is every else tuple(kv for kv in series_key if kv[0] != "le")
+        groups[full] = (group, key)
         bound = _bound(le)
         if bound is None:
-            broken.add(group)
+            broken.add(full)
         else:
-            buckets[group].setdefault(bound, value)
+            buckets[full].setdefault(bound, value)
     for suffix in ("_sum", "_count"):
-        for model, labels, value in _selected(index, source.metric + suffix, source):
-            group = tuple(sorted(labels.items()))
-            models[group] = model
-            parts[group][suffix] = value
-    out: dict[str, list[_Hist]] = defaultdict(list)
-    for group in sorted(models):
-        if group in broken:
+        for group, series_key, full, _, value in _rows(
+            samples, source.metric + suffix, source, keep
+        ):
+            groups[full] = (group, series_key)
+            parts[full][suffix] = value
+    chosen: dict[Group, dict[Labels, _Hist]] = defaultdict(dict)
+    for full in sorted(groups):
+        if full in broken:
             continue
         hist = _one_histogram(
-            dict(buckets.get(group, {})), parts[group].get("_sum"), parts[group].get("_count")
+            dict(buckets.get(full, {})), parts[full].get("_sum"), parts[full].get("_count")
         )
-        if hist is not None:
-            out[models[group]].append(hist)
-    return out
+        if hist is None:
+            continue
+        group, key = groups[full]
+        known = chosen[group].get(key)
+        if known is None or hist.count > known.count:
+            chosen[group][key] = hist
+    return {group: list(by_key.values()) for group, by_key in chosen.items()}
 
 
 def _merge(hists: list[_Hist]) -> _Hist:
     """Sum of histograms on the bucket bounds all of them share (always ``+Inf``)."""
+    if len(hists) == 1:
+        return hists[0]
     shared = set(hists[0].buckets)
     for h in hists[1:]:
         shared &= set(h.buckets)
@@ -264,6 +511,8 @@ def _merge(hists: list[_Hist]) -> _Hist:
 
 
 def _convert(hist: _Hist, scale: float, divisor: float) -> _Hist | None:
+    if scale == 1.0 and divisor == 1.0:
+        return hist
     buckets = {
         (b if b == _INF else b * scale / divisor): c for b, c in sorted(hist.buckets.items())
     }
@@ -273,73 +522,131 @@ def _convert(hist: _Hist, scale: float, divisor: float) -> _Hist | None:
     return _Hist(buckets, total, hist.count)
 
 
-def _histogram_source(index: SampleIndex, source: Source | CounterPair) -> dict[str, _Hist]:
-    """Per-model merged histogram of one source, in base units."""
+def _histogram_source(
+    samples: _Samples, source: AnySource, keep: tuple[str, ...]
+) -> dict[Group, _Hist]:
+    """Per-group merged histogram of one source, in base units."""
+    if isinstance(source, Product):
+        return {}
     if isinstance(source, CounterPair):
-        totals = _scalars(index, source.total, "sum")
-        counts = _scalars(index, source.count, "sum")
+        totals = _scalars(samples, source.total, "sum", keep)
+        counts = _scalars(samples, source.count, "sum", keep)
         return {
-            model: _Hist({_INF: counts[model]}, totals[model], counts[model])
-            for model in totals
-            if model in counts
+            group: _Hist({_INF: counts[group]}, totals[group], counts[group])
+            for group in totals
+            if group in counts
         }
-    out: dict[str, _Hist] = {}
-    for model, hists in _histograms(index, source).items():
+    out: dict[Group, _Hist] = {}
+    for group, hists in _histograms(samples, source, keep).items():
         converted = _convert(_merge(hists), source.scale, source.divisor)
         if converted is not None:
-            out[model] = converted
+            out[group] = converted
     return out
 
 
 # --- rules ---------------------------------------------------------------------------------------
 
 
-def _apply(index: SampleIndex, r: Rule) -> list[Series]:
+def _scalar_series(r: Rule, group: Group, value: float) -> Series:
+    model, kept = group
+    labels = tuple(zip(r.labels, kept, strict=True)) if kept else ()
+    return Series(r.target, model, r.kind, value, (), 0.0, 0.0, labels)
+
+
+def _apply(samples: _Samples, r: Rule) -> list[Series]:
     kind = r.kind
     for alternative in r.alternatives:
         if kind == "histogram":
-            found: dict[str, list[_Hist]] = defaultdict(list)
+            found: dict[Group, list[_Hist]] = defaultdict(list)
             for source in alternative:
-                for model, hist in _histogram_source(index, source).items():
-                    found[model].append(hist)
+                for group, hist in _histogram_source(samples, source, r.labels).items():
+                    found[group].append(hist)
             if found:
-                return [_histogram_series(r.target, model, _merge(found[model])) for model in found]
+                return [_histogram_series(r, group, _merge(found[group])) for group in found]
         else:
-            scalars: dict[str, list[float]] = defaultdict(list)
+            scalars: dict[Group, list[float]] = defaultdict(list)
             for source in alternative:
                 if isinstance(source, CounterPair):
                     continue
-                for model, value in _scalars(index, source, r.aggregate).items():
-                    scalars[model].append(value)
+                values = (
+                    _product(samples, source, r.aggregate)
+                    if isinstance(source, Product)
+                    else _scalars(samples, source, r.aggregate, r.labels)
+                )
+                for group, value in values.items():
+                    scalars[group].append(value)
             if scalars:
                 return [
-                    Series(
-                        r.target,
-                        model,
-                        kind,
-                        value=max(vals) if r.aggregate == "max" else math.fsum(vals),
-                    )
-                    for model, vals in scalars.items()
+                    _scalar_series(r, group, _combine(vals, r.aggregate))
+                    for group, vals in scalars.items()
                 ]
     return []
 
 
-def _histogram_series(name: str, model: str, hist: _Hist) -> Series:
+def _histogram_series(r: Rule, group: Group, hist: _Hist) -> Series:
+    model, kept = group
+    labels = tuple(zip(r.labels, kept, strict=True)) if kept else ()
     buckets = tuple(sorted(hist.buckets.items()))
-    return Series(name, model, "histogram", buckets=buckets, sum=hist.sum, count=buckets[-1][1])
+    return Series(r.target, model, "histogram", 0.0, buckets, hist.sum, buckets[-1][1], labels)
+
+
+def _settle_engine_wide(series: list[Series]) -> list[Series]:
+    """Engine-wide series go to the exposition's only model (``""`` when there are several
+    or none)."""
+    if not any(s.model == _SOLE_MODEL for s in series):
+        return series
+    models = {s.model for s in series if s.model not in ("", _SOLE_MODEL)}
+    sole = next(iter(models)) if len(models) == 1 else ""
+    return [
+        Series(s.name, sole, s.kind, s.value, s.buckets, s.sum, s.count, s.labels)
+        if s.model == _SOLE_MODEL
+        else s
+        for s in series
+    ]
 
 
 def apply_rules(
-    families: Iterable[Metric], engine: str, rules: Iterable[Rule], *, max_series: int
+    index: SampleIndex | Iterable[Metric],
+    engine: str,
+    rules: Iterable[Rule],
+    *,
+    max_series: int,
+    model_alias: Callable[[SampleIndex], Mapping[str, str]] | None = None,
 ) -> EngineSnapshot:
-    """Normalise ``families`` with ``rules``: at most ``max_series`` series per normalised
-    name (models in sorted order kept first); the rest are counted in ``dropped``."""
-    index = index_samples(families)
-    snapshot = EngineSnapshot(engine=engine, dropped=Counter())
+    """Normalise an engine's samples (a :func:`index_samples` index, or parsed families) with
+    ``rules``: at most ``max_series`` series per normalised name (groups in sorted order kept
+    first); the rest are counted in ``dropped``. ``model_alias`` maps model names as some
+    series spell them to the spelling the others use (Dynamo's lower-cased request metrics)."""
+    if not isinstance(index, dict):
+        index = index_samples(index)
+    found: list[Series] = []
+    samples = _Samples(index)
     for r in rules:
-        series = sorted(_apply(index, r), key=lambda s: s.model)
+        found.extend(_apply(samples, r))
+    if model_alias is not None:
+        aliases = model_alias(index)
+        if aliases:
+            found = [
+                Series(
+                    s.name,
+                    aliases.get(s.model, s.model),
+                    s.kind,
+                    s.value,
+                    s.buckets,
+                    s.sum,
+                    s.count,
+                    s.labels,
+                )
+                for s in found
+            ]
+    found = _settle_engine_wide(found)
+    snapshot = EngineSnapshot(engine=engine, dropped=Counter())
+    by_name: dict[str, list[Series]] = defaultdict(list)
+    for s in found:
+        by_name[s.name].append(s)
+    for name, series in by_name.items():
+        series.sort(key=lambda s: (s.model, s.labels))
         if len(series) > max_series:
-            snapshot.dropped[r.target] += len(series) - max(max_series, 0)
-            series = series[: max(max_series, 0)]
-        snapshot.series.extend(series)
+            snapshot.dropped[name] += len(series) - max(max_series, 0)
+        snapshot.series.extend(series[: max(max_series, 0)])
     return snapshot

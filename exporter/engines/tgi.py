@@ -30,7 +30,7 @@ not requests).
 
 from __future__ import annotations
 
-from exporter.engines.model import EngineSpec, Tokenize
+from exporter.engines.model import EngineSpec, Tokenize, Version
 from exporter.engines.rules import Rule, Source, rule
 
 PREFIX = "tgi_"
@@ -56,4 +56,5 @@ SPEC = EngineSpec(
     tokenize=Tokenize(body=lambda text, model: {"inputs": text}),
     preallocates_memory=True,
     process="text-generation-launcher|text-generation-router|text-generation-server",
+    version=Version(path="/info"),
 )

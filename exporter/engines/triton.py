@@ -17,6 +17,8 @@ inference_requests_running             nv_trt_llm_request_metrics{request_type="
                                        (TensorRT-LLM models only; Triton itself has no gauge)
 inference_kv_cache_usage_ratio         nv_trt_llm_kv_cache_block_metrics
                                        {kv_cache_block_type="fraction"}
+inference_kv_cache_capacity_tokens     nv_trt_llm_kv_cache_block_metrics
+                                       {kv_cache_block_type="max"} x {..."tokens_per"}
 inference_time_to_first_token_seconds  nv_inference_first_response_histogram_ms (decoupled
                                        models, ``--metrics-config histogram_latencies=true``;
                                        bounds and sum converted from ms)
@@ -36,10 +38,12 @@ per iteration), no tokenizer latency.
 
 from __future__ import annotations
 
-from exporter.engines.model import EngineSpec
-from exporter.engines.rules import CounterPair, LabelMatcher, Rule, Source, rule
+from exporter.engines.model import EngineSpec, Version
+from exporter.engines.rules import CounterPair, LabelMatcher, Product, Rule, Source, rule
 
 PREFIX = "nv_inference_"
+# The TensorRT-LLM backend's own families (a server may show only those).
+BACKEND_PREFIX = "nv_trt_llm_"
 MODEL_LABEL = "model"
 
 _US = 1e6
@@ -76,6 +80,13 @@ RULES: tuple[Rule, ...] = (
         aggregate="max",
     ),
     rule(
+        "inference_kv_cache_capacity_tokens",
+        Product(
+            _trt("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "max"),
+            _trt("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "tokens_per"),
+        ),
+    ),
+    rule(
         "inference_time_to_first_token_seconds",
         _s("nv_inference_first_response_histogram_ms", divisor=_MS),
     ),
@@ -95,9 +106,10 @@ RULES: tuple[Rule, ...] = (
 # server is still Triton, so it is recognised before the engines it wraps.
 SPEC = EngineSpec(
     name="triton",
-    prefixes=(PREFIX,),
+    prefixes=(PREFIX, BACKEND_PREFIX),
     rules=RULES,
     tokenize=None,
     process="tritonserver",
     wraps=("vllm",),
+    version=Version(path="/v2"),
 )

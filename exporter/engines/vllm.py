@@ -3,49 +3,83 @@
 Sources: ``vllm/v1/metrics/loggers.py`` (V1 engine, 0.8 and later; labels ``model_name`` and
 ``engine``, the engine-core index, one series per data-parallel engine) and
 ``vllm/engine/metrics.py`` (V0 engine, up to 0.10; label ``model_name`` only). The model is the
-``model_name`` label (``--served-model-name``).
+``model_name`` label (``--served-model-name``). Captured scrapes in
+``tests/fixtures/engines/``: a V0 server of mid-2024 and a V1 server of January 2026 (seen
+through a Dynamo worker, which passes the ``vllm:`` lines through unchanged), and a
+data-parallel excerpt (``engine="1"``).
 
-=====================================  =======================================================
-normalised                             vLLM (deprecated names after the first)
-=====================================  =======================================================
-inference_queue_depth                  vllm:num_requests_waiting
-inference_requests_running             vllm:num_requests_running
-inference_kv_cache_usage_ratio         vllm:kv_cache_usage_perc; vllm:gpu_cache_usage_perc
-                                       (deprecated 0.9, hidden 0.10, then removed)
-inference_prompt_tokens_total          vllm:prompt_tokens_total
-inference_generation_tokens_total      vllm:generation_tokens_total
-inference_time_to_first_token_seconds  vllm:time_to_first_token_seconds
-inference_inter_token_latency_seconds  vllm:inter_token_latency_seconds (0.11+);
-                                       vllm:time_per_output_token_seconds (deprecated 0.11,
-                                       hidden 0.12, removed 0.13)
-inference_e2e_request_latency_seconds  vllm:e2e_request_latency_seconds
-inference_queue_time_seconds           vllm:request_queue_time_seconds;
-                                       vllm:time_in_queue_requests (V0, deprecated 0.8)
-inference_prefill_time_seconds         vllm:request_prefill_time_seconds
-inference_decode_time_seconds          vllm:request_decode_time_seconds
-=====================================  =======================================================
+==========================================  ==================================================
+normalised                                  vLLM (deprecated names after the first)
+==========================================  ==================================================
+inference_queue_depth                       vllm:num_requests_waiting
+inference_queue_depth_by_reason             vllm:num_requests_waiting_by_reason{reason}
+                                            (capacity, deferred)
+inference_requests_running                  vllm:num_requests_running
+inference_kv_cache_usage_ratio              vllm:kv_cache_usage_perc; vllm:gpu_cache_usage_perc
+                                            (deprecated 0.9, hidden 0.10, then removed)
+inference_kv_cache_capacity_tokens          vllm:cache_config_info: its kv_cache_size_tokens
+                                            label, else num_gpu_blocks x block_size
+inference_prompt_tokens_total               vllm:prompt_tokens_total
+inference_prompt_tokens_cached_total        vllm:prompt_tokens_cached_total;
+                                            vllm:prompt_tokens_by_source_total
+                                            {source!="local_compute"}
+inference_generation_tokens_total           vllm:generation_tokens_total
+inference_time_to_first_token_seconds       vllm:time_to_first_token_seconds
+inference_inter_token_latency_seconds       vllm:inter_token_latency_seconds (0.11+);
+                                            vllm:time_per_output_token_seconds (deprecated
+                                            0.11, hidden 0.12, removed 0.13)
+inference_e2e_request_latency_seconds       vllm:e2e_request_latency_seconds
+inference_queue_time_seconds                vllm:request_queue_time_seconds;
+                                            vllm:time_in_queue_requests (V0, deprecated 0.8)
+inference_prefill_time_seconds              vllm:request_prefill_time_seconds
+inference_decode_time_seconds               vllm:request_decode_time_seconds
+inference_estimated_flops_total             vllm:estimated_flops_per_gpu_total
+inference_estimated_read_bytes_total        vllm:estimated_read_bytes_per_gpu_total
+inference_estimated_write_bytes_total       vllm:estimated_write_bytes_per_gpu_total
+==========================================  ==================================================
+
+How several series of one model combine:
+
+* Data-parallel engines (label ``engine``): counts, counters and histograms are summed, KV
+  cache usage is the fullest engine's, the KV capacity is the engines' pools added up, and
+  the per-GPU estimates (``--enable-mfu-metrics``) are the mean over engines: still one GPU's
+  share, so their rate divided by one GPU's peak is the model-FLOPs utilisation.
+* ``--api-server-count`` above 1: the API servers share one prometheus_client multiprocess
+  directory, whose collector already sums counters and histograms over the processes and keeps
+  the most recent value of each gauge; the exposition has no ``pid`` label and nothing is
+  counted twice.
+* ``vllm:cache_config_info`` has no ``model_name`` label: it belongs to the server's model.
+* ``vllm:prompt_tokens_total`` already counts cached tokens; ``prompt_tokens_by_source`` splits
+  the same tokens, so it is read only for the cached part, and only without
+  ``prompt_tokens_cached_total``.
 
 Not mapped: ``vllm:request_time_per_output_token_seconds`` (a per-request mean, not the
-inter-token latency), ``vllm:num_requests_swapped`` (V0 only). Several data-parallel engines
-of one model: counts and histograms are summed, KV cache usage is the highest engine's.
-vLLM exports no tokenizer latency.
+inter-token latency), ``vllm:num_requests_swapped`` (V0 only). vLLM exports no tokenizer
+latency and no version; the version comes from ``GET /version``.
 """
 
 from __future__ import annotations
 
-from exporter.engines.model import EngineSpec, Tokenize
-from exporter.engines.rules import Rule, Source, rule
+from exporter.engines.model import EngineSpec, Tokenize, Version
+from exporter.engines.rules import LabelMatcher, Rule, Source, rule
 
 PREFIX = "vllm:"
 MODEL_LABEL = "model_name"
 
 
-def _s(metric: str) -> Source:
-    return Source(metric, model_label=MODEL_LABEL)
+def _s(metric: str, *matchers: LabelMatcher, value_labels: tuple[str, ...] = ()) -> Source:
+    return Source(
+        metric,
+        matchers,
+        model_label=MODEL_LABEL,
+        value_labels=value_labels,
+        engine_wide=bool(value_labels),
+    )
 
 
 RULES: tuple[Rule, ...] = (
     rule("inference_queue_depth", _s("vllm:num_requests_waiting")),
+    rule("inference_queue_depth_by_reason", _s("vllm:num_requests_waiting_by_reason")),
     rule("inference_requests_running", _s("vllm:num_requests_running")),
     rule(
         "inference_kv_cache_usage_ratio",
@@ -53,7 +87,17 @@ RULES: tuple[Rule, ...] = (
         _s("vllm:gpu_cache_usage_perc"),
         aggregate="max",
     ),
+    rule(
+        "inference_kv_cache_capacity_tokens",
+        _s("vllm:cache_config_info", value_labels=("kv_cache_size_tokens",)),
+        _s("vllm:cache_config_info", value_labels=("num_gpu_blocks", "block_size")),
+    ),
     rule("inference_prompt_tokens_total", _s("vllm:prompt_tokens_total")),
+    rule(
+        "inference_prompt_tokens_cached_total",
+        _s("vllm:prompt_tokens_cached_total"),
+        _s("vllm:prompt_tokens_by_source_total", LabelMatcher("source", "!=", "local_compute")),
+    ),
     rule("inference_generation_tokens_total", _s("vllm:generation_tokens_total")),
     rule("inference_time_to_first_token_seconds", _s("vllm:time_to_first_token_seconds")),
     rule(
@@ -69,6 +113,21 @@ RULES: tuple[Rule, ...] = (
     ),
     rule("inference_prefill_time_seconds", _s("vllm:request_prefill_time_seconds")),
     rule("inference_decode_time_seconds", _s("vllm:request_decode_time_seconds")),
+    rule(
+        "inference_estimated_flops_total",
+        _s("vllm:estimated_flops_per_gpu_total"),
+        aggregate="mean",
+    ),
+    rule(
+        "inference_estimated_read_bytes_total",
+        _s("vllm:estimated_read_bytes_per_gpu_total"),
+        aggregate="mean",
+    ),
+    rule(
+        "inference_estimated_write_bytes_total",
+        _s("vllm:estimated_write_bytes_per_gpu_total"),
+        aggregate="mean",
+    ),
 )
 
 SPEC = EngineSpec(
@@ -78,4 +137,5 @@ SPEC = EngineSpec(
     tokenize=Tokenize(),
     preallocates_memory=True,
     process="vllm",
+    version=Version(path="/version"),
 )

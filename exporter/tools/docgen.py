@@ -48,7 +48,10 @@ _COLLECTOR_TITLES = {
 
 
 def _row(spec: MetricSpec) -> str:
-    labels = ", ".join(f"`{label}`" for label in spec.labels) or "-"
+    labels = ", ".join(
+        [f"`{label}`" for label in spec.labels] + [f"`{label}`?" for label in spec.optional_labels]
+    )
+    labels = labels or "-"
     cells = [f"`{spec.name}`", spec.type, spec.unit or "-", labels, spec.help, spec.source or "-"]
     if spec.collector == "nvml":
         cells.append(spec.gpus or "-")
@@ -69,7 +72,8 @@ def render() -> str:
         "`namespace`, `instance`). Every collector also reports",
         "`inference_scrape_collector_success{collector}` and",
         "`inference_scrape_collector_duration_seconds{collector}`; the process's own",
-        "`process_*` and `python_info` come from prometheus_client.",
+        "`process_*` and `python_info` come from prometheus_client. A label marked `?` is",
+        "there only in some configurations: `endpoint` when several `--engine.url` are polled.",
         "",
         f"`inference_gpu_utilization_samples` buckets: {', '.join(map(str, UTILIZATION_BUCKETS))}.",
         "",

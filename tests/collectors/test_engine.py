@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
-from support.fakeengine import FakeEngine, gzip_bomb, unused_port
+from support.fakeengine import DEFAULT_METRICS, FakeEngine, gzip_bomb, unused_port
 from support.metrics import registry_of
+from support.paths import FIXTURES as ALL_FIXTURES
 
 from exporter.backends.http import make_session
 from exporter.collectors.base import Collection
-from exporter.collectors.engine import EngineCollector, EngineHub
+from exporter.collectors.engine import EngineCollector, EngineHub, endpoint_labels, version_of
+
+FIXTURES = ALL_FIXTURES / "engines"
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 V = {"engine": "vllm", "model": MODEL}
@@ -247,3 +253,154 @@ def test_background_thread_polls_and_stops_promptly() -> None:
             start = time.monotonic()
             collector.stop(3)
             assert time.monotonic() - start < 2
+
+
+# --- every reason from 0, engine info and version ----------------------------------------------
+
+REASONS = ("connect", "timeout", "status", "too_large", "protocol", "parse", "unrecognised")
+
+
+def test_every_failure_reason_is_there_from_the_start() -> None:
+    reg, collection = scrape(make("http://127.0.0.1:1/metrics"))
+    assert not collection.success
+    assert reg.get_sample_value("inference_engine_up", {"engine": "unknown"}) == 0
+    for reason in REASONS:
+        labels = {"engine": "unknown", "reason": reason}
+        assert reg.get_sample_value("inference_engine_poll_failures_total", labels) == 0
+
+
+async def test_engine_info_with_the_version_the_engine_tells(
+    session: aiohttp.ClientSession,
+) -> None:
+    asked: list[str] = []
+    version = {"body": json.dumps({"version": "0.11.2", "other": 1})}
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=DEFAULT_METRICS, content_type="text/plain")
+
+    async def version_route(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.Response(text=version["body"], content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/version", version_route)
+    async with TestServer(app, host="127.0.0.1") as server:
+        collector = make(f"http://127.0.0.1:{server.port}/metrics")
+        await collector.tick(session)
+        await collector.tick(session)
+        reg, _ = scrape(collector)
+        info = {"engine": "vllm", "version": "0.11.2", "model": MODEL}
+        assert reg.get_sample_value("inference_engine_info", info) == 1
+        assert asked == ["/version"]  # once per time the engine comes up, not per poll
+        # the engine goes away and comes back upgraded: asked again
+        collector.endpoints[0].url = f"http://127.0.0.1:{unused_port()}/metrics"
+        await collector.tick(session)
+        collector.endpoints[0].url = f"http://127.0.0.1:{server.port}/metrics"
+        version["body"] = json.dumps({"version": "0.12.0"})
+        await collector.tick(session)
+        reg, _ = scrape(collector)
+        assert reg.get_sample_value("inference_engine_info", {**info, "version": "0.12.0"}) == 1
+        assert reg.get_sample_value("inference_engine_info", info) is None
+        assert asked == ["/version", "/version"]
+
+
+async def test_engine_info_without_a_version_endpoint(
+    engine: FakeEngine, session: aiohttp.ClientSession
+) -> None:
+    collector = make(engine.url + "/metrics")
+    await collector.tick(session)  # the fake answers /version with 404
+    reg, _ = scrape(collector)
+    info = {"engine": "vllm", "version": "", "model": MODEL}
+    assert reg.get_sample_value("inference_engine_info", info) == 1
+
+
+def test_version_of_reads_the_engines_shapes() -> None:
+    assert version_of(b'{"version": "0.11.2"}', ("version",)) == "0.11.2"
+    assert version_of(b'{"release": "1.0.0", "api": "1.0.0"}', ("release",)) == "1.0.0"
+    assert version_of(b'{"build_info": "b5490-a1b2c3"}', ("build_info",)) == "b5490-a1b2c3"
+    assert version_of(b'{"version": 3}', ("version",)) == "3"
+    for bad in (b"<html>", b'["0.1"]', b'{"version": true}', b'{"v": "1"}', b"\xff"):
+        assert version_of(bad, ("version",)) == ""
+
+
+# --- several endpoints ---------------------------------------------------------------------------
+
+
+def test_endpoint_labels() -> None:
+    assert endpoint_labels(["http://127.0.0.1:8000/metrics"]) == ["127.0.0.1:8000"]
+    assert endpoint_labels(
+        ["http://user:secret@10.0.0.1/metrics", "https://[::1]/prometheus/metrics"]
+    ) == ["10.0.0.1:80", "[::1]:443"]
+    # two endpoints on one port (a proxy): the path tells them apart
+    assert endpoint_labels(["http://h:9/prefill/metrics", "http://h:9/decode/metrics"]) == [
+        "h:9/prefill/metrics",
+        "h:9/decode/metrics",
+    ]
+    with pytest.raises(ValueError, match="given twice"):
+        endpoint_labels(["http://h:9/metrics", "http://h:9/metrics"])
+
+
+def endpoint_of(engine: FakeEngine) -> str:
+    return engine.url.removeprefix("http://")
+
+
+async def test_each_endpoint_is_polled_on_its_own(session: aiohttp.ClientSession) -> None:
+    prefill_body = DEFAULT_METRICS
+    decode_body = (FIXTURES / "dynamo-worker-sglang-2026-01.txt").read_text()
+    async with (
+        FakeEngine(metrics_body=prefill_body) as one,
+        FakeEngine(metrics_body=decode_body) as two,
+    ):
+        collector = make(one.url + "/metrics", more_urls=[two.url + "/metrics"])
+        await collector.tick(session)
+        reg, collection = scrape(collector)
+        assert collection.success
+        a = {"engine": "vllm", "endpoint": endpoint_of(one)}
+        b = {"engine": "dynamo", "endpoint": endpoint_of(two)}
+        g = reg.get_sample_value
+        assert g("inference_engine_up", a) == 1
+        assert g("inference_engine_up", b) == 1
+        assert g("inference_queue_depth", {**a, "model": MODEL}) == 1
+        assert g("inference_kv_cache_capacity_tokens", {**b, "model": "Qwen/Qwen3-0.6B"}) == 92962
+        assert g("inference_engine_poll_failures_total", {**b, "reason": "connect"}) == 0
+        # one endpoint goes away: its series go stale on their own, the other's stay
+        two.set_mode("500", route="metrics")
+        await collector.tick(session)
+        reg, collection = scrape(collector)
+        assert not collection.success
+        assert two.url in collection.error
+        g = reg.get_sample_value
+        assert g("inference_engine_up", b) == 0
+        assert g("inference_engine_up", a) == 1
+        assert g("inference_engine_poll_failures_total", {**b, "reason": "status"}) == 1
+        assert g("inference_engine_poll_failures_total", {**a, "reason": "status"}) == 0
+        assert g("inference_queue_depth", {**a, "model": MODEL}) == 1
+
+
+async def test_a_frontend_and_its_worker_never_count_a_request_twice(
+    session: aiohttp.ClientSession,
+) -> None:
+    front_body = (FIXTURES / "dynamo-frontend-2026-01.txt").read_text()
+    worker_body = (FIXTURES / "dynamo-worker-sglang-2026-01.txt").read_text()
+    async with (
+        FakeEngine(metrics_body=front_body) as front,
+        FakeEngine(metrics_body=worker_body) as worker,
+    ):
+        collector = make(front.url + "/metrics", more_urls=[worker.url + "/metrics"])
+        await collector.tick(session)
+        reg, _ = scrape(collector)
+        model = "Qwen/Qwen3-0.6B"
+        f = {"engine": "dynamo", "endpoint": endpoint_of(front), "model": model}
+        w = {"engine": "dynamo", "endpoint": endpoint_of(worker), "model": model}
+        g = reg.get_sample_value
+        # request-level: the frontend's only
+        assert g("inference_generation_tokens_total", f) == 300
+        assert g("inference_generation_tokens_total", w) is None
+        assert g("inference_time_to_first_token_seconds_count", f) == 1
+        assert g("inference_time_to_first_token_seconds_count", w) is None
+        # the engine's own numbers: the worker's only
+        assert g("inference_kv_cache_usage_ratio", w) == 0
+        assert g("inference_queue_depth", w) == 0
+        assert g("inference_queue_depth", f) is None
+        assert g("inference_kv_cache_capacity_tokens", f) is None

@@ -45,6 +45,7 @@ def test_bundled_prompt_is_about_512_tokens() -> None:
         ("sglang", {"prompt": "x", "model": "m"}),
         ("tgi", {"inputs": "x"}),
         ("llamacpp", {"content": "x"}),
+        ("lmdeploy", {"input": "x", "do_preprocess": False, "add_bos": True}),
     ],
 )
 def test_request_bodies(engine: str, body: dict[str, str]) -> None:
@@ -55,6 +56,9 @@ def test_token_count_shapes() -> None:
     assert token_count(b'{"count": 5, "max_model_len": 8192, "tokens": [1, 2, 3, 4, 5]}') == 5
     assert token_count(b'{"tokens": [1, 2, 3]}') == 3
     assert token_count(b'[{"id": 1}, {"id": 2}]') == 2
+    # LMDeploy's /v1/encode
+    assert token_count(b'{"input_ids": [1, 2, 3, 4], "length": 4}') == 4
+    assert token_count(b'{"input_ids": [1, 2]}') == 2
     for bad in (b"not json", b'{"x": 1}', b'"text"', b'{"count": true}'):
         with pytest.raises(ValueError):
             token_count(bad)
@@ -135,10 +139,24 @@ async def test_waits_for_engine_type_and_uses_model_from_metrics(
         assert fake.last_tokenize_request["model"] == "llama-3"
 
 
-async def test_triton_needs_an_explicit_url(session: aiohttp.ClientSession) -> None:
-    collector = TokenizerCollector(EngineHub(configured="triton"), "http://127.0.0.1:1/metrics")
+@pytest.mark.parametrize("engine", ["triton", "nim", "trtllm", "dynamo", "ray"])
+async def test_engines_without_a_tokenize_endpoint_need_an_explicit_url(
+    session: aiohttp.ClientSession, engine: str
+) -> None:
+    collector = TokenizerCollector(EngineHub(configured=engine), "http://127.0.0.1:1/metrics")
     await collector.tick(session)
-    assert "--tokenizer.url" in collector.collect().error
+    collection = collector.collect()
+    assert "--tokenizer.url" in collection.error
+    assert collection.success  # idle, not failing
+    reg = registry_of(collection)
+    assert reg.get_sample_value("inference_tokenizer_probe_failures_total", {"engine": engine}) == 0
+
+
+def test_lmdeploy_probe_goes_to_its_encode_endpoint() -> None:
+    collector = TokenizerCollector(
+        EngineHub(configured="lmdeploy"), "http://10.0.0.1:23333/metrics"
+    )
+    assert collector.target() == ("lmdeploy", "http://10.0.0.1:23333/v1/encode")
 
 
 async def test_engine_reported_latency_is_merged(session: aiohttp.ClientSession) -> None:

@@ -12,12 +12,17 @@ from exporter.engines import (
     ENGINES,
     NORMALISED,
     detect,
+    dynamo,
     llamacpp,
+    lmdeploy,
+    nim,
     normalise,
     parse_exposition,
+    ray,
     sglang,
     tgi,
     triton,
+    trtllm,
     vllm,
 )
 from exporter.engines.model import EngineSnapshot, Series
@@ -27,7 +32,6 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
 INF = math.inf
 
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-SGLANG_MODEL = "Qwen/Qwen2.5-7B-Instruct"
 
 
 def snapshot(fixture: str, *, max_series: int = 1000) -> EngineSnapshot:
@@ -54,23 +58,6 @@ def names(snap: EngineSnapshot) -> set[str]:
 # --- detection -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("fixture", "engine"),
-    [
-        ("vllm.txt", "vllm"),
-        ("vllm-legacy.txt", "vllm"),
-        ("sglang.txt", "sglang"),
-        ("tgi.txt", "tgi"),
-        ("triton.txt", "triton"),
-        ("llamacpp.txt", "llamacpp"),
-        ("custom.txt", "custom"),
-    ],
-)
-def test_detects_each_engine_from_its_fixture(fixture: str, engine: str) -> None:
-    families = parse_exposition((FIXTURES / fixture).read_text(encoding="utf-8"))
-    assert detect(families) == engine
-
-
 def test_detect_gives_none_for_unrelated_metrics() -> None:
     families = parse_exposition("# TYPE node_load1 gauge\nnode_load1 0.5\nup 1\n")
     assert detect(families) is None
@@ -82,7 +69,19 @@ def test_detect_prefers_triton_when_a_backend_exports_its_own_families() -> None
 
 
 def test_engine_types() -> None:
-    assert ENGINES == ("vllm", "sglang", "tgi", "triton", "llamacpp", "custom")
+    assert ENGINES == (
+        "vllm",
+        "sglang",
+        "tgi",
+        "triton",
+        "llamacpp",
+        "nim",
+        "trtllm",
+        "dynamo",
+        "lmdeploy",
+        "ray",
+        "custom",
+    )
 
 
 def test_unknown_engine_type_is_a_value_error() -> None:
@@ -90,9 +89,11 @@ def test_unknown_engine_type_is_a_value_error() -> None:
         normalise([], "auto")
 
 
-@pytest.mark.parametrize("module", [vllm, sglang, tgi, triton, llamacpp])
+@pytest.mark.parametrize(
+    "module", [vllm, sglang, tgi, triton, llamacpp, nim, trtllm, dynamo, lmdeploy, ray]
+)
 def test_tables_only_fill_normalised_names_once(module: ModuleType) -> None:
-    targets = [r.target for r in module.RULES]
+    targets = [r.target for r in module.SPEC.rules]
     assert len(targets) == len(set(targets))
     assert set(targets) <= set(NORMALISED)
 
@@ -110,13 +111,11 @@ def test_normalised_names_are_the_catalogue_engine_metrics_with_a_model_and_the_
 
 VLLM_ITL_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 VLLM_ITL_BOUNDS_CURRENT = (*VLLM_ITL_BOUNDS, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, INF)
-VLLM_ITL_BOUNDS_LEGACY = (*VLLM_ITL_BOUNDS, INF)
 VLLM_ITL_HEAD = (0.0, 300000.0, 380000.0, 383000.0, 383000.0, 383000.0, 383000.0)
 
 
-@pytest.mark.parametrize("fixture", ["vllm.txt", "vllm-legacy.txt"])
-def test_vllm_gauges_and_counters(fixture: str) -> None:
-    snap = snapshot(fixture)
+def test_vllm_gauges_and_counters() -> None:
+    snap = snapshot("vllm.txt")
     assert snap.engine == "vllm"
     assert one(snap, "inference_queue_depth", VLLM_MODEL).value == 7.0
     assert one(snap, "inference_requests_running", VLLM_MODEL).value == 12.0
@@ -132,6 +131,7 @@ def test_vllm_current_names_give_every_normalised_metric_vllm_has() -> None:
         "inference_queue_depth",
         "inference_requests_running",
         "inference_kv_cache_usage_ratio",
+        "inference_kv_cache_capacity_tokens",
         "inference_prompt_tokens_total",
         "inference_generation_tokens_total",
         "inference_time_to_first_token_seconds",
@@ -142,6 +142,9 @@ def test_vllm_current_names_give_every_normalised_metric_vllm_has() -> None:
         "inference_decode_time_seconds",
     }
     assert {s.model for s in snapshot("vllm.txt").series} == {VLLM_MODEL}
+    # cache_config_info carries no model_name: the server's only model is meant
+    capacity = one(snapshot("vllm.txt"), "inference_kv_cache_capacity_tokens", VLLM_MODEL)
+    assert capacity.value == 29127 * 16
 
 
 def test_vllm_inter_token_latency_keeps_the_engines_buckets() -> None:
@@ -150,17 +153,6 @@ def test_vllm_inter_token_latency_keeps_the_engines_buckets() -> None:
     assert tuple(b for b, _ in itl.buckets) == VLLM_ITL_BOUNDS_CURRENT
     assert tuple(c for _, c in itl.buckets) == VLLM_ITL_HEAD + (383512.0,) * 13
     assert (itl.sum, itl.count) == (7503.0, 383512.0)
-
-
-def test_vllm_deprecated_names_give_the_same_normalised_names() -> None:
-    current, legacy = snapshot("vllm.txt"), snapshot("vllm-legacy.txt")
-    assert names(legacy) == names(current)
-    itl = one(legacy, "inference_inter_token_latency_seconds", VLLM_MODEL)  # time_per_output
-    assert tuple(b for b, _ in itl.buckets) == VLLM_ITL_BOUNDS_LEGACY
-    assert tuple(c for _, c in itl.buckets) == VLLM_ITL_HEAD + (383512.0,) * 7
-    for s in current.series:
-        old = one(legacy, s.name, s.model)
-        assert (old.kind, old.value, old.sum, old.count) == (s.kind, s.value, s.sum, s.count)
 
 
 @pytest.mark.parametrize(
@@ -271,49 +263,6 @@ def test_missing_model_label_gives_the_empty_model() -> None:
 
 
 # --- SGLang --------------------------------------------------------------------------------------
-
-
-def test_sglang_data_parallel_ranks() -> None:
-    snap = snapshot("sglang.txt")
-    assert snap.engine == "sglang"
-    assert one(snap, "inference_queue_depth", SGLANG_MODEL).value == 7.0  # 4 + 3
-    assert one(snap, "inference_requests_running", SGLANG_MODEL).value == 38.0  # 20 + 18
-    assert one(snap, "inference_kv_cache_usage_ratio", SGLANG_MODEL).value == 0.57  # max
-    assert one(snap, "inference_prompt_tokens_total", SGLANG_MODEL).value == 2831155.0
-    assert one(snap, "inference_generation_tokens_total", SGLANG_MODEL).value == 1048576.0
-
-
-def test_sglang_queue_time_histograms_of_both_ranks_are_summed() -> None:
-    q = one(snapshot("sglang.txt"), "inference_queue_time_seconds", SGLANG_MODEL)
-    assert q.buckets[:5] == ((0.0, 0.0), (0.1, 700.0), (0.2, 700.0), (0.5, 800.0), (1.0, 900.0))
-    assert len(q.buckets) == 37
-    assert q.buckets[-2:] == ((3000.0, 900.0), (INF, 900.0))
-    assert (q.sum, q.count) == (143.75, 900.0)
-
-
-@pytest.mark.parametrize(
-    ("name", "total", "count", "buckets"),
-    [
-        ("inference_time_to_first_token_seconds", 1984.0, 4096.0, 19),
-        ("inference_inter_token_latency_seconds", 9983.75, 1044480.0, 24),
-        ("inference_e2e_request_latency_seconds", 41984.0, 4096.0, 23),
-    ],
-)
-def test_sglang_latency_histograms(name: str, total: float, count: float, buckets: int) -> None:
-    h = one(snapshot("sglang.txt"), name, SGLANG_MODEL)
-    assert (h.sum, h.count, len(h.buckets)) == (total, count, buckets)
-
-
-def test_sglang_itl_buckets() -> None:
-    itl = one(snapshot("sglang.txt"), "inference_inter_token_latency_seconds", SGLANG_MODEL)
-    got = dict(itl.buckets)
-    assert (got[0.006], got[0.008], got[0.01], got[0.03], got[0.035]) == (
-        0.0,
-        600000.0,
-        1000000.0,
-        1000000.0,
-        1044480.0,
-    )
 
 
 def test_sglang_older_releases_read_time_per_output_token() -> None:

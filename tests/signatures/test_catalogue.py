@@ -183,6 +183,7 @@ def test_runbooks_name_the_on_node_tools() -> None:
 def test_memory_caveat_for_preallocating_engines() -> None:
     sig = {s.alert: s for s in catalogue(parse_config({}))}["InferenceGPUMemoryHeadroomLow"]
     framebuffer = sig.rules[1]
-    assert 'inference_engine_up{engine=~"vllm|sglang|tgi"}' in framebuffer.expr
+    preallocating = "vllm|sglang|tgi|nim|trtllm|dynamo|lmdeploy|ray"  # every such EngineSpec
+    assert f'inference_engine_up{{engine=~"{preallocating}"}}' in framebuffer.expr
     assert "unless on (namespace, pod, instance, job)" in framebuffer.expr
     assert any("pre-allocate" in c or "reserve" in c for c in sig.runbook.caveats)

@@ -1,0 +1,122 @@
+"""NVIDIA Dynamo: the frontend's ``dynamo_frontend_*`` and the workers' ``dynamo_component_*``
+with the engine's own metrics passed through.
+
+Sources: ai-dynamo/dynamo ``docs/observability/metrics.md`` and the captured scrapes of its
+``metrics_examples`` (January 2026, in ``tests/fixtures/engines/``): a frontend
+(``python -m dynamo.frontend``, ``/metrics`` on its HTTP port) and three workers
+(``python -m dynamo.vllm|sglang|trtllm``, ``/metrics`` on ``DYN_SYSTEM_PORT``). A worker serves
+the engine's families unchanged (``vllm:*``, ``sglang:*``; TensorRT-LLM's with a ``trtllm_``
+prefix Dynamo adds) next to its own ``dynamo_component_*``.
+
+A worker is read with the engine's own rules (:mod:`~exporter.engines.vllm`,
+:mod:`~exporter.engines.sglang`, :mod:`~exporter.engines.trtllm`), which come first; its
+``dynamo_component_*`` families only fill what the engine's do not
+(``dynamo_component_kvstats_gpu_cache_usage_percent``, later
+``dynamo_component_gpu_cache_usage_percent``, a ratio with no model label; its
+``dynamo_component_requests_total`` counts the engine's requests again and is not read).
+
+==========================================  ==================================================
+normalised                                  Dynamo frontend
+==========================================  ==================================================
+inference_queue_depth                       dynamo_frontend_queued_requests
+inference_requests_running                  dynamo_frontend_inflight_requests
+inference_kv_cache_capacity_tokens          dynamo_frontend_model_total_kv_blocks x
+                                            dynamo_frontend_model_kv_cache_block_size (every
+                                            worker of the model, as the frontend sees them)
+inference_prompt_tokens_total               dynamo_frontend_input_sequence_tokens_sum
+inference_generation_tokens_total           dynamo_frontend_output_tokens_total
+inference_time_to_first_token_seconds       dynamo_frontend_time_to_first_token_seconds
+inference_inter_token_latency_seconds       dynamo_frontend_inter_token_latency_seconds
+inference_e2e_request_latency_seconds       dynamo_frontend_request_duration_seconds
+==========================================  ==================================================
+
+The frontend writes its request metrics' ``model`` label in lower case and its model
+configuration gauges in the model's own case (``qwen/qwen3-0.6b`` and ``Qwen/Qwen3-0.6B``):
+the lower-case names are mapped back to the configured spelling, so the frontend's series and
+the workers' share one model name. An endpoint whose only families are the frontend's is of
+layer ``frontend``: when the sidecar polls a frontend and workers together, the request-level
+names (TTFT, ITL, end-to-end latency, prompt and generation tokens) come from the frontend
+only and every other name from the workers only (``docs/engines.md``), so no request is
+counted twice. No tokenize endpoint and no version.
+"""
+
+from __future__ import annotations
+
+from exporter.engines import sglang, trtllm, vllm
+from exporter.engines.model import EngineSpec
+from exporter.engines.rules import Product, Rule, SampleIndex, Source, merge_tables, rule
+
+FRONTEND = "dynamo_frontend_"
+COMPONENT = "dynamo_component_"
+MODEL_LABEL = "model"
+
+
+def _f(metric: str) -> Source:
+    return Source(metric, model_label=MODEL_LABEL)
+
+
+FRONTEND_RULES: tuple[Rule, ...] = (
+    rule("inference_queue_depth", _f("dynamo_frontend_queued_requests")),
+    rule("inference_requests_running", _f("dynamo_frontend_inflight_requests")),
+    rule(
+        "inference_kv_cache_capacity_tokens",
+        Product(
+            _f("dynamo_frontend_model_total_kv_blocks"),
+            _f("dynamo_frontend_model_kv_cache_block_size"),
+        ),
+    ),
+    rule("inference_prompt_tokens_total", _f("dynamo_frontend_input_sequence_tokens_sum")),
+    rule(
+        "inference_generation_tokens_total",
+        _f("dynamo_frontend_output_tokens_total"),
+        _f("dynamo_frontend_output_sequence_tokens_sum"),
+    ),
+    rule(
+        "inference_time_to_first_token_seconds",
+        _f("dynamo_frontend_time_to_first_token_seconds"),
+    ),
+    rule(
+        "inference_inter_token_latency_seconds",
+        _f("dynamo_frontend_inter_token_latency_seconds"),
+    ),
+    rule(
+        "inference_e2e_request_latency_seconds",
+        _f("dynamo_frontend_request_duration_seconds"),
+    ),
+)
+
+COMPONENT_RULES: tuple[Rule, ...] = (
+    rule(
+        "inference_kv_cache_usage_ratio",
+        Source("dynamo_component_kvstats_gpu_cache_usage_percent", engine_wide=True),
+        Source("dynamo_component_gpu_cache_usage_percent", engine_wide=True),
+        aggregate="max",
+    ),
+)
+
+
+def model_alias(index: SampleIndex) -> dict[str, str]:
+    """Lower-case model names of the frontend's request metrics -> the configured spelling
+    (from the ``dynamo_frontend_model_*`` gauges)."""
+    aliases: dict[str, str] = {}
+    for name, series in index.items():
+        if not name.startswith(FRONTEND + "model_"):
+            continue
+        for labels in series:
+            model = dict(labels).get(MODEL_LABEL, "")
+            if model and model.lower() != model:
+                aliases[model.lower()] = model
+    return aliases
+
+
+SPEC = EngineSpec(
+    name="dynamo",
+    prefixes=(FRONTEND, COMPONENT),
+    rules=merge_tables(vllm.RULES, sglang.RULES, trtllm.RULES, FRONTEND_RULES, COMPONENT_RULES),
+    tokenize=None,
+    preallocates_memory=True,
+    process=r"dynamo\.(frontend|vllm|sglang|trtllm)|dynamo-run",
+    wraps=("vllm", "sglang", "trtllm"),
+    frontend_prefixes=(FRONTEND,),
+    model_alias=model_alias,
+)

@@ -1,0 +1,83 @@
+"""LMDeploy's ``api_server``: ``lmdeploy:*`` metrics at ``/metrics`` (port 23333).
+
+Source: ``lmdeploy/metrics/loggers.py`` at 0.9.1 (the first release with metrics) and 0.16.0:
+prometheus_client, labels ``model_name`` and ``engine`` (the data-parallel rank; with DP above
+1 each rank has its own ``api_server`` and ``/metrics``). On by default since late 2025
+(``--disable-metrics``), ``--enable-metrics`` before. **No captured scrape exists publicly**:
+``tests/fixtures/engines/lmdeploy.txt`` is written from the declarations, and says so.
+
+==========================================  ==================================================
+normalised                                  LMDeploy
+==========================================  ==================================================
+inference_queue_depth                       lmdeploy:num_requests_waiting (the engine's queue;
+                                            lmdeploy:num_api_requests_waiting, requests waiting
+                                            for a request handle in the API server, is not
+                                            added: it is a queue before this one)
+inference_requests_running                  lmdeploy:num_requests_running
+inference_kv_cache_usage_ratio              lmdeploy:gpu_cache_usage_perc (a ratio, "1 means
+                                            100 percent usage")
+inference_prompt_tokens_total               lmdeploy:prompt_tokens_total
+inference_prompt_tokens_cached_total        lmdeploy:cached_tokens_total (later releases)
+inference_generation_tokens_total           lmdeploy:generation_tokens_total
+inference_time_to_first_token_seconds       lmdeploy:time_to_first_token_seconds
+inference_inter_token_latency_seconds       lmdeploy:iter_token_latency (later releases, per
+                                            token); lmdeploy:time_per_output_token_seconds (a
+                                            per-request mean)
+inference_e2e_request_latency_seconds       lmdeploy:e2e_request_latency_seconds
+inference_queue_time_seconds                lmdeploy:request_queue_time_seconds
+inference_prefill_time_seconds              lmdeploy:request_prefill_time_seconds
+inference_decode_time_seconds               lmdeploy:request_decode_time_seconds
+==========================================  ==================================================
+
+Several ``engine`` values of one model are summed (KV usage: the fullest). Tokenize endpoint
+``POST /v1/encode`` (``{"input": ..., "add_bos": ...}`` answering ``input_ids`` and
+``length``); no version endpoint or series.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporter.engines.model import EngineSpec, Tokenize
+from exporter.engines.rules import Rule, Source, rule
+
+PREFIX = "lmdeploy:"
+MODEL_LABEL = "model_name"
+
+
+def _s(metric: str) -> Source:
+    return Source(metric, model_label=MODEL_LABEL)
+
+
+def _encode_body(text: str, model: str) -> dict[str, Any]:
+    # add_bos as a chat request would; do_preprocess off: the raw text, no chat template.
+    return {"input": text, "do_preprocess": False, "add_bos": True}
+
+
+RULES: tuple[Rule, ...] = (
+    rule("inference_queue_depth", _s("lmdeploy:num_requests_waiting")),
+    rule("inference_requests_running", _s("lmdeploy:num_requests_running")),
+    rule("inference_kv_cache_usage_ratio", _s("lmdeploy:gpu_cache_usage_perc"), aggregate="max"),
+    rule("inference_prompt_tokens_total", _s("lmdeploy:prompt_tokens_total")),
+    rule("inference_prompt_tokens_cached_total", _s("lmdeploy:cached_tokens_total")),
+    rule("inference_generation_tokens_total", _s("lmdeploy:generation_tokens_total")),
+    rule("inference_time_to_first_token_seconds", _s("lmdeploy:time_to_first_token_seconds")),
+    rule(
+        "inference_inter_token_latency_seconds",
+        _s("lmdeploy:iter_token_latency"),
+        _s("lmdeploy:time_per_output_token_seconds"),
+    ),
+    rule("inference_e2e_request_latency_seconds", _s("lmdeploy:e2e_request_latency_seconds")),
+    rule("inference_queue_time_seconds", _s("lmdeploy:request_queue_time_seconds")),
+    rule("inference_prefill_time_seconds", _s("lmdeploy:request_prefill_time_seconds")),
+    rule("inference_decode_time_seconds", _s("lmdeploy:request_decode_time_seconds")),
+)
+
+SPEC = EngineSpec(
+    name="lmdeploy",
+    prefixes=(PREFIX,),
+    rules=RULES,
+    tokenize=Tokenize(path="/v1/encode", body=_encode_body),
+    preallocates_memory=True,
+    process="lmdeploy",
+)

@@ -1,0 +1,117 @@
+"""TensorRT-LLM's ``trtllm-serve``: ``trtllm_*`` metrics at ``/prometheus/metrics``.
+
+Source: ``tensorrt_llm/metrics/collector.py`` (``MetricsCollector``, prometheus_client; labels
+``model_name`` and ``engine_type``; the request histograms need ``return_perf_metrics: true``,
+the iteration gauges ``enable_iter_perf_stats: true`` in ``--extra_llm_api_options``).
+``GET /metrics`` on the same port is a JSON list of iteration statistics, not Prometheus.
+
+The names changed three times, all read:
+
+1. ``pytrtllm:*`` (a 2025 proposal that was not merged; a pasted scrape exists);
+2. unprefixed ``time_to_first_token_seconds``, ``time_per_output_token_seconds``,
+   ``e2e_request_latency_seconds``, ``request_queue_time_seconds`` and
+   ``request_success_total{finish_reason}``, with ``model_name="undefined"`` (releases of
+   mid-2025 to early 2026; the model is then unknown, ``""``);
+3. ``trtllm_*`` (Dynamo's TensorRT-LLM worker added the prefix first, briefly as ``trtllm:``,
+   then TensorRT-LLM itself, with the iteration gauges).
+
+==========================================  ==================================================
+normalised                                  TensorRT-LLM (older names after the first)
+==========================================  ==================================================
+inference_queue_depth                       trtllm_num_requests_waiting;
+                                            pytrtllm:num_requests_waiting
+inference_requests_running                  trtllm_num_requests_running;
+                                            pytrtllm:num_requests_running
+inference_kv_cache_usage_ratio              trtllm_kv_cache_utilization (used / max blocks)
+inference_kv_cache_capacity_tokens          trtllm_kv_cache_max_blocks x
+                                            trtllm_kv_cache_tokens_per_block
+inference_prompt_tokens_total               trtllm_prompt_tokens_total; pytrtllm:...
+inference_generation_tokens_total           trtllm_generation_tokens_total; pytrtllm:...
+inference_time_to_first_token_seconds       trtllm_time_to_first_token_seconds; unprefixed
+inference_inter_token_latency_seconds       trtllm_time_per_output_token_seconds (one
+                                            observation per request: its mean time per
+                                            output token); unprefixed
+inference_e2e_request_latency_seconds       trtllm_e2e_request_latency_seconds; unprefixed
+inference_queue_time_seconds                trtllm_request_queue_time_seconds; unprefixed
+inference_prefill_time_seconds              trtllm_request_prefill_time_seconds
+inference_decode_time_seconds               trtllm_request_decode_time_seconds
+==========================================  ==================================================
+
+Recognised by the ``trtllm_``, ``trtllm:`` or ``pytrtllm:`` prefix, or, for the unprefixed
+releases, by two of the four unprefixed histograms together (an exposition with NIM's gauges
+is NIM's, checked first). No captured scrape of the ``trtllm_`` iteration gauges was found:
+those rows follow the collector's source. No tokenize endpoint; the version comes from
+``GET /version``.
+"""
+
+from __future__ import annotations
+
+from exporter.engines.model import EngineSpec, Version
+from exporter.engines.rules import Product, Rule, Source, rule
+
+PREFIXES = ("trtllm_", "trtllm:", "pytrtllm:")
+MODEL_LABEL = "model_name"
+# The first metrics collector labelled every series model_name="undefined".
+_BLANK = ("undefined",)
+# Histograms of the unprefixed releases; two of them recognise the engine.
+UNPREFIXED = (
+    "time_to_first_token_seconds",
+    "time_per_output_token_seconds",
+    "e2e_request_latency_seconds",
+    "request_queue_time_seconds",
+)
+
+
+def _s(metric: str) -> Source:
+    return Source(metric, model_label=MODEL_LABEL, blank_models=_BLANK)
+
+
+def _named(name: str, *, older: tuple[str, ...] = ("trtllm:",)) -> tuple[Source, ...]:
+    """``trtllm_<name>`` and the older spellings given, newest first."""
+    return (_s("trtllm_" + name), *(_s(prefix + name) for prefix in older))
+
+
+def _histogram(name: str) -> tuple[Source, ...]:
+    return (*_named(name), _s(name))
+
+
+RULES: tuple[Rule, ...] = (
+    rule("inference_queue_depth", *_named("num_requests_waiting", older=("trtllm:", "pytrtllm:"))),
+    rule(
+        "inference_requests_running",
+        *_named("num_requests_running", older=("trtllm:", "pytrtllm:")),
+    ),
+    rule("inference_kv_cache_usage_ratio", *_named("kv_cache_utilization"), aggregate="max"),
+    rule(
+        "inference_kv_cache_capacity_tokens",
+        Product(_s("trtllm_kv_cache_max_blocks"), _s("trtllm_kv_cache_tokens_per_block")),
+    ),
+    rule(
+        "inference_prompt_tokens_total",
+        *_named("prompt_tokens_total", older=("trtllm:", "pytrtllm:")),
+    ),
+    rule(
+        "inference_generation_tokens_total",
+        *_named("generation_tokens_total", older=("trtllm:", "pytrtllm:")),
+    ),
+    rule("inference_time_to_first_token_seconds", *_histogram("time_to_first_token_seconds")),
+    rule("inference_inter_token_latency_seconds", *_histogram("time_per_output_token_seconds")),
+    rule("inference_e2e_request_latency_seconds", *_histogram("e2e_request_latency_seconds")),
+    rule("inference_queue_time_seconds", *_histogram("request_queue_time_seconds")),
+    rule("inference_prefill_time_seconds", *_named("request_prefill_time_seconds")),
+    rule("inference_decode_time_seconds", *_named("request_decode_time_seconds")),
+)
+
+SPEC = EngineSpec(
+    name="trtllm",
+    prefixes=PREFIXES,
+    rules=RULES,
+    tokenize=None,
+    preallocates_memory=True,
+    process="trtllm-serve",
+    metrics_path="/prometheus/metrics",
+    signatures=tuple(
+        frozenset({a, b}) for i, a in enumerate(UNPREFIXED) for b in UNPREFIXED[i + 1 :]
+    ),
+    version=Version(path="/version"),
+)
