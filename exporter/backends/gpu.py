@@ -83,6 +83,7 @@ class MigSlice:
 
     parent_index: int
     parent_uuid: str
+    parent_name: str
     # The slot of nvmlDeviceGetMigDeviceHandleByIndex: NVIDIA_VISIBLE_DEVICES "<gpu>:<slot>".
     slot: int
     gpu_instance_id: int
@@ -146,6 +147,8 @@ class GpuReading:
     pcie_rx_kibps: int | None = None
     gpm: dict[str, float] = field(default_factory=dict)
     gpm_interval_s: float | None = None
+    # False where the GPU has no utilisation sample buffer (MIG).
+    has_samples: bool = True
     # Per-process reads (None: not read, or not supported here).
     processes: list[ProcessMemory] | None = None
     process_samples: list[ProcessSample] | None = None
@@ -238,6 +241,7 @@ def read_mig_slices(
         piece = MigSlice(
             parent_index=parent.index,
             parent_uuid=parent.uuid,
+            parent_name=parent.name,
             slot=slot,
             gpu_instance_id=api.gpu_instance_id(mig),
             compute_instance_id=api.compute_instance_id(mig),
@@ -321,6 +325,7 @@ class GpuReader:
         api, h = self.api, self.handle
         reading = GpuReading()
         samples = self._field("samples", lambda: api.utilization_samples(h, self.last_seen_us))
+        reading.has_samples = "samples" not in self.unsupported
         if samples:
             samples.sort()
             reading.samples = [s for s in samples if s[0] > self.last_seen_us]
