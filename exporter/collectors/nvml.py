@@ -236,15 +236,16 @@ class GpuState:
         used = [p.used_bytes for p in mine if p.used_bytes is not None]
         # Memory NVML does not report (NVML_VALUE_NOT_AVAILABLE) leaves the sum unknown.
         self.engine_memory = float(sum(used)) if len(used) == len(mine) else None
-        if reading.process_samples is not None:
-            newest = {
-                s.pid: s for s in sorted(reading.process_samples, key=lambda s: s.timestamp_us)
-            }
+        if not mine:
+            self.engine_util = 0.0  # the engine runs nothing here
+        elif reading.process_samples is not None:
+            ordered = sorted(reading.process_samples, key=lambda s: s.timestamp_us)
+            newest = {s.pid: s for s in ordered}  # each process's newest sample
             share = sum(min(max(s.sm_pct, 0), 100) for pid, s in newest.items() if pid in engine)
             self.engine_util = min(share, 100) / 100.0
         elif others == 0 and self.latest_util is not None:
             # No per-process utilisation (MIG), but no one else on the device either.
-            self.engine_util = self.latest_util if mine else 0.0
+            self.engine_util = self.latest_util
         else:
             self.engine_util = None
 
@@ -411,7 +412,10 @@ class NvmlCollector(Collector):
             return
         self._said_processes = True
         if per_process:
-            log.info("per-process GPU shares on: the engine's processes are told by host PID")
+            log.info(
+                "per-process GPU shares on: the engine's processes are told apart among "
+                "NVML's host PIDs"
+            )
         else:
             log.info(
                 "per-process GPU shares off: NVML reports host PIDs and this sidecar sees "
