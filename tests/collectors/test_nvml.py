@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +17,15 @@ from support.nvml import FaultyApi
 from exporter.backends import nvml_api
 from exporter.backends.pidns import FixedPids
 from exporter.backends.replay import ReplayApi, parse_trace
+from exporter.collectors import default_settings
 from exporter.collectors.base import Collection
-from exporter.collectors.nvml import NvmlCollector, integrate_samples, visible_device_uuids
+from exporter.collectors.nvml import (
+    NvmlCollector,
+    check,
+    integrate_samples,
+    visible_device_uuids,
+)
+from exporter.config import ConfigError
 
 GIB = 1024**3
 U0 = "GPU-00000000-0000-0000-0000-000000000000"
@@ -853,3 +861,22 @@ def test_engine_pids_not_known_yet(clock: FakeClock) -> None:
         g = scrape(c)[0].get_sample_value
         assert g("inference_gpu_processes", lab(0, owner="engine")) is None
         assert g("inference_nvml_calls_total", {"gpu": "0"}) == 14  # read, not attributed
+
+
+# --- flags ------------------------------------------------------------------------------------
+
+
+def test_host_procfs_must_be_the_hosts(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    (host / "2").mkdir(parents=True)
+    # kthreadd: flags 0x208040 carry PF_KTHREAD
+    (host / "2" / "stat").write_text(
+        "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 25\n"
+    )
+    check(default_settings(gpu_host_procfs=host))
+    pod = tmp_path / "pod"
+    (pod / "2").mkdir(parents=True)
+    (pod / "2" / "stat").write_text("2 (sh) S 1 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 99\n")
+    for path in (pod, tmp_path / "missing"):
+        with pytest.raises(ConfigError, match=r"--gpu.host-procfs.*not the host's /proc"):
+            check(default_settings(gpu_host_procfs=path))
