@@ -4,7 +4,10 @@ tenants, and their single-tenant counterparts.
 The shipped synthetic traces (and ones generated from the same generator) are replayed through
 the real collector with a stepped clock. Each mode's metrics are checked against the table
 ``docs/nvml.md`` promises (present where it says so, absent elsewhere), and their values
-against the trace records they come from.
+against the trace records they come from. Last, the series the collector reports from the
+time-sliced traces run through the rule pack in promtool: the starved tenant of the shared GPU
+gets InferenceGPUStarvedQueueGrowing and InferenceGPUContended, the busy tenant of the same GPU
+and a single tenant neither.
 """
 
 from __future__ import annotations
@@ -12,10 +15,14 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 from support.metrics import registry_of
 from support.paths import ROOT
@@ -416,3 +423,155 @@ def test_bad_generator_arguments() -> None:
         mig_trace_lines(product="b200")
     with pytest.raises(ValueError, match="duration_s"):
         mig_trace_lines(duration_s=0)
+
+
+# --- the signatures on what the exporter reports from the traces ------------------------------
+# The exporter replays each trace with a clock stepped one minute per poll; its series, scraped
+# once a minute, go into a promtool unit test of the repository's rule pack (profile sidecar),
+# with the engine's queue growing on every target. promtool evaluates the real rules.
+SIGNAL_SAMPLES = (
+    "inference_gpu_busy_seconds_total",
+    "inference_gpu_engine_utilization_ratio",
+    "inference_gpu_processes",
+)
+MINUTES = 45
+
+
+def minute_series(trace: Trace, engine: frozenset[int], instance: str) -> dict[str, list[str]]:
+    """The exporter's per-GPU signal series, one value per minute, as promtool input."""
+    clock = FakeClock()
+    api = ReplayApi(trace, clock=clock, wall_us=lambda: WALL0)
+    collector = NvmlCollector(
+        lambda: api, poll_interval=3600, deadline=2.0, clock=clock, engine=FixedPids(engine)
+    )
+    out: dict[str, list[str]] = {}
+    collector.start()
+    try:
+        assert collector.wait_ready(5)
+        for minute in range(MINUTES + 1):
+            if minute:
+                clock.now = 1000.0 + 60 * minute
+                collector.poll_now()
+            for family in collector.collect().metrics:
+                for s in family.samples:
+                    if s.name not in SIGNAL_SAMPLES:
+                        continue
+                    labels = {**s.labels, "instance": f"{instance}:10960", "job": "replay"}
+                    text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+                    out.setdefault(f"{s.name}{{{text}}}", ["_"] * minute).append(repr(s.value))
+            for values in out.values():
+                values.extend("_" * (minute + 1 - len(values)))
+    finally:
+        collector.stop(2)
+    return out
+
+
+def engine_series(instance: str) -> dict[str, list[str]]:
+    target = f'engine="vllm",model="m",instance="{instance}:10960",job="replay"'
+    return {
+        f"inference_queue_depth{{{target}}}": [repr(3 + 1.2 * m) for m in range(MINUTES + 1)],
+        f"inference_requests_running{{{target}}}": ["16"] * (MINUTES + 1),
+    }
+
+
+def alerts(name: str, *labels: dict[str, str]) -> dict[str, Any]:
+    """A promql_expr_test that exactly these alerts fire."""
+    samples = []
+    for extra in labels:
+        text = ",".join(
+            f'{k}="{v}"' for k, v in {"alertname": name, "alertstate": "firing", **extra}.items()
+        )
+        samples.append({"labels": f"ALERTS{{{text}}}", "value": 1})
+    return {
+        "expr": f'ALERTS{{alertname="{name}",alertstate="firing"}}',
+        "eval_time": f"{MINUTES - 5}m",
+        "exp_samples": samples,
+    }
+
+
+def test_signatures_on_the_replayed_shared_gpu(tmp_path: Path) -> None:
+    shared = load_trace(TIMESLICED)
+    single = parse_trace(timesliced_trace_lines(tenants=1))
+    targets = {
+        "starved": (shared, frozenset(STARVED_PIDS)),
+        "busy": (shared, frozenset(BUSY_PIDS)),
+        "single": (single, frozenset(BUSY_PIDS)),
+    }
+    series: dict[str, list[str]] = {}
+    for instance, (trace, engine) in targets.items():
+        series |= minute_series(trace, engine, instance)
+        series |= engine_series(instance)
+    assert any("owner" in name for name in series)  # the per-process series are in
+
+    def target(instance: str, **extra: str) -> dict[str, str]:
+        return {"instance": f"{instance}:10960", "job": "replay", **extra}
+
+    gpu = {"gpu": "0", "uuid": shared.gpus[0].uuid}
+    bool_of = {"starved": 1, "busy": 0, "single": 0}
+    test = {
+        "rule_files": [
+            str(ROOT / "alert_rules" / "recording_rules.yaml"),
+            str(ROOT / "alert_rules" / "alerts.yaml"),
+        ],
+        "evaluation_interval": "1m",
+        "group_eval_order": ["inference.records", "inference.signatures", "inference.meta"],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": name, "values": " ".join(values)}
+                    for name, values in sorted(series.items())
+                ],
+                "promql_expr_test": [
+                    # every GPU is busy (> 60 %): on device utilisation alone nothing starves
+                    {
+                        "expr": "inference:gpu_utilization:mean5m > bool 0.6",
+                        "eval_time": f"{MINUTES - 5}m",
+                        "exp_samples": [
+                            {
+                                "labels": "{"
+                                + ",".join(f'{k}="{v}"' for k, v in target(i).items())
+                                + "}",
+                                "value": 1,
+                            }
+                            for i in targets
+                        ],
+                    },
+                    # the engine's own share tells the tenants apart
+                    {
+                        "expr": "inference:gpu_own_utilization:mean5m < bool 0.6",
+                        "eval_time": f"{MINUTES - 5}m",
+                        "exp_samples": [
+                            {
+                                "labels": "{"
+                                + ",".join(f'{k}="{v}"' for k, v in target(i).items())
+                                + "}",
+                                "value": bool_of[i],
+                            }
+                            for i in targets
+                        ],
+                    },
+                    alerts(
+                        "InferenceGPUStarvedQueueGrowing",
+                        target("starved", severity="critical", signature="cpu"),
+                    ),
+                    alerts(
+                        "InferenceGPUContended",
+                        target("starved", **gpu, severity="warning", signature="gpu"),
+                    ),
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "replayed.yaml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is required (apt-get install prometheus)"
+    result = subprocess.run(
+        [promtool, "test", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
