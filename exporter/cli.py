@@ -11,6 +11,7 @@ import gc
 import logging
 import os
 import platform
+import re
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -246,6 +247,20 @@ def record(argv: Sequence[str], env: Mapping[str, str]) -> int:
         default=None,
         help="Record from a replay trace instead of NVML (for tests).",
     )
+    parser.add_argument(
+        "--process.match",
+        dest="match",
+        default=None,
+        help="Regular expression for the engine's processes, whose host PIDs the trace "
+        "records as engine_pids (default: the processes of every supported engine).",
+    )
+    parser.add_argument(
+        "--gpu.host-procfs",
+        dest="host_procfs",
+        type=Path,
+        default=None,
+        help="The host's /proc, where it is not this process's (see the serve flag).",
+    )
     parser.add_argument("--log.level", dest="log_level", default="info", choices=logs.LEVEL_NAMES)
     args = parser.parse_args(list(argv))
     duration = _duration("--duration", args.duration)
@@ -261,10 +276,31 @@ def record(argv: Sequence[str], env: Mapping[str, str]) -> int:
             load_trace(args.replay)
         except TraceError as err:
             _fail(f"--gpu.replay-file: {err}")
+    match = args.match
+    if match is None:
+        from exporter.engines import process_match  # noqa: PLC0415
+
+        match = process_match()
+    try:
+        re.compile(match)
+    except re.error as err:
+        _fail(f"--process.match: {match!r} is not a regular expression ({err})")
+    if args.host_procfs is not None:
+        from exporter.backends.pidns import is_host_procfs  # noqa: PLC0415
+
+        if not is_host_procfs(args.host_procfs):
+            _fail(f"--gpu.host-procfs: {args.host_procfs} is not the host's /proc")
     logs.setup(args.log_level, "logfmt")
     from exporter.tools.recorder import record_trace  # noqa: PLC0415
 
-    return record_trace(args.out, duration=duration, interval=interval, replay=args.replay)
+    return record_trace(
+        args.out,
+        duration=duration,
+        interval=interval,
+        replay=args.replay,
+        match=match,
+        host_procfs=args.host_procfs,
+    )
 
 
 def _lab(command: str, args: list[str]) -> int:

@@ -57,6 +57,15 @@ class MetricSpec:
 
 _ALL = "all NVML GPUs"
 _GPM = "Hopper and newer (GPM); absent elsewhere"
+# What a MIG device has: no utilisation buffer, GPM per GPU instance, memory per instance.
+_ALL_MIG_GPM = _ALL + "; MIG devices: from GPM graphics activity (Hopper and newer)"
+_GPM_MIG = _GPM + "; MIG devices: their GPU instance's"
+_GPU_ONLY = _ALL + "; not MIG devices (their GPU's series)"
+_SHARES = (
+    "where the engine's processes can be told among NVML's host PIDs (docs/nvml.md); "
+    "MIG devices: memory, and the utilisation share only when no other process is on the "
+    "device"
+)
 
 CATALOGUE: tuple[MetricSpec, ...] = (
     # --- self ---------------------------------------------------------------------------------
@@ -110,8 +119,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "nvml",
         (*GPU_LABELS, "name", "driver_version", "pci_bus_id", "mig_mode"),
         "Identity of the GPU; constant 1.",
-        source="nvmlDeviceGetUUID/Name/PciInfo/MigMode, nvmlSystemGetDriverVersion",
-        gpus=_ALL,
+        source="nvmlDeviceGetUUID/Name/PciInfo/MigMode, nvmlSystemGetDriverVersion; mig_mode "
+        "is enabled, disabled or unsupported for a GPU, slice for a MIG device",
+        gpus=_ALL + "; MIG devices",
     ),
     MetricSpec(
         "inference_gpu_up",
@@ -131,8 +141,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Latest driver utilisation sample: share of the sample period in which a kernel ran (0-1).",
         unit="ratio",
         source="nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES); "
-        "nvmlDeviceGetUtilizationRates().gpu when no sample is new",
-        gpus=_ALL,
+        "nvmlDeviceGetUtilizationRates().gpu when no sample is new; MIG devices: GPM "
+        "NVML_GPM_METRIC_GRAPHICS_UTIL of the poll interval",
+        gpus=_ALL_MIG_GPM,
     ),
     MetricSpec(
         "inference_gpu_busy_seconds_total",
@@ -142,8 +153,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Integral of driver utilisation over time from every driver sample; rate() is the exact "
         "mean utilisation over any window.",
         unit="seconds",
-        source="nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES, last_seen_timestamp)",
-        gpus=_ALL,
+        source="nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES, last_seen_timestamp); MIG "
+        "devices: GPM NVML_GPM_METRIC_GRAPHICS_UTIL x poll interval",
+        gpus=_ALL_MIG_GPM,
     ),
     MetricSpec(
         "inference_gpu_utilization_samples",
@@ -153,8 +165,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Every driver utilisation sample observed once (0-1): shows the idle share and "
         "utilisation that pulses between 0 and 1.",
         unit="ratio",
-        source="nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES)",
-        gpus=_ALL,
+        source="nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES); MIG devices: one GPM "
+        "graphics activity value per poll",
+        gpus=_ALL_MIG_GPM,
     ),
     MetricSpec(
         "inference_gpu_memory_bandwidth_utilization_ratio",
@@ -164,7 +177,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "HBM/DRAM bandwidth used as a share of the theoretical peak between two GPM samples.",
         unit="ratio",
         source="GPM NVML_GPM_METRIC_DRAM_BW_UTIL",
-        gpus=_GPM,
+        gpus=_GPM_MIG,
     ),
     MetricSpec(
         "inference_gpu_dram_active_seconds_total",
@@ -174,7 +187,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Integral of DRAM bandwidth utilisation over time; rate() is the mean over any window.",
         unit="seconds",
         source="GPM NVML_GPM_METRIC_DRAM_BW_UTIL x interval",
-        gpus=_GPM,
+        gpus=_GPM_MIG,
     ),
     MetricSpec(
         "inference_gpu_memory_busy_ratio",
@@ -186,7 +199,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_gpu_memory_bandwidth_utilization_ratio for bandwidth.",
         unit="ratio",
         source="nvmlDeviceGetUtilizationRates().memory",
-        gpus=_ALL,
+        gpus=_ALL + "; absent in MIG mode",
     ),
     MetricSpec(
         "inference_gpu_sm_active_ratio",
@@ -196,7 +209,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Share of time at least one warp was resident on an SM, averaged over all SMs.",
         unit="ratio",
         source="GPM NVML_GPM_METRIC_SM_UTIL",
-        gpus=_GPM,
+        gpus=_GPM_MIG,
     ),
     MetricSpec(
         "inference_gpu_sm_occupancy_ratio",
@@ -206,7 +219,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Resident warps as a share of the maximum warps per SM, averaged over all SMs.",
         unit="ratio",
         source="GPM NVML_GPM_METRIC_SM_OCCUPANCY",
-        gpus=_GPM,
+        gpus=_GPM_MIG,
     ),
     MetricSpec(
         "inference_gpu_tensor_active_ratio",
@@ -216,7 +229,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Share of time any tensor core pipe was active.",
         unit="ratio",
         source="GPM NVML_GPM_METRIC_ANY_TENSOR_UTIL",
-        gpus=_GPM,
+        gpus=_GPM_MIG,
     ),
     MetricSpec(
         "inference_gpu_memory_used_bytes",
@@ -226,7 +239,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Framebuffer memory in use (engines such as vLLM pre-allocate most of it by design).",
         unit="bytes",
         source="nvmlDeviceGetMemoryInfo().used",
-        gpus=_ALL,
+        gpus=_ALL + "; MIG devices: their GPU instance's; a GPU in MIG mode: privileged only",
     ),
     MetricSpec(
         "inference_gpu_memory_total_bytes",
@@ -236,7 +249,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Framebuffer memory size.",
         unit="bytes",
         source="nvmlDeviceGetMemoryInfo().total",
-        gpus=_ALL,
+        gpus=_ALL + "; MIG devices: their GPU instance's; a GPU in MIG mode: privileged only",
     ),
     MetricSpec(
         "inference_gpu_pcie_tx_bytes_per_second",
@@ -247,7 +260,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         unit="bytes per second",
         source="GPM NVML_GPM_METRIC_PCIE_TX_PER_SEC (MiB/s); else "
         "nvmlDeviceGetPcieThroughput(TX) (KiB/s)",
-        gpus=_ALL,
+        gpus=_GPU_ONLY,
     ),
     MetricSpec(
         "inference_gpu_pcie_rx_bytes_per_second",
@@ -258,7 +271,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         unit="bytes per second",
         source="GPM NVML_GPM_METRIC_PCIE_RX_PER_SEC (MiB/s); else "
         "nvmlDeviceGetPcieThroughput(RX) (KiB/s)",
-        gpus=_ALL,
+        gpus=_GPU_ONLY,
     ),
     MetricSpec(
         "inference_gpu_power_watts",
@@ -268,7 +281,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Board power draw.",
         unit="watts",
         source="nvmlDeviceGetPowerUsage (mW)",
-        gpus=_ALL,
+        gpus=_GPU_ONLY,
     ),
     MetricSpec(
         "inference_gpu_energy_joules_total",
@@ -278,7 +291,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Energy consumed since the driver was loaded.",
         unit="joules",
         source="nvmlDeviceGetTotalEnergyConsumption (mJ)",
-        gpus="Volta and newer",
+        gpus="Volta and newer; not MIG devices (their GPU's series)",
     ),
     MetricSpec(
         "inference_gpu_temperature_celsius",
@@ -288,7 +301,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "GPU die temperature.",
         unit="celsius",
         source="nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)",
-        gpus=_ALL,
+        gpus=_GPU_ONLY,
     ),
     MetricSpec(
         "inference_gpu_sm_clock_hertz",
@@ -298,7 +311,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Current SM clock.",
         unit="hertz",
         source="nvmlDeviceGetClockInfo(NVML_CLOCK_SM) (MHz)",
-        gpus=_ALL,
+        gpus=_GPU_ONLY,
     ),
     MetricSpec(
         "inference_gpu_memory_clock_hertz",
@@ -308,7 +321,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Current memory clock.",
         unit="hertz",
         source="nvmlDeviceGetClockInfo(NVML_CLOCK_MEM) (MHz)",
-        gpus=_ALL,
+        gpus=_GPU_ONLY,
     ),
     MetricSpec(
         "inference_gpu_clock_event_active",
@@ -318,7 +331,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "1 while the clock event (throttle) reason is active, 0 otherwise.",
         source="nvmlDeviceGetCurrentClocksEventReasons (older drivers: "
         "nvmlDeviceGetCurrentClocksThrottleReasons)",
-        gpus=_ALL,
+        gpus=_GPU_ONLY,
     ),
     MetricSpec(
         "inference_gpu_xid_errors_total",
@@ -327,7 +340,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         (*GPU_LABELS, "xid"),
         "Xid errors the driver reported for this GPU since the exporter started.",
         source="nvmlEventSetWait (nvmlEventTypeXidCriticalError) in a background thread",
-        gpus=_ALL,
+        gpus=_GPU_ONLY,
     ),
     MetricSpec(
         "inference_gpu_peak_memory_bandwidth_bytes_per_second",
@@ -335,10 +348,12 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "nvml",
         GPU_LABELS,
         "Theoretical peak DRAM bandwidth of the whole GPU: bus width / 8 x maximum memory clock "
-        "x 2, or the datasheet figure where it differs (exporter.hardware.gpus); read once.",
+        "x 2, or the datasheet figure where it differs (exporter.hardware.gpus); a MIG device: "
+        "its GPU instance's eighths of it; read once.",
         unit="bytes per second",
         source="nvmlDeviceGetMemoryBusWidth, nvmlDeviceGetMaxClockInfo(NVML_CLOCK_MEM); "
-        "product table; replay traces carry the facts",
+        "product table; replay traces carry the facts; MIG: nvmlDeviceGetAttributes "
+        "memorySizeMB",
         gpus=_ALL,
     ),
     MetricSpec(
@@ -349,11 +364,62 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Dense (no 2:4 sparsity) tensor peak of the whole GPU by precision (fp16, bf16 with FP32 "
         "accumulation; fp8, int8 where the architecture has them; int8 in operations/s): SMs x "
         "maximum SM clock x FLOPs per SM per clock, or the datasheet's clock where NVML's "
-        "maximum is higher; read once.",
+        "maximum is higher; a MIG device: its SMs' share of it; read once.",
         unit="FLOP per second",
         source="nvmlDeviceGetNumGpuCores, nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM), "
-        "nvmlDeviceGetCudaComputeCapability; architecture and product tables",
+        "nvmlDeviceGetCudaComputeCapability; architecture and product tables; MIG: "
+        "nvmlDeviceGetAttributes multiprocessorCount",
         gpus="Volta and newer with a known compute capability",
+    ),
+    MetricSpec(
+        "inference_gpu_mig_info",
+        "gauge",
+        "nvml",
+        (
+            *GPU_LABELS,
+            "parent_gpu",
+            "parent_uuid",
+            "profile",
+            "gpu_instance_id",
+            "compute_instance_id",
+        ),
+        "A MIG device's place: its GPU (index and UUID), profile (e.g. 1g.10gb) and GPU and "
+        "compute instance; constant 1.",
+        source="nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetName (the profile after "
+        "'MIG'), nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId",
+        gpus="MIG devices (Ampere and newer in MIG mode)",
+    ),
+    MetricSpec(
+        "inference_gpu_processes",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "owner"),
+        "Processes with a compute context on the GPU or MIG device: owner engine (the "
+        "engine's own) or other (other tenants sharing it by time-slicing or MPS).",
+        source="nvmlDeviceGetComputeRunningProcesses, host PIDs matched to the engine's",
+        gpus=_ALL + "; " + _SHARES,
+    ),
+    MetricSpec(
+        "inference_gpu_engine_utilization_ratio",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "The engine's own share of the GPU (0-1): the sum of its processes' newest per-process "
+        "SM samples; the rest of inference_gpu_utilization_ratio is other tenants'.",
+        unit="ratio",
+        source="nvmlDeviceGetProcessUtilization(last_seen_timestamp) smUtil; MIG devices: "
+        "the device's utilisation when every process on it is the engine's",
+        gpus=_ALL + "; " + _SHARES,
+    ),
+    MetricSpec(
+        "inference_gpu_engine_memory_used_bytes",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "Framebuffer memory of the engine's own processes.",
+        unit="bytes",
+        source="nvmlDeviceGetComputeRunningProcesses usedGpuMemory",
+        gpus=_ALL + "; " + _SHARES,
     ),
     # --- cpu ----------------------------------------------------------------------------------
     MetricSpec(

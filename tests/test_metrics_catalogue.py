@@ -25,6 +25,17 @@ from exporter.metrics import BY_NAME, CATALOGUE, MetricSpec
 from exporter.tools.docgen import FLAGS_BEGIN, FLAGS_END, METRICS_MD, generated
 
 PROC = FIXTURES / "proc" / "two-cpu"
+# The shared-GPU traces: MIG devices, per-process shares (the 2-GPU trace has neither).
+SHARED_TRACES = (
+    ROOT / "exporter" / "data" / "replay-mig-7slice-synthetic.jsonl",
+    ROOT / "exporter" / "data" / "replay-timesliced-2tenant-synthetic.jsonl",
+)
+SHARED_ONLY = {
+    "inference_gpu_mig_info",
+    "inference_gpu_processes",
+    "inference_gpu_engine_utilization_ratio",
+    "inference_gpu_engine_memory_used_bytes",
+}
 # The collectors this test runs (the others need an engine to scrape).
 RUN = ("self", "nvml", "cpu")
 
@@ -60,12 +71,11 @@ TYPE_LABELS = {"histogram": {"le"}}
 BY_FAMILY: dict[str, MetricSpec] = {spec.family_name: spec for spec in CATALOGUE}
 
 
-@pytest.fixture
-def exposition(exporter_process: Callable[..., ExporterProcess]) -> str:
-    """One scrape of the real CLI on the replay trace, once GPM values are in (2nd poll)."""
+def _scrape_replay(exporter_process: Callable[..., ExporterProcess], trace: Path) -> str:
+    """One scrape of the real CLI on a replay trace, once GPM values are in (2nd poll)."""
     proc = exporter_process(
         "--gpu.replay-file",
-        str(TRACE),
+        str(trace),
         "--gpu.poll-interval",
         "500ms",
         "--path.procfs",
@@ -79,14 +89,29 @@ def exposition(exporter_process: Callable[..., ExporterProcess]) -> str:
         return "inference_gpu_memory_bandwidth_utilization_ratio{" in texts[-1]
 
     proc.wait_for(has_gpm, timeout=10, step=0.25)
+    proc.terminate()
     return texts[-1]
+
+
+@pytest.fixture
+def exposition(exporter_process: Callable[..., ExporterProcess]) -> str:
+    return _scrape_replay(exporter_process, TRACE)
+
+
+@pytest.fixture
+def shared_expositions(exporter_process: Callable[..., ExporterProcess]) -> list[str]:
+    return [_scrape_replay(exporter_process, trace) for trace in SHARED_TRACES]
 
 
 def _families(text: str) -> dict[str, tuple[str, list[Sample]]]:
     return {f.name: (f.type, f.samples) for f in text_string_to_metric_families(text)}
 
 
-def test_everything_emitted_is_catalogued_with_type_and_labels(exposition: str) -> None:
+@pytest.mark.parametrize("trace", [TRACE, *SHARED_TRACES], ids=lambda p: p.name)
+def test_everything_emitted_is_catalogued_with_type_and_labels(
+    exporter_process: Callable[..., ExporterProcess], trace: Path
+) -> None:
+    exposition = _scrape_replay(exporter_process, trace)
     families = {n: v for n, v in _families(exposition).items() if n.startswith("inference_")}
     assert families, "no inference_ metrics emitted"
     for name, (kind, samples) in families.items():
@@ -106,8 +131,10 @@ def test_everything_emitted_is_catalogued_with_type_and_labels(exposition: str) 
             assert any(s.name == spec.name for s in samples), f"{spec.name} sample missing"
 
 
-def test_every_catalogued_metric_is_emitted(exposition: str) -> None:
+def test_every_catalogued_metric_is_emitted(exposition: str, shared_expositions: list[str]) -> None:
     emitted = set(_families(exposition))
+    for text in shared_expositions:
+        emitted |= set(_families(text))
     missing = [
         spec.name
         for spec in CATALOGUE
@@ -128,7 +155,7 @@ def test_every_gpu_is_covered(exposition: str) -> None:
     for spec in CATALOGUE:
         if spec.collector != "nvml" or spec.labels[:2] != ("gpu", "uuid"):
             continue
-        if spec.name in NOT_PRODUCIBLE:
+        if spec.name in NOT_PRODUCIBLE or spec.name in SHARED_ONLY:
             continue
         _, samples = families[spec.family_name]
         assert {s.labels["gpu"] for s in samples} == {"0", "1"}, spec.name

@@ -7,18 +7,30 @@ propagate as :class:`NvmlError` so the caller can mark the GPU down.
 Call budget (counted in :attr:`GpuReader.calls`): one read makes at most 10 driver calls
 (samples, utilisation rates, memory, power, energy, temperature, two clocks, clock events,
 one GPM sample), or 11 on GPUs without GPM (two PCIe throughput calls instead of the GPM
-sample). GPM sample allocation, freeing and metric computation happen inside the library
-without the driver and are not counted.
+sample), plus 2 with per-process reads on (compute processes, process utilisation). GPM sample
+allocation, freeing and metric computation happen inside the library without the driver and
+are not counted.
+
+A MIG device (:class:`MigSlice`) is read by the same :class:`GpuReader`: its memory and
+processes through its own handle, GPM through the parent GPU's handle and the GPU instance id
+(``nvmlGpmMigSampleGet``). What belongs to the physical GPU (power, energy, temperature,
+clocks, clock events, PCIe) is read on the parent only and never asked of a MIG handle; the
+utilisation buffer, utilisation rates and per-process utilisation, which nvml.h documents as
+not supported in MIG mode, cost one call each on the first read and none after. Steady state:
+3 calls per read of a MIG device (memory, GPM sample, compute processes).
 
 Identity calls (UUID, name, PCI bus, MIG mode, GPM support) and the hardware facts behind the
 peak figures (memory bus width, maximum SM and memory clocks, CUDA cores, compute capability:
-:class:`~exporter.hardware.gpus.GpuFacts`) are made once per NVML session, not per read.
+:class:`~exporter.hardware.gpus.GpuFacts`) are made once per NVML session, not per read; so
+are the MIG enumeration and each MIG device's identity (:func:`read_mig_slices`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -26,9 +38,14 @@ from typing import TypeVar
 from exporter.backends.nvml_api import (
     FIELD_ERRORS,
     GPM_IDS,
+    INVALID_ARGUMENT,
+    NOT_FOUND,
     NOT_SUPPORTED,
+    MigAttributes,
     NvmlApi,
     NvmlError,
+    ProcessMemory,
+    ProcessSample,
 )
 from exporter.hardware.gpus import GpuFacts
 
@@ -40,19 +57,75 @@ T = TypeVar("T")
 GPM_MIN_INTERVAL_S = 0.1
 
 MIG_MODES = {0: "disabled", 1: "enabled"}
+# The mig_mode of a MIG device itself.
+MIG_SLICE = "slice"
+
+# Fields of the physical GPU: read on the parent, never asked of a MIG device.
+PARENT_FIELDS = frozenset(
+    {"power", "energy", "temperature", "sm_clock", "mem_clock", "clock_events"}
+    | {"pcie_tx", "pcie_rx"}
+)
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+# MIG memory is allotted in eighths of the GPU's memory, bandwidth with it (MIG user guide:
+# "a GPU memory slice is roughly one eighth of the total GPU memory resources, including both
+# capacity and bandwidth").
+MEMORY_SLICES = 8
+
+_PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")
+_NAME_GB = re.compile(r"(\d+)\s*GB\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class MigSlice:
+    """A MIG device: one compute instance of one GPU instance of a GPU in MIG mode."""
+
+    parent_index: int
+    parent_uuid: str
+    parent_name: str
+    # The slot of nvmlDeviceGetMigDeviceHandleByIndex: NVIDIA_VISIBLE_DEVICES "<gpu>:<slot>".
+    slot: int
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str  # "1g.10gb", "1c.3g.71gb"; "" when the name carries none
+    attributes: MigAttributes | None = None
+    parent_memory_total_bytes: int | None = None
+
+    @property
+    def memory_fraction(self) -> float | None:
+        """The GPU instance's share of the GPU's memory and bandwidth, in whole eighths (as
+        the NVIDIA container stack names profiles); None when a size is unknown."""
+        total = self.parent_memory_total_bytes
+        if self.attributes is None or not total or self.attributes.memory_size_mib <= 0:
+            return None
+        share = self.attributes.memory_size_mib * MIB / total
+        return min(1.0, math.ceil(share * MEMORY_SLICES - 1e-9) / MEMORY_SLICES)
+
+
+def mig_profile(name: str) -> str:
+    """The profile in a MIG device's name (``NVIDIA H100 80GB HBM3 MIG 1g.10gb`` -> ``1g.10gb``)."""
+    match = _PROFILE.search(name)
+    return match.group(1) if match else ""
 
 
 @dataclass(frozen=True)
 class GpuIdentity:
-    """What does not change while the driver stays loaded."""
+    """What does not change while the driver stays loaded (a GPU, or a MIG device of one)."""
 
-    index: int
+    index: int  # the GPU's NVML index (a MIG device's: its parent's)
     uuid: str
     name: str
     pci_bus_id: str
-    mig_mode: str  # enabled | disabled | unsupported
+    mig_mode: str  # enabled | disabled | unsupported; slice for a MIG device
     gpm_supported: bool
     facts: GpuFacts = field(default_factory=GpuFacts)
+    mig: MigSlice | None = None
+
+    @property
+    def label(self) -> str:
+        """The ``gpu`` label: the index, ``<gpu>:<slot>`` for a MIG device."""
+        return str(self.index) if self.mig is None else f"{self.index}:{self.mig.slot}"
 
 
 @dataclass
@@ -74,6 +147,11 @@ class GpuReading:
     pcie_rx_kibps: int | None = None
     gpm: dict[str, float] = field(default_factory=dict)
     gpm_interval_s: float | None = None
+    # False where the GPU has no utilisation sample buffer (MIG).
+    has_samples: bool = True
+    # Per-process reads (None: not read, or not supported here).
+    processes: list[ProcessMemory] | None = None
+    process_samples: list[ProcessSample] | None = None
 
 
 def _optional(fn: Callable[[], T]) -> T | None:
@@ -123,8 +201,76 @@ def read_identity(api: NvmlApi, index: int, handle: object) -> GpuIdentity:
     )
 
 
+def _parent_memory_total(api: NvmlApi, handle: object, name: str) -> int | None:
+    """The GPU's memory size: NVML answers it in MIG mode only to privileged callers, so the
+    ``<n>GB`` of the product name stands in (eighths of 80 GiB and of 81559 MiB agree)."""
+    memory = _optional(lambda: api.memory_info(handle))
+    if memory is not None and memory[1] > 0:
+        return memory[1]
+    match = _NAME_GB.search(name)
+    return int(match.group(1)) * GIB if match else None
+
+
+def _attributes(api: NvmlApi, mig: object) -> MigAttributes | None:
+    return _optional(lambda: api.mig_attributes(mig))
+
+
+def read_mig_slices(
+    api: NvmlApi, parent: GpuIdentity, handle: object
+) -> list[tuple[GpuIdentity, object]]:
+    """The MIG devices of a GPU in MIG mode with their handles, once per NVML session.
+
+    Slots can be empty (``NOT_FOUND``): profiles take varying numbers of slots. Costs one count
+    call, one call per slot, five per MIG device (UUID, name, GPU and compute instance ids,
+    attributes), and one for the GPU's memory size and one for GPM support.
+    """
+    count = _optional(lambda: api.mig_device_count(handle)) or 0
+    if count <= 0:
+        return []
+    gpm = bool(_optional(lambda: api.gpm_supported(handle)))
+    total = _parent_memory_total(api, handle, parent.name)
+    out: list[tuple[GpuIdentity, object]] = []
+    for slot in range(count):
+        try:
+            mig = api.mig_device_handle(handle, slot)
+        except NvmlError as err:
+            if err.code in (NOT_FOUND, INVALID_ARGUMENT):
+                continue  # an empty slot
+            raise
+        name = api.name(mig)
+        piece = MigSlice(
+            parent_index=parent.index,
+            parent_uuid=parent.uuid,
+            parent_name=parent.name,
+            slot=slot,
+            gpu_instance_id=api.gpu_instance_id(mig),
+            compute_instance_id=api.compute_instance_id(mig),
+            profile=mig_profile(name),
+            attributes=_attributes(api, mig),
+            parent_memory_total_bytes=total,
+        )
+        identity = GpuIdentity(
+            index=parent.index,
+            uuid=api.uuid(mig),
+            name=name,
+            pci_bus_id=parent.pci_bus_id,
+            mig_mode=MIG_SLICE,
+            gpm_supported=gpm,
+            facts=parent.facts,
+            mig=piece,
+        )
+        out.append((identity, mig))
+    return out
+
+
 class GpuReader:
-    """Reads one GPU; keeps what must persist between reads (sample cursor, GPM sample)."""
+    """Reads one GPU or MIG device; keeps what must persist between reads (sample cursors,
+    GPM sample).
+
+    ``parent`` is the GPU's handle for a MIG device (GPM is sampled through it).
+    ``processes`` turns the per-process reads on (they are only useful when the engine's
+    processes can be told apart; the collector decides).
+    """
 
     def __init__(
         self,
@@ -133,15 +279,24 @@ class GpuReader:
         handle: object,
         *,
         clock: Callable[[], float],
+        parent: object | None = None,
+        processes: bool = False,
     ) -> None:
         self.api = api
         self.identity = identity
         self.handle = handle
+        self.parent = parent
+        self.processes = processes
         self._clock = clock
         self.unsupported: set[str] = set()
         if not identity.gpm_supported:
             self.unsupported.add("gpm")
+        if identity.mig is not None:
+            self.unsupported |= PARENT_FIELDS
+            if parent is None:
+                raise ValueError("a MIG device is read with its GPU's handle (parent=)")
         self.last_seen_us = 0
+        self.last_process_us = 0
         self.calls = 0
         self._gpm_prev: object | None = None
         self._gpm_prev_at = 0.0
@@ -157,8 +312,8 @@ class GpuReader:
                 raise
             self.unsupported.add(name)
             log.info(
-                "GPU %d (%s): %s unsupported (%s); metric absent from now on",
-                self.identity.index,
+                "GPU %s (%s): %s unsupported (%s); metric absent from now on",
+                self.identity.label,
                 self.identity.name,
                 name,
                 err.name,
@@ -170,6 +325,7 @@ class GpuReader:
         api, h = self.api, self.handle
         reading = GpuReading()
         samples = self._field("samples", lambda: api.utilization_samples(h, self.last_seen_us))
+        reading.has_samples = "samples" not in self.unsupported
         if samples:
             samples.sort()
             reading.samples = [s for s in samples if s[0] > self.last_seen_us]
@@ -188,6 +344,8 @@ class GpuReader:
         reading.mem_clock_mhz = self._field("mem_clock", lambda: api.clock_mhz(h, "mem"))
         reading.clock_events = self._field("clock_events", lambda: api.clock_event_reasons(h))
         self._read_gpm(reading)
+        if self.processes:
+            self._read_processes(reading)
         if "pcie_tx_per_sec" not in reading.gpm or "pcie_rx_per_sec" not in reading.gpm:
             reading.pcie_tx_kibps = self._field(
                 "pcie_tx", lambda: api.pcie_throughput_kibps(h, "tx")
@@ -197,9 +355,27 @@ class GpuReader:
             )
         return reading
 
+    def _read_processes(self, reading: GpuReading) -> None:
+        api, h = self.api, self.handle
+        reading.processes = self._field("processes", lambda: api.compute_processes(h))
+        samples = self._field(
+            "process_utilization", lambda: api.process_utilization(h, self.last_process_us)
+        )
+        if samples is None:
+            return
+        reading.process_samples = [s for s in samples if s.timestamp_us > self.last_process_us]
+        if reading.process_samples:
+            self.last_process_us = max(s.timestamp_us for s in reading.process_samples)
+
+    def _gpm_sample(self) -> object:
+        mig = self.identity.mig
+        if mig is None:
+            return self.api.gpm_sample(self.handle)
+        return self.api.gpm_mig_sample(self.parent, mig.gpu_instance_id)
+
     def _read_gpm(self, reading: GpuReading) -> None:
         now = self._clock()
-        sample = self._field("gpm", lambda: self.api.gpm_sample(self.handle))
+        sample = self._field("gpm", self._gpm_sample)
         if sample is None:
             return
         prev, prev_at = self._gpm_prev, self._gpm_prev_at

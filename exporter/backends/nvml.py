@@ -14,18 +14,26 @@ from typing import Any, TypeVar
 
 from exporter.backends.nvml_api import (
     FUNCTION_NOT_FOUND,
+    INSUFFICIENT_SIZE,
     LIBRARY_NOT_FOUND,
     NOT_FOUND,
     TIMEOUT,
     UNINITIALIZED,
     UNKNOWN,
     ClockKind,
+    MigAttributes,
     NvmlError,
     PcieDirection,
+    ProcessMemory,
+    ProcessSample,
     XidEvent,
 )
 
 T = TypeVar("T")
+
+
+class _AbsentError(Exception):
+    """Stands for an exception class the library does not have."""
 
 
 def _text(value: object) -> str:
@@ -204,6 +212,84 @@ class PynvmlApi:
 
     def gpm_free(self, sample: object) -> None:
         self._call(self._lib.nvmlGpmSampleFree, sample)
+
+    def mig_device_count(self, handle: object) -> int:
+        return int(self._call(self._lib.nvmlDeviceGetMaxMigDeviceCount, handle))
+
+    def mig_device_handle(self, handle: object, index: int) -> object:
+        return self._call(self._lib.nvmlDeviceGetMigDeviceHandleByIndex, handle, index)
+
+    def gpu_instance_id(self, mig: object) -> int:
+        return int(self._call(self._lib.nvmlDeviceGetGpuInstanceId, mig))
+
+    def compute_instance_id(self, mig: object) -> int:
+        return int(self._call(self._lib.nvmlDeviceGetComputeInstanceId, mig))
+
+    def mig_attributes(self, mig: object) -> MigAttributes:
+        attrs = self._call(self._lib.nvmlDeviceGetAttributes, mig)
+        return MigAttributes(
+            multiprocessor_count=int(attrs.multiprocessorCount),
+            gpu_instance_slice_count=int(attrs.gpuInstanceSliceCount),
+            compute_instance_slice_count=int(attrs.computeInstanceSliceCount),
+            memory_size_mib=int(attrs.memorySizeMB),
+        )
+
+    def gpm_mig_sample(self, handle: object, gpu_instance_id: int) -> object:
+        nvml = self._lib
+        get = self._fn("nvmlGpmMigSampleGet")
+        sample = self._call(nvml.nvmlGpmSampleAlloc)
+        try:
+            self._call(get, handle, gpu_instance_id, sample)
+        except NvmlError:
+            self._call(nvml.nvmlGpmSampleFree, sample)
+            raise
+        return sample
+
+    def compute_processes(self, handle: object) -> list[ProcessMemory]:
+        nvml = self._lib
+        mismatch: type[Exception] = getattr(nvml, "NVMLLibraryMismatchError", _AbsentError)
+        try:
+            procs = self._call(nvml.nvmlDeviceGetComputeRunningProcesses, handle)
+        except mismatch as err:
+            # The library lacks the versioned symbol the binding asks for (an older driver):
+            # not an NVMLError, but the same meaning as a missing function.
+            raise NvmlError(FUNCTION_NOT_FOUND, str(err)) from None
+        # usedGpuMemory is None where NVML answered NVML_VALUE_NOT_AVAILABLE.
+        return [
+            ProcessMemory(
+                pid=int(p.pid),
+                used_bytes=None if p.usedGpuMemory is None else int(p.usedGpuMemory),
+            )
+            for p in procs
+        ]
+
+    def process_utilization(self, handle: object, last_seen_us: int) -> list[ProcessSample]:
+        fn = self._lib.nvmlDeviceGetProcessUtilization
+        for attempt in (1, 2):
+            try:
+                samples = self._call(fn, handle, last_seen_us)
+                break
+            except NvmlError as err:
+                # NOT_FOUND: no process ran a kernel since last_seen_us. The binding raises
+                # NVMLError(0) (SUCCESS) when the sizing call finds nothing to size: the same.
+                if err.code in (NOT_FOUND, 0):
+                    return []
+                # A process appeared between the binding's sizing call and its filling call:
+                # size again once; the samples stay in the driver's buffer for the next poll.
+                if err.code == INSUFFICIENT_SIZE:
+                    if attempt == 1:
+                        continue
+                    return []
+                raise
+        return [
+            ProcessSample(
+                pid=int(s.pid),
+                timestamp_us=int(s.timeStamp),
+                sm_pct=int(s.smUtil),
+                mem_pct=int(s.memUtil),
+            )
+            for s in samples
+        ]
 
     def register_xid_events(self, handles: Sequence[object]) -> None:
         nvml = self._lib

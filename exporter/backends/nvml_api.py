@@ -22,6 +22,7 @@ INVALID_ARGUMENT = 2
 NOT_SUPPORTED = 3
 NO_PERMISSION = 4
 NOT_FOUND = 6
+INSUFFICIENT_SIZE = 7
 DRIVER_NOT_LOADED = 9
 TIMEOUT = 10
 LIBRARY_NOT_FOUND = 12
@@ -37,6 +38,7 @@ ERROR_NAMES = {
     NOT_SUPPORTED: "NOT_SUPPORTED",
     NO_PERMISSION: "NO_PERMISSION",
     NOT_FOUND: "NOT_FOUND",
+    INSUFFICIENT_SIZE: "INSUFFICIENT_SIZE",
     DRIVER_NOT_LOADED: "DRIVER_NOT_LOADED",
     TIMEOUT: "TIMEOUT",
     LIBRARY_NOT_FOUND: "LIBRARY_NOT_FOUND",
@@ -58,6 +60,7 @@ ClockKind = Literal["sm", "mem"]
 PcieDirection = Literal["tx", "rx"]
 
 # GPM metric ids (nvml.h nvmlGpmMetricId_t).
+GPM_GRAPHICS_UTIL = 1
 GPM_SM_UTIL = 2
 GPM_SM_OCCUPANCY = 3
 GPM_ANY_TENSOR_UTIL = 5
@@ -66,6 +69,7 @@ GPM_PCIE_TX_PER_SEC = 20
 GPM_PCIE_RX_PER_SEC = 21
 
 GPM_NAMES = {
+    GPM_GRAPHICS_UTIL: "graphics_util",
     GPM_SM_UTIL: "sm_util",
     GPM_SM_OCCUPANCY: "sm_occupancy",
     GPM_ANY_TENSOR_UTIL: "any_tensor_util",
@@ -86,6 +90,36 @@ class NvmlError(Exception):
     @property
     def name(self) -> str:
         return ERROR_NAMES.get(self.code, str(self.code))
+
+
+@dataclass(frozen=True)
+class MigAttributes:
+    """``nvmlDeviceGetAttributes`` of a MIG device (the call answers for MIG devices only)."""
+
+    multiprocessor_count: int
+    gpu_instance_slice_count: int
+    compute_instance_slice_count: int
+    memory_size_mib: int
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """One entry of ``nvmlDeviceGetComputeRunningProcesses``: a host PID with a CUDA context."""
+
+    pid: int
+    # None where NVML answers NVML_VALUE_NOT_AVAILABLE (WDDM; some MIG set-ups).
+    used_bytes: int | None
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One entry of ``nvmlDeviceGetProcessUtilization``: a host PID's share of one sample
+    period (``sm_pct``: time a kernel of the process ran, ``mem_pct``: memory controller)."""
+
+    pid: int
+    timestamp_us: int
+    sm_pct: int
+    mem_pct: int
 
 
 @dataclass(frozen=True)
@@ -171,6 +205,38 @@ class NvmlApi(Protocol):
         ...
 
     def gpm_free(self, sample: object) -> None: ...
+
+    # --- MIG (a GPU in MIG mode; ``mig`` is a MIG device handle) ---------------------------
+    def mig_device_count(self, handle: object) -> int:
+        """Slots for MIG devices on this GPU (``nvmlDeviceGetMaxMigDeviceCount``); 0 without
+        MIG. Slots can be empty."""
+        ...
+
+    def mig_device_handle(self, handle: object, index: int) -> object:
+        """The MIG device in slot ``index``; ``NOT_FOUND`` (or ``INVALID_ARGUMENT``) for an
+        empty slot."""
+        ...
+
+    def gpu_instance_id(self, mig: object) -> int: ...
+
+    def compute_instance_id(self, mig: object) -> int: ...
+
+    def mig_attributes(self, mig: object) -> MigAttributes: ...
+
+    def gpm_mig_sample(self, handle: object, gpu_instance_id: int) -> object:
+        """A GPM sample of one GPU instance, taken through the parent GPU's ``handle``
+        (``nvmlGpmMigSampleGet``); freed with :meth:`gpm_free`."""
+        ...
+
+    # --- processes -------------------------------------------------------------------------
+    def compute_processes(self, handle: object) -> list[ProcessMemory]:
+        """Processes with a compute context on the GPU or MIG device (host PIDs)."""
+        ...
+
+    def process_utilization(self, handle: object, last_seen_us: int) -> list[ProcessSample]:
+        """Per-process samples newer than ``last_seen_us``; empty when there are none
+        (NVML's ``NOT_FOUND``). ``NOT_SUPPORTED`` on MIG."""
+        ...
 
     def register_xid_events(self, handles: Sequence[object]) -> None: ...
 

@@ -22,6 +22,22 @@ Trace format (version 1), one JSON object per line:
   it; the peak figures then come from the product table by the GPU's ``name``
   (:mod:`exporter.hardware.gpus`), or are absent for a GPU the table does not know.
 
+  A GPU in MIG mode (``"mig_mode": 1``) lists its MIG devices by slot (the index of
+  ``nvmlDeviceGetMigDeviceHandleByIndex``; slots may be sparse)::
+
+    "max_mig_devices": 7,
+    "mig_devices": [{"slot": 0, "uuid": "MIG-...", "name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+                     "gpu_instance_id": 7, "compute_instance_id": 0,
+                     "attributes": [16, 1, 1, 9984]}, ...]
+
+  (``attributes``: SMs, GPU instance slices, compute instance slices, memory MiB, as
+  ``nvmlDeviceGetAttributes`` answers; optional. ``max_mig_devices`` defaults to the highest
+  slot + 1.)
+
+  ``engine_pids`` (optional, top level) lists the host PIDs that were the engine's processes
+  where the trace was recorded: in replay they stand for the engine (the recorded processes do
+  not exist on the replaying machine), so per-process shares are attributed as they were.
+
 * then one record per read of one GPU, ``t`` seconds after the trace started::
 
     {"t": 0.0, "gpu": 0, "samples": [[-166667, 87], [0, 91]], "util": [91, 40],
@@ -32,9 +48,20 @@ Trace format (version 1), one JSON object per line:
 
   ``samples`` are ``[microseconds relative to the trace start, percent]`` as the driver's
   utilisation buffer returned them (the first record may reach back before 0). A missing
-  field answers ``NOT_SUPPORTED``, as on a GPU without it. ``error`` makes every call for that
-  GPU fail with that NVML error while the record is current; ``hang_s`` makes the first call
-  during the record block that long (a hung driver call); ``xids`` are delivered as Xid events.
+  field answers ``NOT_SUPPORTED``, as on a GPU without it (``samples`` and
+  ``process_samples``: missing from every record of the device). ``error`` makes every call
+  for that GPU fail with that NVML error while the record is current; ``hang_s`` makes the
+  first call during the record block that long (a hung driver call); ``xids`` are delivered
+  as Xid events.
+
+  Per-process fields: ``"processes": [[pid, used_bytes or null], ...]`` (the compute
+  processes, host PIDs) and ``"process_samples": [[microseconds, pid, sm_percent,
+  memory_percent], ...]`` (the per-process utilisation buffer, timestamps as for ``samples``).
+
+* a record of a MIG device carries ``"mig": <slot>`` beside ``"gpu"``, and what NVML answers
+  for a MIG handle: ``memory``, ``gpm`` (the GPU instance's, as ``nvmlGpmMigSampleGet``
+  returns it; ``graphics_util`` included), ``processes``. A MIG device's records follow the
+  same rules as a GPU's.
 
 Replay runs in real time from :meth:`ReplayApi.init` and loops; counters (sample timestamps,
 energy) keep growing across loops as they would on a GPU.
@@ -56,11 +83,15 @@ from exporter.backends.nvml_api import (
     ERROR_CODES,
     GPM_NAMES,
     INVALID_ARGUMENT,
+    NOT_FOUND,
     NOT_SUPPORTED,
     UNINITIALIZED,
     ClockKind,
+    MigAttributes,
     NvmlError,
     PcieDirection,
+    ProcessMemory,
+    ProcessSample,
     XidEvent,
 )
 from exporter.hardware.gpus import GpuFacts
@@ -76,6 +107,18 @@ class TraceError(ValueError):
 
 
 @dataclass(frozen=True)
+class TraceMig:
+    """A MIG device in a trace header."""
+
+    slot: int
+    uuid: str
+    name: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    attributes: MigAttributes | None = None
+
+
+@dataclass(frozen=True)
 class TraceGpu:
     index: int
     uuid: str
@@ -84,6 +127,40 @@ class TraceGpu:
     mig_mode: int | None
     gpm: bool
     facts: GpuFacts = field(default_factory=GpuFacts)
+    mig_devices: tuple[TraceMig, ...] = ()
+    max_mig_devices: int = 0
+
+
+@dataclass(frozen=True)
+class MigHandle:
+    """A replayed MIG device handle."""
+
+    gpu: int
+    slot: int
+
+
+# A device of the trace: (GPU index, MIG slot or None for the GPU itself).
+DeviceKey = tuple[int, int | None]
+
+
+def mig_to_json(mig: TraceMig) -> dict[str, Any]:
+    """A ``mig_devices`` entry."""
+    out: dict[str, Any] = {
+        "slot": mig.slot,
+        "uuid": mig.uuid,
+        "name": mig.name,
+        "gpu_instance_id": mig.gpu_instance_id,
+        "compute_instance_id": mig.compute_instance_id,
+    }
+    a = mig.attributes
+    if a is not None:
+        out["attributes"] = [
+            a.multiprocessor_count,
+            a.gpu_instance_slice_count,
+            a.compute_instance_slice_count,
+            a.memory_size_mib,
+        ]
+    return out
 
 
 def facts_to_json(facts: GpuFacts) -> dict[str, Any]:
@@ -149,6 +226,16 @@ class TraceRecord:
     xids: list[int] = field(default_factory=list)
     error: int | None = None
     hang_s: float = 0.0
+    mig: int | None = None
+    # (timestamp µs relative to the trace start, pid, sm %, memory %)
+    process_samples: list[tuple[int, int, int, int]] = field(default_factory=list)
+    # The sample buffers the record carries ("samples", "process_samples"): a device whose
+    # records never carry one answers NOT_SUPPORTED for it.
+    buffers: frozenset[str] = frozenset({"samples"})
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.gpu, self.mig)
 
 
 @dataclass
@@ -157,10 +244,18 @@ class Trace:
     gpus: list[TraceGpu]
     records: dict[int, list[TraceRecord]]
     duration_s: float
+    mig_records: dict[tuple[int, int], list[TraceRecord]] = field(default_factory=dict)
+    engine_pids: frozenset[int] | None = None
 
     @property
     def driver_version(self) -> str:
         return str(self.header.get("driver_version", "unknown"))
+
+    def series(self) -> dict[DeviceKey, list[TraceRecord]]:
+        """Every device's records: GPUs, then MIG devices."""
+        out: dict[DeviceKey, list[TraceRecord]] = {(g, None): r for g, r in self.records.items()}
+        out.update(self.mig_records.items())
+        return out
 
 
 def _expect(cond: bool, where: str, problem: str) -> None:
@@ -168,10 +263,42 @@ def _expect(cond: bool, where: str, problem: str) -> None:
         raise TraceError(f"{where}: {problem}")
 
 
+def _parse_mig(raw: Any) -> TraceMig:
+    if not isinstance(raw, dict):
+        raise ValueError("each mig_devices entry must be an object")
+    attrs = raw.get("attributes")
+    attributes = None
+    if attrs is not None:
+        if not isinstance(attrs, list) or len(attrs) != 4:
+            raise ValueError("'attributes' must be [sms, gi slices, ci slices, memory MiB]")
+        sms, gi, ci, memory = (int(v) for v in attrs)
+        attributes = MigAttributes(sms, gi, ci, memory)
+    slot = int(raw["slot"])
+    if slot < 0:
+        raise ValueError(f"slot must be >= 0, got {slot}")
+    return TraceMig(
+        slot=slot,
+        uuid=str(raw["uuid"]),
+        name=str(raw["name"]),
+        gpu_instance_id=int(raw["gpu_instance_id"]),
+        compute_instance_id=int(raw.get("compute_instance_id", 0)),
+        attributes=attributes,
+    )
+
+
 def _parse_gpu(where: str, raw: Any) -> TraceGpu:
     _expect(isinstance(raw, dict), where, "each header gpu must be an object")
     try:
         mig = raw.get("mig_mode")
+        migs = tuple(_parse_mig(m) for m in raw.get("mig_devices", []))
+        slots = [m.slot for m in migs]
+        if len(set(slots)) != len(slots):
+            raise ValueError("mig_devices slots must be unique")
+        if migs and mig != 1:
+            raise ValueError("mig_devices need 'mig_mode': 1")
+        most = int(raw.get("max_mig_devices", max(slots, default=-1) + 1))
+        if slots and max(slots) >= most:
+            raise ValueError("a mig_devices slot is not below max_mig_devices")
         return TraceGpu(
             index=int(raw["index"]),
             uuid=str(raw["uuid"]),
@@ -180,20 +307,53 @@ def _parse_gpu(where: str, raw: Any) -> TraceGpu:
             mig_mode=None if mig is None else int(mig),
             gpm=bool(raw.get("gpm", False)),
             facts=_parse_facts(raw.get("facts")),
+            mig_devices=tuple(sorted(migs, key=lambda m: m.slot)),
+            max_mig_devices=most,
         )
     except (KeyError, TypeError, ValueError) as err:
         raise TraceError(f"{where}: bad gpu entry ({err})") from None
 
 
-def _parse_record(where: str, raw: Any, gpus: set[int]) -> TraceRecord:
+_RECORD_KEYS = {"t", "gpu", "mig", "samples", "process_samples", "xids", "error", "hang_s"}
+
+
+def _parse_processes(where: str, raw: dict[str, Any]) -> None:
+    procs = raw.get("processes")
+    if procs is None:
+        return
+    ok = isinstance(procs, list) and all(
+        isinstance(p, list)
+        and len(p) == 2
+        and isinstance(p[0], int)
+        and (p[1] is None or isinstance(p[1], int))
+        for p in procs
+    )
+    _expect(ok, where, "'processes' must be [[pid, used_bytes or null], ...]")
+
+
+def _parse_process_samples(where: str, raw: dict[str, Any]) -> list[tuple[int, int, int, int]]:
+    try:
+        return [
+            (int(ts), int(pid), int(sm), int(mem))
+            for ts, pid, sm, mem in raw.get("process_samples", [])
+        ]
+    except (TypeError, ValueError) as err:
+        raise TraceError(
+            f"{where}: 'process_samples' must be [[timestamp_us, pid, sm, memory], ...] ({err})"
+        ) from None
+
+
+def _parse_record(where: str, raw: Any, devices: set[DeviceKey]) -> TraceRecord:
     _expect(isinstance(raw, dict), where, "a record must be a JSON object")
     try:
         t = float(raw["t"])
         gpu = int(raw["gpu"])
+        mig = None if raw.get("mig") is None else int(raw["mig"])
     except (KeyError, TypeError, ValueError) as err:
         raise TraceError(f"{where}: record needs numeric 't' and 'gpu' ({err})") from None
     _expect(math.isfinite(t) and t >= 0, where, f"'t' must be a finite number >= 0, got {t}")
-    _expect(gpu in gpus, where, f"gpu {gpu} is not in the header")
+    _expect((gpu, None) in devices, where, f"gpu {gpu} is not in the header")
+    _expect((gpu, mig) in devices, where, f"gpu {gpu} has no MIG device in slot {mig}")
     try:
         samples = [(int(ts), float(v)) for ts, v in raw.get("samples", [])]
     except (TypeError, ValueError) as err:
@@ -209,9 +369,9 @@ def _parse_record(where: str, raw: Any, gpus: set[int]) -> TraceRecord:
     _expect(isinstance(gpm, dict), where, "'gpm' must be an object")
     unknown = set(gpm) - set(GPM_NAMES.values())
     _expect(not unknown, where, f"unknown GPM metrics {sorted(unknown)}")
-    values = {
-        k: v for k, v in raw.items() if k not in {"t", "gpu", "samples", "xids", "error", "hang_s"}
-    }
+    _parse_processes(where, raw)
+    process_samples = _parse_process_samples(where, raw)
+    values = {k: v for k, v in raw.items() if k not in _RECORD_KEYS}
     try:
         xids = [int(x) for x in raw.get("xids", [])]
         hang_s = float(raw.get("hang_s", 0.0))
@@ -220,8 +380,18 @@ def _parse_record(where: str, raw: Any, gpus: set[int]) -> TraceRecord:
             f"{where}: 'xids' must be a list of integers, 'hang_s' a number ({err})"
         ) from None
     _expect(math.isfinite(hang_s) and hang_s >= 0, where, "'hang_s' must be >= 0")
+    _expect(mig is None or not xids, where, "Xids belong to the GPU's records, not a MIG device's")
     return TraceRecord(
-        t=t, gpu=gpu, samples=samples, values=values, xids=xids, error=error, hang_s=hang_s
+        t=t,
+        gpu=gpu,
+        samples=samples,
+        values=values,
+        xids=xids,
+        error=error,
+        hang_s=hang_s,
+        mig=mig,
+        process_samples=process_samples,
+        buffers=frozenset(k for k in ("samples", "process_samples") if k in raw),
     )
 
 
@@ -251,23 +421,31 @@ def parse_trace(lines: Sequence[str], source: str = "trace") -> Trace:
     _expect(isinstance(raw_gpus, list) and bool(raw_gpus), where, "header needs a non-empty 'gpus'")
     gpus = [_parse_gpu(where, g) for g in raw_gpus]
     _expect([g.index for g in gpus] == list(range(len(gpus))), where, "gpu indexes must be 0..n-1")
-    records: dict[int, list[TraceRecord]] = {g.index: [] for g in gpus}
+    series: dict[DeviceKey, list[TraceRecord]] = {(g.index, None): [] for g in gpus}
+    series.update({(g.index, m.slot): [] for g in gpus for m in g.mig_devices})
     for rec_where, raw in parsed[1:]:
-        rec = _parse_record(rec_where, raw, set(records))
-        previous = records[rec.gpu]
-        _expect(
-            not previous or rec.t > previous[-1].t,
-            rec_where,
-            f"'t' of gpu {rec.gpu} must increase",
-        )
+        rec = _parse_record(rec_where, raw, set(series))
+        previous = series[rec.key]
+        what = f"gpu {rec.gpu}" if rec.mig is None else f"MIG device {rec.gpu}:{rec.mig}"
+        _expect(not previous or rec.t > previous[-1].t, rec_where, f"'t' of {what} must increase")
         previous.append(rec)
-    for index, recs in records.items():
-        _expect(bool(recs), source, f"gpu {index} has no records")
+    for (index, slot), recs in series.items():
+        what = f"gpu {index}" if slot is None else f"MIG device {index}:{slot}"
+        _expect(bool(recs), source, f"{what} has no records")
+    engine_pids = header.get("engine_pids")
+    _expect(
+        engine_pids is None
+        or (isinstance(engine_pids, list) and all(isinstance(p, int) for p in engine_pids)),
+        where,
+        "'engine_pids' must be a list of PIDs",
+    )
+    records = {g: recs for (g, slot), recs in series.items() if slot is None}
+    mig_records = {(g, slot): recs for (g, slot), recs in series.items() if slot is not None}
     duration = header.get("duration_s")
     if duration is None:
-        last = max(recs[-1].t for recs in records.values())
+        last = max(recs[-1].t for recs in series.values())
         spacing = [
-            (recs[-1].t - recs[0].t) / (len(recs) - 1) for recs in records.values() if len(recs) > 1
+            (recs[-1].t - recs[0].t) / (len(recs) - 1) for recs in series.values() if len(recs) > 1
         ]
         duration = last + (min(spacing) if spacing else 1.0)
     try:
@@ -275,11 +453,18 @@ def parse_trace(lines: Sequence[str], source: str = "trace") -> Trace:
     except (TypeError, ValueError):
         raise TraceError(f"{where}: 'duration_s' must be a number") from None
     _expect(
-        duration > max(r[-1].t for r in records.values()),
+        duration > max(r[-1].t for r in series.values()),
         where,
         "duration_s must be after the last record",
     )
-    return Trace(header=header, gpus=gpus, records=records, duration_s=duration)
+    return Trace(
+        header=header,
+        gpus=gpus,
+        records=records,
+        duration_s=duration,
+        mig_records=mig_records,
+        engine_pids=None if engine_pids is None else frozenset(engine_pids),
+    )
 
 
 def load_trace(path: Path) -> Trace:
@@ -295,7 +480,8 @@ class ReplayApi:
     """:class:`~exporter.backends.nvml_api.NvmlApi` answering from a :class:`Trace`.
 
     ``clock`` (monotonic seconds) and ``wall_us`` (epoch microseconds) are injectable so tests
-    step time deterministically.
+    step time deterministically. GPU handles are the GPU's index, MIG device handles
+    :class:`MigHandle`.
     """
 
     def __init__(
@@ -312,11 +498,16 @@ class ReplayApi:
         self._base_us = 0
         self._initialised = False
         self._closed = threading.Event()
-        self._hung: set[tuple[int, int, int]] = set()
+        self._hung: set[tuple[DeviceKey, int, int]] = set()
         self._xid_cursor = 0.0
-        self._times = {g: [r.t for r in recs] for g, recs in trace.records.items()}
+        self._series = trace.series()
+        self._times = {k: [r.t for r in recs] for k, recs in self._series.items()}
+        self._buffers = {
+            k: frozenset().union(*(r.buffers for r in recs)) for k, recs in self._series.items()
+        }
         self._energy_step = {g: self._energy_per_loop(recs) for g, recs in trace.records.items()}
         self._xid_times = sorted({r.t for recs in trace.records.values() for r in recs if r.xids})
+        self._migs = {(g.index, m.slot): m for g in trace.gpus for m in g.mig_devices}
 
     def _energy_per_loop(self, recs: list[TraceRecord]) -> int:
         energies = [r.values["energy_mj"] for r in recs if "energy_mj" in r.values]
@@ -334,16 +525,17 @@ class ReplayApi:
         return int(loop), pos
 
     def _current(
-        self, gpu: int, position: tuple[int, float] | None = None
+        self, key: DeviceKey, position: tuple[int, float] | None = None
     ) -> tuple[int, int, TraceRecord]:
         loop, pos = position or self._position()
-        i = bisect.bisect_right(self._times[gpu], pos) - 1
-        if i < 0:  # before the GPU's first record in this loop: the previous loop's last
+        times = self._times[key]
+        i = bisect.bisect_right(times, pos) - 1
+        if i < 0:  # before the device's first record in this loop: the previous loop's last
             if loop == 0:
                 i = 0
             else:
-                loop, i = loop - 1, len(self._times[gpu]) - 1
-        return loop, i, self.trace.records[gpu][i]
+                loop, i = loop - 1, len(times) - 1
+        return loop, i, self._series[key][i]
 
     # --- API -------------------------------------------------------------------------------
     def init(self) -> None:
@@ -374,17 +566,34 @@ class ReplayApi:
             raise NvmlError(INVALID_ARGUMENT)
         return index
 
-    def _gpu(self, handle: object) -> TraceGpu:
+    def _key(self, handle: object) -> DeviceKey:
         self._check()
+        if isinstance(handle, MigHandle):
+            if (handle.gpu, handle.slot) not in self._migs:
+                raise NvmlError(INVALID_ARGUMENT)
+            return (handle.gpu, handle.slot)
         if not isinstance(handle, int) or not 0 <= handle < len(self.trace.gpus):
             raise NvmlError(INVALID_ARGUMENT)
-        return self.trace.gpus[handle]
+        return (handle, None)
+
+    def _gpu(self, handle: object) -> TraceGpu:
+        """The GPU of a GPU handle; ``NOT_SUPPORTED`` for a MIG handle (GPU-level queries)."""
+        gpu, slot = self._key(handle)
+        if slot is not None:
+            raise NvmlError(NOT_SUPPORTED)
+        return self.trace.gpus[gpu]
+
+    def _mig(self, handle: object) -> TraceMig:
+        gpu, slot = self._key(handle)
+        if slot is None:
+            raise NvmlError(NOT_SUPPORTED)  # these answer for MIG device handles only
+        return self._migs[(gpu, slot)]
 
     def _record(self, handle: object, position: tuple[int, float] | None = None) -> TraceRecord:
-        gpu = self._gpu(handle).index
-        loop, i, rec = self._current(gpu, position)
-        if rec.hang_s > 0 and (gpu, loop, i) not in self._hung:
-            self._hung.add((gpu, loop, i))
+        key = self._key(handle)
+        loop, i, rec = self._current(key, position)
+        if rec.hang_s > 0 and (key, loop, i) not in self._hung:
+            self._hung.add((key, loop, i))
             self._closed.wait(rec.hang_s)
             self._check()
         if rec.error is not None:
@@ -398,13 +607,15 @@ class ReplayApi:
         return rec.values[key]
 
     def uuid(self, handle: object) -> str:
-        return self._gpu(handle).uuid
+        gpu, slot = self._key(handle)
+        return self.trace.gpus[gpu].uuid if slot is None else self._migs[(gpu, slot)].uuid
 
     def name(self, handle: object) -> str:
-        return self._gpu(handle).name
+        gpu, slot = self._key(handle)
+        return self.trace.gpus[gpu].name if slot is None else self._migs[(gpu, slot)].name
 
     def pci_bus_id(self, handle: object) -> str:
-        return self._gpu(handle).pci_bus_id
+        return self.trace.gpus[self._key(handle)[0]].pci_bus_id
 
     def mig_mode(self, handle: object) -> int:
         mode = self._gpu(handle).mig_mode
@@ -434,30 +645,44 @@ class ReplayApi:
         major, minor = self._fact(self._gpu(handle).facts.compute_capability)
         return int(major), int(minor)
 
-    def utilization_samples(self, handle: object, last_seen_us: int) -> list[tuple[int, float]]:
+    def _buffered(self, handle: object, buffer: str, last_seen_us: int) -> list[tuple[int, Any]]:
+        """Entries of a driver sample buffer (``samples`` or ``process_samples``) newer than
+        ``last_seen_us``, as ``(epoch µs, payload)``, oldest first."""
         loop, pos = position = self._position()
-        rec = self._record(handle, position)
-        gpu = rec.gpu
+        key = self._key(handle)
+        if buffer not in self._buffers[key]:
+            self._record(handle, position)  # errors and hangs first, as NVML would
+            raise NvmlError(NOT_SUPPORTED)
+        self._record(handle, position)
+        records = self._series[key]
         # Samples between the last record and the loop's end live, as on the driver, in the
         # buffer read at t=0: in later loops its newest part stands for that stretch.
-        gap_us = int((self.trace.duration_s - self._times[gpu][-1]) * 1e6)
+        gap_us = int((self.trace.duration_s - self._times[key][-1]) * 1e6)
         now_rel_us = int(pos * 1e6)
         period_us = int(self.trace.duration_s * 1e6)
-        out: list[tuple[int, float]] = []
+        out: list[tuple[int, Any]] = []
         first_loop = max(0, (last_seen_us - self._base_us) // period_us) if period_us else 0
         for j in range(max(first_loop, loop - 1), loop + 1):
             offset = self._base_us + j * period_us
-            for r in self.trace.records[gpu]:
-                for rel, value in r.samples:
+            for r in records:
+                entries: list[tuple[int, Any]] = (
+                    [(rel, value) for rel, value in r.samples]
+                    if buffer == "samples"
+                    else [(ts, (pid, sm, mem)) for ts, pid, sm, mem in r.process_samples]
+                )
+                for rel, payload in entries:
                     if j > 0 and rel <= -gap_us:
                         continue  # the rest of the pre-start buffer exists only once
                     if j == loop and rel > now_rel_us:
                         continue
                     ts = offset + rel
                     if ts > last_seen_us:
-                        out.append((ts, value))
-        out.sort()
+                        out.append((ts, payload))
+        out.sort(key=lambda e: e[0])
         return out[-MAX_BUFFERED_SAMPLES:]
+
+    def utilization_samples(self, handle: object, last_seen_us: int) -> list[tuple[int, float]]:
+        return [(ts, float(v)) for ts, v in self._buffered(handle, "samples", last_seen_us)]
 
     def utilization_rates(self, handle: object) -> tuple[int, int]:
         gpu_pct, mem_pct = self._value(handle, "util")
@@ -471,12 +696,14 @@ class ReplayApi:
         return int(self._value(handle, "power_mw"))
 
     def total_energy_mj(self, handle: object) -> int:
-        gpu = self._gpu(handle).index
+        key = self._key(handle)
         position = self._position()
-        loop, _, _ = self._current(gpu, position)
+        loop, _, _ = self._current(key, position)
         value = int(self._value(handle, "energy_mj", position))
+        if key[1] is not None:
+            return value
         # The loop of the record read, so the counter never steps back at a loop boundary.
-        return value + loop * self._energy_step[gpu]
+        return value + loop * self._energy_step[key[0]]
 
     def temperature_c(self, handle: object) -> int:
         return int(self._value(handle, "temp_c"))
@@ -507,7 +734,8 @@ class ReplayApi:
     ) -> dict[int, float | None]:
         if not isinstance(newer, tuple):
             raise NvmlError(INVALID_ARGUMENT)
-        rec = self._record(newer[0])
+        handle = newer[0] if len(newer) == 2 else MigHandle(newer[0], newer[2])
+        rec = self._record(handle)
         gpm = rec.values.get("gpm", {})
         return {
             m: (float(gpm[GPM_NAMES[m]]) if GPM_NAMES.get(m) in gpm else None) for m in metric_ids
@@ -515,6 +743,56 @@ class ReplayApi:
 
     def gpm_free(self, sample: object) -> None:
         return None
+
+    # --- MIG -------------------------------------------------------------------------------
+    def mig_device_count(self, handle: object) -> int:
+        gpu = self._gpu(handle)
+        return gpu.max_mig_devices if gpu.mig_mode == 1 else 0
+
+    def mig_device_handle(self, handle: object, index: int) -> object:
+        gpu = self._gpu(handle)
+        if gpu.mig_mode != 1 or not 0 <= index < gpu.max_mig_devices:
+            raise NvmlError(INVALID_ARGUMENT)
+        if (gpu.index, index) not in self._migs:
+            raise NvmlError(NOT_FOUND)  # an empty slot
+        return MigHandle(gpu.index, index)
+
+    def gpu_instance_id(self, mig: object) -> int:
+        return self._mig(mig).gpu_instance_id
+
+    def compute_instance_id(self, mig: object) -> int:
+        return self._mig(mig).compute_instance_id
+
+    def mig_attributes(self, mig: object) -> MigAttributes:
+        attributes = self._mig(mig).attributes
+        if attributes is None:
+            raise NvmlError(NOT_SUPPORTED)
+        return attributes
+
+    def gpm_mig_sample(self, handle: object, gpu_instance_id: int) -> object:
+        gpu = self._gpu(handle)
+        if not gpu.gpm:
+            raise NvmlError(NOT_SUPPORTED)
+        # GPU-instance level: every MIG device of the instance carries the same values; the
+        # first one's records answer.
+        slots = [m.slot for m in gpu.mig_devices if m.gpu_instance_id == gpu_instance_id]
+        if not slots:
+            raise NvmlError(NOT_FOUND)
+        self._record(MigHandle(gpu.index, slots[0]))
+        return (gpu.index, self.elapsed(), slots[0])
+
+    # --- processes -------------------------------------------------------------------------
+    def compute_processes(self, handle: object) -> list[ProcessMemory]:
+        return [
+            ProcessMemory(pid=int(pid), used_bytes=None if used is None else int(used))
+            for pid, used in self._value(handle, "processes")
+        ]
+
+    def process_utilization(self, handle: object, last_seen_us: int) -> list[ProcessSample]:
+        return [
+            ProcessSample(pid=pid, timestamp_us=ts, sm_pct=sm, mem_pct=mem)
+            for ts, (pid, sm, mem) in self._buffered(handle, "process_samples", last_seen_us)
+        ]
 
     def register_xid_events(self, handles: Sequence[object]) -> None:
         self._check()

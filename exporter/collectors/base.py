@@ -34,12 +34,31 @@ class Collection:
     error: str = ""
 
 
+class EnginePids:
+    """The engine's PIDs as the ``process`` collector last found them, in the sidecar's PID
+    namespace; the ``nvml`` collector matches them to the host PIDs NVML reports."""
+
+    def __init__(self) -> None:
+        self._pids: frozenset[int] | None = None
+        self._lock = threading.Lock()
+
+    def publish(self, pids: frozenset[int]) -> None:
+        with self._lock:
+            self._pids = pids
+
+    def get(self) -> frozenset[int] | None:
+        """None until the first scan."""
+        with self._lock:
+            return self._pids
+
+
 @dataclass
 class Shared:
     """State that the collectors of one exporter share (built once per build)."""
 
     settings: Settings
     _hub: EngineHub | None = field(default=None, repr=False)
+    engine_pids: EnginePids = field(default_factory=EnginePids)
 
     @property
     def engine_hub(self) -> EngineHub:

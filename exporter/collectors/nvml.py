@@ -17,6 +17,11 @@ Emits (labels ``gpu``, ``uuid`` unless noted; see ``docs/metrics.md``)::
     inference_gpu_sm_clock_hertz, _memory_clock_hertz, _clock_event_active{reason}
     inference_gpu_xid_errors_total{xid}
     inference_gpu_peak_memory_bandwidth_bytes_per_second, inference_gpu_peak_flops{precision}
+    inference_gpu_mig_info{gpu,uuid,parent_gpu,parent_uuid,profile,gpu_instance_id,
+                           compute_instance_id}        a MIG device's place; constant 1
+    inference_gpu_processes{owner}                     compute processes, engine | other
+    inference_gpu_engine_utilization_ratio             the engine's own SM share
+    inference_gpu_engine_memory_used_bytes             the engine's own framebuffer memory
 
 How it reads: one thread per GPU polls every ``poll_interval`` (default 3 s, about 3.3 NVML
 calls per GPU per second), so a hung call stalls only its own GPU and never a scrape. The
@@ -25,18 +30,34 @@ driver sample whatever the scrape interval. ``collect()`` only reads the latest 
 A poll in flight longer than ``deadline`` marks the GPU down and the collector unsuccessful;
 no second call is started for that GPU while one hangs.
 
+MIG: each MIG device of a GPU in MIG mode is a device of its own (``gpu="<gpu>:<slot>"``,
+its ``uuid`` the MIG UUID), polled by its own thread: memory from its handle, utilisation,
+SM, tensor and DRAM activity from the GPU instance's GPM samples (Hopper and newer; there is
+no utilisation buffer on MIG, so busy seconds and the utilisation histogram integrate GPM
+graphics activity, one value per poll). The GPU itself keeps its own series (power,
+temperature, clocks, PCIe, Xids).
+
+Per-process shares: where the engine's processes can be told among NVML's host PIDs
+(:mod:`exporter.backends.pidns`), each poll also lists the compute processes and their
+utilisation samples: the engine's share is the sum of its processes' newest SM samples, its
+memory the sum of their memory, and the rest are counted as ``other``. On MIG, NVML has no
+per-process utilisation; a MIG device whose processes are all the engine's gives it the
+device's utilisation.
+
 The peak figures are computed once per NVML session from the identity-time facts
-(:func:`exporter.hardware.gpus.peaks_of`) and cost no call per poll.
+(:func:`exporter.hardware.gpus.peaks_of`; a MIG device's share: ``slice_peaks``) and cost no
+call per poll.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,16 +65,26 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
 from exporter import metrics as m
-from exporter.backends.gpu import GpuIdentity, GpuReader, GpuReading, read_identity
+from exporter.backends.gpu import (
+    GpuIdentity,
+    GpuReader,
+    GpuReading,
+    MigSlice,
+    read_identity,
+    read_mig_slices,
+)
 from exporter.backends.nvml_api import (
     FIELD_ERRORS,
+    INVALID_ARGUMENT,
+    NOT_FOUND,
     SESSION_ERRORS,
     NvmlApi,
     NvmlError,
 )
+from exporter.backends.pidns import EngineProcesses, FixedPids, HostPids, is_host_procfs
 from exporter.collectors.base import Collection, Collector, Shared
 from exporter.config import DEFAULT_SCRAPE_TIMEOUT, ConfigError, Option, Settings, section
-from exporter.hardware.gpus import Peaks, peaks_of
+from exporter.hardware.gpus import Peaks, peaks_of, slice_peaks
 from exporter.priority import SCRAPES
 
 log = logging.getLogger(__name__)
@@ -79,6 +110,45 @@ MAX_SAMPLE_PERIOD_S = 2.0
 
 MIB = 1024 * 1024
 KIB = 1024
+
+# A MIG device that answers NOT_FOUND or INVALID_ARGUMENT was reconfigured away: the devices
+# are enumerated again, at most this often.
+REENUMERATE_AFTER_S = 60.0
+
+
+class DeviceFilter:
+    """Which GPUs and MIG devices to watch, from ``--gpu.devices`` (or the UUIDs of
+    ``NVIDIA_VISIBLE_DEVICES``). Entries: a GPU index (``0``), a GPU UUID, a MIG UUID
+    (``MIG-<uuid>``, or the pre-R470 ``MIG-GPU-<uuid>/<gi>/<ci>``), a MIG index
+    (``<gpu>:<slot>``). A listed GPU brings all its MIG devices; a listed MIG device brings
+    its GPU (power, temperature, clocks are the GPU's). Empty: everything NVML shows."""
+
+    def __init__(self, entries: Iterable[str] = ()) -> None:
+        # Kubernetes device IDs may carry a "::<replica>" suffix (time-sliced replicas).
+        self.entries = frozenset(e.strip().split("::")[0] for e in entries if e.strip())
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    @property
+    def names_mig_devices(self) -> bool:
+        return any(e.startswith("MIG-") or ":" in e for e in self.entries)
+
+    def gpu(self, index: int, uuid: str) -> bool:
+        return not self.entries or str(index) in self.entries or uuid in self.entries
+
+    def mig(self, piece: MigSlice, uuid: str) -> bool:
+        legacy = f"MIG-{piece.parent_uuid}/{piece.gpu_instance_id}/{piece.compute_instance_id}"
+        names = {uuid, legacy, f"{piece.parent_index}:{piece.slot}"}
+        return self.gpu(piece.parent_index, piece.parent_uuid) or bool(names & self.entries)
+
+
+def visible_device_uuids(value: str) -> frozenset[str]:
+    """The GPU and MIG UUIDs of an ``NVIDIA_VISIBLE_DEVICES`` value. Indices are left out: they
+    number the host's GPUs, not the ones NVML shows inside the container; ``all``, ``none``,
+    ``void`` name no device."""
+    items = (item.strip().split("::")[0] for item in value.split(","))
+    return frozenset(i for i in items if i.startswith(("GPU-", "MIG-")))
 
 
 def integrate_samples(
@@ -119,27 +189,65 @@ class GpuState:
     xids: Counter[int] = field(default_factory=Counter)
     calls: int = 0
     attempted: bool = False
+    # Per-process shares of the latest reading; None where not known.
+    engine_util: float | None = None
+    engine_memory: float | None = None
+    process_counts: tuple[int, int] | None = None  # (engine, other)
     # The histogram's samples as last rendered, with the counts and count they came from:
     # they change once per poll, scrapes come far more often.
     hist_rendered: tuple[m.BucketCounts, int, list[Sample]] | None = None
 
-    def apply(self, reading: GpuReading, now: float) -> None:
-        """Fold one successful reading into the state (counters only grow)."""
+    def apply(self, reading: GpuReading, now: float, engine: frozenset[int] | None = None) -> None:
+        """Fold one successful reading into the state (counters only grow); ``engine`` is
+        the engine's PIDs among the reading's processes (None: not known)."""
         busy, self.last_sample = integrate_samples(self.last_sample, reading.samples)
         self.busy_seconds += busy
         for _, value in reading.samples:
             self.samples.observe(min(max(value, 0.0), 100.0) / 100.0)
+        graphics = reading.gpm.get("graphics_util")
         if reading.samples:
             self.latest_util = reading.samples[-1][1] / 100.0
+        elif not reading.has_samples and graphics is not None and reading.gpm_interval_s:
+            # No sample buffer (MIG): GPM graphics activity over the poll interval stands in,
+            # one value per poll.
+            share = min(max(graphics, 0.0), 100.0) / 100.0
+            self.busy_seconds += reading.gpm_interval_s * share
+            self.samples.observe(share)
+            self.latest_util = share
         elif reading.util_gpu_pct is not None and self.last_sample is None:
             # No sample buffer on this GPU: the driver's own average is the best we have.
             self.latest_util = reading.util_gpu_pct / 100.0
         dram = reading.gpm.get("dram_bw_util")
         if dram is not None and reading.gpm_interval_s:
             self.dram_active_seconds += reading.gpm_interval_s * dram / 100.0
+        self._apply_processes(reading, engine)
         self.latest = reading
         self.latest_at = now
         self.error = ""
+
+    def _apply_processes(self, reading: GpuReading, engine: frozenset[int] | None) -> None:
+        procs = reading.processes
+        if procs is None or engine is None:
+            self.engine_util = self.engine_memory = self.process_counts = None
+            return
+        mine = [p for p in procs if p.pid in engine]
+        others = len(procs) - len(mine)
+        self.process_counts = (len(mine), others)
+        used = [p.used_bytes for p in mine if p.used_bytes is not None]
+        # Memory NVML does not report (NVML_VALUE_NOT_AVAILABLE) leaves the sum unknown.
+        self.engine_memory = float(sum(used)) if len(used) == len(mine) else None
+        if not mine:
+            self.engine_util = 0.0  # the engine runs nothing here
+        elif reading.process_samples is not None:
+            ordered = sorted(reading.process_samples, key=lambda s: s.timestamp_us)
+            newest = {s.pid: s for s in ordered}  # each process's newest sample
+            share = sum(min(max(s.sm_pct, 0), 100) for pid, s in newest.items() if pid in engine)
+            self.engine_util = min(share, 100) / 100.0
+        elif others == 0 and self.latest_util is not None:
+            # No per-process utilisation (MIG), but no one else on the device either.
+            self.engine_util = self.latest_util
+        else:
+            self.engine_util = None
 
 
 class NvmlCollector(Collector):
@@ -156,16 +264,21 @@ class NvmlCollector(Collector):
         deadline: float = DEFAULT_SCRAPE_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
         max_backoff: float = 60.0,
-        devices: frozenset[str] = frozenset(),
+        devices: Iterable[str] = (),
+        engine: EngineProcesses | None = None,
     ) -> None:
         self._api_factory = api_factory
         self.poll_interval = poll_interval
         self.deadline = deadline
         self._clock = clock
         self._max_backoff = max_backoff
-        # GPUs to watch, by index or UUID; empty: every GPU NVML shows.
-        self.devices = devices
-        self._states: dict[int, GpuState] = {}
+        # GPUs and MIG devices to watch; empty: every one NVML shows.
+        self.devices = DeviceFilter(devices)
+        # Tells the engine's processes among NVML's (None: no per-process reads).
+        self._engine = engine
+        self._said_processes = False
+        self._reenumerate_at = 0.0
+        self._states: dict[str, GpuState] = {}
         self._by_uuid: dict[str, GpuState] = {}
         self._driver_version = ""
         self._up = False
@@ -221,23 +334,22 @@ class NvmlCollector(Collector):
 
     def _open(self, api: NvmlApi) -> list[object]:
         api.init()
+        per_process = self._engine is not None and self._engine.available
         try:
             driver = api.driver_version()
             handles = [api.handle(i) for i in range(api.device_count())]
-            states: dict[int, GpuState] = {}
+            states: dict[str, GpuState] = {}
+            watched: list[object] = []
             for index, handle in enumerate(handles):
-                if self.devices and str(index) not in self.devices:
-                    uuid = api.uuid(handle)
-                    if uuid not in self.devices:
-                        continue
-                identity = read_identity(api, index, handle)
-                # Keep counters across NVML sessions (driver reload): same GPU, same series.
-                state = self._by_uuid.get(identity.uuid) or GpuState(identity=identity)
-                state.identity = identity
-                state.peaks = _peaks(identity)
-                state.reader = GpuReader(api, identity, handle, clock=self._clock)
-                state.inflight_since = None
-                states[index] = state
+                devices = self._devices_of(api, index, handle)
+                if devices:
+                    watched.append(handle)
+                for identity, device in devices:
+                    # A GPU in MIG mode: its processes are read on its MIG devices.
+                    processes = per_process and identity.mig_mode != "enabled"
+                    states[identity.label] = self._state(
+                        api, identity, device, handle, processes=processes
+                    )
         except NvmlError:
             with contextlib.suppress(NvmlError):
                 api.shutdown()
@@ -249,12 +361,68 @@ class NvmlCollector(Collector):
             self._up = True
         self._last_init_error = ""
         log.info(
-            "NVML initialised: driver %s, %d GPU(s): %s",
+            "NVML initialised: driver %s, %d device(s): %s",
             driver,
             len(states),
-            ", ".join(f"{s.identity.index}={s.identity.name}" for s in states.values()),
+            ", ".join(f"{label}={s.identity.name}" for label, s in states.items()),
         )
-        return [handles[i] for i in states]
+        self._say_processes(per_process)
+        return watched
+
+    def _devices_of(
+        self, api: NvmlApi, index: int, handle: object
+    ) -> list[tuple[GpuIdentity, object]]:
+        """The GPU and its MIG devices to watch, the GPU first; empty to skip it."""
+        wanted = self.devices
+        if wanted and not wanted.names_mig_devices and not wanted.gpu(index, api.uuid(handle)):
+            return []  # not listed, and no MIG device could be
+        identity = read_identity(api, index, handle)
+        slices = read_mig_slices(api, identity, handle) if identity.mig_mode == "enabled" else []
+        kept = [(i, h) for i, h in slices if i.mig is not None and wanted.mig(i.mig, i.uuid)]
+        if not kept and not wanted.gpu(index, identity.uuid):
+            return []
+        return [(identity, handle), *kept]
+
+    def _state(
+        self,
+        api: NvmlApi,
+        identity: GpuIdentity,
+        device: object,
+        parent: object,
+        *,
+        processes: bool,
+    ) -> GpuState:
+        # Keep counters across NVML sessions (driver reload): same device, same series.
+        state = self._by_uuid.get(identity.uuid) or GpuState(identity=identity)
+        state.identity = identity
+        state.peaks = _peaks(identity)
+        state.reader = GpuReader(
+            api,
+            identity,
+            device,
+            clock=self._clock,
+            parent=parent if identity.mig is not None else None,
+            processes=processes,
+        )
+        state.inflight_since = None
+        return state
+
+    def _say_processes(self, per_process: bool) -> None:
+        if self._said_processes or self._engine is None:
+            return
+        self._said_processes = True
+        if per_process:
+            log.info(
+                "per-process GPU shares on: the engine's processes are told apart among "
+                "NVML's host PIDs"
+            )
+        else:
+            log.info(
+                "per-process GPU shares off: NVML reports host PIDs and this sidecar sees "
+                "neither the host's PID namespace (hostPID) nor the host's /proc "
+                "(--gpu.host-procfs); inference_gpu_engine_* and inference_gpu_processes "
+                "stay absent"
+            )
 
     def _run_session(self, api: NvmlApi, handles: list[object]) -> None:
         self._threads = [
@@ -316,6 +484,7 @@ class NvmlCollector(Collector):
         calls_before = reader.calls
         try:
             reading = reader.read()
+            engine = self._engine_pids(reading)
         except NvmlError as err:
             if err.code in SESSION_ERRORS:
                 log.warning("NVML session lost (%s); re-initialising", err.name)
@@ -324,17 +493,19 @@ class NvmlCollector(Collector):
             with state.lock:
                 if state.error != err.name:
                     log.warning(
-                        "GPU %d (%s): %s; marked down, still polling",
-                        state.identity.index,
+                        "GPU %s (%s): %s; marked down, still polling",
+                        state.identity.label,
                         state.identity.uuid,
                         err.name,
                     )
                 state.error = err.name
+            if self._reconfigured(state, err):
+                return False
         else:
             with state.lock:
                 if state.error:
-                    log.info("GPU %d recovered", state.identity.index)
-                state.apply(reading, self._clock())
+                    log.info("GPU %s recovered", state.identity.label)
+                state.apply(reading, self._clock(), engine)
         finally:
             state.inflight_since = None
             with state.lock:
@@ -342,6 +513,26 @@ class NvmlCollector(Collector):
                 state.attempted = True
             if all(s.attempted for s in self._states.values()):
                 self._ready.set()
+        return True
+
+    def _engine_pids(self, reading: GpuReading) -> frozenset[int] | None:
+        if self._engine is None or reading.processes is None:
+            return None
+        pids = {p.pid for p in reading.processes}
+        pids.update(s.pid for s in reading.process_samples or ())
+        return self._engine.engine(pids)
+
+    def _reconfigured(self, state: GpuState, err: NvmlError) -> bool:
+        """A MIG device that no longer exists (MIG reconfigured): enumerate again, at most
+        once per :data:`REENUMERATE_AFTER_S`. True when the session ends for that."""
+        if state.identity.mig is None or err.code not in (NOT_FOUND, INVALID_ARGUMENT):
+            return False
+        now = self._clock()
+        if now < self._reenumerate_at:
+            return False
+        self._reenumerate_at = now + REENUMERATE_AFTER_S
+        log.warning("MIG device %s is gone; enumerating the MIG devices again", state.identity.uuid)
+        self._session_broken.set()
         return True
 
     def _watch_xids(self, api: NvmlApi, handles: list[object]) -> None:
@@ -361,7 +552,7 @@ class NvmlCollector(Collector):
                 self._session_broken.wait(1.0)
                 continue
             for event in events:
-                state = self._states.get(event.gpu)
+                state = self._states.get(str(event.gpu))
                 if state is None:
                     continue
                 log.warning("GPU %d: Xid %d", event.gpu, event.xid)
@@ -390,7 +581,7 @@ class NvmlCollector(Collector):
                 fresh = state.latest is not None and now - state.latest_at <= stale_after
                 healthy = not hung and not state.error and fresh
                 if hung:
-                    stuck.append(str(state.identity.index))
+                    stuck.append(state.identity.label)
                 f.add_state(state, driver, healthy)
         out.metrics.extend(f.all())
         if stuck:
@@ -414,6 +605,8 @@ class _Families:
         self.events = m.gauge("inference_gpu_clock_event_active")
         self.peak_bandwidth = m.gauge("inference_gpu_peak_memory_bandwidth_bytes_per_second")
         self.peak_flops = m.gauge("inference_gpu_peak_flops")
+        self.mig_info = m.gauge("inference_gpu_mig_info")
+        self.processes = m.gauge("inference_gpu_processes")
         self.gauges = {
             name: m.gauge(name)
             for name in (
@@ -431,13 +624,16 @@ class _Families:
                 "inference_gpu_temperature_celsius",
                 "inference_gpu_sm_clock_hertz",
                 "inference_gpu_memory_clock_hertz",
+                "inference_gpu_engine_utilization_ratio",
+                "inference_gpu_engine_memory_used_bytes",
             )
         }
 
     def all(self) -> list[Metric]:
         fams: list[Metric] = [self.calls, self.info, self.up, self.xid, self.hist, self.busy]
-        fams += [self.peak_bandwidth, self.peak_flops]
+        fams += [self.peak_bandwidth, self.peak_flops, self.mig_info]
         fams += [self.dram_seconds, self.energy, self.events, *self.gauges.values()]
+        fams += [self.processes]
         return [f for f in fams if f.samples]
 
     def _gauge(self, name: str, labels: list[str], value: float | None) -> None:
@@ -446,9 +642,22 @@ class _Families:
 
     def add_state(self, s: GpuState, driver: str, healthy: bool) -> None:
         ident = s.identity
-        labels = [str(ident.index), ident.uuid]
+        labels = [ident.label, ident.uuid]
         self.calls.add_metric([labels[0]], float(s.calls))
         self.info.add_metric([*labels, ident.name, driver, ident.pci_bus_id, ident.mig_mode], 1.0)
+        piece = ident.mig
+        if piece is not None:
+            self.mig_info.add_metric(
+                [
+                    *labels,
+                    str(piece.parent_index),
+                    piece.parent_uuid,
+                    piece.profile,
+                    str(piece.gpu_instance_id),
+                    str(piece.compute_instance_id),
+                ],
+                1.0,
+            )
         self.up.add_metric(labels, 1.0 if healthy else 0.0)
         # Facts of the hardware, not readings: present whether or not the GPU answers now.
         if s.peaks is not None:
@@ -510,14 +719,33 @@ class _Families:
         if r.clock_events is not None:
             for bit, reason in CLOCK_EVENT_REASONS:
                 self.events.add_metric([*labels, reason], 1.0 if r.clock_events & bit else 0.0)
+        self._add_shares(s, labels)
+
+    def _add_shares(self, s: GpuState, labels: list[str]) -> None:
+        if s.process_counts is None:
+            return
+        engine, other = s.process_counts
+        self.processes.add_metric([*labels, "engine"], float(engine))
+        self.processes.add_metric([*labels, "other"], float(other))
+        self._gauge("inference_gpu_engine_utilization_ratio", labels, s.engine_util)
+        self._gauge("inference_gpu_engine_memory_used_bytes", labels, s.engine_memory)
 
 
 def _peaks(identity: GpuIdentity) -> Peaks:
-    peaks = peaks_of(identity.name, identity.facts)
+    piece = identity.mig
+    if piece is None:
+        peaks = peaks_of(identity.name, identity.facts)
+    else:
+        attributes = piece.attributes
+        peaks = slice_peaks(
+            peaks_of(piece.parent_name, identity.facts),
+            sms=attributes.multiprocessor_count if attributes is not None else None,
+            memory_fraction=piece.memory_fraction,
+        )
     bandwidth = peaks.memory_bandwidth
     log.info(
-        "GPU %d (%s): peak bandwidth %s, dense bf16 %s (%s)",
-        identity.index,
+        "GPU %s (%s): peak bandwidth %s, dense bf16 %s (%s)",
+        identity.label,
         identity.name,
         "unknown" if bandwidth is None else f"{bandwidth / 1e9:.0f} GB/s",
         f"{peaks.flops['bf16'] / 1e12:.1f} TFLOPS" if "bf16" in peaks.flops else "unknown",
@@ -545,10 +773,21 @@ OPTIONS: tuple[Option, ...] = (
         "gpu.devices",
         "str",
         "",
-        "Comma-separated GPU indexes or UUIDs to watch (default: every GPU the sidecar sees; "
-        "give it the engine's GPUs through NVIDIA_VISIBLE_DEVICES or list them here).",
+        "Comma-separated GPUs and MIG devices to watch: indexes, GPU or MIG UUIDs, "
+        "<gpu>:<slot> for a MIG device (default: the UUIDs in NVIDIA_VISIBLE_DEVICES, else "
+        "every device the sidecar sees; give it the engine's devices there or here).",
         metavar="LIST",
         attr="devices",
+    ),
+    Option(
+        "gpu.host-procfs",
+        "path",
+        None,
+        "The host's /proc mounted read-only in the sidecar: matches the host PIDs NVML "
+        "reports to the engine's processes for the engine's own share of a shared GPU "
+        "(not needed with hostPID).",
+        metavar="PATH",
+        attr="host_procfs",
     ),
     Option(
         "gpu.poll-interval",
@@ -567,6 +806,7 @@ OPTIONS: tuple[Option, ...] = (
 class NvmlOptions:
     replay_file: Path | None
     devices: str
+    host_procfs: Path | None
     poll_interval: float
 
     @property
@@ -579,6 +819,12 @@ def check(settings: Settings) -> None:
     opts = section(NvmlOptions, OPTIONS, settings)
     if opts.devices and any(not d.strip() for d in opts.devices.split(",")):
         raise ConfigError("--gpu.devices", f"{opts.devices!r} has an empty entry")
+    if opts.host_procfs is not None and not is_host_procfs(opts.host_procfs):
+        raise ConfigError(
+            "--gpu.host-procfs",
+            f"{opts.host_procfs} is not the host's /proc (its PID 2 is not a kernel thread): "
+            "mount the host's /proc there (hostPath /proc, read-only)",
+        )
     if opts.replay_file is not None:
         from exporter.backends.replay import TraceError, load_trace  # noqa: PLC0415
 
@@ -591,18 +837,28 @@ def check(settings: Settings) -> None:
 def build(settings: Settings, shared: Shared) -> NvmlCollector:
     opts = section(NvmlOptions, OPTIONS, settings)
     api_factory: Callable[[], NvmlApi]
+    engine: EngineProcesses | None = None
+    devices: Iterable[str] = opts.device_set
     if opts.replay_file is not None:
         from exporter.backends.replay import ReplayApi, load_trace  # noqa: PLC0415
 
         trace = load_trace(opts.replay_file)
         api_factory = lambda: ReplayApi(trace)  # noqa: E731
+        # The trace's processes belong to the machine it was recorded on: its engine PIDs
+        # stand for the engine, whatever runs here.
+        if trace.engine_pids is not None:
+            engine = FixedPids(trace.engine_pids)
     else:
         from exporter.backends.nvml import PynvmlApi  # noqa: PLC0415
 
         api_factory = PynvmlApi
+        devices = devices or visible_device_uuids(os.environ.get("NVIDIA_VISIBLE_DEVICES", ""))
+        if settings.collectors.get("process", True):
+            engine = HostPids(shared.engine_pids.get, host_procfs=opts.host_procfs)
     return NvmlCollector(
         api_factory,
         poll_interval=opts.poll_interval,
         deadline=settings.scrape_timeout,
-        devices=opts.device_set,
+        devices=devices,
+        engine=engine,
     )

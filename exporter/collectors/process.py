@@ -24,7 +24,9 @@ match of the regular expression (``re.search``); when the command line is empty 
 (zombies, kernel threads) the process name is matched instead. The exporter never matches
 itself. At most :data:`MAX_PROCESSES` matched processes are read per scrape (those already
 followed first, then by PID) and at most :data:`MAX_THREADS` threads of each (the ones with the
-most CPU time), so a misconfigured pattern costs a bounded scrape.
+most CPU time), so a misconfigured pattern costs a bounded scrape. The PIDs of every matched
+process are handed to the ``nvml`` collector after each scan: they tell the engine's own share
+of a shared GPU (:mod:`exporter.backends.pidns`).
 
 The ``process`` label (:func:`short_name`) is low-cardinality by construction:
 
@@ -60,7 +62,7 @@ import psutil
 from prometheus_client.metrics_core import Metric
 
 from exporter import metrics as m
-from exporter.collectors.base import Collection, Collector, Shared, WindowHistory
+from exporter.collectors.base import Collection, Collector, EnginePids, Shared, WindowHistory
 from exporter.config import Option, Settings
 from exporter.engines import process_match
 from exporter.priority import SCRAPES, no_pause
@@ -206,6 +208,7 @@ class ProcessCollector(Collector):
         process_iter: Callable[[], Iterable[psutil.Process]] = psutil.process_iter,
         self_pid: int | None = None,
         interval: float | None = None,
+        pids: EnginePids | None = None,
     ) -> None:
         if min_window < 0:
             raise ValueError(f"min_window must not be negative, not {min_window}")
@@ -229,6 +232,8 @@ class ProcessCollector(Collector):
         self._latest: Collection | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Where the matched PIDs go for the nvml collector's per-process GPU shares.
+        self._pids = pids
 
     def start(self) -> None:
         if self._interval is None:
@@ -274,6 +279,8 @@ class ProcessCollector(Collector):
             except (psutil.Error, OSError) as exc:
                 return Collection(success=False, error=f"listing processes: {exc}")
             now = self._clock()
+            if self._pids is not None:
+                self._pids.publish(frozenset(c.key[0] for c in scan.matched))
             self._log_visibility(len(scan.matched))
             totals = self._update_cpu(scan)
             ratio = self._hottest_ratio(_Reading(now, scan.threads))
@@ -444,4 +451,6 @@ def check(settings: Settings) -> None:
 
 
 def build(settings: Settings, shared: Shared) -> ProcessCollector:
-    return ProcessCollector(settings.values["process.match"], interval=SCAN_INTERVAL)
+    return ProcessCollector(
+        settings.values["process.match"], interval=SCAN_INTERVAL, pids=shared.engine_pids
+    )

@@ -311,6 +311,8 @@ class Peaks:
     memory_bandwidth: float | None
     flops: dict[str, float]
     basis: str
+    #: The SMs the tensor peaks count (the whole GPU's, outside MIG mode).
+    sms: int | None = None
 
 
 def memory_bandwidth(bus_width_bits: int, max_memory_clock_mhz: int) -> float:
@@ -351,8 +353,34 @@ def peaks_of(name: str, facts: GpuFacts) -> Peaks:
     product = product_of(name)
     notes: list[str] = []
     bandwidth = _bandwidth(facts, product, notes)
-    flops = _flops(name, facts, product, notes)
-    return Peaks(memory_bandwidth=bandwidth, flops=flops, basis="; ".join(notes))
+    flops, sms = _flops(name, facts, product, notes)
+    return Peaks(memory_bandwidth=bandwidth, flops=flops, basis="; ".join(notes), sms=sms)
+
+
+def slice_peaks(whole: Peaks, *, sms: int | None, memory_fraction: float | None) -> Peaks:
+    """A MIG device's share of its GPU's peaks.
+
+    Bandwidth goes with memory, in eighths of the GPU ("a GPU memory slice is roughly one
+    eighth of the total GPU memory resources, including both capacity and bandwidth", NVIDIA's
+    MIG user guide), and is shared by the compute instances of one GPU instance. Tensor FLOPs
+    go with SMs: the MIG device's own count (``nvmlDeviceGetAttributes``) over the SMs the
+    whole-GPU peak counts, not compute slices / 7, because SM counts do not scale with slices
+    (an H100's 1g.10gb has 16 of 132 SMs, seven of them 112). Clocks are the GPU's.
+    """
+    notes: list[str] = []
+    bandwidth = None
+    if whole.memory_bandwidth is not None and memory_fraction is not None:
+        bandwidth = whole.memory_bandwidth * memory_fraction
+        notes.append(f"bandwidth {memory_fraction * 8:.0f}/8 of the GPU's")
+    else:
+        notes.append("bandwidth unknown (no memory share)")
+    flops: dict[str, float] = {}
+    if sms and whole.sms and whole.flops:
+        flops = {p: v * sms / whole.sms for p, v in whole.flops.items()}
+        notes.append(f"tensor {sms} of the GPU's {whole.sms} SMs")
+    else:
+        notes.append("tensor peaks unknown (no SM count)")
+    return Peaks(memory_bandwidth=bandwidth, flops=flops, basis="; ".join(notes), sms=sms)
 
 
 def _bandwidth(facts: GpuFacts, product: Product | None, notes: list[str]) -> float | None:
@@ -371,14 +399,14 @@ def _bandwidth(facts: GpuFacts, product: Product | None, notes: list[str]) -> fl
 
 def _flops(
     name: str, facts: GpuFacts, product: Product | None, notes: list[str]
-) -> dict[str, float]:
+) -> tuple[dict[str, float], int | None]:
     if product is not None and product.flops:
         notes.append("tensor peaks from the datasheet")
-        return dict(product.flops)
+        return dict(product.flops), product.sms
     cc = facts.compute_capability or (product.compute_capability if product else None)
     if cc is None or cc not in ARCHITECTURES:
         notes.append(f"tensor peaks unknown (compute capability {cc})")
-        return {}
+        return {}, None
     sms = sm_count(facts.cuda_cores, cc) if facts.cuda_cores else None
     if sms is None and product is not None:
         sms = product.sms
@@ -390,10 +418,10 @@ def _flops(
         clock = tensor_clock
     if sms is None or not clock:
         notes.append("tensor peaks unknown (no SM count or clock)")
-        return {}
+        return {}, sms
     geforce = _is_geforce(name)
     notes.append(
         f"tensor {sms} SMs x {clock:.0f} MHz ({clock_note}) x {ARCHITECTURES[cc].name} rate"
         + (", GeForce half-rate FP32 accumulation" if geforce else "")
     )
-    return tensor_flops(sms, clock, cc, geforce=geforce)
+    return tensor_flops(sms, clock, cc, geforce=geforce), sms

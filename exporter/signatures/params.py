@@ -151,6 +151,29 @@ PARAMS: dict[str, tuple[Param, ...]] = {
             "Xids that mean the GPU needs a reset or the node drained (critical); others warn",
         ),
     ),
+    "InferenceGPUContended": (
+        _for(10 * MIN),
+        Param(
+            "others_above",
+            "ratio",
+            0.3,
+            "other tenants' share of a shared GPU's time (its utilisation less the engine's) "
+            "above this",
+        ),
+        Param(
+            "queue_growth_above",
+            "number",
+            0.0,
+            "queue trend (requests per queue_trend window, from deriv) above this",
+        ),
+        Param("queue_depth_at_least", "number", 1.0, "and at least this many requests waiting"),
+        Param(
+            "inter_token_rise_above",
+            "ratio",
+            0.2,
+            "or median inter-token latency this far above its value one baseline window earlier",
+        ),
+    ),
     "InferenceGPUThrottled": (
         _for(10 * MIN),
         Param(

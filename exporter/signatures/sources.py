@@ -33,6 +33,11 @@ class Records:
 
     target_info: str
     gpu_utilization: str
+    # Shared GPUs (time-slicing, MPS): per GPU, and the target's own share.
+    gpu_device_utilization: str
+    gpu_engine_share: str
+    gpu_other_tenants: str
+    gpu_own_utilization: str
     idle_samples: str
     busy_samples: str
     hbm_bandwidth: str
@@ -69,6 +74,10 @@ class Records:
         return cls(
             target_info="inference:exporter_build_info:group",
             gpu_utilization=f"inference:gpu_utilization:mean{rate}",
+            gpu_device_utilization=f"inference_gpu:utilization:mean{rate}",
+            gpu_engine_share=f"inference_gpu:engine_utilization:mean{rate}",
+            gpu_other_tenants=f"inference_gpu:other_tenants_utilization:mean{rate}",
+            gpu_own_utilization=f"inference:gpu_own_utilization:mean{rate}",
             idle_samples=f"inference:gpu_utilization_idle_samples:ratio{pulse}",
             busy_samples=f"inference:gpu_utilization_busy_samples:ratio{pulse}",
             hbm_bandwidth=f"inference:gpu_memory_bandwidth_utilization:mean{rate}",
@@ -148,7 +157,64 @@ class _Builder:
     def rules(self) -> list[RecordingRule]:
         out = self.common()
         out += self.dcgm_gpu_rules() if self.cfg.profile.source == "dcgm" else self.sidecar_gpu()
+        out += self.shared_gpu()
         return out
+
+    def shared_gpu(self) -> list[RecordingRule]:
+        """The engine's own share of GPUs it shares with other tenants (time-slicing, MPS).
+
+        A GPU counts as shared while other processes hold a compute context on it; the
+        sidecar's NVML collector tells them apart. dcgm-exporter does not, so in the dcgm
+        profile no GPU counts as shared and the target's own utilisation is the GPUs'.
+        """
+        r, bt, bg = self.r, self.by_target, self.by_gpu
+        rate = duration(self.cfg.window("rate"))
+        on_gpu = on((*self.join, *GPU_LABELS))
+        if self.cfg.profile.source == "dcgm":
+            device = RecordingRule(
+                r.gpu_device_utilization,
+                self.dcgm_gpu(f"avg_over_time({self.d('DCGM_FI_DEV_GPU_UTIL')}[{rate}]) / 100"),
+                "mean utilisation (0-1) of each GPU (DCGM_FI_DEV_GPU_UTIL, %)",
+            )
+            share = RecordingRule(
+                r.gpu_engine_share,
+                f"{r.gpu_device_utilization} unless {r.gpu_device_utilization}",
+                "none: dcgm-exporter does not tell the engine's processes from other tenants'",
+            )
+            own = RecordingRule(
+                r.gpu_own_utilization,
+                r.gpu_utilization,
+                "mean GPU utilisation (0-1) over the target's GPUs (no per-process shares here)",
+            )
+        else:
+            engine = self.s("inference_gpu_engine_utilization_ratio")
+            others = self.s("inference_gpu_processes", 'owner="other"')
+            busy = self.s("inference_gpu_busy_seconds_total")
+            device = RecordingRule(
+                r.gpu_device_utilization,
+                f"max {bg} (rate({busy}[{rate}]))",
+                "mean utilisation (0-1) of each GPU, every tenant's work together",
+            )
+            share = RecordingRule(
+                r.gpu_engine_share,
+                f"max {bg} (avg_over_time({engine}[{rate}]))\n"
+                f"and {on_gpu}\n"
+                f"(max {bg} (max_over_time({others}[{rate}])) > 0)",
+                "the engine's own mean share (0-1) of each GPU that other tenants' processes "
+                "share; absent on a GPU the engine has to itself",
+            )
+            own = RecordingRule(
+                r.gpu_own_utilization,
+                f"avg {bt} (\n{r.gpu_engine_share}\nor\n{r.gpu_device_utilization}\n)",
+                "mean GPU utilisation (0-1) over the target's GPUs, counting only the "
+                "engine's own share of a GPU shared with other tenants",
+            )
+        others_share = RecordingRule(
+            r.gpu_other_tenants,
+            f"clamp(\n{r.gpu_device_utilization}\n- {on_gpu}\n{r.gpu_engine_share},\n0, 1\n)",
+            "other tenants' mean share (0-1) of each shared GPU: its utilisation less the engine's",
+        )
+        return [device, share, others_share, own]
 
     def common(self) -> list[RecordingRule]:
         """Records from the sidecar's engine, tokenizer, process and cpu collectors."""

@@ -12,6 +12,11 @@ GPU ``k`` is the same whatever the number of GPUs.
 Usage::
 
     python -m exporter.tools.synthetic --gpus 8 --duration 60s --out trace.jsonl
+    python -m exporter.tools.synthetic --kind mig --product a100 --out mig.jsonl
+    python -m exporter.tools.synthetic --kind timesliced --tenants 1 --out single.jsonl
+
+``--kind mig`` and ``--kind timesliced`` write the shared-GPU traces of
+:mod:`exporter.tools.synthetic_shared`.
 """
 
 from __future__ import annotations
@@ -227,6 +232,9 @@ def _gpu_records(
                 "clock_events": CLOCK_EVENT_GPU_IDLE if util < 5.0 else 0,
                 "pcie_kibps": [round(pcie_tx * 1024), round(pcie_rx * 1024)],
                 "gpm": {
+                    # GPM graphics activity is the share of time the GPU ran work: the
+                    # window's mean utilisation (no draw from the stream: values stay put).
+                    "graphics_util": round(util, 1),
                     "dram_bw_util": dram,
                     "sm_util": sm_util,
                     "sm_occupancy": occupancy,
@@ -356,16 +364,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--interval", type=_duration_arg, default=1.0, help="time between records (default 1s)"
     )
-    parser.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    parser.add_argument(
+        "--kind",
+        choices=("whole", "mig", "timesliced"),
+        default="whole",
+        help="whole GPUs (default), one GPU in MIG mode with seven MIG devices, or one GPU "
+        "time-sliced between pods",
+    )
+    parser.add_argument(
+        "--product", choices=("h100", "a100"), default="h100", help="the MIG GPU (--kind mig)"
+    )
+    parser.add_argument(
+        "--tenants", type=int, choices=(1, 2), default=2, help="pods (--kind timesliced)"
+    )
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default per kind)")
     parser.add_argument("--out", default="-", help="output file, - for stdout (default)")
     args = parser.parse_args(argv)
+    from exporter.tools import synthetic_shared  # noqa: PLC0415 - it imports this module
+
     try:
-        lines = synthetic_trace_lines(
-            gpus=args.gpus,
-            duration_s=args.duration,
-            record_interval_s=args.interval,
-            seed=args.seed,
-        )
+        if args.kind == "mig":
+            lines = synthetic_shared.mig_trace_lines(
+                product=args.product,
+                duration_s=args.duration,
+                record_interval_s=args.interval,
+                **({} if args.seed is None else {"seed": args.seed}),
+            )
+        elif args.kind == "timesliced":
+            lines = synthetic_shared.timesliced_trace_lines(
+                tenants=args.tenants,
+                duration_s=args.duration,
+                record_interval_s=args.interval,
+                **({} if args.seed is None else {"seed": args.seed}),
+            )
+        else:
+            lines = synthetic_trace_lines(
+                gpus=args.gpus,
+                duration_s=args.duration,
+                record_interval_s=args.interval,
+                seed=7 if args.seed is None else args.seed,
+            )
     except ValueError as err:
         parser.error(str(err))
     text = "\n".join(lines) + "\n"

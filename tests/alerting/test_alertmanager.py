@@ -224,7 +224,7 @@ def test_inhibitions_name_the_catalogue() -> None:
         for rule in sig.rules
         if sig.group != "queue" and (r.queue_depth in rule.expr or r.queue_trend in rule.expr)
     }
-    assert readers == {STARVED} and readers <= covered
+    assert readers == {STARVED, "InferenceGPUContended"} and readers <= covered
 
 
 # --- end to end -------------------------------------------------------------------------------

@@ -12,11 +12,14 @@ from typing import Any
 import pytest
 
 import exporter
-from exporter.backends.gpu import GpuReader, read_identity
+from exporter.backends.gpu import GpuReader, read_identity, read_mig_slices
 from exporter.backends.nvml_api import (
     GPM_DRAM_BW_UTIL,
+    GPM_GRAPHICS_UTIL,
     GPM_SM_UTIL,
     NvmlError,
+    ProcessMemory,
+    ProcessSample,
     XidEvent,
 )
 from exporter.backends.replay import (
@@ -539,3 +542,192 @@ def test_bad_facts(facts: Any, problem: str) -> None:
     with pytest.raises(TraceError, match="trace:1: bad gpu entry") as exc:
         parse_trace(lines(head, record(0.0)))
     assert problem in str(exc.value)
+
+
+# --- MIG devices and per-process samples -------------------------------------------------------
+
+
+def mig_header(**extra: Any) -> dict[str, Any]:
+    h = header(duration_s=10.0, **extra)
+    gpu = h["gpus"][0]
+    gpu["mig_mode"] = 1
+    gpu["max_mig_devices"] = 7
+    gpu["mig_devices"] = [
+        {
+            "slot": 0,
+            "uuid": "MIG-a",
+            "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+            "gpu_instance_id": 2,
+            "attributes": [60, 3, 3, 40192],
+        },
+        {
+            "slot": 3,
+            "uuid": "MIG-b",
+            "name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+            "gpu_instance_id": 9,
+            "compute_instance_id": 0,
+        },
+    ]
+    return h
+
+
+def parent_record(t: float) -> dict[str, Any]:
+    # a GPU in MIG mode answers its own fields, not utilisation
+    return {"t": t, "gpu": 0, "power_mw": 300_000, "temp_c": 40, "clocks_mhz": [1980, 2619]}
+
+
+def mig_record(t: float, slot: int, **fields: Any) -> dict[str, Any]:
+    return {"t": t, "gpu": 0, "mig": slot, "memory": [slot * 1000 + int(t), 9000], **fields}
+
+
+def mig_trace() -> Trace:
+    recs = []
+    for k in range(10):
+        recs.append(parent_record(float(k)))
+        recs.append(mig_record(float(k), 0, gpm={"graphics_util": 50.0 + k, "dram_bw_util": 20.0}))
+        recs.append(mig_record(float(k), 3, gpm={"graphics_util": 5.0}, processes=[[77, 1024]]))
+    return parse_trace(lines(mig_header(), *recs))
+
+
+def test_mig_devices_by_slot() -> None:
+    trace = mig_trace()
+    assert sorted(trace.mig_records) == [(0, 0), (0, 3)]
+    api, clock = start(trace)
+    h = api.handle(0)
+    assert api.mig_mode(h) == 1
+    assert api.mig_device_count(h) == 7
+    a = api.mig_device_handle(h, 0)
+    with pytest.raises(NvmlError) as exc:
+        api.mig_device_handle(h, 1)  # an empty slot
+    assert exc.value.code == 6  # NOT_FOUND
+    with pytest.raises(NvmlError) as exc:
+        api.mig_device_handle(h, 7)
+    assert exc.value.code == 2  # INVALID_ARGUMENT
+    b = api.mig_device_handle(h, 3)
+    assert (api.uuid(a), api.name(b)) == ("MIG-a", "NVIDIA H100 80GB HBM3 MIG 1g.10gb")
+    assert api.pci_bus_id(b) == api.pci_bus_id(h)
+    assert (api.gpu_instance_id(a), api.compute_instance_id(a)) == (2, 0)
+    assert api.mig_attributes(a).memory_size_mib == 40192
+    with pytest.raises(NvmlError) as exc:
+        api.mig_attributes(b)  # not in the trace
+    assert exc.value.code == NOT_SUPPORTED_CODE
+    clock.advance(4.5)
+    assert api.memory_info(a) == (4, 9000)
+    assert api.memory_info(b) == (3004, 9000)
+    assert api.power_usage_mw(h) == 300_000
+    for call in (
+        lambda: api.power_usage_mw(a),
+        lambda: api.utilization_samples(a, 0),
+        lambda: api.utilization_samples(h, 0),  # no samples in MIG mode
+        lambda: api.process_utilization(b, 0),
+        lambda: api.mig_mode(a),
+    ):
+        with pytest.raises(NvmlError) as exc:
+            call()
+        assert exc.value.code == NOT_SUPPORTED_CODE
+    assert api.compute_processes(b) == [ProcessMemory(77, 1024)]
+
+
+def test_gpm_of_a_gpu_instance() -> None:
+    api, clock = start(mig_trace())
+    h = api.handle(0)
+    older = api.gpm_mig_sample(h, 2)
+    clock.advance(2.0)
+    newer = api.gpm_mig_sample(h, 2)
+    values = api.gpm_metrics(older, newer, [GPM_GRAPHICS_UTIL, GPM_DRAM_BW_UTIL, GPM_SM_UTIL])
+    assert values == {GPM_GRAPHICS_UTIL: 52.0, GPM_DRAM_BW_UTIL: 20.0, GPM_SM_UTIL: None}
+    with pytest.raises(NvmlError) as exc:
+        api.gpm_mig_sample(h, 5)  # no such GPU instance
+    assert exc.value.code == 6
+
+
+def test_mig_reader_over_replay() -> None:
+    api, clock = start(mig_trace())
+    h = api.handle(0)
+    parent = read_identity(api, 0, h)
+    assert parent.mig_mode == "enabled"
+    slices = read_mig_slices(api, parent, h)
+    assert [i.label for i, _ in slices] == ["0:0", "0:3"]
+    identity, handle = slices[0]
+    reader = GpuReader(api, identity, handle, clock=clock, parent=h)
+    reader.read()
+    clock.advance(3.0)
+    reading = reader.read()
+    assert reading.gpm["graphics_util"] == 53.0
+    assert reading.memory_used_bytes == 3
+
+
+def test_process_samples_are_buffered_like_utilisation_samples() -> None:
+    recs = [
+        record(
+            float(k),
+            processes=[[100, 5 << 30], [200, None]],
+            process_samples=[[k * 1_000_000 - 500_000, 100, 30, 10], [k * 1_000_000, 200, 60, 20]],
+        )
+        for k in range(10)
+    ]
+    api, clock = start(parse_trace(lines(header(duration_s=10.0, engine_pids=[100]), *recs)))
+    h = api.handle(0)
+    assert api.compute_processes(h) == [ProcessMemory(100, 5 << 30), ProcessMemory(200, None)]
+    first = api.process_utilization(h, 0)
+    assert first == [
+        ProcessSample(100, WALL0 - 500_000, 30, 10),  # the driver's buffer reaches back
+        ProcessSample(200, WALL0, 60, 20),
+    ]
+    assert api.process_utilization(h, WALL0) == []
+    clock.advance(2.5)
+    got = api.process_utilization(h, WALL0)
+    assert [s.timestamp_us - WALL0 for s in got] == [
+        500_000,
+        1_000_000,
+        1_500_000,
+        2_000_000,
+        2_500_000,
+    ]
+    clock.advance(10.0)  # the next loop: timestamps keep increasing
+    later = api.process_utilization(h, got[-1].timestamp_us)
+    assert later and all(s.timestamp_us > got[-1].timestamp_us for s in later)
+
+
+def test_engine_pids_in_the_header() -> None:
+    trace = parse_trace(lines(header(engine_pids=[4242, 4243]), record(0.0)))
+    assert trace.engine_pids == frozenset({4242, 4243})
+    assert parse_trace(lines(header(), record(0.0))).engine_pids is None
+
+
+@pytest.mark.parametrize(
+    ("head", "rec", "problem"),
+    [
+        (mig_header(), mig_record(0.0, 1), "no MIG device in slot 1"),
+        (header(), mig_record(0.0, 0), "no MIG device in slot 0"),
+        (mig_header(), {**mig_record(0.0, 0), "xids": [79]}, "Xids belong to the GPU"),
+        (header(engine_pids="4242"), record(0.0), "'engine_pids' must be a list"),
+        (header(), record(0.0, processes=[[1]]), "'processes' must be"),
+        (header(), record(0.0, process_samples=[[1, 2]]), "'process_samples' must be"),
+    ],
+)
+def test_bad_mig_and_process_fields(
+    head: dict[str, Any], rec: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(TraceError, match=problem):
+        parse_trace(lines(head, rec))
+
+
+def test_bad_mig_devices_in_the_header() -> None:
+    h = mig_header()
+    h["gpus"][0]["mig_mode"] = 0
+    with pytest.raises(TraceError, match="mig_devices need 'mig_mode': 1"):
+        parse_trace(lines(h, record(0.0)))
+    h = mig_header()
+    h["gpus"][0]["mig_devices"][1]["slot"] = 0
+    with pytest.raises(TraceError, match="slots must be unique"):
+        parse_trace(lines(h, record(0.0)))
+    h = mig_header()
+    h["gpus"][0]["max_mig_devices"] = 2
+    with pytest.raises(TraceError, match="not below max_mig_devices"):
+        parse_trace(lines(h, record(0.0)))
+
+
+def test_every_mig_device_needs_records() -> None:
+    with pytest.raises(TraceError, match="MIG device 0:3 has no records"):
+        parse_trace(lines(mig_header(), parent_record(0.0), mig_record(0.0, 0)))

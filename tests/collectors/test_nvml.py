@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,9 +15,17 @@ from support.metrics import registry_of
 from support.nvml import FaultyApi
 
 from exporter.backends import nvml_api
+from exporter.backends.pidns import FixedPids
 from exporter.backends.replay import ReplayApi, parse_trace
+from exporter.collectors import default_settings
 from exporter.collectors.base import Collection
-from exporter.collectors.nvml import NvmlCollector, integrate_samples
+from exporter.collectors.nvml import (
+    NvmlCollector,
+    check,
+    integrate_samples,
+    visible_device_uuids,
+)
+from exporter.config import ConfigError
 
 GIB = 1024**3
 U0 = "GPU-00000000-0000-0000-0000-000000000000"
@@ -499,3 +508,375 @@ def test_facts_are_read_once_per_session_and_outlive_a_lost_gpu(
         # a fact of the hardware, still there while the GPU does not answer
         assert reg.get_sample_value("inference_gpu_peak_flops", lab(0, precision="bf16")) > 0
         assert [faulty.calls[c] for c in fact_calls] == [2, 2, 2]
+
+
+# --- MIG devices --------------------------------------------------------------------------------
+GPU_MIG = "GPU-22222222-2222-2222-2222-222222222222"
+MIB = 1024 * 1024
+
+
+def mig_trace_lines(
+    records: list[dict[str, Any]], *, engine_pids: list[int] | None = None
+) -> list[str]:
+    header: dict[str, Any] = {
+        "kind": "header",
+        "format": "inference-bottleneck-exporter/nvml-trace",
+        "version": 1,
+        "synthetic": True,
+        "driver_version": "550.54.15",
+        "duration_s": 100.0,
+        "gpus": [
+            {
+                "index": 0,
+                "uuid": GPU_MIG,
+                "name": "NVIDIA H100 80GB HBM3",
+                "pci_bus_id": "00000000:18:00.0",
+                "mig_mode": 1,
+                "gpm": True,
+                "facts": {"memory_bus_width_bits": 5120, "max_clocks_mhz": [1980, 2619]},
+                "max_mig_devices": 7,
+                "mig_devices": [
+                    {
+                        "slot": 0,
+                        "uuid": "MIG-aaaaaaaa-0000-0000-0000-000000000000",
+                        "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+                        "gpu_instance_id": 2,
+                        "attributes": [60, 3, 3, 40448],
+                    },
+                    {
+                        "slot": 4,
+                        "uuid": "MIG-bbbbbbbb-0000-0000-0000-000000000000",
+                        "name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+                        "gpu_instance_id": 9,
+                        "attributes": [16, 1, 1, 9984],
+                    },
+                ],
+            }
+        ],
+    }
+    if engine_pids is not None:
+        header["engine_pids"] = engine_pids
+    return [json.dumps(header)] + [json.dumps(r) for r in records]
+
+
+def mig_records() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for t in (0.0, 1.0, 2.0):
+        out.append(
+            {
+                "t": t,
+                "gpu": 0,
+                "memory": [20 * GIB, 80 * GIB],
+                "power_mw": 400_000,
+                "energy_mj": 1_000_000 + int(t * 400_000),
+                "temp_c": 50,
+                "clocks_mhz": [1980, 2619],
+                "clock_events": 0,
+                "pcie_kibps": [100, 200],
+            }
+        )
+        out.append(
+            {
+                "t": t,
+                "gpu": 0,
+                "mig": 0,
+                "memory": [30 * GIB, 40448 * MIB],
+                "gpm": {"graphics_util": 80.0, "sm_util": 70.0, "dram_bw_util": 40.0},
+                "processes": [[4242, 30 * GIB]],
+            }
+        )
+        out.append(
+            {
+                "t": t,
+                "gpu": 0,
+                "mig": 4,
+                "memory": [1 * GIB, 9984 * MIB],
+                "gpm": {"graphics_util": 10.0 if t < 2 else 20.0, "dram_bw_util": 5.0},
+                "processes": [[4242, 1 * GIB], [5151, None]],
+            }
+        )
+    return out
+
+
+def mig_collector(
+    clock: FakeClock, *, devices: tuple[str, ...] = (), engine_pids: list[int] | None = None
+) -> tuple[NvmlCollector, ReplayApi]:
+    trace = parse_trace(mig_trace_lines(mig_records(), engine_pids=engine_pids))
+    api = ReplayApi(trace, clock=clock, wall_us=lambda: 1_700_000_000_000_000)
+    engine = None if trace.engine_pids is None else FixedPids(trace.engine_pids)
+    collector = NvmlCollector(
+        lambda: api, poll_interval=3600, deadline=2.0, clock=clock, devices=devices, engine=engine
+    )
+    return collector, api
+
+
+def run(collector: NvmlCollector) -> Iterator[NvmlCollector]:
+    collector.start()
+    assert collector.wait_ready(5)
+    try:
+        yield collector
+    finally:
+        collector.stop(2)
+
+
+A = {"gpu": "0:0", "uuid": "MIG-aaaaaaaa-0000-0000-0000-000000000000"}
+B = {"gpu": "0:4", "uuid": "MIG-bbbbbbbb-0000-0000-0000-000000000000"}
+PARENT = {"gpu": "0", "uuid": GPU_MIG}
+
+
+def test_mig_devices_are_devices_of_their_own(clock: FakeClock) -> None:
+    collector, _ = mig_collector(clock, engine_pids=[4242])
+    for c in run(collector):
+        clock.now += 1.0
+        c.poll_now()
+        clock.now += 1.5
+        c.poll_now()
+        reg, collection = scrape(c)
+        assert collection.success
+        g = reg.get_sample_value
+        assert (
+            g(
+                "inference_gpu_info",
+                {
+                    **A,
+                    "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+                    "driver_version": "550.54.15",
+                    "pci_bus_id": "00000000:18:00.0",
+                    "mig_mode": "slice",
+                },
+            )
+            == 1
+        )
+        assert (
+            g(
+                "inference_gpu_info",
+                {
+                    **PARENT,
+                    "name": "NVIDIA H100 80GB HBM3",
+                    "driver_version": "550.54.15",
+                    "pci_bus_id": "00000000:18:00.0",
+                    "mig_mode": "enabled",
+                },
+            )
+            == 1
+        )
+        info = {"parent_gpu": "0", "parent_uuid": GPU_MIG, "compute_instance_id": "0"}
+        assert (
+            g("inference_gpu_mig_info", {**B, **info, "profile": "1g.10gb", "gpu_instance_id": "9"})
+            == 1
+        )
+        assert (
+            g("inference_gpu_mig_info", {**A, **info, "profile": "3g.40gb", "gpu_instance_id": "2"})
+            == 1
+        )
+        for labels in (A, B, PARENT):
+            assert g("inference_gpu_up", labels) == 1
+        # utilisation from GPM graphics activity: 2 GPM intervals (1.0 s and 1.5 s)
+        assert g("inference_gpu_utilization_ratio", A) == pytest.approx(0.8)
+        assert g("inference_gpu_busy_seconds_total", A) == pytest.approx(2.5 * 0.8)
+        assert g("inference_gpu_utilization_samples_count", A) == 2
+        assert g("inference_gpu_utilization_samples_bucket", {**A, "le": "0.75"}) == 0
+        assert g("inference_gpu_busy_seconds_total", B) == pytest.approx(1.0 * 0.1 + 1.5 * 0.2)
+        assert g("inference_gpu_sm_active_ratio", A) == pytest.approx(0.7)
+        assert g("inference_gpu_memory_bandwidth_utilization_ratio", A) == pytest.approx(0.4)
+        assert g("inference_gpu_dram_active_seconds_total", B) == pytest.approx(2.5 * 0.05)
+        assert g("inference_gpu_memory_used_bytes", A) == 30 * GIB
+        assert g("inference_gpu_memory_total_bytes", B) == 9984 * MIB
+        # what belongs to the physical GPU stays on the GPU's series
+        assert g("inference_gpu_power_watts", PARENT) == 400
+        assert g("inference_gpu_power_watts", A) is None
+        assert g("inference_gpu_utilization_ratio", PARENT) is None
+        assert g("inference_gpu_temperature_celsius", B) is None
+        # peaks: the GPU's, and each MIG device's share (memory eighths, SMs)
+        whole = 5120 / 8 * 2619e6 * 2
+        assert g("inference_gpu_peak_memory_bandwidth_bytes_per_second", PARENT) == whole
+        assert g("inference_gpu_peak_memory_bandwidth_bytes_per_second", A) == whole / 2
+        assert g("inference_gpu_peak_memory_bandwidth_bytes_per_second", B) == whole / 8
+        bf16 = g("inference_gpu_peak_flops", {**PARENT, "precision": "bf16"})
+        assert bf16 is not None
+        assert g("inference_gpu_peak_flops", {**B, "precision": "bf16"}) == pytest.approx(
+            bf16 * 16 / 132
+        )
+        # per-process: A holds only the engine; B has another tenant (memory not available)
+        assert g("inference_gpu_processes", {**A, "owner": "engine"}) == 1
+        assert g("inference_gpu_processes", {**A, "owner": "other"}) == 0
+        assert g("inference_gpu_processes", {**B, "owner": "other"}) == 1
+        assert g("inference_gpu_engine_memory_used_bytes", A) == 30 * GIB
+        assert g("inference_gpu_engine_memory_used_bytes", B) == 1 * GIB
+        assert g("inference_gpu_engine_utilization_ratio", A) == pytest.approx(0.8)
+        assert g("inference_gpu_engine_utilization_ratio", B) is None  # shared, no per-PID util
+        assert g("inference_gpu_processes", {**PARENT, "owner": "engine"}) is None
+        assert g("inference_nvml_calls_total", {"gpu": "0:4"}) is not None
+
+
+def test_mig_device_steady_state_costs_three_calls(clock: FakeClock) -> None:
+    collector, _ = mig_collector(clock, engine_pids=[4242])
+    for c in run(collector):
+        clock.now += 1.0
+        c.poll_now()
+        before = scrape(c)[0].get_sample_value("inference_nvml_calls_total", {"gpu": "0:4"})
+        clock.now += 1.0
+        c.poll_now()
+        after = scrape(c)[0].get_sample_value("inference_nvml_calls_total", {"gpu": "0:4"})
+        assert before is not None and after is not None
+        assert after - before == 3  # memory, GPM sample, compute processes
+
+
+@pytest.mark.parametrize(
+    ("devices", "expected"),
+    [
+        ((), {"0", "0:0", "0:4"}),
+        (("0",), {"0", "0:0", "0:4"}),
+        ((GPU_MIG,), {"0", "0:0", "0:4"}),
+        (("MIG-bbbbbbbb-0000-0000-0000-000000000000",), {"0", "0:4"}),
+        (("MIG-bbbbbbbb-0000-0000-0000-000000000000::3",), {"0", "0:4"}),  # replica suffix
+        (("0:0",), {"0", "0:0"}),
+        ((f"MIG-{GPU_MIG}/9/0",), {"0", "0:4"}),  # pre-R470 MIG UUID
+        (("1",), set()),
+        (("MIG-cccccccc-0000-0000-0000-000000000000",), set()),
+    ],
+)
+def test_device_filter_with_mig_devices(
+    clock: FakeClock, devices: tuple[str, ...], expected: set[str]
+) -> None:
+    collector, _ = mig_collector(clock, devices=devices)
+    for c in run(collector):
+        reg, _ = scrape(c)
+        got = {
+            s.labels["gpu"]
+            for fam in c.collect().metrics
+            if fam.name == "inference_gpu_up"
+            for s in fam.samples
+        }
+        assert got == expected
+        assert reg.get_sample_value("inference_nvml_up") == 1
+
+
+def test_visible_device_uuids() -> None:
+    assert visible_device_uuids("all") == frozenset()
+    assert visible_device_uuids("0,1") == frozenset()  # host indices, not NVML's in here
+    assert visible_device_uuids("GPU-1, MIG-2::4,void") == frozenset({"GPU-1", "MIG-2"})
+
+
+def test_a_vanished_mig_device_is_enumerated_again(clock: FakeClock) -> None:
+    records = mig_records()
+    for r in records:
+        if r.get("mig") == 4 and r["t"] == 1.0:
+            r["error"] = "NOT_FOUND"
+    trace = parse_trace(mig_trace_lines(records))
+    opened = []
+
+    def factory() -> nvml_api.NvmlApi:
+        api = FaultyApi(ReplayApi(trace, clock=clock, wall_us=lambda: 1_700_000_000_000_000))
+        opened.append(api)
+        return api
+
+    collector = NvmlCollector(factory, poll_interval=3600, deadline=2.0, clock=clock)
+    for c in run(collector):
+        clock.now += 1.0
+        c.poll_now()
+        deadline = time.monotonic() + 5
+        while len(opened) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(opened) == 2  # a second NVML session: the MIG devices enumerated again
+
+
+# --- per-process shares on a whole GPU --------------------------------------------------------
+
+
+def shared_records() -> list[dict[str, Any]]:
+    """GPU 0 shared by the engine (PIDs 100, 101) and another tenant (PID 200)."""
+    recs = []
+    for k, t in enumerate((0.0, 1.0, 2.0)):
+        base = k * 1_000_000
+        recs.append(
+            {
+                "t": t,
+                "gpu": 0,
+                "samples": [[base - 500_000, 90], [base, 90]],
+                **{key: v for key, v in FULL.items() if key != "gpm"},
+                "processes": [[100, 20 * GIB], [101, 2 * GIB], [200, 40 * GIB]],
+                "process_samples": [
+                    [base - 400_000, 100, 10, 5],
+                    [base - 300_000, 200, 70, 30],
+                    [base - 100_000, 100, 15 + k, 5],
+                    [base - 50_000, 101, 5, 1],
+                    [base, 200, 75, 30],
+                ],
+            }
+        )
+        recs.append({"t": t, "gpu": 1, "samples": [[base, 10]], **PLAIN})
+    return recs
+
+
+def shared_collector(clock: FakeClock, engine: FixedPids | None) -> NvmlCollector:
+    api = ReplayApi(
+        parse_trace(trace_lines(shared_records())),
+        clock=clock,
+        wall_us=lambda: 1_700_000_000_000_000,
+    )
+    return NvmlCollector(lambda: api, poll_interval=3600, deadline=2.0, clock=clock, engine=engine)
+
+
+def test_engine_share_of_a_shared_gpu(clock: FakeClock) -> None:
+    for c in run(shared_collector(clock, FixedPids([100, 101]))):
+        g = scrape(c)[0].get_sample_value
+        assert g("inference_gpu_processes", lab(0, owner="engine")) == 2
+        assert g("inference_gpu_processes", lab(0, owner="other")) == 1
+        # newest sample of each engine process: 15 % (PID 100) + 5 % (PID 101)
+        assert g("inference_gpu_engine_utilization_ratio", lab(0)) == pytest.approx(0.20)
+        assert g("inference_gpu_engine_memory_used_bytes", lab(0)) == 22 * GIB
+        assert g("inference_gpu_utilization_ratio", lab(0)) == pytest.approx(0.9)
+        # GPU 1's trace has no processes: not supported there, so no shares
+        assert g("inference_gpu_processes", lab(1, owner="engine")) is None
+        clock.now += 1.0
+        c.poll_now()
+        g = scrape(c)[0].get_sample_value
+        assert g("inference_gpu_engine_utilization_ratio", lab(0)) == pytest.approx(0.21)
+        clock.now += 0.01
+        c.poll_now()  # nothing new in the buffer: no process ran a kernel since
+        g = scrape(c)[0].get_sample_value
+        assert g("inference_gpu_engine_utilization_ratio", lab(0)) == 0
+
+
+def test_no_attribution_no_per_process_calls(clock: FakeClock) -> None:
+    for c in run(shared_collector(clock, None)):
+        g = scrape(c)[0].get_sample_value
+        assert g("inference_gpu_processes", lab(0, owner="engine")) is None
+        assert g("inference_gpu_engine_utilization_ratio", lab(0)) is None
+        assert g("inference_nvml_calls_total", {"gpu": "0"}) == 12  # as without the feature
+
+
+class Unknown:
+    """An attribution that cannot tell yet (the process collector has not looked)."""
+
+    available = True
+
+    def engine(self, host_pids: object) -> None:
+        return None
+
+
+def test_engine_pids_not_known_yet(clock: FakeClock) -> None:
+    for c in run(shared_collector(clock, Unknown())):  # type: ignore[arg-type]
+        g = scrape(c)[0].get_sample_value
+        assert g("inference_gpu_processes", lab(0, owner="engine")) is None
+        assert g("inference_nvml_calls_total", {"gpu": "0"}) == 14  # read, not attributed
+
+
+# --- flags ------------------------------------------------------------------------------------
+
+
+def test_host_procfs_must_be_the_hosts(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    (host / "2").mkdir(parents=True)
+    # kthreadd: flags 0x208040 carry PF_KTHREAD
+    (host / "2" / "stat").write_text(
+        "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 25\n"
+    )
+    check(default_settings(gpu_host_procfs=host))
+    pod = tmp_path / "pod"
+    (pod / "2").mkdir(parents=True)
+    (pod / "2" / "stat").write_text("2 (sh) S 1 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 99\n")
+    for path in (pod, tmp_path / "missing"):
+        with pytest.raises(ConfigError, match=r"--gpu.host-procfs.*not the host's /proc"):
+            check(default_settings(gpu_host_procfs=path))

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from support.metrics import registry_of
 
 from exporter.collectors import process as process_module
+from exporter.collectors.base import EnginePids
 from exporter.collectors.process import MAX_NAMES, MAX_PROCESSES, ProcessCollector, short_name
 
 CPU = "inference_engine_process_cpu_seconds_total"
@@ -184,6 +185,25 @@ def test_never_matches_itself() -> None:
     assert registry.get_sample_value(COUNT) == 1.0
     assert cpu_of(registry, "vllm") == 2.5
     assert cpu_of(registry, "inference-bottleneck-exporter") is None
+
+
+def test_matched_pids_are_handed_to_the_gpu_collector() -> None:
+    board = EnginePids()
+    procs = FakeProcesses(
+        FakeProcess(SELF_PID, ["inference-bottleneck-exporter"]),
+        FakeProcess(7, ["vllm", "serve"]),
+        FakeProcess(8, ["VLLM::EngineCore"]),
+        FakeProcess(9, ["bash"]),
+    )
+    collector = ProcessCollector(
+        "vllm|VLLM", clock=FakeClock(), process_iter=procs, self_pid=SELF_PID, pids=board
+    )
+    assert board.get() is None  # not looked yet: unknown, not "no engine"
+    scrape(collector)
+    assert board.get() == frozenset({7, 8})
+    procs.procs.pop(1)  # the API server exited
+    scrape(collector)
+    assert board.get() == frozenset({8})
 
 
 def test_default_self_pid_is_this_process() -> None:

@@ -18,6 +18,7 @@ from exporter.hardware.gpus import (
     GpuFacts,
     memory_bandwidth,
     peaks_of,
+    slice_peaks,
     sm_count,
     tensor_flops,
 )
@@ -204,3 +205,27 @@ def test_tables_are_consistent() -> None:
         assert product.source, name
         if product.tensor_clock_mhz is not None:
             assert product.tensor_clock_mhz < product.max_sm_clock_mhz, name
+
+
+def test_slice_peaks_go_with_memory_eighths_and_sms() -> None:
+    whole = peaks_of("NVIDIA H100 80GB HBM3", GpuFacts(compute_capability=(9, 0)))
+    assert whole.sms == 132
+    one = slice_peaks(whole, sms=16, memory_fraction=1 / 8)
+    assert one.memory_bandwidth == pytest.approx(whole.memory_bandwidth / 8)  # type: ignore[operator]
+    assert one.flops["bf16"] == pytest.approx(989.4e12 * 16 / 132, rel=1e-3)
+    assert one.sms == 16
+    # seven 1g slices hold 112 of 132 SMs: slices/7 would overstate each by 18 %
+    assert 7 * one.flops["bf16"] < whole.flops["bf16"]
+
+
+def test_slice_peaks_unknown_shares_are_absent() -> None:
+    whole = peaks_of("NVIDIA H100 80GB HBM3", GpuFacts(compute_capability=(9, 0)))
+    none = slice_peaks(whole, sms=None, memory_fraction=None)
+    assert none.memory_bandwidth is None and none.flops == {}
+    assert "unknown" in none.basis
+    unknown_gpu = peaks_of("NVIDIA Unknown", GpuFacts())
+    assert slice_peaks(unknown_gpu, sms=16, memory_fraction=0.125).flops == {}
+
+
+def test_datasheet_peaks_carry_the_table_sm_count() -> None:
+    assert peaks_of("NVIDIA H20", GpuFacts()).sms == 78

@@ -26,7 +26,8 @@ from support.chart import (
 )
 
 from exporter.cli import load_settings
-from exporter.collectors import COLLECTORS
+from exporter.collectors import COLLECTORS, serve_options
+from exporter.collectors.nvml import visible_device_uuids
 
 MONITORING = ("monitoring.coreos.com/v1", "monitoring.coreos.com/v1alpha1")
 
@@ -305,6 +306,60 @@ def test_example_deployment_shares_the_process_namespace_with_a_plain_sidecar() 
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
 
 
+def test_engine_on_a_mig_device() -> None:
+    """The engine requests a MIG profile (device plugin, mixed strategy); the sidecar requests
+    nothing and is pointed at the engine's MIG device through NVIDIA_VISIBLE_DEVICES."""
+    mig = "MIG-4f2a6c1e-9b7d-5e3f-8a1c-2d4e6f8a0b1c"
+    values = {
+        "example": {"enabled": True, "engine": {"gpuResource": "nvidia.com/mig-1g.10gb"}},
+        "gpu": {"visibleDevices": mig},
+    }
+    objects = render(values, kube_version=KUBE_LATEST)
+    (deployment,) = of_kind(objects, "Deployment")
+    kubernetes_validate.validate(deployment, KUBE_LATEST, strict=True)
+    pod = deployment["spec"]["template"]["spec"]
+    engine, sidecar = pod["containers"]
+    assert engine["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": 1}
+    assert not any(k.startswith("nvidia.com/") for k in sidecar["resources"]["limits"])
+    assert gpu_env(sidecar)["NVIDIA_VISIBLE_DEVICES"] == mig
+    assert restricted_violations(pod) == []
+    # the exporter watches that MIG device (and its GPU) from the same variable
+    assert visible_device_uuids(gpu_env(sidecar)["NVIDIA_VISIBLE_DEVICES"]) == {mig}
+    assert effective_settings(sidecar).values["gpu.devices"] == ""
+
+
+def test_host_procfs_mounts_the_hosts_proc_read_only() -> None:
+    values = {"example": {"enabled": True}, "gpu": {"hostProcfs": True}}
+    objects = render(values, kube_version=KUBE_LATEST)
+    (deployment,) = of_kind(objects, "Deployment")
+    kubernetes_validate.validate(deployment, KUBE_LATEST, strict=True)
+    pod = deployment["spec"]["template"]["spec"]
+    sidecar = exporter_container(pod)
+    assert "--gpu.host-procfs=/host/proc" in sidecar["args"]
+    assert {"name": "host-proc", "mountPath": "/host/proc", "readOnly": True} in sidecar[
+        "volumeMounts"
+    ]
+    assert {"name": "host-proc", "hostPath": {"path": "/proc", "type": "Directory"}} in pod[
+        "volumes"
+    ]
+    # the engine container does not get it; and the chart says what it costs
+    assert "volumeMounts" not in pod["containers"][0] or all(
+        m["name"] != "host-proc" for m in pod["containers"][0]["volumeMounts"]
+    )
+    assert restricted_violations(pod) == ["volume host-proc: hostPath"]
+    assert "gpu.host-procfs" in {o.name for o in serve_options()}
+
+
+@pytest.mark.parametrize("mode", ["dcgm", "node"])
+def test_host_procfs_is_sidecar_mode_only(mode: str) -> None:
+    values: dict[str, Any] = {"mode": mode, "gpu": {"hostProcfs": True}}
+    if mode == "dcgm":
+        values["example"] = {"enabled": True}
+    (_, pod), *_ = pod_specs(render(values))
+    assert "--gpu.host-procfs=/host/proc" not in exporter_container(pod)["args"]
+    assert restricted_violations(pod) == []
+
+
 def test_native_sidecar_is_a_restartable_init_container() -> None:
     (deployment,) = of_kind(render(SCENARIOS["sidecar-native"]), "Deployment")
     pod = deployment["spec"]["template"]["spec"]
@@ -329,6 +384,8 @@ def test_native_sidecar_needs_kubernetes_1_29() -> None:
         ({"alertmanagerConfig": {"enabled": True}}, "routingKeySecret"),
         ({"podMonitr": {}}, "podMonitr"),
         ({"mode": "node", "example": {"enabled": True}}, "node mode"),
+        ({"example": {"engine": {"gpuResource": "mig-1g.10gb"}}}, "gpuResource"),
+        ({"gpu": {"hostProcfs": "yes"}}, "hostProcfs"),
     ],
 )
 def test_bad_values_fail_with_a_message(values: dict[str, Any], message: str) -> None:

@@ -33,6 +33,7 @@ CONTRACT = {
     "InferenceGPULost": ({"critical"}, "gpu"),
     "InferenceGPUXidErrors": ({"critical", "warning"}, "gpu"),
     "InferenceGPUThrottled": ({"warning"}, "gpu"),
+    "InferenceGPUContended": ({"warning"}, "gpu"),
 }
 PROFILES = ("sidecar", "dcgm", "fast")
 
@@ -50,8 +51,9 @@ def test_catalogue_matches_the_contract() -> None:
 def test_default_thresholds() -> None:
     cfg = parse_config({})
     sig = {s.alert: s for s in catalogue(cfg)}
+    # the engine's own share where the GPU is shared with other tenants (sources.py)
     assert sig["InferenceGPUStarvedQueueGrowing"].rules[0].expr == (
-        "inference:gpu_utilization:mean5m < 0.6\n"
+        "inference:gpu_own_utilization:mean5m < 0.6\n"
         "and\ninference:queue_depth:deriv10m > 0\n"
         "and\ninference:queue_depth:sum >= 1"
     )
@@ -150,7 +152,7 @@ def test_descriptions_quote_measured_values() -> None:
 
 def test_starved_description_quotes_live_values() -> None:
     text = alerts_yaml(parse_config({}))
-    assert "Mean GPU utilisation {{ with printf `100 * inference:gpu_utilization:mean5m" in text
+    assert "Mean GPU utilisation {{ with printf `100 * inference:gpu_own_utilization:mean5m" in text
     assert "requests in 10m to {{ with printf `inference:queue_depth:sum" in text
 
 

@@ -15,9 +15,12 @@ from typing import TypeVar
 
 from exporter.backends.nvml_api import (
     ClockKind,
+    MigAttributes,
     NvmlApi,
     NvmlError,
     PcieDirection,
+    ProcessMemory,
+    ProcessSample,
     XidEvent,
 )
 
@@ -59,7 +62,8 @@ class FaultyApi:
             return handle
         if isinstance(handle, tuple) and handle and isinstance(handle[0], int):
             return handle[0]
-        return None
+        gpu = getattr(handle, "gpu", None)  # a MIG device: faults of its GPU apply
+        return gpu if isinstance(gpu, int) else None
 
     def _call(self, method: str, handle: object, fn: Callable[[], T]) -> T:
         with self._lock:
@@ -178,6 +182,38 @@ class FaultyApi:
 
     def gpm_free(self, sample: object) -> None:
         self.inner.gpm_free(sample)
+
+    def mig_device_count(self, handle: object) -> int:
+        return self._call("mig_device_count", handle, lambda: self.inner.mig_device_count(handle))
+
+    def mig_device_handle(self, handle: object, index: int) -> object:
+        return self._call(
+            "mig_device_handle", handle, lambda: self.inner.mig_device_handle(handle, index)
+        )
+
+    def gpu_instance_id(self, mig: object) -> int:
+        return self._call("gpu_instance_id", mig, lambda: self.inner.gpu_instance_id(mig))
+
+    def compute_instance_id(self, mig: object) -> int:
+        return self._call("compute_instance_id", mig, lambda: self.inner.compute_instance_id(mig))
+
+    def mig_attributes(self, mig: object) -> MigAttributes:
+        return self._call("mig_attributes", mig, lambda: self.inner.mig_attributes(mig))
+
+    def gpm_mig_sample(self, handle: object, gpu_instance_id: int) -> object:
+        return self._call(
+            "gpm_mig_sample", handle, lambda: self.inner.gpm_mig_sample(handle, gpu_instance_id)
+        )
+
+    def compute_processes(self, handle: object) -> list[ProcessMemory]:
+        return self._call("compute_processes", handle, lambda: self.inner.compute_processes(handle))
+
+    def process_utilization(self, handle: object, last_seen_us: int) -> list[ProcessSample]:
+        return self._call(
+            "process_utilization",
+            handle,
+            lambda: self.inner.process_utilization(handle, last_seen_us),
+        )
 
     def register_xid_events(self, handles: Sequence[object]) -> None:
         self._call("register_xid_events", None, lambda: self.inner.register_xid_events(handles))

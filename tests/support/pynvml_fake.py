@@ -3,26 +3,46 @@
 It lets :class:`exporter.backends.nvml.PynvmlApi` run without a GPU: the adapter receives it
 through ``PynvmlApi(library=...)``. Errors are nvidia-ml-py's own classes (``NVMLError(3)`` is an
 ``NVMLError_NotSupported`` with ``.value == 3``), and constants are its own, so the adapter's
-error mapping is exercised as on a GPU. Only the identity and hardware-fact calls are modelled;
-``drop`` removes bindings the way an older nvidia-ml-py lacks them.
+error mapping is exercised as on a GPU.
 
-Each device answers from :class:`FakeGpu`; a field set to an ``int`` error code (e.g.
-``pynvml.NVML_ERROR_NOT_SUPPORTED``) raises that error, as the driver does: for instance
-``nvmlDeviceGetNumGpuCores`` on a GPU in MIG mode, or ``nvmlDeviceGetMigMode`` on an L4.
+Two layers:
+
+* The identity and hardware-fact calls (UUID, name, PCI, MIG mode, GPM support, bus width,
+  clocks, cores, compute capability) are modelled at the Python level.
+* Every other call the exporter makes (readings, GPM, MIG devices, processes) runs
+  **nvidia-ml-py's own binding code** (its Python wrappers, re-bound to this module) over a
+  fake of the C library (:class:`_CLibrary`) that follows nvml.h: handles are ctypes pointers,
+  out-parameters are written through ``byref``, buffers are sized by a first call with a NULL
+  buffer. So the wrappers' quirks come from the real code, not from a re-implementation:
+  ``nvmlDeviceGetProcessUtilization``'s sample-buffer protocol (``NOT_FOUND`` when no sample is
+  newer than the timestamp, ``INSUFFICIENT_SIZE`` then a second call), ``usedGpuMemory`` turned
+  into ``None`` for ``NVML_VALUE_NOT_AVAILABLE``, ``NVMLLibraryMismatchError`` when the versioned
+  symbol is missing, ``nvmlDeviceIsMigDeviceHandle`` returning a ``c_uint``.
+
+Each device answers from :class:`FakeGpu` / :class:`FakeMig`; a field set to :class:`Error`
+raises that NVML error, as the driver does. What nvml.h documents for MIG is built in: on a
+MIG device handle the device-level calls (utilisation, samples, per-process utilisation, power,
+energy, temperature, clocks, clock events, PCIe) answer ``NOT_SUPPORTED``; on a GPU with MIG
+enabled, utilisation, samples and per-process utilisation answer ``NOT_SUPPORTED`` ("On
+MIG-enabled GPUs, querying device utilization rates is not currently supported", nvml.h).
+``drop`` removes Python bindings the way an older nvidia-ml-py lacks them; ``missing`` removes
+C symbols the way an older driver lacks them.
 """
 
 # ruff: noqa: N802 - the functions carry pynvml's own names
 
 from __future__ import annotations
 
+import ctypes
 import types
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
 
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+SUCCESS = pynvml.NVML_SUCCESS
 
 
 @dataclass(frozen=True)
@@ -30,6 +50,21 @@ class Error:
     """An NVML return code the fake answers with instead of a value."""
 
     code: int
+
+
+@dataclass
+class FakeMig:
+    """What one MIG device answers."""
+
+    uuid: str
+    name: str
+    gpu_instance_id: int
+    compute_instance_id: int = 0
+    # (multiprocessorCount, gpuInstanceSliceCount, computeInstanceSliceCount, memorySizeMB)
+    attributes: tuple[int, int, int, int] | Error = Error(NOT_SUPPORTED)
+    memory: tuple[int, int] | Error = Error(NOT_SUPPORTED)  # (used, total) bytes
+    # (pid, usedGpuMemory bytes or None for NVML_VALUE_NOT_AVAILABLE)
+    processes: list[tuple[int, int | None]] | Error = field(default_factory=list)
 
 
 @dataclass
@@ -45,6 +80,34 @@ class FakeGpu:
     max_clocks_mhz: dict[int, int | Error] = field(default_factory=dict)
     cuda_cores: int | Error = Error(NOT_SUPPORTED)
     compute_capability: tuple[int, int] | Error = Error(NOT_SUPPORTED)
+    # --- readings -------------------------------------------------------------------------
+    utilization: tuple[int, int] | Error = Error(NOT_SUPPORTED)  # (gpu %, memory %)
+    samples: list[tuple[int, int]] | Error = Error(NOT_SUPPORTED)  # (timestamp µs, %)
+    memory: tuple[int, int] | Error = Error(NOT_SUPPORTED)  # (used, total) bytes
+    power_mw: int | Error = Error(NOT_SUPPORTED)
+    energy_mj: int | Error = Error(NOT_SUPPORTED)
+    temperature_c: int | Error = Error(NOT_SUPPORTED)
+    clocks_mhz: dict[int, int] = field(default_factory=dict)
+    clock_events: int | Error = Error(NOT_SUPPORTED)
+    pcie_kibps: tuple[int, int] | Error = Error(NOT_SUPPORTED)  # (tx, rx)
+    # GPM metric values (percent, MiB/s) between any two samples, by NVML_GPM_METRIC_* id.
+    gpm: dict[int, float] = field(default_factory=dict)
+    # GPM values of each GPU instance (nvmlGpmMigSampleGet), by GPU instance id.
+    gpm_instances: dict[int, dict[int, float]] = field(default_factory=dict)
+    # --- MIG --------------------------------------------------------------------------------
+    max_mig_devices: int = 0
+    mig_devices: dict[int, FakeMig] = field(default_factory=dict)  # by slot, may be sparse
+    # --- processes --------------------------------------------------------------------------
+    processes: list[tuple[int, int | None]] | Error = field(default_factory=list)
+    # (pid, timestamp µs, smUtil, memUtil) in the driver's buffer
+    process_samples: list[tuple[int, int, int, int]] | Error = field(default_factory=list)
+    # A process appears between the sizing call and the filling call of
+    # nvmlDeviceGetProcessUtilization (the buffer is then too small once).
+    grow_between_calls: int = 0
+
+    @property
+    def mig_enabled(self) -> bool:
+        return not isinstance(self.mig_mode, Error) and self.mig_mode[0] == 1
 
 
 H100_SXM = FakeGpu(
@@ -83,32 +146,446 @@ class _Handle:
         self.index = index
 
 
+# Fake addresses of the ctypes handles the C layer hands out: (gpu + 1) << 20 | (slot + 1) << 8
+# for devices (slot -1: the GPU itself), and GPM samples from 0x7000_0000 up.
+def _device_address(gpu: int, slot: int | None) -> int:
+    return (gpu + 1) << 20 | ((slot + 1) if slot is not None else 0) << 8
+
+
+def _address(pointer: object) -> int:
+    value = ctypes.cast(pointer, ctypes.c_void_p).value  # type: ignore[arg-type]
+    return int(value or 0)
+
+
+def _write_pointer(out: Any, address: int) -> None:
+    ctypes.c_void_p.from_buffer(out._obj).value = address
+
+
+def _set(out: Any, value: int) -> None:
+    out._obj.value = value
+
+
+@dataclass
+class _GpmSample:
+    gpu: int
+    instance: int | None = None  # GPU instance id; None: the whole GPU
+    taken: bool = False
+
+
+class _CLibrary:
+    """The C functions of libnvidia-ml that the re-bound wrappers call, answering from the
+    fake GPUs. Each returns an ``nvmlReturn_t`` and writes its out-parameters."""
+
+    def __init__(self, gpus: list[FakeGpu], log: Callable[[str, object], None]) -> None:
+        self.gpus = gpus
+        self.log = log
+        self.samples: dict[int, _GpmSample] = {}
+        self.next_sample = 0x7000_0000
+        self.initialised = False
+
+    # --- handles ----------------------------------------------------------------------------
+    def resolve(self, fn: str, handle: object) -> tuple[int, FakeGpu, FakeMig | None] | int:
+        """The device behind a handle, or an error code."""
+        if not self.initialised:
+            return pynvml.NVML_ERROR_UNINITIALIZED
+        if isinstance(handle, _Handle):
+            gpu, slot = handle.index, None
+        else:
+            address = _address(handle)
+            gpu, slot = (address >> 20) - 1, ((address >> 8) & 0xFFF) - 1
+            slot = None if slot < 0 else slot
+        if not 0 <= gpu < len(self.gpus):
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        dev = self.gpus[gpu]
+        if slot is None:
+            self.log(fn, gpu)
+            return gpu, dev, None
+        mig = dev.mig_devices.get(slot)
+        if mig is None or not dev.mig_enabled:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        self.log(fn, f"{gpu}:{slot}")
+        return gpu, dev, mig
+
+    def _whole(self, fn: str, handle: object, *, mig_mode_ok: bool = True) -> FakeGpu | int:
+        """A device-level call: NOT_SUPPORTED on MIG handles (and, unless ``mig_mode_ok``, on a
+        GPU in MIG mode)."""
+        found = self.resolve(fn, handle)
+        if isinstance(found, int):
+            return found
+        _, dev, mig = found
+        if mig is not None or (not mig_mode_ok and dev.mig_enabled):
+            return NOT_SUPPORTED
+        return dev
+
+    def _scalar(self, fn: str, handle: object, out: Any, value: int | Error) -> int:
+        dev = self._whole(fn, handle)
+        if isinstance(dev, int):
+            return dev
+        if isinstance(value, Error):
+            return value.code
+        _set(out, value)
+        return SUCCESS
+
+    # --- readings ---------------------------------------------------------------------------
+    def nvmlDeviceGetUtilizationRates(self, handle: object, out: Any) -> int:
+        dev = self._whole("nvmlDeviceGetUtilizationRates", handle, mig_mode_ok=False)
+        if isinstance(dev, int):
+            return dev
+        if isinstance(dev.utilization, Error):
+            return dev.utilization.code
+        out._obj.gpu, out._obj.memory = dev.utilization
+        return SUCCESS
+
+    def nvmlDeviceGetSamples(  # noqa: PLR0917 - the C function's parameters
+        self, handle: object, kind: Any, last_seen: Any, value_type: Any, count: Any, buffer: Any
+    ) -> int:
+        dev = self._whole("nvmlDeviceGetSamples", handle, mig_mode_ok=False)
+        if isinstance(dev, int):
+            return dev
+        if isinstance(dev.samples, Error):
+            return dev.samples.code
+        newer = [s for s in dev.samples if s[0] > last_seen.value]
+        if not newer:
+            return pynvml.NVML_ERROR_NOT_FOUND
+        _set(value_type, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT)
+        if buffer is None:
+            _set(count, len(newer))
+            return SUCCESS
+        for i, (ts, value) in enumerate(newer[: count._obj.value]):
+            buffer[i].timeStamp = ts
+            buffer[i].sampleValue.uiVal = value
+        _set(count, min(len(newer), count._obj.value))
+        return SUCCESS
+
+    def nvmlDeviceGetMemoryInfo(self, handle: object, out: Any) -> int:
+        found = self.resolve("nvmlDeviceGetMemoryInfo", handle)
+        if isinstance(found, int):
+            return found
+        _, dev, mig = found
+        memory = mig.memory if mig is not None else dev.memory
+        if isinstance(memory, Error):
+            return memory.code
+        used, total = memory
+        out._obj.used, out._obj.total, out._obj.free = used, total, total - used
+        return SUCCESS
+
+    def nvmlDeviceGetPowerUsage(self, handle: object, out: Any) -> int:
+        dev = self._whole("nvmlDeviceGetPowerUsage", handle)
+        return dev if isinstance(dev, int) else self._value(out, dev.power_mw)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: object, out: Any) -> int:
+        dev = self._whole("nvmlDeviceGetTotalEnergyConsumption", handle)
+        return dev if isinstance(dev, int) else self._value(out, dev.energy_mj)
+
+    def nvmlDeviceGetTemperature(self, handle: object, sensor: Any, out: Any) -> int:
+        dev = self._whole("nvmlDeviceGetTemperature", handle)
+        return dev if isinstance(dev, int) else self._value(out, dev.temperature_c)
+
+    def nvmlDeviceGetClockInfo(self, handle: object, clock: Any, out: Any) -> int:
+        dev = self._whole("nvmlDeviceGetClockInfo", handle)
+        if isinstance(dev, int):
+            return dev
+        return self._value(out, dev.clocks_mhz.get(clock.value, Error(NOT_SUPPORTED)))
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: object, out: Any) -> int:
+        dev = self._whole("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        return dev if isinstance(dev, int) else self._value(out, dev.clock_events)
+
+    def nvmlDeviceGetPcieThroughput(self, handle: object, counter: Any, out: Any) -> int:
+        dev = self._whole("nvmlDeviceGetPcieThroughput", handle)
+        if isinstance(dev, int):
+            return dev
+        if isinstance(dev.pcie_kibps, Error):
+            return dev.pcie_kibps.code
+        tx, rx = dev.pcie_kibps
+        _set(out, tx if counter.value == pynvml.NVML_PCIE_UTIL_TX_BYTES else rx)
+        return SUCCESS
+
+    @staticmethod
+    def _value(out: Any, value: int | Error) -> int:
+        if isinstance(value, Error):
+            return value.code
+        _set(out, value)
+        return SUCCESS
+
+    # --- MIG --------------------------------------------------------------------------------
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: object, out: Any) -> int:
+        found = self.resolve("nvmlDeviceGetMaxMigDeviceCount", handle)
+        if isinstance(found, int):
+            return found
+        _, dev, mig = found
+        if mig is not None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        # "Returns zero if MIG is not supported or enabled."
+        _set(out, dev.max_mig_devices if dev.mig_enabled else 0)
+        return SUCCESS
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: object, index: Any, out: Any) -> int:
+        found = self.resolve("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+        if isinstance(found, int):
+            return found
+        gpu, dev, mig = found
+        slot = int(index.value)
+        if mig is not None or not dev.mig_enabled or slot >= dev.max_mig_devices:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        if slot not in dev.mig_devices:
+            return pynvml.NVML_ERROR_NOT_FOUND  # an empty slot: sparse indices are normal
+        _write_pointer(out, _device_address(gpu, slot))
+        return SUCCESS
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: object, out: Any) -> int:
+        found = self.resolve("nvmlDeviceIsMigDeviceHandle", handle)
+        if isinstance(found, int):
+            return found
+        _set(out, int(found[2] is not None))
+        return SUCCESS
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: object, out: Any) -> int:
+        found = self.resolve("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle)
+        if isinstance(found, int):
+            return found
+        gpu, _, mig = found
+        if mig is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        _write_pointer(out, _device_address(gpu, None))
+        return SUCCESS
+
+    def _mig(self, fn: str, handle: object) -> FakeMig | int:
+        found = self.resolve(fn, handle)
+        if isinstance(found, int):
+            return found
+        mig = found[2]
+        # These answer for MIG device handles only (nvml.h).
+        return mig if mig is not None else pynvml.NVML_ERROR_NOT_SUPPORTED
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: object, out: Any) -> int:
+        mig = self._mig("nvmlDeviceGetGpuInstanceId", handle)
+        return mig if isinstance(mig, int) else self._value(out, mig.gpu_instance_id)
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: object, out: Any) -> int:
+        mig = self._mig("nvmlDeviceGetComputeInstanceId", handle)
+        return mig if isinstance(mig, int) else self._value(out, mig.compute_instance_id)
+
+    def nvmlDeviceGetAttributes_v2(self, handle: object, out: Any) -> int:
+        mig = self._mig("nvmlDeviceGetAttributes_v2", handle)
+        if isinstance(mig, int):
+            return mig
+        if isinstance(mig.attributes, Error):
+            return mig.attributes.code
+        attrs = out._obj
+        sms, gi_slices, ci_slices, memory_mb = mig.attributes
+        attrs.multiprocessorCount = sms
+        attrs.gpuInstanceSliceCount = gi_slices
+        attrs.computeInstanceSliceCount = ci_slices
+        attrs.memorySizeMB = memory_mb
+        return SUCCESS
+
+    # --- GPM --------------------------------------------------------------------------------
+    def nvmlGpmSampleAlloc(self, out: Any) -> int:
+        self.next_sample += 0x100
+        self.samples[self.next_sample] = _GpmSample(gpu=-1)
+        _write_pointer(out, self.next_sample)
+        return SUCCESS
+
+    def nvmlGpmSampleFree(self, sample: object) -> int:
+        if self.samples.pop(_address(sample), None) is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        return SUCCESS
+
+    def nvmlGpmSampleGet(self, handle: object, sample: object) -> int:
+        found = self.resolve("nvmlGpmSampleGet", handle)
+        if isinstance(found, int):
+            return found
+        gpu, dev, mig = found
+        if mig is not None or not dev.gpm_supported:
+            return NOT_SUPPORTED
+        return self._take(sample, _GpmSample(gpu, None, True))
+
+    def nvmlGpmMigSampleGet(self, handle: object, instance: int, sample: object) -> int:
+        found = self.resolve("nvmlGpmMigSampleGet", handle)
+        if isinstance(found, int):
+            return found
+        gpu, dev, mig = found
+        if mig is not None or not dev.gpm_supported:
+            return NOT_SUPPORTED
+        if instance not in dev.gpm_instances:
+            return pynvml.NVML_ERROR_NOT_FOUND
+        return self._take(sample, _GpmSample(gpu, int(instance), True))
+
+    def _take(self, sample: object, taken: _GpmSample) -> int:
+        address = _address(sample)
+        if address not in self.samples:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        self.samples[address] = taken
+        return SUCCESS
+
+    def nvmlGpmMetricsGet(self, request: Any) -> int:
+        req = request._obj
+        first = self.samples.get(_address(req.sample1))
+        second = self.samples.get(_address(req.sample2))
+        if req.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        if first is None or second is None or not (first.taken and second.taken):
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        if (first.gpu, first.instance) != (second.gpu, second.instance):
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        dev = self.gpus[second.gpu]
+        values = dev.gpm if second.instance is None else dev.gpm_instances[second.instance]
+        for i in range(req.numMetrics):
+            metric = req.metrics[i]
+            if metric.metricId in values:
+                metric.value = values[metric.metricId]
+                metric.nvmlReturn = SUCCESS
+            else:
+                metric.nvmlReturn = NOT_SUPPORTED
+        return SUCCESS
+
+    # --- processes --------------------------------------------------------------------------
+    def nvmlDeviceGetComputeRunningProcesses_v3(
+        self, handle: object, count: Any, buffer: Any
+    ) -> int:
+        found = self.resolve("nvmlDeviceGetComputeRunningProcesses_v3", handle)
+        if isinstance(found, int):
+            return found
+        _, dev, mig = found
+        procs = mig.processes if mig is not None else dev.processes
+        if isinstance(procs, Error):
+            return procs.code
+        if not procs:
+            _set(count, 0)
+            return SUCCESS
+        if buffer is None or count._obj.value < len(procs):
+            _set(count, len(procs))
+            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+        gi = mig.gpu_instance_id if mig is not None else 0xFFFFFFFF
+        ci = mig.compute_instance_id if mig is not None else 0xFFFFFFFF
+        for i, (pid, used) in enumerate(procs):
+            buffer[i].pid = pid
+            buffer[i].usedGpuMemory = (
+                pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if used is None else used
+            )
+            buffer[i].gpuInstanceId = gi
+            buffer[i].computeInstanceId = ci
+        _set(count, len(procs))
+        return SUCCESS
+
+    def nvmlDeviceGetProcessUtilization(
+        self, handle: object, buffer: Any, count: Any, last_seen: Any
+    ) -> int:
+        dev = self._whole("nvmlDeviceGetProcessUtilization", handle, mig_mode_ok=False)
+        if isinstance(dev, int):
+            return dev
+        if isinstance(dev.process_samples, Error):
+            return dev.process_samples.code
+        newer = [s for s in dev.process_samples if s[1] > last_seen.value]
+        if not newer:
+            return pynvml.NVML_ERROR_NOT_FOUND
+        if buffer is None:
+            _set(count, len(newer))
+            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+        if dev.grow_between_calls:
+            dev.grow_between_calls -= 1
+            _set(count, len(newer) + 1)
+            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+        if count._obj.value < len(newer):
+            _set(count, len(newer))
+            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+        for i, (pid, ts, sm, mem) in enumerate(newer):
+            buffer[i].pid, buffer[i].timeStamp = pid, ts
+            buffer[i].smUtil, buffer[i].memUtil = sm, mem
+            buffer[i].encUtil = buffer[i].decUtil = 0
+        _set(count, len(newer))
+        return SUCCESS
+
+
+# The bindings that run nvidia-ml-py's own wrapper code over the fake C library. A decorated
+# binding is re-bound underneath its decorator, which is applied again.
+_REAL_BINDINGS = (
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetSamples",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetPcieThroughput",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
+    "nvmlDeviceGetAttributes_v2",
+    "nvmlDeviceGetAttributes",
+    "nvmlGpmSampleAlloc",
+    "nvmlGpmSampleFree",
+    "nvmlGpmSampleGet",
+    "nvmlGpmMigSampleGet",
+    "nvmlGpmMetricsGet",
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetProcessUtilization",
+)
+_DECORATORS: dict[str, Callable[[Any], Any]] = {
+    "nvmlDeviceGetComputeRunningProcesses": pynvml.throwOnVersionMismatch,
+}
+
+
+def _rebind(name: str, namespace: dict[str, Any]) -> Callable[..., Any]:
+    binding = getattr(pynvml, name)
+    decorator = _DECORATORS.get(name)
+    inner = binding.__wrapped__ if decorator is not None else binding
+    rebound = types.FunctionType(
+        inner.__code__, namespace, inner.__name__, inner.__defaults__, inner.__closure__
+    )
+    return decorator(rebound) if decorator is not None else rebound
+
+
 def fake_pynvml(
-    gpus: list[FakeGpu], *, driver: str = "550.54.15", drop: Iterable[str] = ()
+    gpus: list[FakeGpu],
+    *,
+    driver: str = "550.54.15",
+    drop: Iterable[str] = (),
+    missing: Iterable[str] = (),
 ) -> types.ModuleType:
-    """A module answering for ``gpus``; ``module.calls`` lists ``(function, gpu index)``."""
+    """A module answering for ``gpus``; ``module.calls`` lists ``(function, device)`` where
+    device is the GPU index, or ``"gpu:slot"`` for a MIG device."""
     module = types.ModuleType("pynvml")
-    calls: list[tuple[str, int | None]] = []
-    initialised = [False]
+    calls: list[tuple[str, object]] = []
+    library = _CLibrary(gpus, lambda fn, dev: calls.append((fn, dev)))
+    absent = set(missing)
+
+    def function_pointer(name: str) -> Callable[..., int]:
+        if not library.initialised:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+        fn: Callable[..., int] | None = getattr(library, name, None)
+        if fn is None or name in absent:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return fn
 
     def answer(value: Any) -> Any:
         if isinstance(value, Error):
             raise pynvml.NVMLError(value.code)
         return value
 
-    def device(fn: str, handle: object) -> FakeGpu:
-        if not initialised[0]:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
-        if not isinstance(handle, _Handle) or not 0 <= handle.index < len(gpus):
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        calls.append((fn, handle.index))
-        return gpus[handle.index]
+    def device(fn: str, handle: object) -> FakeGpu | FakeMig:
+        found = library.resolve(fn, handle)
+        if isinstance(found, int):
+            raise pynvml.NVMLError(found)
+        return found[2] or found[1]
+
+    def gpu(fn: str, handle: object) -> FakeGpu:
+        dev = device(fn, handle)
+        if isinstance(dev, FakeMig):
+            raise pynvml.NVMLError(NOT_SUPPORTED)
+        return dev
 
     def nvmlInit() -> None:
-        initialised[0] = True
+        library.initialised = True
 
     def nvmlShutdown() -> None:
-        initialised[0] = False
+        library.initialised = False
 
     def nvmlSystemGetDriverVersion() -> str:
         return driver
@@ -128,43 +605,53 @@ def fake_pynvml(
         return device("nvmlDeviceGetName", handle).name
 
     def nvmlDeviceGetPciInfo(handle: object) -> _PciInfo:
-        return _PciInfo(device("nvmlDeviceGetPciInfo", handle).pci_bus_id)
+        found = library.resolve("nvmlDeviceGetPciInfo", handle)
+        if isinstance(found, int):
+            raise pynvml.NVMLError(found)
+        return _PciInfo(found[1].pci_bus_id)  # a MIG device sits on its GPU's bus
 
     def nvmlDeviceGetMigMode(handle: object) -> tuple[int, int]:
-        mode: tuple[int, int] = answer(device("nvmlDeviceGetMigMode", handle).mig_mode)
+        mode: tuple[int, int] = answer(gpu("nvmlDeviceGetMigMode", handle).mig_mode)
         return mode
 
     def nvmlGpmQueryDeviceSupport(handle: object) -> _GpmSupport:
-        return _GpmSupport(device("nvmlGpmQueryDeviceSupport", handle).gpm_supported)
+        return _GpmSupport(gpu("nvmlGpmQueryDeviceSupport", handle).gpm_supported)
 
     def nvmlDeviceGetMemoryBusWidth(handle: object) -> int:
-        width: int = answer(device("nvmlDeviceGetMemoryBusWidth", handle).memory_bus_width)
+        width: int = answer(gpu("nvmlDeviceGetMemoryBusWidth", handle).memory_bus_width)
         return width
 
     def nvmlDeviceGetMaxClockInfo(handle: object, clock_type: int) -> int:
-        clocks = device("nvmlDeviceGetMaxClockInfo", handle).max_clocks_mhz
+        clocks = gpu("nvmlDeviceGetMaxClockInfo", handle).max_clocks_mhz
         if clock_type not in clocks:
             raise pynvml.NVMLError(NOT_SUPPORTED)
         mhz: int = answer(clocks[clock_type])
         return mhz
 
     def nvmlDeviceGetNumGpuCores(handle: object) -> int:
-        cores: int = answer(device("nvmlDeviceGetNumGpuCores", handle).cuda_cores)
+        cores: int = answer(gpu("nvmlDeviceGetNumGpuCores", handle).cuda_cores)
         return cores
 
     def nvmlDeviceGetCudaComputeCapability(handle: object) -> tuple[int, int]:
         cc: tuple[int, int] = answer(
-            device("nvmlDeviceGetCudaComputeCapability", handle).compute_capability
+            gpu("nvmlDeviceGetCudaComputeCapability", handle).compute_capability
         )
         return cc
 
     functions = {name: fn for name, fn in locals().items() if name.startswith("nvml")}
+    dropped = set(drop)
     for name, fn in functions.items():
-        if name not in set(drop):
+        if name not in dropped:
             setattr(module, name, fn)
-    module.NVMLError = pynvml.NVMLError  # type: ignore[attr-defined]
+    namespace = dict(vars(pynvml))
+    namespace["_nvmlGetFunctionPointer"] = function_pointer
+    for name in _REAL_BINDINGS:
+        namespace[name] = _rebind(name, namespace)
+        if name not in dropped:
+            setattr(module, name, namespace[name])
     for name in dir(pynvml):
-        if name.startswith(("NVML_CLOCK_", "NVML_ERROR_", "NVML_DEVICE_MIG_")):
+        if name.startswith(("NVML", "c_nvml")) and not hasattr(module, name):
             setattr(module, name, getattr(pynvml, name))
     module.calls = calls  # type: ignore[attr-defined]
+    module.library = library  # type: ignore[attr-defined]
     return module

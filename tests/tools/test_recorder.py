@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from support.paths import ROOT, TRACE
 
+from exporter.backends.pidns import FixedPids
 from exporter.backends.replay import ReplayApi, Trace, TraceRecord, load_trace, parse_trace
 from exporter.collectors.nvml import NvmlCollector
 from exporter.tools.recorder import record_with
@@ -26,9 +27,10 @@ READS_PER_GPU = 5
 # A read takes well under a millisecond on the replay; this bounds how far the replay's clock
 # (started at init) can be ahead of the ``t`` the recorder writes before the read.
 LAG_S = 0.05
-# First read: 9 fields + the GPM sample + both PCIe calls (no GPM values yet to replace them);
+# First read: 9 fields + the GPM sample + both PCIe calls (no GPM values yet to replace them)
+# + the two per-process calls (NOT_SUPPORTED: the trace has no processes, so not asked again);
 # later reads: GPM supplies PCIe, so 9 fields + the GPM sample.
-FIRST_READ_CALLS = 12
+FIRST_READ_CALLS = 14
 LATER_READ_CALLS = 10
 
 
@@ -155,7 +157,8 @@ def test_summary_counts_calls_within_budget(recorded: tuple[Path, dict[str, Any]
     assert summary["gpus"] == 2
     assert summary["reads"] == 2 * READS_PER_GPU
     assert summary["calls"] == 2 * (FIRST_READ_CALLS + (READS_PER_GPU - 1) * LATER_READ_CALLS)
-    assert summary["unsupported"] == {0: [], 1: []}
+    no_processes = ["process_utilization", "processes"]  # not in this trace
+    assert summary["unsupported"] == {"0": no_processes, "1": no_processes}
     calls_per_read = summary["calls"] / summary["reads"]
     assert calls_per_read <= 12
     # at the default 3 s poll interval that is at most 5 calls per GPU per second
@@ -241,7 +244,8 @@ def test_cli_record_from_replay_prints_a_summary(tmp_path: Path) -> None:
     assert summary["gpus"] == 2
     assert summary["reads"] == 8  # reads at 0, 0.5, 1.0 and 1.5 s for each GPU
     assert summary["calls"] == 2 * (FIRST_READ_CALLS + 3 * LATER_READ_CALLS)
-    assert summary["unsupported"] == {"0": [], "1": []}
+    no_processes = ["process_utilization", "processes"]
+    assert summary["unsupported"] == {"0": no_processes, "1": no_processes}
     trace = load_trace(out)
     assert trace.header["synthetic"] is False
     assert [len(trace.records[g]) for g in (0, 1)] == [4, 4]
@@ -269,3 +273,96 @@ def test_cli_record_without_nvml_fails_in_one_line(tmp_path: Path) -> None:
     assert "NVML" in lines[0]
     assert "Traceback" not in result.stderr
     assert not out.exists()
+
+
+# --- shared GPUs: MIG devices and per-process reads -------------------------------------------
+SHARED = ROOT / "exporter" / "data"
+
+
+def record_shared(tmp_path: Path, name: str) -> tuple[Trace, Trace, dict[str, Any]]:
+    source = load_trace(SHARED / name)
+    out = tmp_path / name
+    assert source.engine_pids is not None
+    summary = record_with(
+        ReplayApi(source),
+        out,
+        duration=DURATION,
+        interval=INTERVAL,
+        engine=FixedPids(source.engine_pids),
+    )
+    return source, parse_trace(out.read_text().splitlines(), str(out)), summary
+
+
+def test_record_writes_mig_devices(tmp_path: Path) -> None:
+    source, trace, summary = record_shared(tmp_path, "replay-mig-7slice-synthetic.jsonl")
+    assert trace.gpus[0].mig_devices == source.gpus[0].mig_devices
+    assert trace.gpus[0].max_mig_devices == 7
+    assert sorted(trace.mig_records) == [(0, slot) for slot in range(7)]
+    for (gpu, slot), recs in trace.mig_records.items():
+        assert len(recs) == READS_PER_GPU
+        src = source.mig_records[(gpu, slot)]
+        for k, rec in enumerate(recs):
+            options = candidates_of(src, rec.t)
+            assert rec.values["memory"] in [o.values["memory"] for o in options]
+            assert rec.values["processes"] in [o.values["processes"] for o in options]
+            assert "power_mw" not in rec.values  # the GPU's, never asked of a MIG device
+            assert rec.buffers == frozenset()  # no sample buffers on MIG: none written
+            if k:
+                assert rec.values["gpm"] in [o.values["gpm"] for o in options]
+    for rec in trace.records[0]:
+        assert "samples" not in rec.buffers and "processes" not in rec.values
+    assert trace.engine_pids == source.engine_pids
+    unsupported = set(summary["unsupported"]["0:3"])
+    # what MIG does not support, found on the first read; what is the GPU's, never asked
+    assert {"process_utilization", "samples", "utilization_rates"} <= unsupported
+    assert {"power", "temperature", "pcie_tx"} <= unsupported
+    assert "gpm" not in unsupported and "processes" not in unsupported
+
+
+def test_record_writes_per_process_samples(tmp_path: Path) -> None:
+    source, trace, summary = record_shared(tmp_path, "replay-timesliced-2tenant-synthetic.jsonl")
+    recs = trace.records[0]
+    assert all(r.values["processes"] == source.records[0][0].values["processes"] for r in recs)
+    got = [s for r in recs for s in r.process_samples]
+    want = [s for r in source.records[0] for s in r.process_samples]
+    # every sample once, in order; timestamps shifted by one constant (replay vs record start)
+    assert got and is_contiguous_run([s[1:] for s in got], [s[1:] for s in want])
+    shifts = {g[0] - w[0] for g, w in zip(got, want, strict=False)}
+    assert len(shifts) == 1 and abs(shifts.pop()) < 100_000
+    assert trace.engine_pids == frozenset({52000})
+    assert summary["engine_pids"] == [52000]
+    # replaying the recording answers the same processes
+    again, first = ReplayApi(trace), ReplayApi(source)
+    again.init()
+    first.init()
+    assert again.compute_processes(0) == first.compute_processes(0)
+
+
+def candidates_of(recs: list[TraceRecord], t: float) -> list[TraceRecord]:
+    times = [r.t for r in recs]
+    out = []
+    for at in (t, t + LAG_S):
+        i = max(i for i, rt in enumerate(times) if rt <= at)
+        if recs[i] not in out:
+            out.append(recs[i])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (["--process.match", "vllm("], "--process.match"),
+        (["--gpu.host-procfs", "/nonexistent"], "--gpu.host-procfs"),
+    ],
+)
+def test_cli_record_bad_engine_flags_exit_2(tmp_path: Path, flags: list[str], problem: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "record", "--out", str(tmp_path / "x"), *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and problem in result.stderr

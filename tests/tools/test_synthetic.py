@@ -21,6 +21,7 @@ from exporter.tools.synthetic import (
     synthetic_trace_lines,
     write_synthetic_trace,
 )
+from exporter.tools.synthetic_shared import mig_trace_lines, timesliced_trace_lines
 
 SHIPPED = Path(exporter.__file__).parent / "data" / "replay-2gpu-synthetic.jsonl"
 UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -237,9 +238,18 @@ def test_cli_writes_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == "\n".join(synthetic_trace_lines(1, 3.0)) + "\n"
 
 
+def test_cli_writes_the_shared_gpu_traces(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--kind", "mig", "--product", "a100", "--duration", "3s"]) == 0
+    assert capsys.readouterr().out == "\n".join(mig_trace_lines("a100", 3.0)) + "\n"
+    assert main(["--kind", "timesliced", "--tenants", "1", "--duration", "3s"]) == 0
+    assert capsys.readouterr().out == "\n".join(timesliced_trace_lines(1, 3.0)) + "\n"
+
+
 @pytest.mark.parametrize(
     "argv",
     [
+        ["--kind", "mig", "--product", "b200"],
+        ["--kind", "timesliced", "--tenants", "3"],
         ["--duration", "2x"],
         ["--duration", "0s"],
         ["--gpus", "0"],

@@ -36,6 +36,7 @@ BUILDERS: tuple[Callable[[Context], Signature], ...] = (
     gpu.gpu_lost,
     gpu.gpu_xid_errors,
     gpu.gpu_throttled,
+    gpu.gpu_contended,
 )
 
 

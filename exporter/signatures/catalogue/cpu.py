@@ -23,7 +23,7 @@ def gpu_starved_queue_growing(ctx: Context) -> Signature:
     rule = AlertRule(
         severity="critical",
         expr=(
-            f"{records.gpu_utilization} < {num(util)}\n"
+            f"{records.gpu_own_utilization} < {num(util)}\n"
             f"and\n{records.queue_trend} > {num(growth / trend_seconds)}\n"
             f"and\n{records.queue_depth} >= {num(depth)}"
         ),
@@ -35,7 +35,8 @@ def gpu_starved_queue_growing(ctx: Context) -> Signature:
             "scheduler, host-to-device copies) cannot feed the GPU, and more GPUs will not help."
         ),
         evidence=(
-            percent("util", "mean GPU utilisation", records.gpu_utilization),
+            # On a GPU shared with other tenants, the engine's own share (sources.py).
+            percent("util", "mean GPU utilisation", records.gpu_own_utilization),
             Evidence(
                 "growth",
                 f"queue growth over {trend}",

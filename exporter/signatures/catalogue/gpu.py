@@ -1,4 +1,5 @@
-"""The GPU itself: idle under load, lost, reporting Xid errors, clocks held down.
+"""The GPU itself: idle under load, lost, reporting Xid errors, clocks held down, contended by
+other tenants of a shared GPU.
 
 Alerts carry ``signature="gpu"``.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from exporter.signatures.catalogue.context import GPU_LABELS, Context, percent
 from exporter.signatures.model import TARGET, AlertRule, Evidence, Signature
-from exporter.signatures.promql import num, pct, regex_alternatives
+from exporter.signatures.promql import num, on, pct, regex_alternatives
 
 
 def gpu_underutilized(ctx: Context) -> Signature:
@@ -17,7 +18,7 @@ def gpu_underutilized(ctx: Context) -> Signature:
     hold = ctx.for_duration(alert)
     rule = AlertRule(
         severity="info",
-        expr=f"{records.gpu_utilization} < {num(util)}\nand\n{records.requests_running} > 0",
+        expr=f"{records.gpu_own_utilization} < {num(util)}\nand\n{records.requests_running} > 0",
         for_seconds=ctx.for_seconds(alert),
         summary="GPU underutilised on {target}",
         description=(
@@ -25,7 +26,8 @@ def gpu_underutilized(ctx: Context) -> Signature:
             "{running} requests run on average: the GPU waits most of the time."
         ),
         evidence=(
-            percent("util", "mean GPU utilisation", records.gpu_utilization),
+            # On a GPU shared with other tenants, the engine's own share (sources.py).
+            percent("util", "mean GPU utilisation", records.gpu_own_utilization),
             Evidence(
                 "running",
                 "requests running",
@@ -169,5 +171,98 @@ def gpu_throttled(ctx: Context) -> Signature:
                 ("GPU temperature", records.temperature),
                 ("SM clock (MHz)", f"{records.sm_clock} / 1000000"),
             ),
+        ),
+    )
+
+
+def gpu_contended(ctx: Context) -> Signature:
+    """The noisy neighbour: other tenants of a shared GPU (time-slicing, MPS) take a large
+    share of it while the engine's queue grows or its decode slows."""
+    alert = "InferenceGPUContended"
+    records = ctx.records
+    others = ctx.ratio(alert, "others_above")
+    growth = ctx.ratio(alert, "queue_growth_above")
+    depth = ctx.ratio(alert, "queue_depth_at_least")
+    rise = ctx.ratio(alert, "inter_token_rise_above")
+    trend_seconds = ctx.window_seconds("queue_trend")
+    trend = ctx.window("queue_trend")
+    baseline = ctx.window("baseline")
+    itl = records.inter_token_median
+    suffering = (
+        f"(\n{records.queue_trend} > {num(growth / trend_seconds)}\n"
+        f"and\n{records.queue_depth} >= {num(depth)}\n"
+        f"or\n{itl} > {num(round(1 + rise, 9))} * ({itl} offset {baseline})\n)"
+    )
+    rule = AlertRule(
+        severity="warning",
+        expr=f"{records.gpu_other_tenants} > {num(others)}\nand {on(ctx.join)}\n{suffering}",
+        for_seconds=ctx.for_seconds(alert),
+        summary="Other tenants take {others} % of GPU {labels.gpu} on {target}",
+        description=(
+            "Other processes on GPU {labels.gpu} ({labels.uuid}) took {others} % of its time "
+            f"(above {pct(others)} %), the engine {{engine}} %; the engine's queue grew by "
+            f"{{growth}} requests in {trend} to {{depth}} waiting, its median inter-token latency "
+            f"is {{itl}} ms ({{itl_before}} ms {baseline} earlier): a noisy neighbour on a GPU "
+            "shared by time-slicing or MPS."
+        ),
+        scope=GPU_LABELS,
+        evidence=(
+            percent("others", "other tenants' share of the GPU", records.gpu_other_tenants),
+            Evidence(
+                "engine",
+                "the engine's own share of the GPU",
+                f"100 * {records.gpu_engine_share}{TARGET}",
+                "%",
+                scope=GPU_LABELS,
+            ),
+            Evidence(
+                "growth",
+                f"queue growth over {trend}",
+                f"{num(trend_seconds)} * {records.queue_trend}{TARGET}",
+                "requests",
+                "%+.0f",
+                scope=(),
+            ),
+            Evidence(
+                "depth", "requests waiting", f"{records.queue_depth}{TARGET}", "requests", scope=()
+            ),
+            Evidence(
+                "itl",
+                "median inter-token latency",
+                f"1000 * {itl}{TARGET}",
+                "ms",
+                "%.1f",
+                scope=(),
+            ),
+            Evidence(
+                "itl_before",
+                f"median inter-token latency {baseline} earlier",
+                f"1000 * {itl}{TARGET} offset {baseline}",
+                "ms",
+                "%.1f",
+                scope=(),
+            ),
+        ),
+        when=(
+            f"other tenants' processes take more than {pct(others)} % of a shared GPU while the "
+            f"queue grows over {trend} (at least {num(depth)} waiting) or median inter-token "
+            f"latency is more than {pct(rise)} % above its value {baseline} earlier"
+        ),
+    )
+    return Signature(
+        alert=alert,
+        group="gpu",
+        title="GPU contended by other tenants",
+        rules=(rule,),
+        runbook=ctx.runbook(
+            alert,
+            queries=(
+                ("each GPU's tenants: processes by owner", ctx.selector("inference_gpu_processes")),
+                ("the engine's own share of each shared GPU", records.gpu_engine_share),
+                ("other tenants' share of each shared GPU", records.gpu_other_tenants),
+                ("the GPU's utilisation, every tenant together", records.gpu_device_utilization),
+            ),
+            others_above=pct(others),
+            baseline=baseline,
         ),
     )

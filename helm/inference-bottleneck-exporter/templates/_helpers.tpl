@@ -100,8 +100,31 @@ runs everything but nvml.
 - --no-collector.process
 - --no-collector.model
 {{- end }}
+{{- if include "inference-bottleneck-exporter.hostProcfs" . }}
+- --gpu.host-procfs=/host/proc
+{{- end }}
 {{- range .Values.sidecar.extraArgs }}
 - {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Non-empty when the sidecar gets the host's /proc (gpu.hostProcfs, sidecar mode).
+*/}}
+{{- define "inference-bottleneck-exporter.hostProcfs" -}}
+{{- if and .Values.gpu.hostProcfs (eq .Values.mode "sidecar") }}true{{ end }}
+{{- end }}
+
+{{/*
+The pod volumes the exporter container mounts (gpu.hostProcfs: the host's /proc), as list
+items for the pod's `volumes:`; empty when there are none.
+*/}}
+{{- define "inference-bottleneck-exporter.sidecarVolumes" -}}
+{{- if include "inference-bottleneck-exporter.hostProcfs" . }}
+- name: host-proc
+  hostPath:
+    path: /proc
+    type: Directory
 {{- end }}
 {{- end }}
 
@@ -163,7 +186,11 @@ dependency `(index .Subcharts "inference-bottleneck-exporter")`. It renders one 
   {{- end }}
   securityContext:
     {{- toYaml .Values.sidecar.securityContext | nindent 4 }}
-  {{- with .Values.sidecar.extraVolumeMounts }}
+  {{- $mounts := .Values.sidecar.extraVolumeMounts | default list }}
+  {{- if include "inference-bottleneck-exporter.hostProcfs" . }}
+  {{- $mounts = append $mounts (dict "name" "host-proc" "mountPath" "/host/proc" "readOnly" true) }}
+  {{- end }}
+  {{- with $mounts }}
   volumeMounts:
     {{- toYaml . | nindent 4 }}
   {{- end }}
