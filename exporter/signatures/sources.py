@@ -13,11 +13,14 @@ aggregated by the dcgm join labels and then given the target's remaining join la
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from exporter.config import format_duration as duration
+from exporter.config import parse_duration
 from exporter.signatures.config import SiteConfig
-from exporter.signatures.model import RecordingRule
+from exporter.signatures.model import RECORD_NAME, RecordingRule
 from exporter.signatures.params import CLOCK_EVENT_BITS
 from exporter.signatures.promql import by, num, on, regex_alternatives, selector
 
@@ -25,6 +28,7 @@ GPU_LABELS = ("gpu", "uuid")
 PROBE = 'source="probe"'
 SOFTIRQ = 'mode="softirq"'
 DCGM_REQUIRED = ("namespace", "pod")
+_RANGE = re.compile(r"\[([0-9smhdwy]+)\]")
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,11 @@ class Records:
     dcgm_busy_sample: str
     dcgm_xid_changed: str
     dcgm_clock_reasons: str
+
+    @staticmethod
+    def history(seconds: float) -> str:
+        """The record that is 1 per target once the target has ``seconds`` of history."""
+        return f"inference:exporter_build_info:history{duration(seconds)}"
 
     @classmethod
     def of(cls, cfg: SiteConfig) -> Records:
@@ -98,14 +107,44 @@ class Records:
 
 
 def recording_rules(cfg: SiteConfig) -> list[RecordingRule]:
-    """All recording rules of the configuration's profile, in evaluation order."""
-    return _Builder(cfg).rules()
+    """All recording rules of the configuration's profile, in evaluation order.
+
+    Every record's ``window`` is resolved (never ``None``), and the history records of the
+    cold-start guard follow the target-info record, ahead of every record that reads them.
+    """
+    builder = _Builder(cfg)
+    rules = resolve_windows(builder.rules())
+    windows = sorted(({rule.window or 0.0 for rule in rules} | builder.history_windows) - {0.0})
+    return [rules[0], *builder.history(windows), *rules[1:]]
+
+
+def resolve_windows(rules: Sequence[RecordingRule]) -> list[RecordingRule]:
+    """``rules`` with each ``window=None`` replaced by the history the record needs: the
+    longest range its expression reads, or the longest window of the records it reads
+    (records are resolved in order, so a record reads only records above it)."""
+    known: dict[str, float] = {}
+    out = []
+    for rule in rules:
+        window = rule.window
+        if window is None:
+            ranges = [parse_duration(text) for text in _RANGE.findall(rule.expr)]
+            inner = [known.get(name, 0.0) for name in RECORD_NAME.findall(rule.expr)]
+            window = max([0.0, *ranges, *inner])
+        known[rule.record] = window
+        out.append(replace(rule, window=window))
+    return out
+
+
+def record_windows(cfg: SiteConfig) -> dict[str, float]:
+    """Each record of the configuration and the history (seconds) it needs."""
+    return {rule.record: rule.window or 0.0 for rule in recording_rules(cfg)}
 
 
 class _Builder:
     def __init__(self, cfg: SiteConfig) -> None:
         self.cfg = cfg
         self.r = Records.of(cfg)
+        self.history_windows: set[float] = set()
         self.join = cfg.join_labels
         self.by_target = by(self.join)
         self.by_gpu = by((*self.join, *GPU_LABELS))
@@ -144,6 +183,35 @@ class _Builder:
         return f"{grouped}\n* {on(dj)} group_left ({', '.join(rest)})\n{self.r.target_info}"
 
     # --- rules --------------------------------------------------------------------------------
+
+    def history_of(self, seconds: float) -> str:
+        """The history record of ``seconds``, for a record that reads it itself."""
+        self.history_windows.add(seconds)
+        return self.r.history(seconds)
+
+    def history(self, windows: Sequence[float]) -> list[RecordingRule]:
+        """The cold-start guard's records: one per window the other records read.
+
+        A rate over a window that holds only the last minute of data reads low (Prometheus
+        divides the extrapolated increase by the whole window), a regression over two points is
+        noise: after a restart of Prometheus, or for a new pod, a signature would go pending on
+        a half-empty window. ``history<w>`` is 1 for a target whose sidecar was scraped
+        between ``2w`` and ``w`` ago - its series reach back a whole window - and absent
+        before; an alert reading a record of window ``w`` requires it (``and on (<join>)``).
+        One series per target and window, over the one build-info series of each target.
+        """
+        info = self.s("inference_exporter_build_info")
+        return [
+            RecordingRule(
+                self.r.history(seconds),
+                f"group {self.by_target} (max_over_time({info}[{duration(seconds)}] offset "
+                f"{duration(seconds)}))",
+                f"1 per sidecar target with at least {duration(seconds)} of history: the "
+                f"cold-start guard of the alerts over {duration(seconds)} windows",
+                window=0.0,
+            )
+            for seconds in windows
+        ]
 
     def rules(self) -> list[RecordingRule]:
         out = self.common()
@@ -287,10 +355,14 @@ class _Builder:
             RecordingRule(
                 r.xid_new,
                 f"sum {by_xid} (increase({xids}[{xid}])) > 0\n"
-                f"or\n"
-                f"sum {by_xid} ({xids} unless {xids} offset {xid})",
+                f"or\n(\n"
+                f"sum {by_xid} ({xids} unless {xids} offset {xid})\n"
+                f"and {on(self.join)}\n{self.history_of(cfg.window('xid'))}\n)",
                 "Xid errors in the window per GPU and Xid; a counter that appeared within "
-                "the window counts whole (its first increment is invisible to increase())",
+                "the window counts whole (its first increment is invisible to increase()), "
+                "once the target has a window of history (before, every old counter would "
+                "look new)",
+                window=0.0,
             ),
             RecordingRule(
                 r.clock_events,
@@ -320,6 +392,7 @@ class _Builder:
         util = self.d("DCGM_FI_DEV_GPU_UTIL")
         used, free = self.d("DCGM_FI_DEV_FB_USED"), self.d("DCGM_FI_DEV_FB_FREE")
         last = self.d("DCGM_FI_DEV_XID_ERRORS")
+        any_last = selector("DCGM_FI_DEV_XID_ERRORS", cfg.selectors.dcgm)
         # DCGM 3.3 renamed the field; accept either name.
         reasons_metric = self.d(
             "", '__name__=~"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS|DCGM_FI_DEV_CLOCKS_EVENT_REASONS"'
@@ -381,12 +454,15 @@ class _Builder:
             RecordingRule(
                 r.dcgm_xid_changed,
                 self.dcgm_gpu(
-                    f"({last} != 0)\nand\n(changes({last}[{xid}]) > 0 or ({last} unless {last} "
-                    f"offset {xid}))",
+                    f"({last} != 0)\nand\n(\nchanges({last}[{xid}]) > 0\nor\n"
+                    f"({last} unless {last} offset {xid})\nand on (UUID)\n"
+                    f"group by (UUID) ({any_last} offset {xid})\n)",
                     keep=("err_code",),
                 ),
-                "the last Xid of a GPU (DCGM_FI_DEV_XID_ERRORS) where it changed or appeared "
-                "in the window",
+                "the last Xid of a GPU (DCGM_FI_DEV_XID_ERRORS) where it changed, or appeared "
+                "in the window while the GPU was already reported a window ago (before, every "
+                "old Xid would look new)",
+                window=0.0,
             ),
             RecordingRule(
                 r.xid_new,

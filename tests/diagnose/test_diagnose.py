@@ -176,7 +176,7 @@ def test_target_nearly_holds_and_json_schema(
     assert [e["key"] for e in finding["evidence"]] == ["tok", "itl"]
     assert finding["evidence"][0]["value"] == pytest.approx(37.5)
     assert finding["evidence"][0]["text"] == "37.5" and finding["evidence"][0]["unit"] == "ms"
-    comparison, traffic = finding["conditions"]
+    comparison, traffic, guard = finding["conditions"]
     assert comparison["op"] == ">" and comparison["holds"] is False and comparison["nearly"]
     assert comparison["value"] == pytest.approx(0.0375)
     assert comparison["threshold"] == pytest.approx(0.0375)
@@ -192,6 +192,8 @@ def test_target_nearly_holds_and_json_schema(
         "nearly": False,
         "relative_gap": None,
     }
+    # the cold-start guard: sampled from the sidecar, its window is the span sampled
+    assert guard["expr"] == "inference:exporter_build_info:history5m" and guard["holds"] is True
     assert "Median tokenizer latency 37.5 ms" in finding["description"]
     assert {
         "alert": "InferenceHBMBandwidthSaturated",
@@ -307,7 +309,8 @@ def test_prometheus_mode(
             tmp_path / "pack", [target], sorted((RULES / "fast").glob("*.yaml"))
         )
         stack.add(prometheus.stop)
-        # rate windows of the fast profile are 30s: two scrapes with probes in between do
+        # rate windows of the fast profile are 30s: two scrapes with probes in between do; the
+        # alert goes pending once the target has 30s of history (the cold-start guard)
         wait_until(
             lambda: (
                 bool(query(prometheus, "inference:tokenizer_latency_seconds:median30s"))
@@ -315,7 +318,7 @@ def test_prometheus_mode(
                 and bool(query(prometheus, f'ALERTS{{alertname="{TOKENIZER}"}}'))
                 and bool(query(bare, "inference_exporter_build_info"))
             ),
-            30,
+            75,
             "tokenizer and decode medians in Prometheus, the alert pending",
         )
         result = diagnose(

@@ -196,7 +196,7 @@ def test_overrides_reach_the_rules() -> None:
         }
     )
     (starved,) = catalogue(cfg)[0].rules
-    assert starved.expr.startswith("inference:gpu_utilization:mean2m < 0.5\n")
+    assert starved.expr.startswith("(\ninference:gpu_utilization:mean2m < 0.5\n")
     assert starved.for_seconds == 1200
     exprs = {r.record: r.expr for r in recording_rules(cfg)}
     assert exprs["inference:gpu_utilization:mean2m"] == (

@@ -45,9 +45,10 @@ def builder_path(group: str) -> str:
 
 
 def catalogue(cfg: SiteConfig) -> tuple[Signature, ...]:
-    """Every signature of the pack, in the order of :data:`BUILDERS`."""
+    """Every signature of the pack, in the order of :data:`BUILDERS`, each rule behind the
+    cold-start guard of the windows it reads (:meth:`Context.guarded`)."""
     ctx = Context(cfg)
-    return tuple(build(ctx) for build in BUILDERS)
+    return tuple(ctx.guarded(build(ctx)) for build in BUILDERS)
 
 
 __all__ = ["BUILDERS", "Context", "builder_path", "catalogue"]
