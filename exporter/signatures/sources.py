@@ -354,32 +354,42 @@ class _Builder:
             ),
             RecordingRule(
                 r.xid_new,
-                f"sum {by_xid} (increase({xids}[{xid}])) > 0\n"
+                f"sum {by_xid} (increase({xids}[{xid}]) > 0 and {xids} offset {xid})\n"
                 f"or\n(\n"
                 f"sum {by_xid} ({xids} unless {xids} offset {xid})\n"
                 f"and {on(self.join)}\n{self.history_of(cfg.window('xid'))}\n)",
-                "Xid errors in the window per GPU and Xid; a counter that appeared within "
-                "the window counts whole (its first increment is invisible to increase()), "
-                "once the target has a window of history (before, every old counter would "
-                "look new)",
+                "Xid errors in the window per GPU and Xid: the increase of a counter that "
+                "existed a window ago; a counter that appeared within the window counts whole "
+                "(its first increment is invisible to Prometheus' increase()), once the target "
+                "has a window of history (before, every old counter would look new). "
+                "MetricsQL's increase() counts a counter that starts with a small value whole "
+                "by itself; the offset keeps both engines to the same rule",
                 window=0.0,
             ),
             RecordingRule(
                 r.clock_events,
-                f"max {by((*self.join, *GPU_LABELS, 'reason'))} ({throttled})",
-                "1 while a hardware or thermal clock event reason holds the clocks down",
+                f"max {by((*self.join, *GPU_LABELS, 'reason'))} ({throttled} > 0)",
+                "1 per GPU and reason while a hardware or thermal clock event reason holds "
+                "the clocks down; absent otherwise (a fleet writes what is throttled, not a "
+                "zero per GPU and reason)",
             ),
             RecordingRule(
                 r.temperature,
-                f"max {bg} ({self.s('inference_gpu_temperature_celsius')})",
-                "GPU die temperature",
+                f"max {bg} (\n{self.held_down(self.s('inference_gpu_temperature_celsius'))}\n)",
+                "GPU die temperature of the GPUs whose clocks are held down",
             ),
             RecordingRule(
                 r.sm_clock,
-                f"max {bg} ({self.s('inference_gpu_sm_clock_hertz')})",
-                "current SM clock",
+                f"max {bg} (\n{self.held_down(self.s('inference_gpu_sm_clock_hertz'))}\n)",
+                "current SM clock of the GPUs whose clocks are held down",
             ),
         ]
+
+    def held_down(self, per_gpu: str) -> str:
+        """``per_gpu`` only for the GPUs with a clock event reason active: the throttling
+        alert's evidence, one series per throttled GPU instead of one per GPU (filtered before
+        any aggregation, so a healthy fleet costs one set lookup per GPU)."""
+        return f"{per_gpu}\nand {on((*self.join, *GPU_LABELS))}\n{self.r.clock_events}"
 
     def dcgm_gpu_rules(self) -> list[RecordingRule]:
         """GPU records from dcgm-exporter."""
@@ -484,12 +494,14 @@ class _Builder:
             ),
             RecordingRule(
                 r.temperature,
-                self.dcgm_gpu(self.d("DCGM_FI_DEV_GPU_TEMP")),
-                "GPU die temperature (DCGM_FI_DEV_GPU_TEMP)",
+                self.held_down(self.dcgm_gpu(self.d("DCGM_FI_DEV_GPU_TEMP"))),
+                "GPU die temperature of the GPUs whose clocks are held down "
+                "(DCGM_FI_DEV_GPU_TEMP)",
             ),
             RecordingRule(
                 r.sm_clock,
-                self.dcgm_gpu(f"{self.d('DCGM_FI_DEV_SM_CLOCK')} * 1000000"),
-                "current SM clock (DCGM_FI_DEV_SM_CLOCK, MHz)",
+                self.held_down(self.dcgm_gpu(f"{self.d('DCGM_FI_DEV_SM_CLOCK')} * 1000000")),
+                "current SM clock of the GPUs whose clocks are held down "
+                "(DCGM_FI_DEV_SM_CLOCK, MHz)",
             ),
         ]
