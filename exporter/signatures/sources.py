@@ -21,7 +21,7 @@ from exporter.config import format_duration as duration
 from exporter.config import parse_duration
 from exporter.signatures.config import SiteConfig
 from exporter.signatures.model import RECORD_NAME, RecordingRule
-from exporter.signatures.params import CLOCK_EVENT_BITS
+from exporter.signatures.params import CLOCK_EVENT_BITS, PREFILL_PRECISION
 from exporter.signatures.promql import by, num, on, regex_alternatives, selector
 
 GPU_LABELS = ("gpu", "uuid")
@@ -62,6 +62,23 @@ class Records:
     dcgm_busy_sample: str
     dcgm_xid_changed: str
     dcgm_clock_reasons: str
+    sm_active: str
+    peak_bandwidth: str
+    peak_flops: str
+    kv_cache_bytes: str
+    decode_floor: str
+    inter_token_mean: str
+    decode_efficiency: str
+    roofline_tokens: str
+    roofline_throughput: str
+    prefill_efficiency: str
+    e2e_mean: str
+    budget_queue: str
+    budget_prefill: str
+    budget_decode: str
+    budget_host: str
+    prompt_tokens: str
+    output_tokens: str
 
     @staticmethod
     def history(seconds: float) -> str:
@@ -103,6 +120,23 @@ class Records:
             dcgm_busy_sample="inference_gpu:gpu_utilization_busy_sample:bool",
             dcgm_xid_changed=f"inference_gpu:dcgm_xid_errors_last:changed{xid}",
             dcgm_clock_reasons="inference_gpu:dcgm_clock_event_reasons:max",
+            sm_active=f"inference:gpu_sm_active:mean{rate}",
+            peak_bandwidth="inference:gpu_peak_memory_bandwidth_bytes_per_second:min",
+            peak_flops=f"inference:gpu_peak_{PREFILL_PRECISION}_flops:min",
+            kv_cache_bytes=f"inference:kv_cache_bytes_in_use:mean{latency}",
+            decode_floor=f"inference:decode_floor_seconds:mean{latency}",
+            inter_token_mean=f"inference:inter_token_latency_seconds:mean{latency}",
+            decode_efficiency=f"inference:decode_roofline_efficiency:ratio{latency}",
+            roofline_tokens=f"inference:roofline_generation_tokens:rate{latency}",
+            roofline_throughput=f"inference:decode_roofline_throughput:ratio{latency}",
+            prefill_efficiency=f"inference:prefill_compute_efficiency:ratio{latency}",
+            e2e_mean=f"inference:e2e_request_latency_seconds:mean{latency}",
+            budget_queue=f"inference:latency_budget_queue:ratio{latency}",
+            budget_prefill=f"inference:latency_budget_prefill:ratio{latency}",
+            budget_decode=f"inference:latency_budget_decode:ratio{latency}",
+            budget_host=f"inference:latency_budget_host:ratio{latency}",
+            prompt_tokens=f"inference:request_prompt_tokens:mean{latency}",
+            output_tokens=f"inference:request_generation_tokens:mean{latency}",
         )
 
 
@@ -216,6 +250,7 @@ class _Builder:
     def rules(self) -> list[RecordingRule]:
         out = self.common()
         out += self.dcgm_gpu_rules() if self.cfg.profile.source == "dcgm" else self.sidecar_gpu()
+        out += self.roofline()
         return out
 
     def common(self) -> list[RecordingRule]:
@@ -347,6 +382,12 @@ class _Builder:
                 "mean HBM bandwidth utilisation (0-1) over the target's GPUs (GPM, Hopper+)",
             ),
             RecordingRule(
+                r.sm_active,
+                f"avg {bt} (avg_over_time({self.s('inference_gpu_sm_active_ratio')}[{rate}]))",
+                "mean share of time the SMs had a warp resident (0-1) over the target's GPUs "
+                "(GPM, Hopper+)",
+            ),
+            RecordingRule(
                 r.memory_used,
                 f"max {bg} (\n{self.s('inference_gpu_memory_used_bytes')}\n/\n"
                 f"{self.s('inference_gpu_memory_total_bytes')}\n)",
@@ -457,6 +498,12 @@ class _Builder:
                 "(DCGM_FI_PROF_DRAM_ACTIVE, a profiling field)",
             ),
             RecordingRule(
+                r.sm_active,
+                self.dcgm_target(f"avg_over_time({self.d('DCGM_FI_PROF_SM_ACTIVE')}[{rate}])"),
+                "mean share of time the SMs had a warp resident (0-1) over the pod's GPUs "
+                "(DCGM_FI_PROF_SM_ACTIVE, a profiling field)",
+            ),
+            RecordingRule(
                 r.memory_used,
                 self.dcgm_gpu(f"{used} / ({used} + {free})"),
                 "framebuffer used / (used + free) per GPU (DCGM_FI_DEV_FB_USED, _FB_FREE, MiB)",
@@ -495,13 +542,147 @@ class _Builder:
             RecordingRule(
                 r.temperature,
                 self.held_down(self.dcgm_gpu(self.d("DCGM_FI_DEV_GPU_TEMP"))),
-                "GPU die temperature of the GPUs whose clocks are held down "
-                "(DCGM_FI_DEV_GPU_TEMP)",
+                "GPU die temperature of the GPUs whose clocks are held down (DCGM_FI_DEV_GPU_TEMP)",
             ),
             RecordingRule(
                 r.sm_clock,
                 self.held_down(self.dcgm_gpu(f"{self.d('DCGM_FI_DEV_SM_CLOCK')} * 1000000")),
                 "current SM clock of the GPUs whose clocks are held down "
                 "(DCGM_FI_DEV_SM_CLOCK, MHz)",
+            ),
+        ]
+
+    def roofline(self) -> list[RecordingRule]:
+        """How far each served model is from its hardware limit, and where its requests' time
+        goes (docs/roofline.md): one series per target and ``model``.
+
+        The GPU peaks are the sidecar's in every profile (dcgm-exporter reports none); the
+        model facts (``--model.path``) and the engine's figures are per GPU of the engine, so
+        they set against one GPU's peak: the target's slowest GPU (``min``), which sets the
+        pace of a tensor-parallel step.
+        """
+        r = self.r
+        lat = duration(self.cfg.window("latency"))
+        bt = self.by_target
+        bm = by((*self.join, "model"))
+        om = on((*self.join, "model"))
+        to_target = f"{on(self.join)} group_left ()"
+
+        def most(metric: str) -> str:
+            return f"max {bm} ({self.s(metric)})"
+
+        def rate(metric: str) -> str:
+            return f"sum {bm} (rate({self.s(metric)}[{lat}]))"
+
+        def mean(metric: str) -> str:
+            return f"sum {bm} (avg_over_time({self.s(metric)}[{lat}]))"
+
+        e2e = rate("inference_e2e_request_latency_seconds_sum")
+        requests = rate("inference_e2e_request_latency_seconds_count")
+        prompt = rate("inference_prompt_tokens_total")
+        cached = rate("inference_prompt_tokens_cached_total")
+        precision = f'precision="{PREFILL_PRECISION}"'
+
+        def share(metric: str) -> str:
+            return f"{rate(metric)}\n/\n({e2e} > 0)"
+
+        return [
+            RecordingRule(
+                r.peak_bandwidth,
+                f"min {bt} ({self.s('inference_gpu_peak_memory_bandwidth_bytes_per_second')})",
+                "theoretical peak HBM bandwidth of the target's slowest GPU, bytes per second",
+            ),
+            RecordingRule(
+                r.peak_flops,
+                f"min {bt} ({self.s('inference_gpu_peak_flops', precision)})",
+                f"dense {PREFILL_PRECISION} tensor peak of the target's slowest GPU, FLOP per "
+                "second",
+            ),
+            RecordingRule(
+                r.kv_cache_bytes,
+                f"max {bm} (avg_over_time({self.s('inference_kv_cache_usage_ratio')}[{lat}]))\n"
+                f"* {om}\n{most('inference_kv_cache_capacity_tokens')}\n"
+                f"* {om}\n{most('inference_model_kv_cache_bytes_per_token')}",
+                "live KV-cache bytes one GPU of the engine reads per decode step: usage x "
+                "capacity (tokens) x bytes per token on one GPU, mean over the window",
+            ),
+            RecordingRule(
+                r.decode_floor,
+                f"(\n{most('inference_model_weight_bytes')}\n+ {om}\n{r.kv_cache_bytes}\n)\n"
+                f"/ {to_target}\n{r.peak_bandwidth}",
+                "the HBM floor of one decode step: (weight bytes + live KV bytes) / peak "
+                "bandwidth, seconds",
+            ),
+            RecordingRule(
+                r.inter_token_mean,
+                f"{rate('inference_inter_token_latency_seconds_sum')}\n/\n"
+                f"({rate('inference_inter_token_latency_seconds_count')} > 0)",
+                "mean inter-token latency, the decode step a request sees, seconds",
+            ),
+            RecordingRule(
+                r.decode_efficiency,
+                f"(\n{r.decode_floor}\n/\n{r.inter_token_mean}\n)\nor\n(\n"
+                f"({rate('inference_estimated_read_bytes_total')} > 0)\n"
+                f"/ {to_target}\n{r.peak_bandwidth}\n)",
+                "decode roofline efficiency (0-1): the HBM floor of a step / the mean "
+                "inter-token latency; without the model facts, the engine's estimated read "
+                "bytes per second / peak bandwidth (a time average: idle time reads low)",
+            ),
+            RecordingRule(
+                r.roofline_tokens,
+                f"{mean('inference_requests_running')}\n/\n{r.decode_floor}",
+                "tokens per second the running batch would generate with every step at its "
+                "HBM floor (mean requests running / floor)",
+            ),
+            RecordingRule(
+                r.roofline_throughput,
+                f"{rate('inference_generation_tokens_total')}\n/\n({r.roofline_tokens} > 0)",
+                "generated tokens per second as a share of the roofline's at the current batch",
+            ),
+            RecordingRule(
+                r.prefill_efficiency,
+                f"{most('inference_model_flops_per_token')}\n* {om}\n"
+                f"(\n{prompt}\n-\n({cached}\nor\n0 * {prompt})\n)\n"
+                f"/ {om}\n({rate('inference_prefill_time_seconds_sum')} > 0)\n"
+                f"/ {to_target}\n{r.peak_flops}",
+                "prefill compute efficiency (0-1): FLOPs of the prompt tokens computed (cached "
+                "ones left out) per second of prefill / the tensor peak; prompts prefilled "
+                "together are each charged the whole step, so it reads low for batched prefills",
+            ),
+            RecordingRule(
+                r.e2e_mean,
+                f"{e2e}\n/\n({requests} > 0)",
+                "mean end-to-end request latency, seconds",
+            ),
+            RecordingRule(
+                r.budget_queue,
+                share("inference_queue_time_seconds_sum"),
+                "latency budget: share of end-to-end latency waiting in the engine's queue",
+            ),
+            RecordingRule(
+                r.budget_prefill,
+                share("inference_prefill_time_seconds_sum"),
+                "latency budget: share of end-to-end latency in prefill",
+            ),
+            RecordingRule(
+                r.budget_decode,
+                share("inference_decode_time_seconds_sum"),
+                "latency budget: share of end-to-end latency in decode",
+            ),
+            RecordingRule(
+                r.budget_host,
+                f"1 - (\n{r.budget_queue}\n+\n{r.budget_prefill}\n+\n{r.budget_decode}\n)",
+                "latency budget: share of end-to-end latency outside queue, prefill and decode "
+                "(tokenize, detokenize, post-processing, streaming on the host)",
+            ),
+            RecordingRule(
+                r.prompt_tokens,
+                f"{prompt}\n/\n({requests} > 0)",
+                "workload shape: mean prompt tokens per finished request",
+            ),
+            RecordingRule(
+                r.output_tokens,
+                f"{rate('inference_generation_tokens_total')}\n/\n({requests} > 0)",
+                "workload shape: mean generated tokens per finished request",
             ),
         ]

@@ -208,7 +208,7 @@ def test_inhibitions_name_the_catalogue() -> None:
         assert rule["equal"][-len(CFG.join_labels) :] == list(CFG.join_labels)
     by_source = {tuple(r["source_matchers"]): r for r in rules}
     lost = by_source[(f'alertname="{LOST}"',)]
-    assert 'signature=~"cpu|queue|network|memory|gpu"' in lost["target_matchers"]
+    assert 'signature=~"cpu|queue|network|memory|gpu|roofline"' in lost["target_matchers"]
     down = by_source[('alertname="InferenceExporterDown"',)]
     assert 'alertname!="InferenceExporterDown"' in down["target_matchers"]
     # engine metrics down covers every alert that reads the engine's queue

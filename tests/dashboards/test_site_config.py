@@ -54,7 +54,7 @@ PANEL_LABELS = {
     "name", "driver_version", "pci_bus_id", "mig_mode",
 }  # fmt: skip
 # Labels the rules group by beside the target's join labels.
-RULE_LABELS = {"gpu", "uuid", "xid", "reason", "le", "err_code", "collector", "engine"}
+RULE_LABELS = {"gpu", "uuid", "xid", "reason", "le", "err_code", "collector", "engine", "model"}
 EXPORTER_SERIES = re.compile(r"^(up|scrape_\w+|process_\w+)$")
 
 # Panels whose dashed lines mirror an alert's thresholds, and the alerts.

@@ -36,8 +36,10 @@ from exporter.lab.processes import (
 
 # The samples of one series: seconds from the start of its test group, value (None: missing).
 Point = tuple[float, float | None]
+# A number as promtool reads one: 16, 0.5, 3.35e+12 (an exponent's sign is not an operator).
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _TOKEN = re.compile(
-    r"^(?P<start>[^x+-]+|[+-]?(?:Inf|NaN))(?:(?P<op>[+-])(?P<step>[^x]+))?x(?P<n>\d+)$"
+    rf"^(?P<start>[+-]?(?:{_NUMBER}|Inf|NaN))(?:(?P<op>[+-])(?P<step>{_NUMBER}))?x(?P<n>\d+)$"
 )
 
 
