@@ -14,11 +14,12 @@ aggregated by the dcgm join labels and then given the target's remaining join la
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from exporter.config import format_duration as duration
 from exporter.config import parse_duration
+from exporter.hardware.gpus import PRODUCTS, GpuFacts, Peaks, peaks_of
 from exporter.signatures.config import SiteConfig
 from exporter.signatures.model import RECORD_NAME, RecordingRule
 from exporter.signatures.params import CLOCK_EVENT_BITS, PREFILL_PRECISION
@@ -29,6 +30,7 @@ PROBE = 'source="probe"'
 SOFTIRQ = 'mode="softirq"'
 DCGM_REQUIRED = ("namespace", "pod")
 _RANGE = re.compile(r"\[([0-9smhdwy]+)\]")
+_REGEX_META = frozenset(".+*?()|{}^$")
 
 
 @dataclass(frozen=True)
@@ -564,6 +566,7 @@ class _Builder:
         r = self.r
         lat = duration(self.cfg.window("latency"))
         bt = self.by_target
+        precision = f'precision="{PREFILL_PRECISION}"'
         bm = by((*self.join, "model"))
         om = on((*self.join, "model"))
         to_target = f"{on(self.join)} group_left ()"
@@ -577,11 +580,19 @@ class _Builder:
         def mean(metric: str) -> str:
             return f"sum {bm} (avg_over_time({self.s(metric)}[{lat}]))"
 
+        peak_bandwidth = (
+            f"min {bt} ({self.s('inference_gpu_peak_memory_bandwidth_bytes_per_second')})"
+        )
+        peak_flops = f"min {bt} ({self.s('inference_gpu_peak_flops', precision)})"
+        if self.cfg.profile.source == "dcgm":
+            # The sidecar's own figures where its nvml collector runs; else the product table's
+            # by the name dcgm-exporter gives each GPU.
+            peak_bandwidth += f"\nor\n{self.product_peak(lambda p: p.memory_bandwidth)}"
+            peak_flops += f"\nor\n{self.product_peak(lambda p: p.flops.get(PREFILL_PRECISION))}"
         e2e = rate("inference_e2e_request_latency_seconds_sum")
         requests = rate("inference_e2e_request_latency_seconds_count")
         prompt = rate("inference_prompt_tokens_total")
         cached = rate("inference_prompt_tokens_cached_total")
-        precision = f'precision="{PREFILL_PRECISION}"'
 
         def share(metric: str) -> str:
             return f"{rate(metric)}\n/\n({e2e} > 0)"
@@ -589,12 +600,12 @@ class _Builder:
         return [
             RecordingRule(
                 r.peak_bandwidth,
-                f"min {bt} ({self.s('inference_gpu_peak_memory_bandwidth_bytes_per_second')})",
+                peak_bandwidth,
                 "theoretical peak HBM bandwidth of the target's slowest GPU, bytes per second",
             ),
             RecordingRule(
                 r.peak_flops,
-                f"min {bt} ({self.s('inference_gpu_peak_flops', precision)})",
+                peak_flops,
                 f"dense {PREFILL_PRECISION} tensor peak of the target's slowest GPU, FLOP per "
                 "second",
             ),
@@ -686,3 +697,31 @@ class _Builder:
                 "workload shape: mean generated tokens per finished request",
             ),
         ]
+
+    def product_peak(self, figure: Callable[[Peaks], float | None]) -> str:
+        """The slowest GPU of each target from dcgm-exporter's ``modelName`` and the product
+        table (:data:`exporter.hardware.gpus.PRODUCTS`, the sidecar's own fallback): one
+        constant per figure over the GPUs of the products that have it."""
+        names: dict[float, list[str]] = {}
+        for name in PRODUCTS:
+            value = figure(peaks_of(name, GpuFacts()))
+            if value:
+                names.setdefault(value, []).append(name)
+        keep = by((*self.cfg.dcgm.dcgm_labels, "UUID"))
+        gpus = [
+            f"{num(value)} * group {keep} "
+            f"({self.d('DCGM_FI_DEV_GPU_UTIL', self.product_matcher(products))})"
+            for value, products in sorted(names.items())
+        ]
+        return self.dcgm_target("(\n" + "\nor\n".join(gpus) + "\n)", "min")
+
+    @staticmethod
+    def product_matcher(products: Sequence[str]) -> str:
+        """``modelName`` as NVML names the products, in any case and spacing. Prometheus
+        anchors the regex; a metacharacter goes in a class, not behind a backslash, which a
+        PromQL string would take as its own escape."""
+        alternatives = "|".join(
+            "".join(f"[{c}]" if c in _REGEX_META else c for c in name).replace(" ", " +")
+            for name in products
+        )
+        return f'modelName=~"(?i){alternatives}"'
