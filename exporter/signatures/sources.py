@@ -9,6 +9,11 @@ dcgm-exporter series belong to the GPU's pod (``namespace``, ``pod``) but not to
 sidecar's scrape target (their ``instance`` and ``job`` are dcgm-exporter's). They are
 aggregated by the dcgm join labels and then given the target's remaining join labels from
 ``inference:exporter_build_info:group``, one series per sidecar target.
+
+The roofline records (:meth:`_Builder.roofline`, ``docs/roofline.md``) are per target and
+served ``model``: the decode floor and efficiency, the prefill efficiency, the latency budget
+and the workload shape. Their GPU peaks are the sidecar's; the dcgm profile falls back to the
+product table by dcgm-exporter's ``modelName`` when the sidecar runs without NVML.
 """
 
 from __future__ import annotations
