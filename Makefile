@@ -37,6 +37,13 @@ tools:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    curl openssl >/dev/null; }
+	@# victoria-metrics (VictoriaMetrics, vmalert, vmagent): the pack on a second engine
+	@# (tests/signatures/test_vmalert.py) and the multi-cluster paths (tests/test_deployment.py).
+	@command -v victoria-metrics >/dev/null 2>&1 && command -v vmalert >/dev/null 2>&1 && \
+	  command -v vmagent >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+	    victoria-metrics >/dev/null; }
 	@# buildah, podman (run with runc) and debootstrap: tests/image builds and runs the image.
 	@command -v buildah >/dev/null 2>&1 && command -v podman >/dev/null 2>&1 && \
 	  command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 || { \

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fakeengine import MODES, FakeEngine  # noqa: E402
+from support.fakeengine import MODES, FakeEngine  # noqa: E402
 
 
 def main() -> int:

@@ -467,10 +467,14 @@ def minute_series(trace: Trace, engine: frozenset[int], instance: str) -> dict[s
 
 
 def engine_series(instance: str) -> dict[str, list[str]]:
+    """The engine's queue growing, and the sidecar's build info (the target's history, which
+    the signatures' cold-start guard reads)."""
     target = f'engine="vllm",model="m",instance="{instance}:10960",job="replay"'
+    build = f'version="0.1.0",instance="{instance}:10960",job="replay"'
     return {
         f"inference_queue_depth{{{target}}}": [repr(3 + 1.2 * m) for m in range(MINUTES + 1)],
         f"inference_requests_running{{{target}}}": ["16"] * (MINUTES + 1),
+        f"inference_exporter_build_info{{{build}}}": ["1"] * (MINUTES + 1),
     }
 
 

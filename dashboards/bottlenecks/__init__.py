@@ -1,14 +1,14 @@
 """Dashboard "Inference bottlenecks": the one on-call opens first.
 
 Top to bottom: which signature families fire, what the GPU is waiting for, where a request's
-time goes, and whether the GPU's utilisation pulses.
+time goes, how far the pod is from its hardware limit, and whether the GPU's utilisation pulses.
 """
 
 from __future__ import annotations
 
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
-from dashboards.bottlenecks import distribution, latency, signatures, waiting
+from dashboards.bottlenecks import distribution, latency, roofline, signatures, waiting
 from dashboards.common import build_dashboard, signature_annotation
 
 UID = "ibe-inference-bottlenecks"
@@ -22,9 +22,10 @@ def dashboard() -> Dashboard:
         description=(
             "What a GPU LLM inference server is waiting for: signature alerts, the GPU beside "
             "its feeders (queue, tokenizer, softirq, front-end thread, HBM, memory headroom), "
-            "the latency of one request by stage, and the distribution of GPU utilisation."
+            "the latency of one request by stage, the distance to the hardware's roofline, and "
+            "the distribution of GPU utilisation."
         ),
         variable_names=("model", "gpu"),
-        rows=(signatures, waiting, latency, distribution),
+        rows=(signatures, waiting, latency, roofline, distribution),
         annotations=(signature_annotation(),),
     )

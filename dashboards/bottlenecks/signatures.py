@@ -30,6 +30,7 @@ FAMILY_TITLES: dict[Group, str] = {
     "network": "Network / softirq",
     "memory": "Memory: HBM, KV cache",
     "gpu": "GPU health",
+    "roofline": "Roofline: far from the limit",
     "meta": "Exporter blind spots",
 }
 
@@ -41,7 +42,13 @@ def _alerts_by_family() -> dict[Group, list[str]]:
     return families
 
 
-def family_stat(group: Group, alerts: Sequence[str]) -> AnyPanel:
+def family_spans(count: int, width: int = 24) -> list[int]:
+    """Widths of ``count`` stats side by side filling one grid row (the first ones wider)."""
+    base, wider = divmod(width, count)
+    return [base + 1 if index < wider else base for index in range(count)]
+
+
+def family_stat(group: Group, alerts: Sequence[str], span: int = 4) -> AnyPanel:
     firing = series("ALERTS", 'alertstate="firing"', f'signature="{group}"')
     expr = f"count({firing}) or vector(0)"
     return stat_panel(
@@ -51,7 +58,7 @@ def family_stat(group: Group, alerts: Sequence[str]) -> AnyPanel:
         + ". Bad: anything above 0 - open the alert's runbook from the table below.",
         [Query(expr, instant=True)],
         unit=Unit.COUNT,
-        span=4,
+        span=span,
         thresholds=[(1, "red")],
     )
 
@@ -76,4 +83,8 @@ def alerts_table() -> AnyPanel:
 
 def panels() -> Sequence[AnyPanel]:
     families = _alerts_by_family()
-    return [*(family_stat(group, families[group]) for group in GROUPS), alerts_table()]
+    spans = family_spans(len(GROUPS))
+    stats = [
+        family_stat(group, families[group], span) for group, span in zip(GROUPS, spans, strict=True)
+    ]
+    return [*stats, alerts_table()]

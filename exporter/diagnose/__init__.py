@@ -23,6 +23,13 @@ and *nearly holds* when every condition that fails misses its threshold by at mo
 (closest first), with the evidence numbers, the alert's own summary and description, and the
 runbook link.
 
+Under the verdict, per served model: the roofline figures and the latency budget from the
+pack's records (``docs/roofline.md``) - how far decode is from its HBM floor, tokens/s against
+the roofline's at the current batch, the prefill compute efficiency, the shares of end-to-end
+latency in queue, prefill, decode and on the host - and the workload shape (mean prompt and
+output tokens per request, the prefill/decode split) with the rule of thumb for disaggregated
+serving: advice, not a signature.
+
 Exit codes: 0 nothing holds, 1 at least one signature holds, 2 usage, configuration or
 connection error (one line on stderr).
 

@@ -20,11 +20,13 @@ from exporter.diagnose.backends import (
     target_evaluator,
 )
 from exporter.diagnose.model import (
+    FIGURES,
     Condition,
     EvidenceValue,
     Finding,
     Instance,
     Report,
+    Roofline,
     format_value,
 )
 from exporter.diagnose.promql import (
@@ -47,6 +49,7 @@ from exporter.signatures.catalogue import catalogue
 from exporter.signatures.config import SiteConfig
 from exporter.signatures.model import AlertRule, Evidence, Signature
 from exporter.signatures.promql import matchers
+from exporter.signatures.sources import Records
 
 ORDERED = frozenset({">", "<", ">=", "<="})
 
@@ -269,6 +272,38 @@ def _state(states: list[Sample], sig: Signature, rule: AlertRule, inst: Instance
     return found
 
 
+# --- roofline and latency budget --------------------------------------------------------------
+
+
+MAIN_FIGURES = frozenset({"efficiency", "e2e", "prefill_efficiency", "prompt_tokens"})
+
+
+async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) -> list[Roofline]:
+    """The roofline figures and latency budget of each served model, from the pack's records
+    (:data:`~exporter.diagnose.model.FIGURES`); NaN and infinities (a zero division) left out,
+    and models with none of :data:`MAIN_FIGURES`. Ordered by target and model."""
+    records = Records.of(cfg)
+    found: dict[Labels, dict[str, float]] = {}
+    for key, attribute in FIGURES.items():
+        name = getattr(records, attribute)
+        try:
+            value = await backend.value(name, parse(name))
+        except (NeedsHistoryError, PromQLError):
+            continue
+        if isinstance(value, float):
+            continue
+        for s in value:
+            if math.isfinite(s.value):
+                found.setdefault(s.without_name(), {})[key] = s.value
+    out = [
+        Roofline(fixed_target or target_name(cfg, dict(labels)), labels, values)
+        for labels, values in found.items()
+        # a model with nothing but its inter-token latency has nothing to show
+        if values.keys() & MAIN_FIGURES
+    ]
+    return sorted(out, key=lambda r: (r.target, r.model))
+
+
 # --- the two modes ----------------------------------------------------------------------------
 
 
@@ -281,6 +316,7 @@ async def diagnose_prometheus(url: str, cfg: SiteConfig, timeout: float, margin:
         await backend.check_records(cfg)
         states = await backend.vector('ALERTS{alertname=~"Inference.+"}')
         await evaluate(backend, report, None, states)
+        report.roofline = await roofline(backend, cfg, None)
     return report
 
 
@@ -292,5 +328,7 @@ async def diagnose_target(
     evaluator = target_evaluator(scrapes, cfg)
     report = Report("target", url, cfg, margin, scrapes[-1].time)
     report.samples, report.span = len(scrapes), evaluator.span
-    await evaluate(TargetBackend(evaluator), report, url)
+    backend = TargetBackend(evaluator)
+    await evaluate(backend, report, url)
+    report.roofline = await roofline(backend, cfg, url)
     return report

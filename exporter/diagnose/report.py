@@ -6,8 +6,17 @@ import datetime as dt
 from typing import Any
 
 from exporter.config import format_duration as duration
-from exporter.diagnose.model import Condition, Finding, Report, format_value, json_number
+from exporter.diagnose.model import (
+    Condition,
+    Finding,
+    Report,
+    Roofline,
+    format_value,
+    json_number,
+    workload_advice,
+)
 from exporter.signatures.model import fill
+from exporter.signatures.params import PREFILL_PRECISION
 from exporter.signatures.promql import num
 from exporter.signatures.render import runbook_url
 
@@ -22,6 +31,102 @@ def _texts(finding: Finding) -> tuple[str, str]:
     values.update({f"labels.{k}": v for k, v in finding.instance.labels})
     values.update({e.key: e.text for e in finding.evidence})
     return fill(finding.rule.summary, values), fill(finding.rule.description, values)
+
+
+# --- roofline and latency budget --------------------------------------------------------------
+
+
+def _share(ratio: float) -> str:
+    return f"{100 * ratio:.0f} %"
+
+
+def roofline_summary(r: Roofline) -> str:
+    """The one line: how far decode is from its floor, and where a request's time goes."""
+    parts = []
+    efficiency, floor, itl = r.get("efficiency"), r.get("floor"), r.get("itl")
+    if efficiency is not None and floor is not None and itl is not None:
+        parts.append(
+            f"decode at {_share(efficiency)} of its HBM floor ({1000 * floor:.1f} ms floor, "
+            f"{1000 * itl:.1f} ms observed)"
+        )
+    elif efficiency is not None:
+        parts.append(
+            f"decode reads {_share(efficiency)} of the peak HBM bandwidth (the engine's estimate; "
+            "no model facts for the floor)"
+        )
+    budget = [r.get(key) for key in ("e2e", "queue", "prefill", "decode", "host")]
+    if all(value is not None for value in budget):
+        e2e, queue, prefill, decode, host = (float(v or 0.0) for v in budget)
+        parts.append(
+            f"of {e2e:.1f} s end to end: queue {_share(queue)}, prefill {_share(prefill)}, "
+            f"decode {_share(decode)}, host {_share(host)}"
+        )
+    return "; ".join(parts) or "no roofline figures (see docs/roofline.md for their inputs)"
+
+
+def _roofline_details(r: Roofline) -> list[str]:
+    lines = []
+    tokens, roofline, share = r.tokens_per_second, r.get("roofline_tokens"), r.get("throughput")
+    if tokens is not None and roofline is not None and share is not None:
+        lines.append(
+            f"throughput: {tokens:.0f} tokens/s, {_share(share)} of the {roofline:.0f} tokens/s "
+            "its batch would reach with every step at the floor"
+        )
+    prefill = r.get("prefill_efficiency")
+    if prefill is not None:
+        lines.append(
+            f"prefill at {_share(prefill)} of the {PREFILL_PRECISION} tensor peak (FLOPs of the "
+            "computed prompt tokens per second of prefill; batched prefills read low)"
+        )
+    prompt, output = r.get("prompt_tokens"), r.get("output_tokens")
+    if prompt is not None and output is not None:
+        split = r.engine_time_split
+        time = (
+            f", prefill {_share(split[0])} and decode {_share(split[1])} of the engine's time"
+            if split is not None
+            else ""
+        )
+        lines.append(
+            f"workload: {prompt:.0f} prompt and {output:.0f} output tokens per request{time}; "
+            f"{workload_advice(prompt, output)}"
+        )
+    return lines
+
+
+def _roofline_json(r: Roofline) -> dict[str, Any]:
+    split = r.engine_time_split
+    return {
+        "target": r.target,
+        "labels": dict(r.labels),
+        "model": r.model,
+        "summary": roofline_summary(r),
+        "decode": {
+            "efficiency": r.get("efficiency"),
+            "floor_seconds": r.get("floor"),
+            "observed_seconds": r.get("itl"),
+            "source": r.decode_source,
+        },
+        "throughput": {
+            "tokens_per_second": r.tokens_per_second,
+            "roofline_tokens_per_second": r.get("roofline_tokens"),
+            "share": r.get("throughput"),
+        },
+        "prefill_efficiency": r.get("prefill_efficiency"),
+        "latency_budget": {
+            "e2e_seconds": r.get("e2e"),
+            "queue": r.get("queue"),
+            "prefill": r.get("prefill"),
+            "decode": r.get("decode"),
+            "host": r.get("host"),
+        },
+        "workload": {
+            "prompt_tokens": r.get("prompt_tokens"),
+            "output_tokens": r.get("output_tokens"),
+            "prefill_time_share": None if split is None else split[0],
+            "decode_time_share": None if split is None else split[1],
+            "advice": workload_advice(r.get("prompt_tokens"), r.get("output_tokens")),
+        },
+    }
 
 
 def as_json(report: Report) -> dict[str, Any]:
@@ -70,6 +175,7 @@ def as_json(report: Report) -> dict[str, Any]:
             {"alert": alert, "reason": reason} for alert, reason in report.not_evaluated.items()
         ],
         "no_data": report.no_data,
+        "roofline": [_roofline_json(r) for r in report.roofline],
     }
     if report.mode == "target":
         out["samples"] = report.samples
@@ -133,6 +239,12 @@ def as_text(report: Report) -> str:
         lines.append(f"   {wait}runbook: {runbook_url(report.cfg, f.sig.alert)}")
     if not report.findings:
         lines += ["", "No signature holds or nearly holds."]
+    if report.roofline:
+        lines += ["", "Roofline and latency budget:"]
+        for r in report.roofline:
+            lines.append(f"  {r.target} {r.model}".rstrip())
+            lines.append(f"    {roofline_summary(r)}")
+            lines += [f"    {line}" for line in _roofline_details(r)]
     if report.not_evaluated:
         lines += ["", "Not evaluated:"]
         lines += [f"  {alert}: {reason}" for alert, reason in report.not_evaluated.items()]

@@ -180,9 +180,10 @@ def alertmanager_yaml(cfg: SiteConfig) -> str:
         "# still show it).",
         "#",
     ]
+    group_width = max(len(group) for group in GROUPS)
     for sig in signatures:
         receivers = ", ".join(f"{s} -> {RECEIVER_OF[s]}" for s in sig.severities)
-        out.append(f"#   {sig.alert:<{width}}  {sig.group:<7}  {receivers}")
+        out.append(f"#   {sig.alert:<{width}}  {sig.group:<{group_width}}  {receivers}")
     out += [
         "#",
         "# Grouping: one notification group per alert name and scrape target",

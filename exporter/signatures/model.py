@@ -16,24 +16,35 @@ from dataclasses import dataclass
 from typing import Literal
 
 Severity = Literal["critical", "warning", "info"]
-Group = Literal["cpu", "queue", "network", "memory", "gpu", "meta"]
+Group = Literal["cpu", "queue", "network", "memory", "gpu", "roofline", "meta"]
 Effort = Literal["minutes", "hours", "days", "weeks"]
 
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
-GROUPS: tuple[Group, ...] = ("cpu", "queue", "network", "memory", "gpu", "meta")
+GROUPS: tuple[Group, ...] = ("cpu", "queue", "network", "memory", "gpu", "roofline", "meta")
 EFFORTS: tuple[Effort, ...] = ("minutes", "hours", "days", "weeks")
 
 TARGET = "{target}"
+# A recording rule's name: level ``inference`` (per target) or ``inference_gpu`` (per GPU).
+RECORD_NAME = re.compile(r"\binference(?:_gpu)?:[a-z0-9_]+:[a-z0-9_]+\b")
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_.]*)\}")
 
 
 @dataclass(frozen=True)
 class RecordingRule:
-    """One ``level:metric:operation`` series and what it holds."""
+    """One ``level:metric:operation`` series and what it holds.
+
+    ``window`` is how much history (seconds) the record needs before its value can be trusted:
+    ``None`` takes the longest range its expression reads (``rate(x[5m])``: 300) or, for a
+    record over other records, the longest window of those; ``0`` declares a record that is
+    right from its first sample (an instant value, or one that handles a short history
+    itself). Alerts over a windowed record stay silent until the target has that much history
+    (the cold-start guard, :mod:`exporter.signatures.sources`).
+    """
 
     record: str
     expr: str
     help: str
+    window: float | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,8 @@ class AlertRule:
     ``scope`` lists the labels, besides the join labels, that tell two alerts of this rule
     apart (``gpu``, ``uuid``, ``collector`` ...). ``labels`` are extra static labels; two
     rules of one signature with the same severity differ in a ``condition`` label.
+    ``history`` is set by the catalogue, not by a builder: the seconds of history the target
+    needs before ``expr`` may hold (the cold-start guard; 0 when it reads no windowed record).
     """
 
     severity: Severity
@@ -80,6 +93,7 @@ class AlertRule:
     evidence: tuple[Evidence, ...] = ()
     when: str = ""
     labels: tuple[tuple[str, str], ...] = ()
+    history: float = 0.0
 
     def placeholders(self) -> set[str]:
         return set(_PLACEHOLDER.findall(self.summary + " " + self.description))

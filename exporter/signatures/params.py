@@ -50,6 +50,15 @@ def _for(default: float) -> Param:
 
 MIN = 60.0
 
+# Workload shape, advice rather than alerts (``diagnose`` and the dashboard): mean prompts longer
+# than this make a pod prefill-bound, mean outputs longer than this decode-bound - the rule of
+# thumb for splitting prefill and decode into separate pools (disaggregated serving).
+LONG_PROMPT_TOKENS = 2048
+LONG_OUTPUT_TOKENS = 512
+# The tensor peak the prefill compute efficiency is measured against: what LLM serving
+# computes in unless the model is quantised to fp8 (whose peak is twice this one).
+PREFILL_PRECISION = "bf16"
+
 PARAMS: dict[str, tuple[Param, ...]] = {
     "InferenceGPUStarvedQueueGrowing": (
         _for(10 * MIN),
@@ -136,6 +145,36 @@ PARAMS: dict[str, tuple[Param, ...]] = {
     "InferenceGPUUnderutilized": (
         _for(30 * MIN),
         Param("utilization_below", "ratio", 0.3, "mean GPU utilisation below this"),
+    ),
+    "InferenceDecodeOverheadBound": (
+        _for(15 * MIN),
+        Param(
+            "efficiency_below",
+            "ratio",
+            0.33,
+            "decode roofline efficiency (HBM floor of a step / mean inter-token latency) below "
+            "this: steps take three times their floor or more",
+        ),
+        Param(
+            "bandwidth_below",
+            "ratio",
+            0.5,
+            "while measured HBM bandwidth utilisation is below this (the bus is not the limit)",
+        ),
+    ),
+    "InferenceGPUBusySMsIdle": (
+        _for(15 * MIN),
+        Param("utilization_above", "ratio", 0.9, "mean GPU utilisation (GPU-Util) above this"),
+        Param("sm_active_below", "ratio", 0.3, "while mean SM activity is below this"),
+    ),
+    "InferenceHostLatencyShareHigh": (
+        _for(15 * MIN),
+        Param(
+            "host_share_above",
+            "ratio",
+            0.25,
+            "share of end-to-end latency outside queue, prefill and decode above this",
+        ),
     ),
     "InferenceExporterDown": (_for(5 * MIN),),
     "InferenceCollectorFailing": (_for(15 * MIN),),

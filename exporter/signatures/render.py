@@ -15,7 +15,14 @@ from collections.abc import Iterable, Sequence
 from exporter.config import format_duration as duration
 from exporter.signatures.catalogue import builder_path, catalogue
 from exporter.signatures.config import PROFILES, SELECTOR_HELP, WINDOW_HELP, SiteConfig
-from exporter.signatures.model import TARGET, AlertRule, Evidence, RecordingRule, Signature
+from exporter.signatures.model import (
+    RECORD_NAME,
+    TARGET,
+    AlertRule,
+    Evidence,
+    RecordingRule,
+    Signature,
+)
 from exporter.signatures.params import PARAMS
 from exporter.signatures.promql import indent, num
 from exporter.signatures.sources import recording_rules
@@ -25,7 +32,6 @@ GENERATOR = "python -m exporter.signatures"
 RECORD_GROUP = "inference.records"
 ALERT_GROUPS = (("inference.signatures", False), ("inference.meta", True))
 _PLAIN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
-_RECORD_NAME = re.compile(r"\binference(?:_gpu)?:[a-z0-9_]+:[a-z0-9_]+\b")
 _SOURCE_METRIC = re.compile(r"\b(?:inference_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+)\b")
 JOIN_RECORD = "inference:exporter_build_info:group"
 _LABEL_PLACEHOLDER = re.compile(r"\{labels\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
@@ -181,7 +187,7 @@ def _sources(
     for name in _SOURCE_METRIC.findall(rule.expr):
         if name not in found:
             found.append(name)
-    for inner in _RECORD_NAME.findall(rule.expr):
+    for inner in RECORD_NAME.findall(rule.expr):
         # The target-info record only carries the join labels to dcgm series.
         if inner not in (record, JOIN_RECORD):
             for name in _sources(inner, rules, seen | {record}):
@@ -195,7 +201,7 @@ def records_used(sig: Signature) -> list[str]:
     for rule in sig.rules:
         texts: Iterable[str] = [rule.expr, *(e.expr for e in rule.evidence if e.expr)]
         for text in texts:
-            for name in _RECORD_NAME.findall(text):
+            for name in RECORD_NAME.findall(text):
                 if name not in names:
                     names.append(name)
     return names
@@ -237,6 +243,16 @@ def runbook_markdown(cfg: SiteConfig, sig: Signature) -> str:
     for rule in sig.rules:
         hold = f", for {duration(rule.for_seconds)}" if rule.for_seconds else ""
         out.append(f"- **{rule.severity}**: {rule.when}{hold}.")
+    histories = sorted({rule.history for rule in sig.rules if rule.history})
+    if histories:
+        longest = duration(histories[-1])
+        out += [
+            "",
+            f"Not before the target has {longest} of history in Prometheus (the cold-start "
+            "guard): after Prometheus starts with an empty TSDB, or for a new pod, a window "
+            "that holds only its last minutes reads low, so the signature stays silent - not "
+            "even pending - until its window is full.",
+        ]
     out += ["", "```promql"]
     out += [
         "\n\n".join(

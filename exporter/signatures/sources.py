@@ -9,22 +9,33 @@ dcgm-exporter series belong to the GPU's pod (``namespace``, ``pod``) but not to
 sidecar's scrape target (their ``instance`` and ``job`` are dcgm-exporter's). They are
 aggregated by the dcgm join labels and then given the target's remaining join labels from
 ``inference:exporter_build_info:group``, one series per sidecar target.
+
+The roofline records (:meth:`_Builder.roofline`, ``docs/roofline.md``) are per target and
+served ``model``: the decode floor and efficiency, the prefill efficiency, the latency budget
+and the workload shape. Their GPU peaks are the sidecar's; the dcgm profile falls back to the
+product table by dcgm-exporter's ``modelName`` when the sidecar runs without NVML.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from exporter.config import format_duration as duration
+from exporter.config import parse_duration
+from exporter.hardware.gpus import PRODUCTS, GpuFacts, Peaks, peaks_of
 from exporter.signatures.config import SiteConfig
-from exporter.signatures.model import RecordingRule
-from exporter.signatures.params import CLOCK_EVENT_BITS
+from exporter.signatures.model import RECORD_NAME, RecordingRule
+from exporter.signatures.params import CLOCK_EVENT_BITS, PREFILL_PRECISION
 from exporter.signatures.promql import by, num, on, regex_alternatives, selector
 
 GPU_LABELS = ("gpu", "uuid")
 PROBE = 'source="probe"'
 SOFTIRQ = 'mode="softirq"'
 DCGM_REQUIRED = ("namespace", "pod")
+_RANGE = re.compile(r"\[([0-9smhdwy]+)\]")
+_REGEX_META = frozenset(".+*?()|{}^$")
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,28 @@ class Records:
     dcgm_busy_sample: str
     dcgm_xid_changed: str
     dcgm_clock_reasons: str
+    sm_active: str
+    peak_bandwidth: str
+    peak_flops: str
+    kv_cache_bytes: str
+    decode_floor: str
+    inter_token_mean: str
+    decode_efficiency: str
+    roofline_tokens: str
+    roofline_throughput: str
+    prefill_efficiency: str
+    e2e_mean: str
+    budget_queue: str
+    budget_prefill: str
+    budget_decode: str
+    budget_host: str
+    prompt_tokens: str
+    output_tokens: str
+
+    @staticmethod
+    def history(seconds: float) -> str:
+        """The record that is 1 per target once the target has ``seconds`` of history."""
+        return f"inference:exporter_build_info:history{duration(seconds)}"
 
     @classmethod
     def of(cls, cfg: SiteConfig) -> Records:
@@ -103,18 +136,65 @@ class Records:
             dcgm_busy_sample="inference_gpu:gpu_utilization_busy_sample:bool",
             dcgm_xid_changed=f"inference_gpu:dcgm_xid_errors_last:changed{xid}",
             dcgm_clock_reasons="inference_gpu:dcgm_clock_event_reasons:max",
+            sm_active=f"inference:gpu_sm_active:mean{rate}",
+            peak_bandwidth="inference:gpu_peak_memory_bandwidth_bytes_per_second:min",
+            peak_flops=f"inference:gpu_peak_{PREFILL_PRECISION}_flops:min",
+            kv_cache_bytes=f"inference:kv_cache_bytes_in_use:mean{latency}",
+            decode_floor=f"inference:decode_floor_seconds:mean{latency}",
+            inter_token_mean=f"inference:inter_token_latency_seconds:mean{latency}",
+            decode_efficiency=f"inference:decode_roofline_efficiency:ratio{latency}",
+            roofline_tokens=f"inference:roofline_generation_tokens:rate{latency}",
+            roofline_throughput=f"inference:decode_roofline_throughput:ratio{latency}",
+            prefill_efficiency=f"inference:prefill_compute_efficiency:ratio{latency}",
+            e2e_mean=f"inference:e2e_request_latency_seconds:mean{latency}",
+            budget_queue=f"inference:latency_budget_queue:ratio{latency}",
+            budget_prefill=f"inference:latency_budget_prefill:ratio{latency}",
+            budget_decode=f"inference:latency_budget_decode:ratio{latency}",
+            budget_host=f"inference:latency_budget_host:ratio{latency}",
+            prompt_tokens=f"inference:request_prompt_tokens:mean{latency}",
+            output_tokens=f"inference:request_generation_tokens:mean{latency}",
         )
 
 
 def recording_rules(cfg: SiteConfig) -> list[RecordingRule]:
-    """All recording rules of the configuration's profile, in evaluation order."""
-    return _Builder(cfg).rules()
+    """All recording rules of the configuration's profile, in evaluation order.
+
+    Every record's ``window`` is resolved (never ``None``), and the history records of the
+    cold-start guard follow the target-info record, ahead of every record that reads them.
+    """
+    builder = _Builder(cfg)
+    rules = resolve_windows(builder.rules())
+    windows = sorted(({rule.window or 0.0 for rule in rules} | builder.history_windows) - {0.0})
+    return [rules[0], *builder.history(windows), *rules[1:]]
+
+
+def resolve_windows(rules: Sequence[RecordingRule]) -> list[RecordingRule]:
+    """``rules`` with each ``window=None`` replaced by the history the record needs: the
+    longest range its expression reads, or the longest window of the records it reads
+    (records are resolved in order, so a record reads only records above it)."""
+    known: dict[str, float] = {}
+    out = []
+    for rule in rules:
+        window = rule.window
+        if window is None:
+            ranges = [parse_duration(text) for text in _RANGE.findall(rule.expr)]
+            inner = [known.get(name, 0.0) for name in RECORD_NAME.findall(rule.expr)]
+            window = max([0.0, *ranges, *inner])
+        known[rule.record] = window
+        out.append(replace(rule, window=window))
+    return out
+
+
+def record_windows(cfg: SiteConfig) -> dict[str, float]:
+    """Each record of the configuration and the history (seconds) it needs."""
+    return {rule.record: rule.window or 0.0 for rule in recording_rules(cfg)}
 
 
 class _Builder:
     def __init__(self, cfg: SiteConfig) -> None:
         self.cfg = cfg
         self.r = Records.of(cfg)
+        self.history_windows: set[float] = set()
         self.join = cfg.join_labels
         self.by_target = by(self.join)
         self.by_gpu = by((*self.join, *GPU_LABELS))
@@ -154,10 +234,40 @@ class _Builder:
 
     # --- rules --------------------------------------------------------------------------------
 
+    def history_of(self, seconds: float) -> str:
+        """The history record of ``seconds``, for a record that reads it itself."""
+        self.history_windows.add(seconds)
+        return self.r.history(seconds)
+
+    def history(self, windows: Sequence[float]) -> list[RecordingRule]:
+        """The cold-start guard's records: one per window the other records read.
+
+        A rate over a window that holds only the last minute of data reads low (Prometheus
+        divides the extrapolated increase by the whole window), a regression over two points is
+        noise: after a restart of Prometheus, or for a new pod, a signature would go pending on
+        a half-empty window. ``history<w>`` is 1 for a target whose sidecar was scraped
+        between ``2w`` and ``w`` ago - its series reach back a whole window - and absent
+        before; an alert reading a record of window ``w`` requires it (``and on (<join>)``).
+        One series per target and window, over the one build-info series of each target.
+        """
+        info = self.s("inference_exporter_build_info")
+        return [
+            RecordingRule(
+                self.r.history(seconds),
+                f"group {self.by_target} (max_over_time({info}[{duration(seconds)}] offset "
+                f"{duration(seconds)}))",
+                f"1 per sidecar target with at least {duration(seconds)} of history: the "
+                f"cold-start guard of the alerts over {duration(seconds)} windows",
+                window=0.0,
+            )
+            for seconds in windows
+        ]
+
     def rules(self) -> list[RecordingRule]:
         out = self.common()
         out += self.dcgm_gpu_rules() if self.cfg.profile.source == "dcgm" else self.sidecar_gpu()
         out += self.shared_gpu()
+        out += self.roofline()
         return out
 
     def shared_gpu(self) -> list[RecordingRule]:
@@ -345,6 +455,12 @@ class _Builder:
                 "mean HBM bandwidth utilisation (0-1) over the target's GPUs (GPM, Hopper+)",
             ),
             RecordingRule(
+                r.sm_active,
+                f"avg {bt} (avg_over_time({self.s('inference_gpu_sm_active_ratio')}[{rate}]))",
+                "mean share of time the SMs had a warp resident (0-1) over the target's GPUs "
+                "(GPM, Hopper+)",
+            ),
+            RecordingRule(
                 r.memory_used,
                 f"max {bg} (\n{self.s('inference_gpu_memory_used_bytes')}\n/\n"
                 f"{self.s('inference_gpu_memory_total_bytes')}\n)",
@@ -352,28 +468,42 @@ class _Builder:
             ),
             RecordingRule(
                 r.xid_new,
-                f"sum {by_xid} (increase({xids}[{xid}])) > 0\n"
-                f"or\n"
-                f"sum {by_xid} ({xids} unless {xids} offset {xid})",
-                "Xid errors in the window per GPU and Xid; a counter that appeared within "
-                "the window counts whole (its first increment is invisible to increase())",
+                f"sum {by_xid} (increase({xids}[{xid}]) > 0 and {xids} offset {xid})\n"
+                f"or\n(\n"
+                f"sum {by_xid} ({xids} unless {xids} offset {xid})\n"
+                f"and {on(self.join)}\n{self.history_of(cfg.window('xid'))}\n)",
+                "Xid errors in the window per GPU and Xid: the increase of a counter that "
+                "existed a window ago; a counter that appeared within the window counts whole "
+                "(its first increment is invisible to Prometheus' increase()), once the target "
+                "has a window of history (before, every old counter would look new). "
+                "MetricsQL's increase() counts a counter that starts with a small value whole "
+                "by itself; the offset keeps both engines to the same rule",
+                window=0.0,
             ),
             RecordingRule(
                 r.clock_events,
-                f"max {by((*self.join, *GPU_LABELS, 'reason'))} ({throttled})",
-                "1 while a hardware or thermal clock event reason holds the clocks down",
+                f"max {by((*self.join, *GPU_LABELS, 'reason'))} ({throttled} > 0)",
+                "1 per GPU and reason while a hardware or thermal clock event reason holds "
+                "the clocks down; absent otherwise (a fleet writes what is throttled, not a "
+                "zero per GPU and reason)",
             ),
             RecordingRule(
                 r.temperature,
-                f"max {bg} ({self.s('inference_gpu_temperature_celsius')})",
-                "GPU die temperature",
+                f"max {bg} (\n{self.held_down(self.s('inference_gpu_temperature_celsius'))}\n)",
+                "GPU die temperature of the GPUs whose clocks are held down",
             ),
             RecordingRule(
                 r.sm_clock,
-                f"max {bg} ({self.s('inference_gpu_sm_clock_hertz')})",
-                "current SM clock",
+                f"max {bg} (\n{self.held_down(self.s('inference_gpu_sm_clock_hertz'))}\n)",
+                "current SM clock of the GPUs whose clocks are held down",
             ),
         ]
+
+    def held_down(self, per_gpu: str) -> str:
+        """``per_gpu`` only for the GPUs with a clock event reason active: the throttling
+        alert's evidence, one series per throttled GPU instead of one per GPU (filtered before
+        any aggregation, so a healthy fleet costs one set lookup per GPU)."""
+        return f"{per_gpu}\nand {on((*self.join, *GPU_LABELS))}\n{self.r.clock_events}"
 
     def dcgm_gpu_rules(self) -> list[RecordingRule]:
         """GPU records from dcgm-exporter."""
@@ -386,6 +516,7 @@ class _Builder:
         util = self.d("DCGM_FI_DEV_GPU_UTIL")
         used, free = self.d("DCGM_FI_DEV_FB_USED"), self.d("DCGM_FI_DEV_FB_FREE")
         last = self.d("DCGM_FI_DEV_XID_ERRORS")
+        any_last = selector("DCGM_FI_DEV_XID_ERRORS", cfg.selectors.dcgm)
         # DCGM 3.3 renamed the field; accept either name.
         reasons_metric = self.d(
             "", '__name__=~"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS|DCGM_FI_DEV_CLOCKS_EVENT_REASONS"'
@@ -440,6 +571,12 @@ class _Builder:
                 "(DCGM_FI_PROF_DRAM_ACTIVE, a profiling field)",
             ),
             RecordingRule(
+                r.sm_active,
+                self.dcgm_target(f"avg_over_time({self.d('DCGM_FI_PROF_SM_ACTIVE')}[{rate}])"),
+                "mean share of time the SMs had a warp resident (0-1) over the pod's GPUs "
+                "(DCGM_FI_PROF_SM_ACTIVE, a profiling field)",
+            ),
+            RecordingRule(
                 r.memory_used,
                 self.dcgm_gpu(f"{used} / ({used} + {free})"),
                 "framebuffer used / (used + free) per GPU (DCGM_FI_DEV_FB_USED, _FB_FREE, MiB)",
@@ -447,12 +584,15 @@ class _Builder:
             RecordingRule(
                 r.dcgm_xid_changed,
                 self.dcgm_gpu(
-                    f"({last} != 0)\nand\n(changes({last}[{xid}]) > 0 or ({last} unless {last} "
-                    f"offset {xid}))",
+                    f"({last} != 0)\nand\n(\nchanges({last}[{xid}]) > 0\nor\n"
+                    f"({last} unless {last} offset {xid})\nand on (UUID)\n"
+                    f"group by (UUID) ({any_last} offset {xid})\n)",
                     keep=("err_code",),
                 ),
-                "the last Xid of a GPU (DCGM_FI_DEV_XID_ERRORS) where it changed or appeared "
-                "in the window",
+                "the last Xid of a GPU (DCGM_FI_DEV_XID_ERRORS) where it changed, or appeared "
+                "in the window while the GPU was already reported a window ago (before, every "
+                "old Xid would look new)",
+                window=0.0,
             ),
             RecordingRule(
                 r.xid_new,
@@ -474,12 +614,185 @@ class _Builder:
             ),
             RecordingRule(
                 r.temperature,
-                self.dcgm_gpu(self.d("DCGM_FI_DEV_GPU_TEMP")),
-                "GPU die temperature (DCGM_FI_DEV_GPU_TEMP)",
+                self.held_down(self.dcgm_gpu(self.d("DCGM_FI_DEV_GPU_TEMP"))),
+                "GPU die temperature of the GPUs whose clocks are held down (DCGM_FI_DEV_GPU_TEMP)",
             ),
             RecordingRule(
                 r.sm_clock,
-                self.dcgm_gpu(f"{self.d('DCGM_FI_DEV_SM_CLOCK')} * 1000000"),
-                "current SM clock (DCGM_FI_DEV_SM_CLOCK, MHz)",
+                self.held_down(self.dcgm_gpu(f"{self.d('DCGM_FI_DEV_SM_CLOCK')} * 1000000")),
+                "current SM clock of the GPUs whose clocks are held down "
+                "(DCGM_FI_DEV_SM_CLOCK, MHz)",
             ),
         ]
+
+    def roofline(self) -> list[RecordingRule]:
+        """How far each served model is from its hardware limit, and where its requests' time
+        goes (docs/roofline.md): one series per target and ``model``.
+
+        The GPU peaks are the sidecar's in every profile (dcgm-exporter reports none); the
+        model facts (``--model.path``) and the engine's figures are per GPU of the engine, so
+        they set against one GPU's peak: the target's slowest GPU (``min``), which sets the
+        pace of a tensor-parallel step.
+        """
+        r = self.r
+        lat = duration(self.cfg.window("latency"))
+        bt = self.by_target
+        precision = f'precision="{PREFILL_PRECISION}"'
+        bm = by((*self.join, "model"))
+        om = on((*self.join, "model"))
+        to_target = f"{on(self.join)} group_left ()"
+
+        def most(metric: str) -> str:
+            return f"max {bm} ({self.s(metric)})"
+
+        def rate(metric: str) -> str:
+            return f"sum {bm} (rate({self.s(metric)}[{lat}]))"
+
+        def mean(metric: str) -> str:
+            return f"sum {bm} (avg_over_time({self.s(metric)}[{lat}]))"
+
+        peak_bandwidth = (
+            f"min {bt} ({self.s('inference_gpu_peak_memory_bandwidth_bytes_per_second')})"
+        )
+        peak_flops = f"min {bt} ({self.s('inference_gpu_peak_flops', precision)})"
+        if self.cfg.profile.source == "dcgm":
+            # The sidecar's own figures where its nvml collector runs; else the product table's
+            # by the name dcgm-exporter gives each GPU.
+            peak_bandwidth += f"\nor\n{self.product_peak(lambda p: p.memory_bandwidth)}"
+            peak_flops += f"\nor\n{self.product_peak(lambda p: p.flops.get(PREFILL_PRECISION))}"
+        e2e = rate("inference_e2e_request_latency_seconds_sum")
+        requests = rate("inference_e2e_request_latency_seconds_count")
+        prompt = rate("inference_prompt_tokens_total")
+        cached = rate("inference_prompt_tokens_cached_total")
+
+        def share(metric: str) -> str:
+            return f"{rate(metric)}\n/\n({e2e} > 0)"
+
+        return [
+            RecordingRule(
+                r.peak_bandwidth,
+                peak_bandwidth,
+                "theoretical peak HBM bandwidth of the target's slowest GPU, bytes per second",
+            ),
+            RecordingRule(
+                r.peak_flops,
+                peak_flops,
+                f"dense {PREFILL_PRECISION} tensor peak of the target's slowest GPU, FLOP per "
+                "second",
+            ),
+            RecordingRule(
+                r.kv_cache_bytes,
+                f"max {bm} (avg_over_time({self.s('inference_kv_cache_usage_ratio')}[{lat}]))\n"
+                f"* {om}\n{most('inference_kv_cache_capacity_tokens')}\n"
+                f"* {om}\n{most('inference_model_kv_cache_bytes_per_token')}",
+                "live KV-cache bytes one GPU of the engine reads per decode step: usage x "
+                "capacity (tokens) x bytes per token on one GPU, mean over the window",
+            ),
+            RecordingRule(
+                r.decode_floor,
+                f"(\n{most('inference_model_weight_bytes')}\n+ {om}\n{r.kv_cache_bytes}\n)\n"
+                f"/ {to_target}\n{r.peak_bandwidth}",
+                "the HBM floor of one decode step: (weight bytes + live KV bytes) / peak "
+                "bandwidth, seconds",
+            ),
+            RecordingRule(
+                r.inter_token_mean,
+                f"{rate('inference_inter_token_latency_seconds_sum')}\n/\n"
+                f"({rate('inference_inter_token_latency_seconds_count')} > 0)",
+                "mean inter-token latency, the decode step a request sees, seconds",
+            ),
+            RecordingRule(
+                r.decode_efficiency,
+                f"(\n{r.decode_floor}\n/\n{r.inter_token_mean}\n)\nor\n(\n"
+                f"({rate('inference_estimated_read_bytes_total')} > 0)\n"
+                f"/ {to_target}\n{r.peak_bandwidth}\n)",
+                "decode roofline efficiency (0-1): the HBM floor of a step / the mean "
+                "inter-token latency; without the model facts, the engine's estimated read "
+                "bytes per second / peak bandwidth (a time average: idle time reads low)",
+            ),
+            RecordingRule(
+                r.roofline_tokens,
+                f"{mean('inference_requests_running')}\n/\n{r.decode_floor}",
+                "tokens per second the running batch would generate with every step at its "
+                "HBM floor (mean requests running / floor)",
+            ),
+            RecordingRule(
+                r.roofline_throughput,
+                f"{rate('inference_generation_tokens_total')}\n/\n({r.roofline_tokens} > 0)",
+                "generated tokens per second as a share of the roofline's at the current batch",
+            ),
+            RecordingRule(
+                r.prefill_efficiency,
+                f"{most('inference_model_flops_per_token')}\n* {om}\n"
+                f"(\n{prompt}\n-\n({cached}\nor\n0 * {prompt})\n)\n"
+                f"/ {om}\n({rate('inference_prefill_time_seconds_sum')} > 0)\n"
+                f"/ {to_target}\n{r.peak_flops}",
+                "prefill compute efficiency (0-1): FLOPs of the prompt tokens computed (cached "
+                "ones left out) per second of prefill / the tensor peak; prompts prefilled "
+                "together are each charged the whole step, so it reads low for batched prefills",
+            ),
+            RecordingRule(
+                r.e2e_mean,
+                f"{e2e}\n/\n({requests} > 0)",
+                "mean end-to-end request latency, seconds",
+            ),
+            RecordingRule(
+                r.budget_queue,
+                share("inference_queue_time_seconds_sum"),
+                "latency budget: share of end-to-end latency waiting in the engine's queue",
+            ),
+            RecordingRule(
+                r.budget_prefill,
+                share("inference_prefill_time_seconds_sum"),
+                "latency budget: share of end-to-end latency in prefill",
+            ),
+            RecordingRule(
+                r.budget_decode,
+                share("inference_decode_time_seconds_sum"),
+                "latency budget: share of end-to-end latency in decode",
+            ),
+            RecordingRule(
+                r.budget_host,
+                f"1 - (\n{r.budget_queue}\n+\n{r.budget_prefill}\n+\n{r.budget_decode}\n)",
+                "latency budget: share of end-to-end latency outside queue, prefill and decode "
+                "(tokenize, detokenize, post-processing, streaming on the host)",
+            ),
+            RecordingRule(
+                r.prompt_tokens,
+                f"{prompt}\n/\n({requests} > 0)",
+                "workload shape: mean prompt tokens per finished request",
+            ),
+            RecordingRule(
+                r.output_tokens,
+                f"{rate('inference_generation_tokens_total')}\n/\n({requests} > 0)",
+                "workload shape: mean generated tokens per finished request",
+            ),
+        ]
+
+    def product_peak(self, figure: Callable[[Peaks], float | None]) -> str:
+        """The slowest GPU of each target from dcgm-exporter's ``modelName`` and the product
+        table (:data:`exporter.hardware.gpus.PRODUCTS`, the sidecar's own fallback): one
+        constant per figure over the GPUs of the products that have it."""
+        names: dict[float, list[str]] = {}
+        for name in PRODUCTS:
+            value = figure(peaks_of(name, GpuFacts()))
+            if value:
+                names.setdefault(value, []).append(name)
+        keep = by((*self.cfg.dcgm.dcgm_labels, "UUID"))
+        gpus = [
+            f"{num(value)} * group {keep} "
+            f"({self.d('DCGM_FI_DEV_GPU_UTIL', self.product_matcher(products))})"
+            for value, products in sorted(names.items())
+        ]
+        return self.dcgm_target("(\n" + "\nor\n".join(gpus) + "\n)", "min")
+
+    @staticmethod
+    def product_matcher(products: Sequence[str]) -> str:
+        """``modelName`` as NVML names the products, in any case and spacing. Prometheus
+        anchors the regex; a metacharacter goes in a class, not behind a backslash, which a
+        PromQL string would take as its own escape."""
+        alternatives = "|".join(
+            "".join(f"[{c}]" if c in _REGEX_META else c for c in name).replace(" ", " +")
+            for name in products
+        )
+        return f'modelName=~"(?i){alternatives}"'

@@ -1,8 +1,9 @@
 """End to end: every dashboard query against a real Prometheus scraping the real exporter.
 
 The exporter replays the bundled 2-GPU NVML trace, polls a fake vLLM whose counters and
-histograms grow while the test runs, probes its tokenizer, and follows a stand-in engine
-process on the real ``/proc``. Prometheus (``make tools``; never skipped) scrapes it every
+histograms grow while the test runs, probes its tokenizer, follows a stand-in engine process on
+the real ``/proc`` and reads a model directory (Llama-3.1-8B's ``config.json``) for the
+roofline panels. Prometheus (``make tools``; never skipped) scrapes it every
 second twice - once as a PodMonitor would (with ``namespace`` and ``pod``) and once as a
 static target (without them) - evaluates the rule pack every second, and answers every panel
 query for three settings of the template variables.
@@ -24,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 from support.fakeengine import FakeEngine, FakeEngineThread
-from support.paths import TRACE
+from support.paths import FIXTURES, TRACE
 from support.process import ExporterProcess
 
 from exporter.lab import processes
@@ -33,6 +34,7 @@ from exporter.lab.processes import Server
 ROOT = Path(__file__).resolve().parent.parent.parent
 RULES = ROOT / "alert_rules"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+MODEL_DIR = FIXTURES / "models" / "meta-llama__Llama-3.1-8B"
 JOB = "inference-bottleneck-exporter"
 POD_LABELS = {"namespace": "inference", "pod": "vllm-0"}
 DEADLINE_S = 60.0
@@ -89,11 +91,14 @@ def vllm_metrics(elapsed: float) -> str:
         "vllm:num_requests_waiting": 1.0 + int(elapsed) % 3,
         "vllm:kv_cache_usage_perc": 0.42,
     }
+    # the KV pool (the roofline's live KV bytes): 12500 blocks of 16 tokens
+    info = 'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="12500"} 1.0'
+
     counters = {
         "vllm:prompt_tokens_total": 5000 + 1000 * elapsed,
         "vllm:generation_tokens_total": 2000 + 100 * elapsed,
     }
-    parts = []
+    parts = [f"# HELP vllm:cache_config_info test\n# TYPE vllm:cache_config_info gauge\n{info}"]
     for name, value in gauges.items():
         parts.append(f"# HELP {name} test\n# TYPE {name} gauge\n{name}{{{labels}}} {value}")
     for name, value in counters.items():
@@ -195,6 +200,9 @@ def stack(
             "1s",
             "--process.match",
             engine_process,
+            # the served model's facts for the roofline panels
+            "--model.path",
+            str(MODEL_DIR),
         ]
     )
     prometheus: Server | None = None

@@ -43,6 +43,10 @@ REQUIRED_PANELS = {
         "KV-cache and framebuffer headroom",
         "Request latency: queue, prefill, decode vs end-to-end",
         "Driver utilisation samples over time",
+        "Decode roofline efficiency",
+        "Decode step: HBM floor vs observed",
+        "Latency budget: queue, prefill, decode, host",
+        "Prefill compute efficiency",
     },
     "ibe-gpu-detail": {
         "GPU utilisation",

@@ -33,6 +33,7 @@ from support.paths import ROOT
 from dashboards import generate
 from exporter.signatures.config import SiteConfig, parse_config
 from exporter.signatures.promql import split_matchers
+from exporter.signatures.sources import recording_rules
 
 SIDECAR = 'job="inference/ibe-sidecar"'
 EXPORTER = 'job=~"inference/ibe-.*"'
@@ -51,10 +52,10 @@ SITE: dict[str, Any] = {
 # Labels a dashboard groups by beside the target's: GPU identity, label of the panel's metric.
 PANEL_LABELS = {
     "gpu", "uuid", "xid", "reason", "le", "source", "collector", "engine", "metric", "process",
-    "name", "driver_version", "pci_bus_id", "mig_mode",
+    "name", "driver_version", "pci_bus_id", "mig_mode", "model",
 }  # fmt: skip
 # Labels the rules group by beside the target's join labels.
-RULE_LABELS = {"gpu", "uuid", "xid", "reason", "le", "err_code", "collector", "engine"}
+RULE_LABELS = {"gpu", "uuid", "xid", "reason", "le", "err_code", "collector", "engine", "model"}
 EXPORTER_SERIES = re.compile(r"^(up|scrape_\w+|process_\w+)$")
 
 # Panels whose dashed lines mirror an alert's thresholds, and the alerts.
@@ -68,9 +69,17 @@ THRESHOLD_ALERTS = {
     "Idle and saturated samples": ("InferenceGPUUtilizationPulsing",),
     "GPU utilisation": ("InferenceGPUUnderutilized", "InferenceGPUStarvedQueueGrowing"),
     "HBM bandwidth utilisation": ("InferenceHBMBandwidthSaturated",),
+    "Decode roofline efficiency": ("InferenceDecodeOverheadBound",),
+    "GPU-Util vs SM activity": ("InferenceGPUBusySMsIdle",),
 }
-# Dashed lines that are no alert's: slowdown temperature, scrape deadline, NVML call budget.
-OTHER_LINES = {"Temperature", "Collector duration", "NVML calls per GPU per second"}
+# Dashed lines that are no alert's: slowdown temperature, scrape deadline, NVML call budget,
+# the workload-shape advice (long prompts and outputs).
+OTHER_LINES = {
+    "Temperature",
+    "Collector duration",
+    "NVML calls per GPU per second",
+    "Workload shape: tokens per request",
+}
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -209,7 +218,8 @@ def test_site_queries_group_by_the_sites_join_labels(site: Generated) -> None:
 
 def test_site_queries_carry_exactly_the_sites_matchers(site: Generated) -> None:
     variables = [f'{name}=~"${name}"' for name in ("cluster", "namespace", "pod")]
-    checked = {"sidecar": 0, "exporter": 0, "alerts": 0}
+    checked = {"sidecar": 0, "exporter": 0, "alerts": 0, "records": 0}
+    records = {rule.record for rule in recording_rules(parse_config(SITE)) if ":" in rule.record}
     exprs = [(str(q), q.expr) for q in site.queries]
     exprs += [(f"{v.uid} / variable {v.name}", v.selector) for v in site.variables]
     for where, expr in exprs:
@@ -226,6 +236,11 @@ def test_site_queries_carry_exactly_the_sites_matchers(site: Generated) -> None:
             elif EXPORTER_SERIES.match(metric):
                 assert on_targets == {EXPORTER}, f"{where}: {metric}{matchers}"
                 checked["exporter"] += 1
+            elif ":" in metric:
+                # a record of the site's own pack, which applied the sidecar selector already
+                assert metric in records, f"{where}: {metric} is no record of the site's pack"
+                assert on_targets == set(), f"{where}: {metric}{matchers}"
+                checked["records"] += 1
             else:
                 assert metric == "ALERTS", where
                 assert on_targets == set(), f"{where}: {metric}{matchers}"

@@ -19,10 +19,12 @@ from typing import Any
 
 import pytest
 from support.fakeengine import FakeEngine, FakeEngineThread, unused_port
-from support.paths import ROOT
+from support.paths import FIXTURES, ROOT
 from support.process import ExporterProcess
 from support.promstack import (
+    MODEL,
     RULES,
+    Budget,
     Feeder,
     Load,
     Stack,
@@ -158,6 +160,7 @@ def test_target_nearly_holds_and_json_schema(
         "findings",
         "not_evaluated",
         "no_data",
+        "roofline",
         "samples",
         "span_seconds",
     }
@@ -176,7 +179,7 @@ def test_target_nearly_holds_and_json_schema(
     assert [e["key"] for e in finding["evidence"]] == ["tok", "itl"]
     assert finding["evidence"][0]["value"] == pytest.approx(37.5)
     assert finding["evidence"][0]["text"] == "37.5" and finding["evidence"][0]["unit"] == "ms"
-    comparison, traffic = finding["conditions"]
+    comparison, traffic, guard = finding["conditions"]
     assert comparison["op"] == ">" and comparison["holds"] is False and comparison["nearly"]
     assert comparison["value"] == pytest.approx(0.0375)
     assert comparison["threshold"] == pytest.approx(0.0375)
@@ -192,15 +195,141 @@ def test_target_nearly_holds_and_json_schema(
         "nearly": False,
         "relative_gap": None,
     }
+    # the cold-start guard: sampled from the sidecar, its window is the span sampled
+    assert guard["expr"] == "inference:exporter_build_info:history5m" and guard["holds"] is True
     assert "Median tokenizer latency 37.5 ms" in finding["description"]
     assert {
         "alert": "InferenceHBMBandwidthSaturated",
         "reason": "needs Prometheus history (offset 1h)",
     } in report["not_evaluated"]
     assert "InferenceQueueWaitDominatesLatency" in report["no_data"]
+    # no model facts and no request histograms: nothing to set against the roofline
+    assert report["roofline"] == []
     # the threshold of "nearly" is a flag
     strict = sample(proc, "--output", "json", "--nearly", "0")
     assert json.loads(strict.stdout)["findings"] == []
+
+
+# --- roofline and latency budget --------------------------------------------------------------
+
+MODEL_DIR = FIXTURES / "models" / "meta-llama__Llama-3.1-8B"
+# Steps of 45 ms for 3 running requests; 2 requests a second of 6 s each: 1 % queue, 5 %
+# prefill, 50 % decode, so 44 % on the host; 3000-token prompts, a fifth of them cached.
+SLOW_STEPS = Load(itl=0.045, tokens_per_second=3 / 0.045, budget=Budget())
+BUDGET_LINE = "of 6.0 s end to end: queue 1 %, prefill 5 %, decode 50 %, host 44 %"
+
+
+def expected_floor(proc: ExporterProcess) -> float:
+    """The decode floor from the sidecar's own figures: (weights + 0.6 x KV pool) / peak."""
+    samples = scrape_samples(proc.get("/metrics")[2].decode())
+
+    def one(name: str) -> float:
+        values = {v for k, v in samples.items() if dict(k)["__name__"] == name}
+        assert len(values) == 1, (name, values)
+        return values.pop()
+
+    kv = 0.6 * one("inference_kv_cache_capacity_tokens")
+    kv *= one("inference_model_kv_cache_bytes_per_token")
+    peak = one("inference_gpu_peak_memory_bandwidth_bytes_per_second")
+    return (one("inference_model_weight_bytes") + kv) / peak
+
+
+def roofline_sidecar(
+    exporter_process: Callable[..., ExporterProcess],
+    engine_with: Callable[..., FakeEngineThread],
+) -> ExporterProcess:
+    proc = sidecar(exporter_process, engine_with(COOL, SLOW_STEPS), "--model.path", str(MODEL_DIR))
+    proc.wait_for(
+        lambda: all(
+            name in proc.get("/metrics")[2].decode()
+            for name in (
+                "inference_model_weight_bytes",
+                "inference_kv_cache_capacity_tokens",
+                "inference_decode_time_seconds_count",
+            )
+        ),
+        timeout=15,
+    )
+    return proc
+
+
+def test_target_prints_the_roofline_and_the_latency_budget(
+    exporter_process: Callable[..., ExporterProcess],
+    engine_with: Callable[..., FakeEngineThread],
+) -> None:
+    proc = roofline_sidecar(exporter_process, engine_with)
+    floor = expected_floor(proc)
+    efficiency = floor / 0.045
+    assert 0.1 < efficiency < 0.33  # an 8B model's floor on the replayed H100: ~9 ms
+
+    text = sample(proc)
+    assert text.stderr == ""
+    lines = text.stdout.splitlines()
+    at = lines.index("Roofline and latency budget:")
+    assert lines[at + 1] == f"  {proc.base}/metrics {MODEL}"
+    assert lines[at + 2] == (
+        f"    decode at {100 * efficiency:.0f} % of its HBM floor ({1000 * floor:.1f} ms floor, "
+        f"45.0 ms observed); {BUDGET_LINE}"
+    )
+    # 3 requests per 45 ms step: 67 tokens/s, the roofline's share as the efficiency's
+    throughput = re.fullmatch(
+        r"    throughput: (\d+) tokens/s, (\d+) % of the (\d+) tokens/s its batch would reach "
+        r"with every step at the floor",
+        lines[at + 3],
+    )
+    assert throughput, lines[at + 3]
+    # the roofline's tokens/s come from gauges (exact); the generated ones are a rate over the
+    # few seconds sampled of a page rewritten every 200 ms (close, on a busy machine not exact)
+    assert int(throughput[3]) == round(3 / floor)
+    assert abs(int(throughput[1]) - int(throughput[2]) / 100 * int(throughput[3])) <= 2
+    assert 0.75 < int(throughput[1]) / (3 / 0.045) < 1.25
+    assert lines[at + 4].startswith("    prefill at ")
+    assert lines[at + 5].startswith(
+        "    workload: 3000 prompt and 33 output tokens per request, prefill 9 % and decode 91 % "
+        "of the engine's time; long prompts (> 2048 tokens): this pod is prefill-bound"
+    )
+    # the budget's host share is a signature of its own, and holds
+    assert re.search(
+        r"^1\. HOLDS  warning  InferenceHostLatencyShareHigh \[roofline\]$", text.stdout, re.M
+    )
+
+    report = json.loads(sample(proc, "--output", "json").stdout)
+    (entry,) = report["roofline"]
+    assert entry["target"] == f"{proc.base}/metrics" and entry["labels"] == {"model": MODEL}
+    assert entry["summary"] == lines[at + 2].strip()
+    decode = entry["decode"]
+    assert decode["source"] == "floor"
+    assert decode["floor_seconds"] == pytest.approx(floor, rel=1e-9)
+    assert decode["observed_seconds"] == pytest.approx(0.045, rel=1e-3)
+    assert decode["efficiency"] == pytest.approx(efficiency, rel=1e-3)
+    budget = entry["latency_budget"]
+    assert budget["e2e_seconds"] == pytest.approx(6.0, rel=1e-3)
+    for part, share in (("queue", 0.01), ("prefill", 0.05), ("decode", 0.5), ("host", 0.44)):
+        assert budget[part] == pytest.approx(share, abs=1e-3), part
+    # FLOPs of the 2400 computed prompt tokens of each of 2 requests a second per 0.6 s of
+    # prefill a second, against the replayed H100's bf16 peak
+    samples = scrape_samples(proc.get("/metrics")[2].decode())
+    flops = next(
+        v for k, v in samples.items() if dict(k)["__name__"] == "inference_model_flops_per_token"
+    )
+    peak = min(
+        v
+        for k, v in samples.items()
+        if dict(k)["__name__"] == "inference_gpu_peak_flops" and dict(k)["precision"] == "bf16"
+    )
+    assert entry["prefill_efficiency"] == pytest.approx(flops * 4800 / 0.6 / peak, rel=1e-3)
+    workload = entry["workload"]
+    assert workload["prompt_tokens"] == pytest.approx(3000, rel=1e-3)
+    assert workload["prefill_time_share"] == pytest.approx(0.05 / 0.55, rel=1e-3)
+    assert workload["advice"].startswith("long prompts (> 2048 tokens)")
+    tokens = entry["throughput"]
+    # a rate over the seconds sampled of a page rewritten every 200 ms: close; ratios of two
+    # counters of one page (the shares, the means) are exact
+    assert tokens["tokens_per_second"] == pytest.approx(3 / 0.045, rel=0.25)
+    assert tokens["tokens_per_second"] == pytest.approx(
+        tokens["share"] * tokens["roofline_tokens_per_second"], rel=1e-9
+    )
+    assert tokens["roofline_tokens_per_second"] == pytest.approx(3 / floor, rel=1e-3)
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -307,7 +436,8 @@ def test_prometheus_mode(
             tmp_path / "pack", [target], sorted((RULES / "fast").glob("*.yaml"))
         )
         stack.add(prometheus.stop)
-        # rate windows of the fast profile are 30s: two scrapes with probes in between do
+        # rate windows of the fast profile are 30s: two scrapes with probes in between do; the
+        # alert goes pending once the target has 30s of history (the cold-start guard)
         wait_until(
             lambda: (
                 bool(query(prometheus, "inference:tokenizer_latency_seconds:median30s"))
@@ -315,7 +445,7 @@ def test_prometheus_mode(
                 and bool(query(prometheus, f'ALERTS{{alertname="{TOKENIZER}"}}'))
                 and bool(query(bare, "inference_exporter_build_info"))
             ),
-            30,
+            75,
             "tokenizer and decode medians in Prometheus, the alert pending",
         )
         result = diagnose(
@@ -351,6 +481,57 @@ def test_prometheus_mode(
         _one_line_error(
             diagnose("--prometheus.url", bare.url),
             "scrapes 1 sidecar(s) but has none of the pack's recording rules",
+        )
+    finally:
+        stack.close()
+
+
+@pytest.mark.timeout(90)
+def test_prometheus_mode_prints_the_roofline_and_the_latency_budget(
+    tmp_path: Path,
+    exporter_process: Callable[..., ExporterProcess],
+    engine_with: Callable[..., FakeEngineThread],
+) -> None:
+    proc = roofline_sidecar(exporter_process, engine_with)
+    floor = expected_floor(proc)
+    target = address(proc)
+    stack = Stack()
+    try:
+        prometheus = start_prometheus(
+            tmp_path / "pack", [target], sorted((RULES / "fast").glob("*.yaml"))
+        )
+        stack.add(prometheus.stop)
+        wait_until(
+            lambda: (
+                bool(query(prometheus, "inference:decode_roofline_efficiency:ratio30s"))
+                and bool(query(prometheus, "inference:latency_budget_host:ratio30s"))
+            ),
+            75,
+            "the roofline and latency budget records in Prometheus",
+        )
+        result = diagnose(
+            "--prometheus.url", prometheus.url, "--profile", "fast", "--output", "json"
+        )
+        report = json.loads(result.stdout)
+        (entry,) = report["roofline"]
+        assert entry["target"] == target
+        assert entry["labels"] == {
+            "instance": target,
+            "job": "inference-bottleneck-exporter",
+            "model": MODEL,
+        }
+        assert entry["decode"]["floor_seconds"] == pytest.approx(floor, rel=1e-9)
+        assert entry["decode"]["efficiency"] == pytest.approx(floor / 0.045, rel=1e-3)
+        assert entry["summary"].endswith(BUDGET_LINE)
+
+        text = diagnose("--prometheus.url", prometheus.url, "--profile", "fast")
+        lines = text.stdout.splitlines()
+        at = lines.index("Roofline and latency budget:")
+        assert lines[at + 1] == f"  {target} {MODEL}"
+        assert lines[at + 2] == f"    {entry['summary']}"
+        assert lines[at + 2].startswith(
+            f"    decode at {100 * floor / 0.045:.0f} % of its HBM floor ({1000 * floor:.1f} ms "
+            "floor, 45.0 ms observed); "
         )
     finally:
         stack.close()

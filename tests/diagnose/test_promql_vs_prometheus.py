@@ -103,6 +103,7 @@ SET_SPACING_MS = 2 * 3600 * 1000
 LOOKBACK_MS = 1000  # Prometheus' lookback, shorter than every scrape interval of every set
 JOB = "inference-bottleneck-exporter"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+MODEL_DIRECTORY = "meta-llama__Llama-3.1-8B-Instruct"
 UUIDS = (
     "GPU-5f1c6a2e-0d4b-4c1e-9a51-1c0f3e2b7d10",
     "GPU-8b2e4d71-3a9c-4f62-b8e0-2d5a6c9f0e21",
@@ -171,6 +172,24 @@ class Sidecar:
     uptime: float = 7200.0
     shows: Callable[[str, int], bool] = lambda part, k: True  # "gpu<i>", "engine", "cpu"
     edit: Callable[[PageValues, int, float], object] | None = None
+    # roofline: the GPUs' peaks and SM activity, the model facts (None: no --model.path), the
+    # engine's KV pool, its estimated read bytes (per second; None: not reported), prompt tokens
+    # per request (a fifth of them cached), and the shares of a request's time in prefill and
+    # decode (the queue's is queue_share; the rest is the host's)
+    peak_bandwidth: float = 3.35e12
+    peak_bf16: float = 9.89e14
+    sm_active: tuple[float, ...] = (0.6, 0.7)
+    facts: tuple[float, float, float] | None = (1.606e10, 131072.0, 1.396e10)
+    kv_capacity: float | None = 400000.0
+    read_bytes: float | None = None
+    prompt_tokens: float = 3000.0
+    cached_tokens: bool = True
+    prefill_share: float = 0.1
+    decode_share: float = 0.7
+    # a GPU shared by time-slicing or MPS: the engine's own share of each GPU and the other
+    # tenants' processes on it (None: the sidecar cannot tell processes apart)
+    engine_share: tuple[float, ...] | None = None
+    other_processes: int = 0
 
 
 def _elapsed(restart: int | None, times: list[float], k: int, uptime: float) -> float:
@@ -217,7 +236,17 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
         out["inference_gpu_memory_total_bytes"][key] = 80e9
         out["inference_gpu_memory_used_bytes"][key] = s.mem_used[i % len(s.mem_used)] * 80e9
         out["inference_gpu_temperature_celsius"][key] = s.temperature + i
+        out["inference_gpu_peak_memory_bandwidth_bytes_per_second"][key] = s.peak_bandwidth
+        out["inference_gpu_peak_flops"][(*key, "bf16")] = s.peak_bf16
+        out["inference_gpu_peak_flops"][(*key, "fp8")] = 2 * s.peak_bf16
+        out["inference_gpu_sm_active_ratio"][key] = s.sm_active[i % len(s.sm_active)]
         out["inference_gpu_sm_clock_hertz"][key] = s.sm_clock
+        if s.engine_share is not None:
+            out["inference_gpu_engine_utilization_ratio"][key] = s.engine_share[
+                i % len(s.engine_share)
+            ]
+            out["inference_gpu_processes"][(*key, "engine")] = 1.0
+            out["inference_gpu_processes"][(*key, "other")] = float(s.other_processes)
         for reason in ("hw_slowdown", "sw_thermal", "sw_power_cap"):
             active = float(i == 0 and reason in s.clock_events)
             out["inference_gpu_clock_event_active"][(*key, reason)] = active
@@ -247,11 +276,32 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
             out["inference_queue_time_seconds"][m] = hist(
                 REQUEST_BUCKETS, [(e2e * s.queue_share, requests)]
             )
+            out["inference_prefill_time_seconds"][m] = hist(
+                REQUEST_BUCKETS, [(e2e * s.prefill_share, requests)]
+            )
+            out["inference_decode_time_seconds"][m] = hist(
+                REQUEST_BUCKETS, [(e2e * s.decode_share, requests)]
+            )
+            out["inference_prompt_tokens_total"][m] = s.prompt_tokens * requests
+            if s.cached_tokens:
+                out["inference_prompt_tokens_cached_total"][m] = s.prompt_tokens * requests / 5
+            if s.kv_capacity is not None:
+                out["inference_kv_cache_capacity_tokens"][m] = s.kv_capacity
+            if s.read_bytes is not None:
+                out["inference_estimated_read_bytes_total"][m] = s.read_bytes * eng
         if s.tokenizer is not None:
             probes = up
             out["inference_tokenizer_latency_seconds"][(e, "probe")] = hist(
                 TOKENIZER_BUCKETS, [(v, share * probes) for v, share in s.tokenizer]
             )
+    if s.facts is not None:
+        # The model collector reports without an engine too: under engine "unknown" and the
+        # model directory's name.
+        owner = (s.engine, MODEL) if s.engine is not None else ("unknown", MODEL_DIRECTORY)
+        weights, per_token, flops = s.facts
+        out["inference_model_weight_bytes"][owner] = weights
+        out["inference_model_kv_cache_bytes_per_token"][owner] = per_token
+        out["inference_model_flops_per_token"][owner] = flops
     if s.edit is not None:
         s.edit(out, k, t)
     return out
@@ -383,6 +433,14 @@ SETS: tuple[SeriesSet, ...] = (
     one("steady", "sidecar", every(5, 13), STEADY),
     one("steady-fast-profile", "fast", every(2, 16), STEADY),
     one("starved-queue-growing", "sidecar", every(5, 13), STARVED),
+    # time-sliced GPUs: busy (80 %, 85 %), the engine's own share 5 % and 40 %, two other
+    # tenants' processes, the queue growing: starved on its own share, a noisy neighbour
+    one(
+        "shared-gpu-noisy-neighbour",
+        "sidecar",
+        every(5, 13),
+        replace(STARVED, util=(0.8, 0.85), engine_share=(0.05, 0.4), other_processes=2),
+    ),
     one("sidecar-restart-resets-counters", "sidecar", every(5, 13), replace(STARVED, restart_at=6)),
     one(
         "engine-restart-resets-its-counters",
@@ -548,6 +606,27 @@ SETS: tuple[SeriesSet, ...] = (
             Target(plain(1), replace(STARVED, restart_at=9)),
             Target(plain(2), replace(STEADY, shows=lambda p, k: p != "gpu0" or k >= 2)),
         ),
+    ),
+    one(
+        "roofline-overhead-bound-sms-idle-host-heavy",
+        "sidecar",
+        every(5, 13),
+        replace(
+            STEADY,
+            util=(0.95, 0.96),
+            dram=(0.3, 0.3),
+            sm_active=(0.2, 0.25),
+            itl=((0.045, 1.0),),
+            queue_share=0.02,
+            prefill_share=0.04,
+            decode_share=0.5,
+        ),
+    ),
+    one(
+        "roofline-engine-read-bytes-without-model-facts",
+        "fast",
+        every(2, 12),
+        replace(STEADY, facts=None, read_bytes=0.2 * 3.35e12, cached_tokens=False),
     ),
     SeriesSet(
         "site-selectors-and-cluster-label",
@@ -960,8 +1039,8 @@ def test_every_rule_and_alert_returns_data_in_some_set(
 ) -> None:
     """The sets are not vacuous: every recording rule and every alert expression returns
     something in at least one set (both sides agree on every set, so the evaluator's results
-    stand for Prometheus's). Except: the HBM signature reads the baseline, refused everywhere;
-    and a target ``diagnose`` samples is up (``up`` is 1 here), so ``InferenceExporterDown``
+    stand for Prometheus's). Except: the HBM signature and the latency arm of the contended-GPU
+    signature read an hour-old baseline, refused everywhere; and a target ``diagnose`` samples is up (``up`` is 1 here), so ``InferenceExporterDown``
     never holds, in Prometheus either (every set's targets are up)."""
     _, prepared = prometheus
     outcomes: dict[str, set[str]] = defaultdict(set)
@@ -987,6 +1066,9 @@ def test_every_rule_and_alert_returns_data_in_some_set(
     assert sorted(without_data) == [
         "alert InferenceExporterDown 0",
         "alert InferenceExporterDown 1",
+        "alert InferenceGPUContended 0",
         "alert InferenceHBMBandwidthSaturated 0",
     ]
+    for baseline in ("alert InferenceGPUContended 0", "alert InferenceHBMBandwidthSaturated 0"):
+        assert outcomes[baseline] == {"refused"}, baseline
     assert outcomes["alert InferenceHBMBandwidthSaturated 0"] == {"refused"}

@@ -266,7 +266,7 @@ def test_config_becomes_flags_the_exporter_accepts() -> None:
     (_, pod), *_ = pod_specs(render(values))
     settings = effective_settings(exporter_container(pod))
     assert settings.values["gpu.poll-interval"] == 5.0
-    assert settings.values["engine.url"] == "http://127.0.0.1:8080/metrics"
+    assert settings.values["engine.url"] == ("http://127.0.0.1:8080/metrics",)
     assert settings.sources["gpu.poll-interval"] == "flag"
 
 
@@ -496,7 +496,7 @@ spec:
     (init,) = pod["initContainers"]
     assert init["restartPolicy"] == "Always"
     assert init["image"].startswith("inference-bottleneck-exporter/")
-    assert effective_settings(init).values["engine.url"] == "http://127.0.0.1:30000/metrics"
+    assert effective_settings(init).values["engine.url"] == ("http://127.0.0.1:30000/metrics",)
     assert (
         deployment["spec"]["template"]["metadata"]["labels"][
             "inference-bottleneck-exporter/sidecar"

@@ -26,6 +26,9 @@ CONTRACT = {
     "InferenceQueueWaitDominatesLatency": ({"warning"}, "queue"),
     "InferenceGPUUtilizationPulsing": ({"warning"}, "cpu"),
     "InferenceGPUUnderutilized": ({"info"}, "gpu"),
+    "InferenceDecodeOverheadBound": ({"warning"}, "roofline"),
+    "InferenceGPUBusySMsIdle": ({"warning"}, "roofline"),
+    "InferenceHostLatencyShareHigh": ({"warning"}, "roofline"),
     "InferenceExporterDown": ({"warning"}, "meta"),
     "InferenceCollectorFailing": ({"warning"}, "meta"),
     "InferenceEngineMetricsDown": ({"warning"}, "meta"),
@@ -51,15 +54,24 @@ def test_catalogue_matches_the_contract() -> None:
 def test_default_thresholds() -> None:
     cfg = parse_config({})
     sig = {s.alert: s for s in catalogue(cfg)}
-    # the engine's own share where the GPU is shared with other tenants (sources.py)
+    # Behind the cold-start guard of the longest window each reads; the engine's own share
+    # where the GPU is shared with other tenants (sources.py).
     assert sig["InferenceGPUStarvedQueueGrowing"].rules[0].expr == (
-        "inference:gpu_own_utilization:mean5m < 0.6\n"
+        "(\ninference:gpu_own_utilization:mean5m < 0.6\n"
         "and\ninference:queue_depth:deriv10m > 0\n"
-        "and\ninference:queue_depth:sum >= 1"
+        "and\ninference:queue_depth:sum >= 1\n)\n"
+        "and on (namespace, pod, instance, job)\ninference:exporter_build_info:history10m"
     )
     assert sig["InferenceSoftirqCPUHigh"].rules[0].expr == (
-        "inference:cpu_softirq:ratio5m > 0.05\nor\ninference:cpu_softirq_hottest_core:mean5m > 0.5"
+        "(\ninference:cpu_softirq:ratio5m > 0.05\nor\n"
+        "inference:cpu_softirq_hottest_core:mean5m > 0.5\n)\n"
+        "and on (namespace, pod, instance, job)\ninference:exporter_build_info:history5m"
     )
+    assert sig["InferenceGPUStarvedQueueGrowing"].rules[0].history == 600
+    assert sig["InferenceSoftirqCPUHigh"].rules[0].history == 300
+    # Instant signals and the meta alerts need no history.
+    assert sig["InferenceGPULost"].rules[0].history == 0
+    assert [r.history for r in sig["InferenceGPUMemoryHeadroomLow"].rules] == [0, 0]
     assert "< 0.8 * (inference:generation_tokens_per_request:rate5m offset 1h)" in (
         sig["InferenceHBMBandwidthSaturated"].rules[0].expr
     )

@@ -5,15 +5,16 @@ recording rules (:mod:`exporter.signatures.sources`), the evidence it quotes, an
 whose prose lives in ``exporter/signatures/runbooks/<Alert>.md``. Thresholds, windows and
 ``for`` come from the config through :class:`Context`, never from literals here, so a site's
 config regenerates the whole pack. One module per ``signature`` label value (``cpu``,
-``network``, ``memory``, ``queue``, ``gpu``, ``meta``). ``python -m exporter.signatures``
-renders the pack; ``diagnose`` evaluates the same expressions and evidence.
+``network``, ``memory``, ``queue``, ``gpu``, ``roofline``, ``meta``).
+``python -m exporter.signatures`` renders the pack; ``diagnose`` evaluates the same expressions
+and evidence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from exporter.signatures.catalogue import cpu, gpu, memory, meta, network, queue
+from exporter.signatures.catalogue import cpu, gpu, memory, meta, network, queue, roofline
 from exporter.signatures.catalogue.context import Context
 from exporter.signatures.config import SiteConfig
 from exporter.signatures.model import Signature
@@ -29,6 +30,9 @@ BUILDERS: tuple[Callable[[Context], Signature], ...] = (
     queue.queue_wait_dominates_latency,
     cpu.gpu_utilization_pulsing,
     gpu.gpu_underutilized,
+    roofline.decode_overhead_bound,
+    roofline.gpu_busy_sms_idle,
+    roofline.host_latency_share_high,
     meta.exporter_down,
     meta.collector_failing,
     meta.engine_metrics_down,
@@ -46,9 +50,10 @@ def builder_path(group: str) -> str:
 
 
 def catalogue(cfg: SiteConfig) -> tuple[Signature, ...]:
-    """Every signature of the pack, in the order of :data:`BUILDERS`."""
+    """Every signature of the pack, in the order of :data:`BUILDERS`, each rule behind the
+    cold-start guard of the windows it reads (:meth:`Context.guarded`)."""
     ctx = Context(cfg)
-    return tuple(build(ctx) for build in BUILDERS)
+    return tuple(ctx.guarded(build(ctx)) for build in BUILDERS)
 
 
 __all__ = ["BUILDERS", "Context", "builder_path", "catalogue"]

@@ -6,12 +6,14 @@ so a site's config regenerates the whole pack.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from exporter.config import format_duration
 from exporter.signatures import templates
 from exporter.signatures.config import SiteConfig
-from exporter.signatures.model import TARGET, Evidence, Runbook
-from exporter.signatures.promql import by, selector
-from exporter.signatures.sources import Records
+from exporter.signatures.model import RECORD_NAME, TARGET, AlertRule, Evidence, Runbook, Signature
+from exporter.signatures.promql import by, on, selector
+from exporter.signatures.sources import Records, record_windows
 
 # Labels of a per-GPU series, besides the join labels of the target.
 GPU_LABELS = ("gpu", "uuid")
@@ -24,6 +26,7 @@ class Context:
         self.cfg = cfg
         self.records = Records.of(cfg)
         self.join = cfg.join_labels
+        self.windows = record_windows(cfg)
 
     def for_seconds(self, alert: str) -> float:
         """How long the alert's condition must hold before it fires."""
@@ -54,6 +57,25 @@ class Context:
     def by(self, *labels: str) -> str:
         """``by (<join labels>, labels...)``: one series per target (and per ``labels``)."""
         return by((*self.join, *labels))
+
+    def history_needed(self, expr: str) -> float:
+        """Seconds of history ``expr`` needs: the longest window of the records it reads."""
+        return max([0.0, *(self.windows.get(name, 0.0) for name in RECORD_NAME.findall(expr))])
+
+    def guarded(self, sig: Signature) -> Signature:
+        """``sig`` with each rule behind the cold-start guard: ``(expr) and on (<join>)
+        history<w>``, ``w`` the longest window its expression reads, so that it cannot even go
+        pending while that window is half empty (after Prometheus restarts, on a new pod).
+
+        Automatic: a new signature over windowed records gets the guard without asking."""
+        return replace(sig, rules=tuple(self._guarded(rule) for rule in sig.rules))
+
+    def _guarded(self, rule: AlertRule) -> AlertRule:
+        need = self.history_needed(rule.expr)
+        if need == 0:
+            return rule
+        expr = f"(\n{rule.expr}\n)\nand {on(self.join)}\n{self.records.history(need)}"
+        return replace(rule, expr=expr, history=need)
 
     def runbook(
         self, alert: str, queries: tuple[tuple[str, str], ...] = (), **values: str

@@ -1,0 +1,204 @@
+"""Row "Roofline and latency budget": how far from the hardware limit, and where the time goes.
+
+A decode step cannot be shorter than (weight bytes + live KV bytes) / peak HBM bandwidth, a
+prefill cannot compute faster than the tensor peak; a request's latency splits into queue,
+prefill, decode and the host's share. The panels read the rule pack's roofline records
+(``docs/roofline.md``), so they show what the signatures measure; dashed lines are the
+thresholds of the roofline signatures, or of the workload-shape advice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dashboards.common import (
+    GPU,
+    MODEL,
+    AnyPanel,
+    Query,
+    Unit,
+    alert_threshold,
+    by,
+    pct,
+    rate,
+    series,
+    site,
+    target_legend,
+    timeseries,
+    warn,
+)
+from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS, PREFILL_PRECISION
+from exporter.signatures.sources import Records
+
+TITLE = "Roofline and latency budget"
+
+OVERHEAD = "InferenceDecodeOverheadBound"
+SMS_IDLE = "InferenceGPUBusySMsIdle"
+HOST = "InferenceHostLatencyShareHigh"
+
+
+def records() -> Records:
+    """The record names of the site's pack (its windows are in the names)."""
+    return Records.of(site())
+
+
+def model_legend() -> str:
+    return "{{model}} " + target_legend()
+
+
+def efficiency() -> AnyPanel:
+    below = alert_threshold(OVERHEAD, "efficiency_below")
+    return timeseries(
+        "Decode roofline efficiency",
+        "The HBM floor of a decode step - (weight bytes + live KV-cache bytes) / peak HBM "
+        "bandwidth of the GPU - over the mean inter-token latency, per served model: 1 means "
+        "every step only moves bytes; 0.8-0.9 is excellent. Without the model facts "
+        "(--model.path) it is the engine's estimated read bytes per second over the peak. Bad: "
+        f"below {pct(below)} while the HBM bus is under half busy - steps wait on kernel "
+        "launches, the scheduler or the host (CUDA graphs, overlap scheduling, larger batches).",
+        [Query(series(records().decode_efficiency, MODEL), model_legend())],
+        unit=Unit.RATIO,
+        thresholds=[warn(below)],
+    )
+
+
+def floor_vs_step() -> AnyPanel:
+    r = records()
+    return timeseries(
+        "Decode step: HBM floor vs observed",
+        "The shortest a decode step can take (the dashed line: weights and live KV cache read "
+        "once at peak HBM bandwidth) and the mean inter-token latency a request sees. The gap "
+        "is time spent on anything but moving bytes. Bad: the observed step several times its "
+        "floor; the floor rising with the KV cache while the step rises faster.",
+        [
+            Query(series(r.decode_floor, MODEL), f"floor {model_legend()}", dashed=True),
+            Query(series(r.inter_token_mean, MODEL), f"observed {model_legend()}"),
+        ],
+        unit=Unit.SECONDS,
+    )
+
+
+def budget() -> AnyPanel:
+    r = records()
+    above = alert_threshold(HOST, "host_share_above")
+    parts = (
+        ("queue", r.budget_queue),
+        ("prefill", r.budget_prefill),
+        ("decode", r.budget_decode),
+        ("host", r.budget_host),
+    )
+    return timeseries(
+        "Latency budget: queue, prefill, decode, host",
+        "Where a request's end-to-end time goes, per served model, from rates of the engine's "
+        "histogram sums: waiting in the queue, prefill, decode, and the rest on the host "
+        "(tokenize, detokenize, post-processing, streaming), stacked to 100 %. Engines that "
+        "report all four histograms only (vLLM, SGLang, TensorRT-LLM, LMDeploy). Bad: the host "
+        f"band above {pct(above)} (InferenceHostLatencyShareHigh); a growing queue band is "
+        "overload.",
+        [Query(series(record, MODEL), f"{part} {model_legend()}") for part, record in parts],
+        unit=Unit.RATIO,
+        maximum=1.0,
+        stack=True,
+        bars=True,
+        span=16,
+    )
+
+
+def prefill_efficiency() -> AnyPanel:
+    return timeseries(
+        "Prefill compute efficiency",
+        "FLOPs of the prompt tokens computed (cached ones left out; 2 x parameters per token) "
+        f"per second of prefill, over the GPU's dense {PREFILL_PRECISION} tensor peak. Prompts "
+        "prefilled together are each charged the whole step, so batched prefills read low. "
+        "Bad: low while prefill dominates the latency budget - prefill kernels or chunking "
+        "leave the tensor cores idle.",
+        [Query(series(records().prefill_efficiency, MODEL), model_legend())],
+        unit=Unit.RATIO,
+        span=8,
+    )
+
+
+def tokens_vs_roofline() -> AnyPanel:
+    generated = by("sum", rate("inference_generation_tokens_total", MODEL), "model")
+    return timeseries(
+        "Generated tokens/s vs the roofline",
+        "Tokens generated per second and the dashed roofline: what the current batch would "
+        "generate with every step at its HBM floor (mean requests running / floor). Bad: a "
+        "wide gap at a steady batch - the same overhead the decode efficiency shows, in "
+        "tokens/s.",
+        [
+            Query(generated, f"generated {model_legend()}"),
+            Query(
+                series(records().roofline_tokens, MODEL),
+                f"roofline {model_legend()}",
+                dashed=True,
+            ),
+        ],
+        unit=Unit.TOKENS_PER_SECOND,
+        span=8,
+    )
+
+
+def utilisation_vs_sm_activity() -> AnyPanel:
+    busy = alert_threshold(SMS_IDLE, "utilization_above")
+    idle = alert_threshold(SMS_IDLE, "sm_active_below")
+    return timeseries(
+        "GPU-Util vs SM activity",
+        "Mean GPU utilisation (GPU-Util: a kernel was running) and mean SM activity (the SMs "
+        "had a warp resident; GPM, Hopper and later) over the selected GPUs. Bad: utilisation "
+        f"above {pct(busy)} with SM activity below {pct(idle)} - tiny serial kernels keep "
+        "GPU-Util at 100 % while the SMs idle (InferenceGPUBusySMsIdle).",
+        [
+            Query(
+                by("avg", rate("inference_gpu_busy_seconds_total", GPU)),
+                f"GPU-Util {target_legend()}",
+                thresholds=(warn(busy),),
+            ),
+            Query(
+                by("avg", series("inference_gpu_sm_active_ratio", GPU)),
+                f"SM activity {target_legend()}",
+                thresholds=(warn(idle),),
+            ),
+        ],
+        unit=Unit.RATIO,
+        maximum=1.0,
+        span=8,
+    )
+
+
+def workload_shape() -> AnyPanel:
+    r = records()
+    return timeseries(
+        "Workload shape: tokens per request",
+        "Mean prompt and output tokens per finished request; the dashed lines are the rule of "
+        f"thumb for disaggregated serving: prompts above {LONG_PROMPT_TOKENS} tokens make a pod "
+        f"prefill-bound, outputs above {LONG_OUTPUT_TOKENS} decode-bound. Advice, not an "
+        "alert. Bad: both long - prefill and decode compete for the same GPUs; separate "
+        "prefill and decode pools would serve each better.",
+        [
+            Query(
+                series(r.prompt_tokens, MODEL),
+                f"prompt {model_legend()}",
+                thresholds=(warn(LONG_PROMPT_TOKENS),),
+            ),
+            Query(
+                series(r.output_tokens, MODEL),
+                f"output {model_legend()}",
+                thresholds=(warn(LONG_OUTPUT_TOKENS),),
+            ),
+        ],
+        unit=Unit.COUNT,
+        span=8,
+    )
+
+
+def panels() -> Sequence[AnyPanel]:
+    return [
+        efficiency(),
+        floor_vs_step(),
+        budget(),
+        prefill_efficiency(),
+        tokens_vs_roofline(),
+        utilisation_vs_sm_activity(),
+        workload_shape(),
+    ]

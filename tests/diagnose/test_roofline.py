@@ -1,0 +1,68 @@
+"""The roofline figures ``diagnose`` prints: the summary line, its variants, the workload advice."""
+
+from __future__ import annotations
+
+from exporter.diagnose.model import Roofline, workload_advice
+from exporter.diagnose.report import roofline_summary
+from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS
+
+LABELS = (("instance", "10.0.0.1:10960"), ("job", "j"), ("model", "m"))
+# Llama-3.1-8B in bf16 (16.06 GB) with 26 GB of live KV on an H100 SXM (3.35 TB/s), steps of
+# 45 ms; a 6 s request: 1 % queue, 5 % prefill, 50 % decode.
+FLOOR = (16.06e9 + 26e9) / 3.35e12
+WORKED = {
+    "floor": FLOOR,
+    "itl": 0.045,
+    "efficiency": FLOOR / 0.045,
+    "e2e": 6.0,
+    "queue": 0.01,
+    "prefill": 0.05,
+    "decode": 0.5,
+    "host": 0.44,
+}
+
+
+def test_the_worked_example() -> None:
+    r = Roofline("llm/vllm-0", LABELS, dict(WORKED))
+    assert r.model == "m" and r.decode_source == "floor"
+    assert roofline_summary(r) == (
+        "decode at 28 % of its HBM floor (12.6 ms floor, 45.0 ms observed); "
+        "of 6.0 s end to end: queue 1 %, prefill 5 %, decode 50 %, host 44 %"
+    )
+    split = r.engine_time_split
+    assert split is not None
+    assert split[0] == 0.05 / 0.55 and split[1] == 0.5 / 0.55
+
+
+def test_without_model_facts_the_engines_read_bytes_stand_in() -> None:
+    r = Roofline("t", LABELS, {"efficiency": 0.2, "itl": 0.045})
+    assert r.decode_source == "read_bytes"
+    assert roofline_summary(r) == (
+        "decode reads 20 % of the peak HBM bandwidth (the engine's estimate; no model facts "
+        "for the floor)"
+    )
+
+
+def test_a_budget_needs_every_part() -> None:
+    values = {k: v for k, v in WORKED.items() if k != "queue"}
+    summary = roofline_summary(Roofline("t", LABELS, values))
+    assert summary == "decode at 28 % of its HBM floor (12.6 ms floor, 45.0 ms observed)"
+    only_budget = {k: WORKED[k] for k in ("e2e", "queue", "prefill", "decode", "host")}
+    assert roofline_summary(Roofline("t", LABELS, only_budget)).startswith("of 6.0 s end to end")
+    empty = Roofline("t", LABELS, {"prompt_tokens": 100.0})
+    assert roofline_summary(empty).startswith("no roofline figures")
+    assert empty.decode_source is None and empty.tokens_per_second is None
+    assert empty.engine_time_split is None
+
+
+def test_workload_advice() -> None:
+    assert workload_advice(None, 100) is None and workload_advice(100, None) is None
+    long_prompt, long_output = LONG_PROMPT_TOKENS + 1, LONG_OUTPUT_TOKENS + 1
+    assert "prefill-bound" in str(workload_advice(long_prompt, 100))
+    assert "decode-bound" in str(workload_advice(100, long_output))
+    both = str(workload_advice(long_prompt, long_output))
+    assert "compete" in both and "disaggregated serving" in both
+    # the thresholds themselves are not long
+    short = str(workload_advice(LONG_PROMPT_TOKENS, LONG_OUTPUT_TOKENS))
+    assert short.startswith("prompts up to 2048 tokens and outputs up to 512")
+    assert "would not pay" in short
