@@ -59,6 +59,7 @@ SCENARIO_LOOK: dict[str, str] = {
     "cpu-contention": "starved",
     "softirq": "starved",
     "queue-flood": "busy",
+    "decode-overhead": "starved",
 }
 
 
