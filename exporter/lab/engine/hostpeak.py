@@ -21,7 +21,7 @@ floor ``(weight bytes + KV bytes in use) / peak bandwidth`` is real
 Each figure is the fastest of 10 timed passes after one untimed one, STREAM's convention for
 a peak: a neighbour on the host (the machines these drills run on are shared) can only ever
 slow a pass down, so the fastest pass is the closest to what the hardware delivers. It takes
-about two seconds.
+about four seconds with torch's import.
 """
 
 from __future__ import annotations
