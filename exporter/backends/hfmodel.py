@@ -9,7 +9,8 @@ Quantised checkpoints (GPTQ, AWQ, FP8) count their real stored bytes: packed int
 scales and zero points as they are in the files.
 
 Weight bytes *read per decode step* are the stored bytes less the input-embedding table when
-it is not tied to the LM head (a step gathers a few of its rows; the LM head it reads whole):
+it is not tied to the LM head (a step gathers a few of its rows; the LM head it reads whole)
+and less a learned position table (GPT-2's ``wpe``, gathered likewise):
 Llama-3.1-8B stores 16.06 GB and reads 15.01 GB per step. Without safetensors (``.bin``
 checkpoints, or a directory holding only ``config.json``) the figure is estimated as parameters
 x ``torch_dtype`` bytes for unquantised models, and absent for quantised ones.
@@ -155,11 +156,16 @@ def model_name(directory: Path) -> str:
     return resolved.name
 
 
+def _gathered_params(shape: ModelShape) -> int:
+    """Input-embedding parameters a step gathers a few rows of instead of reading whole: the
+    token table unless tied to the LM head, and a learned position table (GPT-2)."""
+    tables = param_count(shape).embedding
+    return shape.positions * shape.hidden if shape.tie_embeddings else tables
+
+
 def _embedding_bytes(shape: ModelShape) -> int:
-    """The input-embedding table a step does not read whole (0 when tied to the LM head)."""
-    if shape.tie_embeddings:
-        return 0
-    return param_count(shape).embedding * (shape.dtype_bytes or 2)
+    """Bytes of the input-embedding tables a step does not read whole (see above)."""
+    return _gathered_params(shape) * (shape.dtype_bytes or 2)
 
 
 def _weights(
@@ -178,10 +184,7 @@ def _weights(
         notes.append(f"weight bytes {size} from {source}")
         return float(size)
     if shape.quant_method is None and shape.dtype_bytes:
-        params = param_count(shape)
-        estimate = (params.total - (0 if shape.tie_embeddings else params.embedding)) * (
-            shape.dtype_bytes
-        )
+        estimate = (param_count(shape).total - _gathered_params(shape)) * shape.dtype_bytes
         notes.append(f"weight bytes {estimate} estimated from config.json shapes (no safetensors)")
         return float(estimate)
     notes.append("weight bytes unknown: no safetensors and a quantised or untyped config")

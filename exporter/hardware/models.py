@@ -22,6 +22,10 @@ Conventions (``docs/roofline.md`` explains why):
 * Per GPU under tensor parallelism N: parameters, FLOPs and weight bytes are divided by N; the KV
   cache per token counts the KV heads one GPU holds (``max(1, kv_heads // N)``: vLLM replicates
   KV heads when N exceeds them); an MLA latent is replicated on every GPU.
+* GPT-2 (``model_type`` ``gpt2``; the reference engine's architecture) differs from the Llama
+  family in three ways the counts follow: a plain two-matrix MLP (``n_inner``, default 4 x
+  hidden) instead of a gated one, biases on every projection and LayerNorm, and a learned
+  position table (``n_positions`` rows), which counts as embedding: gathered, never streamed.
 """
 
 from __future__ import annotations
@@ -64,6 +68,10 @@ TORCH_DTYPES: dict[str, int] = {
 }
 
 
+#: Model types with GPT-2's layout (see the module docstring).
+GPT2_TYPES = frozenset({"gpt2"})
+
+
 class ModelConfigError(ValueError):
     """The config lacks what the arithmetic needs; the message names the key."""
 
@@ -101,6 +109,10 @@ class ModelShape:
     sliding_window: int | None
     dtype_bytes: int | None
     quant_method: str | None
+    # GPT-2 style: ungated MLP, LayerNorm with bias, learned absolute positions (rows).
+    gated_mlp: bool = True
+    norm_bias: bool = False
+    positions: int = 0
 
     @property
     def mla(self) -> bool:
@@ -155,7 +167,7 @@ def shape_of(config: Mapping[str, Any]) -> ModelShape:
     heads = _positive(c, "num_attention_heads", "n_head")
     kv_heads = _positive(c, "num_key_value_heads", "num_kv_heads", default=heads)
     head_dim = _positive(c, "head_dim", default=hidden // heads)
-    intermediate = _int(c, "intermediate_size", "ffn_dim", default=4 * hidden)
+    intermediate = _int(c, "intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
     experts = _int(c, "num_local_experts", "num_experts", "n_routed_experts", default=0)
     shared = _int(c, "n_shared_experts", default=0)
     moe_intermediate = _int(c, "moe_intermediate_size", default=intermediate)
@@ -169,6 +181,7 @@ def shape_of(config: Mapping[str, Any]) -> ModelShape:
     use_window = c.get("use_sliding_window", True) is not False
     dtype = c.get("torch_dtype", c.get("dtype"))
     quant = c.get("quantization_config")
+    gpt2 = model_type in GPT2_TYPES
     return ModelShape(
         model_type=model_type,
         layers=layers,
@@ -178,11 +191,14 @@ def shape_of(config: Mapping[str, Any]) -> ModelShape:
         head_dim=head_dim,
         intermediate=intermediate,
         vocab=_positive(c, "vocab_size", "padded_vocab_size"),
-        tie_embeddings=bool(c.get("tie_word_embeddings", False)),
+        # transformers' default: GPT2Config ties the LM head to the embedding, Llama's does not.
+        tie_embeddings=bool(c.get("tie_word_embeddings", gpt2)),
         # Qwen2 (and Qwen2-MoE) put biases on q, k and v without a config key.
-        qkv_bias=bool(c.get("attention_bias", False)) or model_type in {"qwen2", "qwen2_moe"},
-        o_bias=bool(c.get("attention_bias", False)),
-        mlp_bias=bool(c.get("mlp_bias", False)),
+        qkv_bias=bool(c.get("attention_bias", False))
+        or model_type in {"qwen2", "qwen2_moe"}
+        or gpt2,
+        o_bias=bool(c.get("attention_bias", False)) or gpt2,
+        mlp_bias=bool(c.get("mlp_bias", False)) or gpt2,
         qk_norm=model_type in {"qwen3", "qwen3_moe"},
         experts=experts,
         experts_per_token=_int(
@@ -201,6 +217,9 @@ def shape_of(config: Mapping[str, Any]) -> ModelShape:
         sliding_window=window if isinstance(window, int) and use_window else None,
         dtype_bytes=TORCH_DTYPES.get(str(dtype)) if dtype is not None else None,
         quant_method=str(quant.get("quant_method")) if isinstance(quant, Mapping) else None,
+        gated_mlp=not gpt2,
+        norm_bias=gpt2,
+        positions=_positive(c, "n_positions", "max_position_embeddings") if gpt2 else 0,
     )
 
 
@@ -208,6 +227,7 @@ def shape_of(config: Mapping[str, Any]) -> ModelShape:
 class ParamCount:
     """Parameters by role (whole model, no parallelism)."""
 
+    #: Input embeddings: the token table and, for learned positions, the position table.
     embedding: int
     lm_head: int
     #: Everything else: attention, MLP or every expert, norms, routers.
@@ -246,33 +266,40 @@ def _attention_params(s: ModelShape) -> int:
     return params
 
 
-def _mlp_params(hidden: int, intermediate: int, bias: bool) -> int:
-    """A gated MLP (gate, up, down projections)."""
+def _mlp_params(hidden: int, intermediate: int, bias: bool, gated: bool = True) -> int:
+    """A gated MLP (gate, up, down projections), or GPT-2's plain one (up, down)."""
+    if not gated:
+        return 2 * hidden * intermediate + ((intermediate + hidden) if bias else 0)
     return 3 * hidden * intermediate + ((2 * intermediate + hidden) if bias else 0)
 
 
 def param_count(s: ModelShape) -> ParamCount:
     """Parameters from the shapes (multi-token-prediction layers are not part of the model)."""
     d = s.hidden
-    attention = _attention_params(s) + 2 * d  # two norms per layer
-    dense_mlp = _mlp_params(d, s.intermediate, s.mlp_bias)
-    expert = _mlp_params(d, s.moe_intermediate, s.mlp_bias)
-    shared = _mlp_params(d, s.shared_intermediate, s.mlp_bias) if s.shared_intermediate else 0
+    norm = 2 * d if s.norm_bias else d
+    attention = _attention_params(s) + 2 * norm  # two norms per layer
+    dense_mlp = _mlp_params(d, s.intermediate, s.mlp_bias, s.gated_mlp)
+    expert = _mlp_params(d, s.moe_intermediate, s.mlp_bias, s.gated_mlp)
+    shared = (
+        _mlp_params(d, s.shared_intermediate, s.mlp_bias, s.gated_mlp)
+        if s.shared_intermediate
+        else 0
+    )
     router = d * s.experts + (s.experts if s.router_bias else 0)
     dense_layers = s.layers - s.moe_layers
     stored = (
         s.layers * attention
         + dense_layers * dense_mlp
         + s.moe_layers * (router + s.experts * expert + shared)
-        + d  # final norm
+        + norm  # final norm
     )
     active = (
         s.layers * attention
         + dense_layers * dense_mlp
         + s.moe_layers * (router + s.experts_per_token * expert + shared)
-        + d
+        + norm
     )
-    embedding = s.vocab * d
+    embedding = (s.vocab + s.positions) * d
     return ParamCount(
         embedding=embedding,
         lm_head=0 if s.tie_embeddings else s.vocab * d,

@@ -111,8 +111,12 @@ def pick_trace(choice: str, injections: frozenset[str], workdir: Path) -> tuple[
         return path, "replay of the bundled synthetic 2-GPU trace"
     if choice in gputrace.LOOKS:
         level = gputrace.LOOKS[choice]
-        path = gputrace.write_trace(choice, workdir / f"trace-{choice}.jsonl")
-        return path, f"replay of the '{choice}' drill trace (synthetic, ~{level:.0f} %)"
+        host = gputrace.measure_host()
+        path = gputrace.write_trace(choice, workdir / f"trace-{choice}.jsonl", host=host)
+        return path, (
+            f"replay of the '{choice}' drill trace (synthetic, ~{level:.0f} %; this host's "
+            f"{host.memory_bandwidth / 1e9:.1f} GB/s, {host.matmul_flops / 1e9:.0f} GFLOP/s)"
+        )
     path = Path(choice)
     if not path.is_file():
         _fail(f"--trace: {choice!r} is not auto, bundled, starved, busy or a file")

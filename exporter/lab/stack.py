@@ -6,7 +6,10 @@ Used by ``demo`` and the drills (``tests/drills``)::
                                                                    --> Alertmanager
                                                                    --> PagerDuty capture
 
-Every process is a child with its log in the work directory, bound to 127.0.0.1 only.
+Every process is a child with its log in the work directory, bound to 127.0.0.1 only. The
+engine writes its model's Hugging Face description to ``<workdir>/model`` (``--model-dir``)
+and the sidecar reads it (``--model.path``), as a sidecar reads the served model's mounted
+directory, so the model's roofline facts are the real model's.
 Prometheus and Alertmanager are optional (``prometheus``, ``alertmanager`` or Debian's
 ``prometheus-alertmanager`` on ``PATH``). The rules are generated from the signature catalogue
 (profile ``fast``: windows and ``for`` scaled by 1/10); Alertmanager runs the pack's own
@@ -179,6 +182,11 @@ class Stack:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def model_dir(self) -> Path:
+        """Where the engine writes its model's description, for the sidecar's model collector."""
+        return self.cfg.workdir / "model"
+
     def child(self, name: str) -> Child:
         for c in self.children:
             if c.name == name:
@@ -204,6 +212,8 @@ class Stack:
             "--port",
             str(free_port(cfg.engine_port) if cfg.engine_port else 0),
             *[arg for name in cfg.injections for arg in ("--inject", name)],
+            "--model-dir",
+            str(self.model_dir),
             *cfg.engine_args,
         ]
         engine = spawn("engine", cmd, cfg.workdir)
@@ -236,6 +246,8 @@ class Stack:
             ),
             "--process.match",
             PROCESS_MATCH,
+            "--model.path",
+            str(self.model_dir),
             "--log.format",
             "json",
         ]

@@ -68,6 +68,22 @@ def test_index_total_size_less_the_embedding(tmp_path: Path) -> None:
     assert "model.safetensors.index.json metadata.total_size" in facts.notes[0]
 
 
+def test_a_learned_position_table_is_not_streamed(tmp_path: Path) -> None:
+    directory = tmp_path / "gpt2"
+    directory.mkdir()
+    config = (FIXTURES / "models" / "openai-community__gpt2" / "config.json").read_text()
+    (directory / "config.json").write_text(config)
+    total = 124_439_808 * 4
+    index = {"metadata": {"total_size": total}, "weight_map": {"transformer.wpe.weight": "x"}}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    facts = load_model(directory)
+    # The tied token table is the LM head, read whole; the 1024-row position table is gathered.
+    assert facts.weight_bytes == total - 1024 * 768 * 4
+    # Without safetensors: the same figure from the shapes (float32 in the config).
+    (directory / "model.safetensors.index.json").unlink()
+    assert load_model(directory).weight_bytes == total - 1024 * 768 * 4
+
+
 def test_index_total_size_written_as_a_float(tmp_path: Path) -> None:
     directory = model_dir(tmp_path)
     index = {"metadata": {"total_size": float(LLAMA_8B_TOTAL)}}

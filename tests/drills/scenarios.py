@@ -167,6 +167,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
 )
 
+# decode-overhead (`--inject decode-overhead`: CPU work on the model worker's step path before
+# every decode step) is meant to fire InferenceDecodeOverheadBound, which does not exist yet,
+# so it has no scenario here. Before adding one, read the measurements in docs/roofline.md
+# ("The reference engine on a CPU"): with the host's measured peaks in the trace, the healthy
+# reference engine on a 2-CPU host already runs its decode steps at about a tenth of their
+# memory floor, so the healthy drill would fire that signature too.
+
 HBM_AFTER_S = 120
 
 SCENARIOS += (

@@ -115,6 +115,19 @@ def test_tied_embeddings_have_no_separate_lm_head() -> None:
     assert params.total == 7_615_616_512 - 152_064 * 3584
 
 
+def test_gpt2_plain_mlp_biases_and_learned_positions() -> None:
+    shape = shape_of(config("openai-community__gpt2"))
+    assert not shape.gated_mlp and shape.norm_bias and shape.positions == 1024
+    assert shape.tie_embeddings  # GPT2Config's default: the key is absent from the file
+    params = param_count(shape)
+    # GPT2LMHeadModel's 124,439,808 parameters: token and position tables, 12 blocks, ln_f
+    assert params.total == 124_439_808
+    assert params.embedding == (50_257 + 1_024) * 768 and params.lm_head == 0
+    assert params.non_embedding == 12 * (12 * 768 * 768 + 13 * 768) + 2 * 768 == 85_056_000
+    assert kv_cache_bytes_per_token(shape, "fp32") == 2 * 12 * 768 * 4
+    assert flops_per_token(shape) == 2 * 85_056_000
+
+
 def test_missing_key_is_named() -> None:
     broken = config("meta-llama__Llama-3.1-8B")
     del broken["hidden_size"]

@@ -1,4 +1,4 @@
-"""Drill traces replay, and look as documented: steady, never pulsing."""
+"""Drill traces replay, and look as documented: steady, never pulsing, with the host's peaks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,16 @@ import json
 import pytest
 
 from exporter.backends.replay import parse_trace
-from exporter.lab.engine.gputrace import LOOKS, SCENARIO_LOOK, mean_utilization, trace_lines
+from exporter.hardware.gpus import peaks_of, product_of
+from exporter.lab.engine.gputrace import (
+    DEVICE_NAME,
+    LOOKS,
+    SCENARIO_LOOK,
+    HostPeaks,
+    mean_utilization,
+    measure_host,
+    trace_lines,
+)
 
 
 @pytest.mark.parametrize("look", sorted(LOOKS))
@@ -25,3 +34,29 @@ def test_trace_replays_with_the_documented_mean(look: str) -> None:
 def test_every_cpu_scenario_has_a_look() -> None:
     assert set(SCENARIO_LOOK.values()) <= set(LOOKS)
     assert SCENARIO_LOOK["queue-flood"] == "busy"
+
+
+HOST = HostPeaks(memory_bandwidth=26.3e9, matmul_flops=94.7e9, threads=1, how="test")
+
+
+def test_host_peaks_come_back_from_the_replayed_nvml_facts() -> None:
+    lines = trace_lines("starved", host=HOST)
+    gpu = parse_trace(lines, "starved").gpus[0]
+    assert gpu.name == DEVICE_NAME and product_of(gpu.name) is None  # no datasheet applies
+    peaks = peaks_of(gpu.name, gpu.facts)
+    assert peaks.memory_bandwidth == pytest.approx(HOST.memory_bandwidth, rel=1e-3)
+    assert peaks.flops["bf16"] == pytest.approx(HOST.matmul_flops, rel=1e-2)
+    assert peaks.flops["fp16"] == peaks.flops["bf16"]
+    record = json.loads(lines[1])
+    assert record["clocks_mhz"] == [gpu.facts.max_sm_clock_mhz, gpu.facts.max_memory_clock_mhz]
+    assert trace_lines("starved", host=HOST) == lines  # deterministic for given peaks
+    assert "facts" not in json.loads(trace_lines("starved")[0])["gpus"][0]
+
+
+def test_measure_host_measures_this_machine() -> None:
+    host = measure_host(threads=1)
+    assert host.threads == 1
+    # Plausible for any machine that runs the drills: 1 GB/s .. 10 TB/s, 1 .. 100,000 GFLOP/s.
+    assert 1e9 < host.memory_bandwidth < 1e13
+    assert 1e9 < host.matmul_flops < 1e14
+    assert "fastest of 10 passes" in host.how

@@ -9,18 +9,36 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 from support.refengine import Engine
 
+from exporter.backends.hfmodel import load_model
 from exporter.collectors.tokenizer import request_body, token_count
 from exporter.engines import detect, normalise, parse_exposition
+from exporter.lab.engine.model import ModelConfig
+from exporter.lab.engine.worker import decode_work, prefill_work
 from exporter.lab.processes import child_pythonpath
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    eng = Engine(tmp_path_factory.mktemp("engine") / "engine.log", "--served-model-name", "ref")
+    workdir = tmp_path_factory.mktemp("engine")
+    eng = Engine(
+        workdir / "engine.log", "--served-model-name", "ref", "--model-dir", str(workdir / "model")
+    )
     yield eng
     eng.stop()
+
+
+def samples(engine: Engine) -> dict[str, Sample]:
+    status, body = engine.request("GET", "/metrics")
+    assert status == 200
+    return {
+        s.name: s
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+    }
 
 
 def test_health_and_models(engine: Engine) -> None:
@@ -116,6 +134,54 @@ def test_metrics_read_by_the_sidecars_vllm_adapter(engine: Engine) -> None:
     } <= names
     assert series[("inference_generation_tokens_total", "ref")].value >= 3
     assert series[("inference_e2e_request_latency_seconds", "ref")].count >= 1
+
+
+def test_cache_config_info_as_vllm_reports_it(engine: Engine) -> None:
+    info = samples(engine)["vllm:cache_config_info"]
+    assert info.value == 1
+    # 16 sequences x 1024 positions in blocks of 16
+    assert info.labels == {
+        "block_size": "16",
+        "cache_dtype": "auto",
+        "enable_prefix_caching": "False",
+        "engine": "0",
+        "num_gpu_blocks": "1024",
+    }
+
+
+def test_mfu_counters_add_up_the_work_of_each_step(engine: Engine) -> None:
+    names = [
+        "vllm:estimated_flops_per_gpu_total",
+        "vllm:estimated_read_bytes_per_gpu_total",
+        "vllm:estimated_write_bytes_per_gpu_total",
+    ]
+    before = samples(engine)
+    for name in names:
+        assert before[name].labels == {"model_name": "ref", "engine": "0"}
+    body = {"prompt": [5, 6, 7, 8], "max_tokens": 9, "temperature": 0}
+    assert engine.request("POST", "/v1/completions", body)[0] == 200
+    after = samples(engine)
+    got = [after[n].value - before[n].value for n in names]
+    # The same work from the model's own description: a prefill of 4 tokens, then 8 decode
+    # steps of one sequence at positions 4..11 (attending to 5..12 keys).
+    assert engine.model_dir is not None
+    config = json.loads((engine.model_dir / "config.json").read_text())
+    shape = ModelConfig(
+        vocab_size=config["vocab_size"],
+        layers=config["n_layer"],
+        d_model=config["n_embd"],
+        heads=config["n_head"],
+        max_len=config["n_positions"],
+    )
+    work = prefill_work(shape, 4, 4)
+    for position in range(4, 12):
+        work.add(decode_work(shape, 1, position + 1, 4))
+    assert got == [work.flops, work.read_bytes, work.write_bytes]
+    # Plausible: each of the 9 passes streams the weights (15 MB, tiny), 2 FLOPs per weight
+    weights = load_model(engine.model_dir).weight_bytes
+    assert weights is not None and got[1] > 9 * weights
+    assert got[0] > 9 * 2 * weights / 4
+    assert got[2] == 12 * 2 * 4 * 256 * 4  # keys and values of 12 positions
 
 
 def test_sigterm_stops_engine_and_worker(tmp_path: Path) -> None:

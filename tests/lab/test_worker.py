@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import statistics
 import time
+from pathlib import Path
 
 import torch  # the reference extra (make install-dev): fails, never skips, without it
 
-from exporter.lab.engine.model import Model, ModelConfig
-from exporter.lab.engine.worker import Request, Scheduler, WorkerConfig
+from exporter.backends.hfmodel import load_model
+from exporter.lab.engine.model import Model, ModelConfig, hf_tensors
+from exporter.lab.engine.worker import (
+    Request,
+    Scheduler,
+    Work,
+    WorkerConfig,
+    decode_work,
+    prefill_work,
+    write_model_dir,
+)
 
 VOCAB = 300
 
@@ -131,3 +143,70 @@ def test_abort_frees_the_slot() -> None:
         step = s.step()
     assert step.running == 1 and [r for r, _ in step.tokens] == ["b"]
     assert s.state.running[0].slot == 0
+
+
+def test_each_step_reports_the_work_its_passes_did() -> None:
+    s = scheduler()
+    mcfg = s.model.cfg  # 2 layers, width 32, vocabulary 300, float32
+    with torch.inference_mode():
+        s.add(Request("a", (1, 2, 3), 4, 0.0, 1), 0.0)
+        prefill = s.step()
+        decode = s.step()  # one sequence at position 3: keys 0..3
+        s.add(Request("b", (4, 5), 4, 0.0, 2), 0.0)
+        both = s.step()  # b's prefill, then a at position 4 (keys 0..4)
+    assert prefill.work == prefill_work(mcfg, 3, 4)
+    # By hand from the shapes: 2 x (2 x 12 x 32^2 + 300 x 32) FLOPs through the weights, 4 x 2
+    # x 32 per key attended; the blocks, final norm and tied LM head read whole (35,072
+    # parameters), 4 keys and values of 2 x 2 x 32 floats, one embedding and position row.
+    assert decode.work == Work(
+        flops=2 * (2 * 12 * 32 * 32 + 300 * 32) + 4 * 2 * 32 * 4,
+        read_bytes=35_072 * 4 + 4 * 512 + 2 * 32 * 4,
+        write_bytes=512,
+    )
+    assert mcfg.streamed_parameters() == 35_072 and mcfg.kv_bytes_per_token(4) == 512
+    expected = prefill_work(mcfg, 2, 4)
+    expected.add(decode_work(mcfg, 1, 5, 4))
+    assert both.work == expected
+
+
+def test_decode_overhead_adds_host_cpu_to_every_decode_step_only() -> None:
+    def cpu_per_step(overhead_ms: float) -> tuple[float, list[float]]:
+        cfg = WorkerConfig(
+            vocab_size=VOCAB, eos_id=0, max_model_len=64, max_num_seqs=4, block_size=4,
+            decode_overhead_ms=overhead_ms,
+        )  # fmt: skip
+        s = Scheduler(cfg, small())
+        s.add(Request("a", (1, 2, 3), 9, 0.0, 1), 0.0)
+        steps = []
+        with torch.inference_mode():
+            for _ in range(9):
+                start = time.thread_time()
+                s.step()
+                steps.append(time.thread_time() - start)
+        return steps[0], steps[1:]  # the prefill, then eight decode steps
+
+    _, plain = cpu_per_step(0.0)
+    prefill_with, burdened = cpu_per_step(40.0)
+    added = statistics.median(burdened) - statistics.median(plain)
+    assert 0.040 <= added < 0.060
+    assert min(burdened) >= 0.040
+    assert prefill_with < 0.040  # a step without decoding pays nothing
+
+
+def test_model_directory_reads_back_as_the_real_model(tmp_path: Path) -> None:
+    model = small()
+    write_model_dir(model, tmp_path / "model", eos_id=0)
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert (config["model_type"], config["n_layer"], config["n_embd"]) == ("gpt2", 2, 32)
+    index = json.loads((tmp_path / "model" / "model.safetensors.index.json").read_text())
+    tensors = hf_tensors(model)
+    assert set(index["weight_map"]) == set(tensors)
+    assert tuple(tensors["transformer.h.0.attn.c_attn.weight"].shape) == (32, 96)  # Conv1D
+    assert index["metadata"]["total_size"] == model.cfg.parameters() * 4
+    assert sum(t.numel() for t in tensors.values()) == model.cfg.parameters()
+    facts = load_model(tmp_path / "model")  # what the sidecar's model collector reads
+    # Streamed per step: everything but the 64-row position table (the LM head is tied).
+    assert facts.weight_bytes == model.cfg.streamed_parameters() * 4
+    assert facts.weight_bytes == (model.cfg.parameters() - 64 * 32) * 4
+    assert facts.kv_cache_bytes_per_token == model.cfg.kv_bytes_per_token(4) == 2 * 2 * 32 * 4
+    assert facts.flops_per_token == 2 * (2 * model.cfg.layer_parameters() + 2 * 32)

@@ -20,6 +20,10 @@ LISTEN = re.compile(r"listening on (http://\S+)")
 class Engine:
     def __init__(self, log: Path, *args: str) -> None:
         self.log = log
+        # Where the engine writes its model's description (--model-dir), if it was asked to.
+        self.model_dir = (
+            Path(args[args.index("--model-dir") + 1]) if "--model-dir" in args else None
+        )
         self._log = log.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "exporter.lab.engine", "--port", "0", *args],

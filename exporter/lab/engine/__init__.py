@@ -4,7 +4,8 @@ Optional extra ``reference`` (torch, tokenizers). Nothing the sidecar imports ma
 package; the modules that need torch (:mod:`.model`, :mod:`.worker`) import it themselves, and
 only the model worker process loads them. The front-end (:mod:`.server`), the tokenizer
 (:mod:`.tokenizer`), the injections (:mod:`.inject`) and the drill traces (:mod:`.gputrace`)
-need no torch.
+need no torch; the host's peaks for the traces are measured with torch in a child process
+(:mod:`.hostpeak`), as the model worker would see them.
 
 Layout, as in vLLM's V1 engine::
 

@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from exporter.config import ArgumentParser, parse_duration, usage_error
@@ -110,6 +111,19 @@ def parser() -> argparse.ArgumentParser:
         help="memory-pressure: KV blocks of the pool (640 tokens at block size 16)",
     )
     p.add_argument(
+        "--decode-overhead-ms",
+        type=float,
+        default=12.0,
+        help="decode-overhead: CPU ms of host work before every decode step",
+    )
+    p.add_argument(
+        "--model-dir",
+        default="",
+        metavar="DIR",
+        help="write the model's Hugging Face description here at start-up (config.json, "
+        "model.safetensors.index.json; not the weights), for the sidecar's --model.path",
+    )
+    p.add_argument(
         "--worker-nice",
         type=int,
         default=-1,
@@ -155,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if value < low:
             _fail(f"{name}: must be at least {low}, got {value}")
+    if not 0 <= args.decode_overhead_ms <= 10_000:
+        _fail(f"--decode-overhead-ms: must be from 0 to 10000, got {args.decode_overhead_ms:g}")
     if not 0 <= args.port <= 65535:
         _fail(f"--port: {args.port} is not a port")
     try:
@@ -208,6 +224,8 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         model_name=args.served_model_name,
         require_cuda=", ".join(gpu_only),
         nice=args.worker_nice,
+        decode_overhead_ms=args.decode_overhead_ms if "decode-overhead" in injections else 0.0,
+        model_dir=str(Path(args.model_dir).resolve()) if args.model_dir else "",
     )
     frontend = Frontend(
         FrontendConfig(
@@ -227,8 +245,8 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         raise StartupError(str(err)) from None
     info = frontend.info
     log.info(
-        "model %s ready on %s: %d layers, width %d, %d heads, %.1fM parameters (%s), vocabulary "
-        "%d, KV cache %.0f MiB in %d blocks, %d torch threads, %.1fs to start",
+        "model %s ready on %s: %d layers, width %d, %d heads, %.1fM parameters (%s, %.1f MB), "
+        "vocabulary %d, KV cache %.0f MiB in %d blocks, %d torch threads, %.1fs to start",
         info["size"],
         info["device"],
         info["layers"],
@@ -236,6 +254,7 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         info["heads"],
         info["parameters"] / 1e6,
         info["dtype"],
+        info["weight_bytes"] / 1e6,
         tok.vocab_size,
         info["kv_cache_bytes"] / 2**20,
         info["kv_blocks"],

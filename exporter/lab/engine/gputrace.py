@@ -16,17 +16,35 @@ below 5 % or above 90 %), memory pre-allocated to 90 % as vLLM does:
              the admitted sequences decoding back to back.
 
 The file is written deterministically (fixed seed) by :func:`write_trace`.
+
+**The host's peaks.** The replayed GPU is honest about what it stands in for: on a CPU the
+model worker's torch threads do the GPU's work, so the trace's NVML facts (the answers behind
+``inference_gpu_peak_memory_bandwidth_bytes_per_second`` and ``inference_gpu_peak_flops``,
+see :mod:`exporter.backends.replay`) are this host's measured memory read bandwidth and
+float32 matmul rate (:mod:`exporter.lab.engine.hostpeak`, measured when the trace is written,
+with the worker's thread count). The decode floor of the reference model is then what this
+host's memory allows, and the roofline arithmetic runs on real figures. The facts are encoded
+in NVML's terms: a 64-bit memory bus at ``bandwidth / 16`` MHz (``bus / 8 x clock x 2``), and
+one GA10x-class SM (compute capability 8.6: 128 CUDA cores, 1024 dense FP16/BF16 FLOPs per
+clock) at ``matmul rate / 1024`` MHz, so the bf16 (and fp16) peak is the measured float32 rate,
+the precision the CPU model runs in; the architecture's int8 figure (twice that) means nothing
+on a host. The device name says what it is, so no product table applies.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporter.backends.replay import TRACE_FORMAT, TRACE_VERSION
+from exporter.backends.replay import TRACE_FORMAT, TRACE_VERSION, facts_to_json
+from exporter.hardware.gpus import GpuFacts
 
 LOOKS: dict[str, float] = {"starved": 40.0, "busy": 88.0}
 MEMORY_TOTAL = 85899345920  # 80 GiB
@@ -41,34 +59,103 @@ SCENARIO_LOOK: dict[str, str] = {
     "cpu-contention": "starved",
     "softirq": "starved",
     "queue-flood": "busy",
+    "decode-overhead": "starved",
 }
 
 
-def trace_lines(look: str, seed: int = 11) -> list[str]:
-    """The trace of ``look`` as JSON lines, header first."""
+# The NVML terms the host's peaks are written in (see the module docstring).
+BUS_WIDTH_BITS = 64
+COMPUTE_CAPABILITY = (8, 6)
+CUDA_CORES = 128  # one SM of compute capability 8.6
+FLOPS_PER_CLOCK = 1024  # dense FP16/BF16 per SM per clock at 8.6
+DEVICE_NAME = "Reference engine host (measured peaks)"
+
+
+@dataclass(frozen=True)
+class HostPeaks:
+    """This host's measured peaks (:mod:`exporter.lab.engine.hostpeak`)."""
+
+    memory_bandwidth: float  # bytes/s, read-only stream
+    matmul_flops: float  # FLOP/s, float32
+    threads: int = 1
+    how: str = ""
+
+    def facts(self) -> GpuFacts:
+        """The peaks as the NVML facts that give them back (within 0.5 MHz of rounding)."""
+        return GpuFacts(
+            memory_bus_width_bits=BUS_WIDTH_BITS,
+            max_memory_clock_mhz=max(1, round(self.memory_bandwidth / (BUS_WIDTH_BITS / 8 * 2e6))),
+            max_sm_clock_mhz=max(1, round(self.matmul_flops / (FLOPS_PER_CLOCK * 1e6))),
+            cuda_cores=CUDA_CORES,
+            compute_capability=COMPUTE_CAPABILITY,
+        )
+
+
+def measure_host(threads: int | None = None) -> HostPeaks:
+    """Measure this host's peaks in a child process with the model worker's torch threads
+    (``threads``; default: what the engine picks on this machine). Raises ``RuntimeError``
+    when the measurement fails (no torch: the reference extra is missing)."""
+    from exporter.lab.engine.cli import auto_threads  # noqa: PLC0415
+    from exporter.lab.processes import child_pythonpath  # noqa: PLC0415
+
+    n = auto_threads() if threads is None else threads
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter.lab.engine.hostpeak", "--threads", str(n)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYTHONPATH": child_pythonpath()},
+    )
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"measuring the host's peaks failed: {last}")
+    data = json.loads(proc.stdout)
+    return HostPeaks(
+        memory_bandwidth=float(data["memory_bandwidth"]),
+        matmul_flops=float(data["matmul_flops"]),
+        threads=int(data["threads"]),
+        how=str(data["how"]),
+    )
+
+
+def trace_lines(look: str, seed: int = 11, host: HostPeaks | None = None) -> list[str]:
+    """The trace of ``look`` as JSON lines, header first; with ``host``, the GPU's NVML facts
+    are the host's peaks and its clocks the ones they imply."""
     level = LOOKS[look]
     rng = random.Random(seed)
+    gpu: dict[str, Any] = {
+        "index": 0,
+        "uuid": "GPU-d7111100-0000-4000-8000-00000000d711",
+        "name": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": "00000000:18:00.0",
+        "mig_mode": 0,
+        "gpm": True,
+    }
+    clocks = [1980, 2619]
+    what = "one H100-like GPU"
+    if host is not None:
+        facts = host.facts()
+        gpu["name"] = DEVICE_NAME
+        gpu["facts"] = facts_to_json(facts)
+        clocks = [facts.max_sm_clock_mhz or 0, facts.max_memory_clock_mhz or 0]
+        what = (
+            f"the reference engine's host ({host.memory_bandwidth / 1e9:.1f} GB/s memory read "
+            f"bandwidth, {host.matmul_flops / 1e9:.0f} GFLOP/s float32 matmul on "
+            f"{host.threads} thread(s), measured)"
+        )
     header = {
         "kind": "header",
         "format": TRACE_FORMAT,
         "version": TRACE_VERSION,
         "synthetic": True,
         "description": (
-            f"SYNTHETIC drill trace '{look}': one H100-like GPU at a steady ~{level:.0f} % "
+            f"SYNTHETIC drill trace '{look}': {what} at a steady ~{level:.0f} % "
             "utilisation, generated by exporter.lab.engine.gputrace for CPU-only drills."
         ),
         "driver_version": "550.54.15",
         "duration_s": float(DURATION_S),
-        "gpus": [
-            {
-                "index": 0,
-                "uuid": "GPU-d7111100-0000-4000-8000-00000000d711",
-                "name": "NVIDIA H100 80GB HBM3",
-                "pci_bus_id": "00000000:18:00.0",
-                "mig_mode": 0,
-                "gpm": True,
-            }
-        ],
+        "gpus": [gpu],
     }
     lines = [json.dumps(header, sort_keys=True, separators=(",", ":"))]
     energy = 250_000_000_000
@@ -93,7 +180,7 @@ def trace_lines(look: str, seed: int = 11) -> list[str]:
             "power_mw": power,
             "energy_mj": energy,
             "temp_c": round(40 + 0.3 * util),
-            "clocks_mhz": [1980, 2619],
+            "clocks_mhz": clocks,
             "clock_events": 0,
             "pcie_kibps": [round(40_000 + 900 * util), round(90_000 + 1800 * util)],
             "gpm": {
@@ -109,8 +196,10 @@ def trace_lines(look: str, seed: int = 11) -> list[str]:
     return lines
 
 
-def write_trace(look: str, path: Path) -> Path:
-    path.write_text("\n".join(trace_lines(look)) + "\n", encoding="utf-8")
+def write_trace(look: str, path: Path, host: HostPeaks | None = None) -> Path:
+    """Write the trace of ``look`` with the host's peaks (measured now unless given)."""
+    peaks = host if host is not None else measure_host()
+    path.write_text("\n".join(trace_lines(look, host=peaks)) + "\n", encoding="utf-8")
     return path
 
 

@@ -23,6 +23,11 @@
                      ``--hbm-saturation-mib`` (4096) MiB device to device back to back:
                      HBM bandwidth saturates and decode, which reads the weights and the
                      KV cache every step, slows down (CUDA only)
+``decode-overhead``  the model worker does ``--decode-overhead-ms`` (12) ms of pure-Python
+                     CPU work on its step path before every decode step: host work between
+                     the device's steps (scheduling, input preparation, sampling set-up) that
+                     is not overlapped with them, so each step takes several times its
+                     memory floor while the memory bus idles
 ===================  ======================================================================
 
 Helper processes (``cpu-contention``, ``softirq``) are ``python -m exporter.lab.engine.inject``
@@ -71,6 +76,7 @@ INJECTIONS: dict[str, str] = {
     "h2d-stall": "synchronous pageable host-to-device copies between steps (CUDA)",
     "memory-pressure": "KV cache pool smaller than the load needs (device memory at 96 % on CUDA)",
     "hbm-saturation": "a neighbour streaming device memory on the same GPU, after a while (CUDA)",
+    "decode-overhead": "host work on the model worker's step path before every decode step",
 }
 
 BURNERS_PER_CPU = 4

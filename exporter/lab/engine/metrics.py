@@ -14,8 +14,18 @@ lives. Exposes (labels ``model_name``, ``engine="0"``)::
     vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds,
     vllm:e2e_request_latency_seconds, vllm:request_queue_time_seconds,
     vllm:request_prefill_time_seconds, vllm:request_decode_time_seconds              histograms
-    vllm:cache_config_info{block_size,num_gpu_blocks}                                gauge (1)
+    vllm:estimated_flops_per_gpu_total, vllm:estimated_read_bytes_per_gpu_total,
+    vllm:estimated_write_bytes_per_gpu_total                                         counters
+    vllm:cache_config_info{block_size,cache_dtype,enable_prefix_caching,engine,
+                           num_gpu_blocks}                                            gauge (1)
     inference_h2d_copy_seconds{model}     (h2d-stall only: the worker's H2DTimer, forwarded)
+
+The three ``estimated_*`` counters are vLLM's MFU counters (``--enable-mfu-metrics``), here
+always on: the model worker adds up each step's real work
+(:class:`~exporter.lab.engine.worker.Work`). ``cache_config_info`` carries vLLM's labels
+that mean something for this engine: the block size, the blocks of the KV pool, the cache
+dtype (``auto``: the model's) and no prefix caching; vLLM's ``gpu_memory_utilization`` and
+swap settings have no counterpart here and are left out.
 """
 
 from __future__ import annotations
@@ -132,16 +142,43 @@ class EngineMetrics:
             "Histogram of time spent in DECODE phase for request.",
             E2E_BUCKETS,
         )
+        self.flops = counter(
+            "vllm:estimated_flops_per_gpu",
+            "Estimated number of floating point operations per GPU (for Model FLOPs "
+            "Utilization calculations).",
+        )
+        self.read_bytes = counter(
+            "vllm:estimated_read_bytes_per_gpu",
+            "Estimated number of bytes read from memory per GPU (for Model FLOPs Utilization "
+            "calculations).",
+        )
+        self.write_bytes = counter(
+            "vllm:estimated_write_bytes_per_gpu",
+            "Estimated number of bytes written to memory per GPU (for Model FLOPs Utilization "
+            "calculations).",
+        )
         info = Gauge(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
-            ["block_size", "num_gpu_blocks", "engine"],
+            ["block_size", "cache_dtype", "enable_prefix_caching", "engine", "num_gpu_blocks"],
             registry=r,
         )
-        info.labels(block_size=str(block_size), num_gpu_blocks=str(kv_blocks), engine="0").set(1)
+        info.labels(
+            block_size=str(block_size),
+            cache_dtype="auto",
+            enable_prefix_caching="False",
+            engine=ENGINE_INDEX,
+            num_gpu_blocks=str(kv_blocks),
+        ).set(1)
         self.h2d = _H2DForward(model)
         r.register(self.h2d)
         self._preemptions_seen = 0
+
+    def work(self, flops: float, read_bytes: float, write_bytes: float) -> None:
+        """One step's estimated work (see :class:`~exporter.lab.engine.worker.Work`)."""
+        self.flops.inc(flops)
+        self.read_bytes.inc(read_bytes)
+        self.write_bytes.inc(write_bytes)
 
     def success(self, reason: str) -> None:
         self._success.labels(**self._bind, finished_reason=reason).inc()

@@ -10,6 +10,10 @@ running sequence owns one slot; prefill writes its prompt's keys and values, eve
 step appends one position. A batched decode step reads each sequence's slot up to the longest
 sequence in the batch, with a mask for the shorter ones.
 
+The architecture is GPT-2's (the same blocks, tied LM head, learned positions), so the model
+describes itself in GPT-2's Hugging Face format (:func:`hf_config`, :func:`hf_index`) and the
+sidecar's model collector reads its roofline facts as it reads those of any served model.
+
 torch is imported here and in :mod:`exporter.lab.engine.worker` only; everything is typed
 ``Any`` at the torch boundary (mypy does not follow torch).
 """
@@ -38,8 +42,28 @@ class ModelConfig:
 
     def parameters(self) -> int:
         d = self.d_model
-        per_layer = 12 * d * d + 13 * d
-        return self.vocab_size * d + self.max_len * d + self.layers * per_layer + 2 * d
+        return (
+            self.vocab_size * d + self.max_len * d + self.layers * self.layer_parameters() + 2 * d
+        )
+
+    def layer_parameters(self) -> int:
+        """One block: qkv, out, fc1, fc2 with biases, two LayerNorms (weight and bias)."""
+        d = self.d_model
+        return 12 * d * d + 13 * d
+
+    def streamed_parameters(self) -> int:
+        """Parameters one forward pass reads whole: every block, the final norm and the LM head
+        (the tied token embedding). The position table is gathered a row per token."""
+        d = self.d_model
+        return self.layers * self.layer_parameters() + 2 * d + self.vocab_size * d
+
+    def matmul_parameters(self) -> int:
+        """Weights a token is multiplied through, less the LM head (2 x this: its FLOPs)."""
+        return self.layers * 12 * self.d_model * self.d_model
+
+    def kv_bytes_per_token(self, element_size: int) -> int:
+        """Keys and values of one position, all layers."""
+        return 2 * self.layers * self.d_model * element_size
 
 
 class Model:
@@ -100,6 +124,14 @@ class Model:
 
     def cache_bytes(self) -> int:
         return int(self.k_cache.numel() * self.k_cache.element_size() * 2)
+
+    @property
+    def element_size(self) -> int:
+        return int(self.embed.element_size())
+
+    def weight_bytes(self) -> int:
+        """Bytes of every stored weight (what a checkpoint of this model holds)."""
+        return sum(int(t.numel()) for t in hf_tensors(self).values()) * self.element_size
 
     # --- forward -------------------------------------------------------------------------------
     def _mlp(self, blk: dict[str, Any], x: Any) -> Any:
@@ -181,6 +213,63 @@ def sample(logits: Any, temperatures: list[float], generators: list[Any], banned
         probs = torch.softmax(row / temperature, dim=-1).cpu()
         out.append(int(torch.multinomial(probs, 1, generator=gen)))
     return out
+
+
+def hf_tensors(model: Model) -> dict[str, Any]:
+    """The stored weights under GPT-2's Hugging Face names (``GPT2LMHeadModel``), with its
+    ``Conv1D`` layout (``[in, out]``: the transposes of the ``[out, in]`` tensors here). The LM
+    head is the token embedding, tied, and not stored again."""
+    out: dict[str, Any] = {
+        "transformer.wte.weight": model.embed,
+        "transformer.wpe.weight": model.pos,
+    }
+    names = {
+        "ln_1": ("ln1_w", "ln1_b"),
+        "attn.c_attn": ("qkv_w", "qkv_b"),
+        "attn.c_proj": ("out_w", "out_b"),
+        "ln_2": ("ln2_w", "ln2_b"),
+        "mlp.c_fc": ("fc1_w", "fc1_b"),
+        "mlp.c_proj": ("fc2_w", "fc2_b"),
+    }
+    for i, blk in enumerate(model.blocks):
+        for hf, (weight, bias) in names.items():
+            w = blk[weight]
+            out[f"transformer.h.{i}.{hf}.weight"] = w if w.dim() == 1 else w.t()
+            out[f"transformer.h.{i}.{hf}.bias"] = blk[bias]
+    out["transformer.ln_f.weight"] = model.lnf_w
+    out["transformer.ln_f.bias"] = model.lnf_b
+    return out
+
+
+def hf_config(model: Model, *, eos_id: int) -> dict[str, Any]:
+    """``config.json`` of the model in GPT-2's Hugging Face format: the real shapes."""
+    cfg = model.cfg
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": cfg.vocab_size,
+        "n_positions": cfg.max_len,
+        "n_embd": cfg.d_model,
+        "n_layer": cfg.layers,
+        "n_head": cfg.heads,
+        "n_inner": 4 * cfg.d_model,
+        "activation_function": "gelu_new",
+        "layer_norm_epsilon": 1e-5,
+        "tie_word_embeddings": True,
+        "bos_token_id": eos_id,
+        "eos_token_id": eos_id,
+        "torch_dtype": str(model.dtype).removeprefix("torch."),
+    }
+
+
+def hf_index(model: Model) -> dict[str, Any]:
+    """``model.safetensors.index.json``: every stored tensor in one ``model.safetensors`` and
+    ``metadata.total_size``, the bytes of the stored weights."""
+    tensors = hf_tensors(model)
+    return {
+        "metadata": {"total_size": model.weight_bytes()},
+        "weight_map": dict.fromkeys(tensors, "model.safetensors"),
+    }
 
 
 def generator(seed: int) -> Any:

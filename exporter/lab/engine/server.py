@@ -232,6 +232,8 @@ class Frontend:
         )
         if out.h2d is not None:
             metrics.h2d.snapshot = out.h2d
+        if out.work is not None:
+            metrics.work(out.work.flops, out.work.read_bytes, out.work.write_bytes)
 
     # --- request path --------------------------------------------------------------------------
     async def encode(self, text: str) -> list[int]:

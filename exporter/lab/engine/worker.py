@@ -14,7 +14,8 @@ Every step the scheduler
    recomputed later, vLLM's recompute preemption);
 3. runs the prefill of the newly admitted requests (their first token) and one batched decode
    step for the others (one token each);
-4. sends the new tokens, finished requests and the scheduler's state to the front-end.
+4. sends the new tokens, finished requests, the scheduler's state and the step's work (FLOPs,
+   bytes read and written, :class:`Work`) to the front-end.
 
 The KV cache is accounted in blocks of ``block_size`` tokens, as vLLM's ``kv_cache_usage_perc``
 is; the physical cache is one slot per running sequence (:mod:`exporter.lab.engine.model`).
@@ -27,6 +28,7 @@ Messages (tuples over a :func:`multiprocessing.Pipe`)::
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -34,6 +36,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("exporter.lab.engine.worker")
@@ -80,6 +83,8 @@ class WorkerConfig:
     require_cuda: str = ""  # the injections that only mean something on a GPU
     nice: int = -1  # CPU priority of the worker; -1: 5 on CPU, unchanged on CUDA
     model_name: str = "reference-tiny"
+    decode_overhead_ms: float = 0.0  # >0: CPU work on the step path before every decode step
+    model_dir: str = ""  # write config.json and the safetensors index here at start-up
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,55 @@ class StepOutput:
     preemptions: int
     step_seconds: float
     h2d: tuple[tuple[tuple[float, float], ...], float] | None = None  # (buckets, sum)
+    work: Work | None = None
+
+
+@dataclass
+class Work:
+    """What a step's forward passes did, as vLLM's MFU counters estimate it (per GPU).
+
+    Each forward pass streams the weights it multiplies with once (``streamed_parameters``:
+    the blocks, the final norm and the tied LM head) and gathers one embedding and position row
+    per token. Decode reads every sequence's cached keys and values up to the longest sequence
+    in the batch (the masked positions too: the kernel reads them) and writes one position per
+    sequence; prefill writes the prompt's positions and reads them back once. FLOPs are
+    ``2 x matmul parameters`` per token, the LM head for the tokens sampled, and attention:
+    ``4 x layers x width`` per (query, key) pair - all keys up to the longest for decode, the
+    causal half for prefill. Activations' traffic is left out (a few KiB per token)."""
+
+    flops: float = 0.0
+    read_bytes: float = 0.0
+    write_bytes: float = 0.0
+
+    def add(self, other: Work) -> None:
+        self.flops += other.flops
+        self.read_bytes += other.read_bytes
+        self.write_bytes += other.write_bytes
+
+
+def decode_work(mcfg: Any, batch: int, span: int, element_size: int) -> Work:
+    """One batched decode pass over ``batch`` sequences whose longest holds ``span`` keys."""
+    d, e = mcfg.d_model, element_size
+    kv = mcfg.kv_bytes_per_token(e)
+    return Work(
+        flops=2.0 * batch * (mcfg.matmul_parameters() + mcfg.vocab_size * d)
+        + 4.0 * mcfg.layers * d * span * batch,
+        read_bytes=float(mcfg.streamed_parameters() * e + batch * span * kv + batch * 2 * d * e),
+        write_bytes=float(batch * kv),
+    )
+
+
+def prefill_work(mcfg: Any, tokens: int, element_size: int) -> Work:
+    """The prefill of one ``tokens``-long prompt (logits of its last token only)."""
+    d, e, n = mcfg.d_model, element_size, tokens
+    kv = mcfg.kv_bytes_per_token(e)
+    return Work(
+        flops=2.0 * n * mcfg.matmul_parameters()
+        + 2.0 * mcfg.vocab_size * d
+        + 2.0 * mcfg.layers * d * n * (n + 1),
+        read_bytes=float(mcfg.streamed_parameters() * e + n * kv + n * 2 * d * e),
+        write_bytes=float(n * kv),
+    )
 
 
 @dataclass
@@ -210,19 +264,26 @@ class Scheduler:
             self._stall()
         out = StepOutput(
             at=0.0, tokens=[], first={}, finished={}, waiting=0, running=0, kv_usage=0.0,
-            preemptions=0, step_seconds=0.0,
+            preemptions=0, step_seconds=0.0, work=Work(),
         )  # fmt: skip
+        assert out.work is not None
+        mcfg, size = self.model.cfg, self.model.element_size
         for seq in admitted:
             logits = self.model.prefill(seq.tokens, seq.slot)
+            out.work.add(prefill_work(mcfg, len(seq.tokens), size))
             seq.cached = len(seq.tokens)
             first = m.sample(logits[None, :], [seq.req.temperature], [seq.sampler], self.cfg.eos_id)
             self._emit(seq, first[0], out)
         if decoding:
+            if self.cfg.decode_overhead_ms > 0:
+                step_overhead(self.cfg.decode_overhead_ms / 1000.0)
+            positions = [s.cached for s in decoding]
             logits = self.model.decode(
                 [s.tokens[-1] for s in decoding],
                 [s.slot for s in decoding],
-                [s.cached for s in decoding],
+                positions,
             )
+            out.work.add(decode_work(mcfg, len(decoding), max(positions) + 1, size))
             for s in decoding:
                 s.cached += 1
             temps = [s.req.temperature for s in decoding]
@@ -336,6 +397,16 @@ class Scheduler:
         self.h2d.flush()
 
 
+def step_overhead(cpu_seconds: float) -> None:
+    """decode-overhead: ``cpu_seconds`` of pure-Python work of this thread before a decode step,
+    the shape of per-step host work an engine does between kernels (scheduling, building the
+    batch's inputs, sampling parameters, detokenising) when it is not overlapped with the
+    device. CPU time, not wall time: under contention it stretches as the step's compute does."""
+    from exporter.lab.engine.inject import hold_gil  # noqa: PLC0415
+
+    hold_gil("decode-overhead: the host prepares the next step", cpu_seconds)
+
+
 def _h2d_snapshot(registry: Any) -> tuple[tuple[tuple[float, float], ...], float] | None:
     for family in registry.collect():
         buckets: list[tuple[float, float]] = []
@@ -425,10 +496,14 @@ def build(cfg: WorkerConfig) -> tuple[Scheduler, dict[str, Any], Any]:
     scheduler = Scheduler(cfg, model, h2d)
     if cfg.hbm_saturation_mib > 0 and device.startswith("cuda"):
         HbmNeighbour(device, cfg.hbm_saturation_mib, cfg.hbm_saturation_after_s).start()
+    if cfg.model_dir:
+        write_model_dir(model, Path(cfg.model_dir), eos_id=cfg.eos_id)
     info = {
         "size": name,
         "device": device,
         "dtype": str(dtype).removeprefix("torch."),
+        "weight_bytes": model.weight_bytes(),
+        "kv_bytes_per_token": mcfg.kv_bytes_per_token(model.element_size),
         "parameters": mcfg.parameters(),
         "layers": mcfg.layers,
         "d_model": mcfg.d_model,
@@ -439,6 +514,24 @@ def build(cfg: WorkerConfig) -> tuple[Scheduler, dict[str, Any], Any]:
         "nice": nice,
     }
     return scheduler, info, registry
+
+
+def write_model_dir(model: Any, directory: Path, *, eos_id: int) -> None:
+    """The model as a Hugging Face directory: ``config.json`` and
+    ``model.safetensors.index.json`` (every tensor's name and ``metadata.total_size``). The
+    weights themselves are not written: they are random, regenerated from the seed. Each file
+    is written whole and then renamed, so a reader never sees half of one."""
+    from exporter.lab.engine import model as m  # noqa: PLC0415
+
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {
+        "config.json": m.hf_config(model, eos_id=eos_id),
+        "model.safetensors.index.json": m.hf_index(model),
+    }
+    for name, content in files.items():
+        tmp = directory / f".{name}.tmp"
+        tmp.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, directory / name)
 
 
 def warm_up(scheduler: Scheduler) -> None:
