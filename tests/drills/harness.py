@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drills.scenarios import ENGINE_ARGS, LOAD, Scenario
+from drills.scenarios import ENGINE_ARGS, Scenario
 
 from exporter.lab.engine.gputrace import write_trace
 from exporter.lab.processes import child_pythonpath, stop_process
@@ -159,11 +159,11 @@ def _start_load(stack: Stack, scenario: Scenario, workdir: Path) -> subprocess.P
         "--url",
         stack.engine_url,
         "--rate",
-        f"{LOAD.rate:g}",
+        f"{scenario.load.rate:g}",
         "--prompt-tokens",
-        str(LOAD.prompt_tokens),
+        str(scenario.load.prompt_tokens),
         "--output-tokens",
-        str(LOAD.output_tokens),
+        str(scenario.load.output_tokens),
         "--duration",
         f"{scenario.deadline_s + 30:g}s",
         "--drain",

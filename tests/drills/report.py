@@ -111,6 +111,11 @@ def render(results: Mapping[str, DrillResult], *, machine: str, total_s: float, 
         "256, 3.8 M parameters) on 1 torch thread, its model worker at nice 5 (on a CPU the "
         "worker's compute stands in for the GPU, which takes no CPU from the host side), up to "
         "16 running sequences.",
+        *(
+            f"`{s.name}` runs {s.load.rate:g} requests/s instead: {s.load_why}."
+            for s in SCENARIOS
+            if s.load != LOAD
+        ),
         "",
         "## Matrix",
         "",

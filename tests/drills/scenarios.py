@@ -1,7 +1,7 @@
 """The drill matrix: one scenario per injected cause, what must fire, what may fire with it.
 
-Every CPU drill runs the same load (:data:`LOAD`) against the same reference engine
-configuration; only the injection differs, and - where the cause leaves the GPU busy - the
+Every CPU drill runs the same load (:data:`LOAD`; one drill a lighter one, with the reason)
+against the same reference engine configuration; only the injection differs, and - where the cause leaves the GPU busy - the
 replayed GPU (see :mod:`exporter.lab.engine.gputrace`). Co-firing is allowed only where it is
 written down here with the reason; any other alert that fires fails the drill.
 """
@@ -32,6 +32,7 @@ QUEUE_WAIT = "InferenceQueueWaitDominatesLatency"
 PULSING = "InferenceGPUUtilizationPulsing"
 HBM = "InferenceHBMBandwidthSaturated"
 MEMORY = "InferenceGPUMemoryHeadroomLow"
+DECODE = "InferenceDecodeOverheadBound"
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class Scenario:
     engine_args: tuple[str, ...] = ()
     gpu: bool = False
     rules_config: str = ""  # site config of the rule pack (YAML), for Prometheus and diagnose
+    load: Load = LOAD
+    load_why: str = ""  # why a drill runs another load than LOAD
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -167,12 +170,36 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
 )
 
-# decode-overhead (`--inject decode-overhead`: CPU work on the model worker's step path before
-# every decode step) is meant to fire InferenceDecodeOverheadBound, which does not exist yet,
-# so it has no scenario here. Before adding one, read the measurements in docs/roofline.md
-# ("The reference engine on a CPU"): with the host's measured peaks in the trace, the healthy
-# reference engine on a 2-CPU host already runs its decode steps at about a tenth of their
-# memory floor, so the healthy drill would fire that signature too.
+DECODE_OVERHEAD_MS = 60
+
+SCENARIOS += (
+    Scenario(
+        name="decode-overhead",
+        injections=("decode-overhead",),
+        expected=DECODE,
+        why=(
+            f"{DECODE_OVERHEAD_MS} ms of host work on the model worker's step path before every "
+            "decode step: each step takes several times its floor (the time its weight and KV "
+            "reads take at the rate this host's kernels stream them, the trace's peak) while "
+            "the replayed GPU's memory bus stays under half busy"
+        ),
+        engine_args=("--decode-overhead-ms", str(DECODE_OVERHEAD_MS)),
+        load=Load(rate=0.5),
+        load_why=(
+            "at 2 requests/s the slowed steps would fill the 16-sequence batch and the queue "
+            "would grow: the starved-queue signature (critical) would then outrank the cause; "
+            "at 0.5 requests/s the engine keeps up with the overhead"
+        ),
+        deadline_s=200.0,
+        allowed={
+            STARVED: (
+                "at the drill's 2 requests/s the slowed steps cannot keep up: the queue grows "
+                "while the GPU waits, the consequence of the overhead"
+            ),
+            QUEUE_WAIT: "the growing queue is, after a while, most of every request's latency",
+        },
+    ),
+)
 
 HBM_AFTER_S = 120
 

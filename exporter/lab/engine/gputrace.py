@@ -20,10 +20,12 @@ The file is written deterministically (fixed seed) by :func:`write_trace`.
 **The host's peaks.** The replayed GPU is honest about what it stands in for: on a CPU the
 model worker's torch threads do the GPU's work, so the trace's NVML facts (the answers behind
 ``inference_gpu_peak_memory_bandwidth_bytes_per_second`` and ``inference_gpu_peak_flops``,
-see :mod:`exporter.backends.replay`) are this host's measured memory read bandwidth and
-float32 matmul rate (:mod:`exporter.lab.engine.hostpeak`, measured when the trace is written,
-with the worker's thread count). The decode floor of the reference model is then what this
-host's memory allows, and the roofline arithmetic runs on real figures. The facts are encoded
+see :mod:`exporter.backends.replay`) are the rate at which this host streams the model's
+weights through a decode step's products (on a CPU that, not DRAM, bounds a decode step) and
+its float32 matmul rate (:mod:`exporter.lab.engine.hostpeak`, measured when the trace is
+written, with the worker's thread count). The decode floor of the reference model is then what
+this host allows a step, and the roofline arithmetic runs on real figures (docs/roofline.md,
+"The reference engine on a CPU"). The facts are encoded
 in NVML's terms: a 64-bit memory bus at ``bandwidth / 16`` MHz (``bus / 8 x clock x 2``), and
 one GA10x-class SM (compute capability 8.6: 128 CUDA cores, 1024 dense FP16/BF16 FLOPs per
 clock) at ``matmul rate / 1024`` MHz, so the bf16 (and fp16) peak is the measured float32 rate,
@@ -75,8 +77,9 @@ DEVICE_NAME = "Reference engine host (measured peaks)"
 class HostPeaks:
     """This host's measured peaks (:mod:`exporter.lab.engine.hostpeak`)."""
 
-    memory_bandwidth: float  # bytes/s, read-only stream
+    memory_bandwidth: float  # bytes/s: the replayed GPU's peak (the decode stream rate)
     matmul_flops: float  # FLOP/s, float32
+    dram_bandwidth: float = 0.0  # bytes/s, read-only stream (for the record)
     threads: int = 1
     how: str = ""
 
@@ -112,8 +115,9 @@ def measure_host(threads: int | None = None) -> HostPeaks:
         raise RuntimeError(f"measuring the host's peaks failed: {last}")
     data = json.loads(proc.stdout)
     return HostPeaks(
-        memory_bandwidth=float(data["memory_bandwidth"]),
+        memory_bandwidth=float(data["decode_stream_bandwidth"]),
         matmul_flops=float(data["matmul_flops"]),
+        dram_bandwidth=float(data["memory_bandwidth"]),
         threads=int(data["threads"]),
         how=str(data["how"]),
     )

@@ -7,14 +7,21 @@ floor ``(weight bytes + KV bytes in use) / peak bandwidth`` is real
 
 ``python -m exporter.lab.engine.hostpeak --threads N`` prints one JSON object::
 
-    {"memory_bandwidth": 2.6e10, "matmul_flops": 9.5e10, "threads": 1,
-     "buffer_bytes": 536870912, "passes": 10, "how": "..."}
+    {"memory_bandwidth": 2.6e10, "decode_stream_bandwidth": 4.2e9, "matmul_flops": 9.5e10,
+     "threads": 1, "buffer_bytes": 536870912, "passes": 10, "how": "..."}
 
 * **Memory bandwidth** (bytes/s): a read-only stream, ``torch.sum`` over a float32 buffer of
   512 MiB (far beyond any last-level cache, so every pass comes from DRAM), with the
-  worker's number of torch threads. A decode step reads (weights and KV cache) and writes next
-  to nothing, so a read stream is its limit; a copy would count the write-allocate traffic
-  too and read lower.
+  worker's number of torch threads: what DRAM delivers.
+* **Decode stream bandwidth** (bytes/s): the rate at which torch streams the reference
+  model's weight matrices (every block's qkv, out, fc1, fc2 and the tied LM head, float32,
+  the default ``tiny`` size) through one decode step's products at a batch of 4 sequences.
+  This, not DRAM, is the ceiling of a decode step on a CPU: with a few rows per product,
+  torch's CPU kernels repack the weights on every call and run out of arithmetic long before
+  the memory bus (about 4 GB/s here against about 24 GB/s of DRAM reads). On a GPU the same
+  products stream at close to the HBM peak, which is why the drill traces use this figure as
+  the replayed GPU's peak bandwidth: the decode floor is then the time the step's kernels
+  need, as the HBM floor is on a GPU.
 * **Matrix-multiply rate** (FLOP/s): float32 ``1024 x 1024 @ 1024 x 1024`` products (2 x
   1024^3 FLOPs each; the operands stay in cache), the precision the CPU model runs in.
 
@@ -35,6 +42,9 @@ from typing import Any
 BUFFER_BYTES = 512 * 2**20
 MATMUL_N = 1024
 PASSES = 10
+# The default reference model (exporter.lab.engine.worker.SIZES["tiny"], the BPE vocabulary
+# of exporter.lab.engine.tokenizer) and the batch its drill load keeps running.
+DECODE_LAYERS, DECODE_D_MODEL, DECODE_VOCAB, DECODE_BATCH = 4, 256, 2048, 4
 
 
 def fastest(run: Callable[[], Any], passes: int = PASSES) -> float:
@@ -46,6 +56,20 @@ def fastest(run: Callable[[], Any], passes: int = PASSES) -> float:
         run()
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def _decode_step(torch: Any, gen: Any) -> tuple[int, Callable[[], Any]]:
+    """The weight products of one batched decode step of the tiny model: (bytes, the step)."""
+    d = DECODE_D_MODEL
+    shapes = [(3 * d, d), (d, d), (4 * d, d), (d, 4 * d)] * DECODE_LAYERS + [(DECODE_VOCAB, d)]
+    weights = [torch.randn(*shape, generator=gen) for shape in shapes]
+    inputs = {k: torch.randn(DECODE_BATCH, k, generator=gen) for k in (d, 4 * d)}
+
+    def step() -> None:
+        for w in weights:
+            torch.nn.functional.linear(inputs[w.shape[1]], w)
+
+    return sum(4 * w.numel() for w in weights), step
 
 
 def measure(threads: int) -> dict[str, Any]:
@@ -61,16 +85,21 @@ def measure(threads: int) -> dict[str, Any]:
         a = torch.randn(MATMUL_N, MATMUL_N, generator=gen)
         b = torch.randn(MATMUL_N, MATMUL_N, generator=gen)
         mm = fastest(lambda: torch.mm(a, b))
+        stream_bytes, step = _decode_step(torch, gen)
+        stream = fastest(step)
     used = torch.get_num_threads()
     return {
         "memory_bandwidth": BUFFER_BYTES / read,
+        "decode_stream_bandwidth": stream_bytes / stream,
         "matmul_flops": 2.0 * MATMUL_N**3 / mm,
         "threads": used,
         "buffer_bytes": BUFFER_BYTES,
         "passes": PASSES,
         "how": (
             f"fastest of {PASSES} passes on {used} torch thread(s): read-only sum over "
-            f"{BUFFER_BYTES // 2**20} MiB of float32; float32 {MATMUL_N}x{MATMUL_N} matmul"
+            f"{BUFFER_BYTES // 2**20} MiB of float32; the tiny model's weight matrices "
+            f"({stream_bytes / 1e6:.1f} MB) through a batch-{DECODE_BATCH} decode step; "
+            f"float32 {MATMUL_N}x{MATMUL_N} matmul"
         ),
     }
 
