@@ -7,6 +7,7 @@ import contextlib
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -98,6 +99,25 @@ class Collector:
 
     def collect(self) -> Collection:
         raise NotImplementedError
+
+
+class BackgroundThread:
+    """One daemon thread of a collector, started by :meth:`start_thread` and stopped by
+    :meth:`stop_thread` (the target ends when ``self.stopping`` is set)."""
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start_thread(self, target: Callable[[], None], name: str) -> None:
+        self.stopping.clear()
+        self._thread = threading.Thread(target=target, name=name, daemon=True)
+        self._thread.start()
+
+    def stop_thread(self, timeout: float) -> None:
+        self.stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
 
 
 class HttpPollingCollector(Collector):

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from exporter import metrics as m
 from exporter.backends.hfmodel import ModelDirError, ModelFacts, load_model
-from exporter.collectors.base import Collection, Collector, Shared
+from exporter.collectors.base import BackgroundThread, Collection, Collector, Shared
 from exporter.collectors.engine import EngineHub
 from exporter.config import Option, Settings, section
 from exporter.hardware.models import KV_CACHE_DTYPES
@@ -60,28 +60,23 @@ class ModelCollector(Collector):
         self._facts: ModelFacts | None = None
         self._error = ""
         self._attempted = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._background = BackgroundThread()
 
     def start(self) -> None:
         if self._load is None:
             self._attempted.set()
             return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="model-reader", daemon=True)
-        self._thread.start()
+        self._background.start_thread(self._run, "model-reader")
 
     def stop(self, timeout: float) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._background.stop_thread(timeout)
 
     def wait_ready(self, timeout: float) -> bool:
         return self._attempted.wait(timeout)
 
     def _run(self) -> None:
         assert self._load is not None
-        while not self._stop.is_set():
+        while not self._background.stopping.is_set():
             try:
                 facts = self._load()
             except ModelDirError as err:
@@ -102,7 +97,7 @@ class ModelCollector(Collector):
                 self._attempted.set()
                 return
             self._attempted.set()
-            self._stop.wait(self.retry_interval)
+            self._background.stopping.wait(self.retry_interval)
 
     def model_label(self, directory_name: str) -> str:
         """The served model name where the engine says which, else the directory's name."""

@@ -62,7 +62,14 @@ import psutil
 from prometheus_client.metrics_core import Metric
 
 from exporter import metrics as m
-from exporter.collectors.base import Collection, Collector, EnginePids, Shared, WindowHistory
+from exporter.collectors.base import (
+    BackgroundThread,
+    Collection,
+    Collector,
+    EnginePids,
+    Shared,
+    WindowHistory,
+)
 from exporter.config import Option, Settings
 from exporter.engines import process_match
 from exporter.priority import SCRAPES, no_pause
@@ -230,22 +237,17 @@ class ProcessCollector(Collector):
         self._interval = interval
         self.blocking = interval is None
         self._latest: Collection | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._background = BackgroundThread()
         # Where the matched PIDs go for the nvml collector's per-process GPU shares.
         self._pids = pids
 
     def start(self) -> None:
         if self._interval is None:
             return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="process-scan", daemon=True)
-        self._thread.start()
+        self._background.start_thread(self._loop, "process-scan")
 
     def stop(self, timeout: float) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._background.stop_thread(timeout)
 
     def wait_ready(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -259,7 +261,7 @@ class ProcessCollector(Collector):
         assert self._interval is not None
         while True:
             self._latest = self.scan(pause=SCRAPES.step_aside)
-            if self._stop.wait(self._interval):
+            if self._background.stopping.wait(self._interval):
                 return
 
     def collect(self) -> Collection:
