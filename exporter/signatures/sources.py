@@ -106,16 +106,23 @@ class Records:
         )
 
 
+TARGET_GROUP = "inference.records"
+GPU_GROUP = "inference.records.gpu"
+RECORD_GROUPS = (TARGET_GROUP, GPU_GROUP)
+
+
 def recording_rules(cfg: SiteConfig) -> list[RecordingRule]:
-    """All recording rules of the configuration's profile, in evaluation order.
+    """All recording rules of the configuration's profile, in evaluation order: the
+    ``inference.records`` group, then ``inference.records.gpu``.
 
     Every record's ``window`` is resolved (never ``None``), and the history records of the
-    cold-start guard follow the target-info record, ahead of every record that reads them.
+    cold-start guard come first, ahead of every record that reads them.
     """
     builder = _Builder(cfg)
     rules = resolve_windows(builder.rules())
     windows = sorted(({rule.window or 0.0 for rule in rules} | builder.history_windows) - {0.0})
-    return [rules[0], *builder.history(windows), *rules[1:]]
+    ordered = [*builder.history(windows), *rules]
+    return [rule for group in RECORD_GROUPS for rule in ordered if rule.group == group]
 
 
 def resolve_windows(rules: Sequence[RecordingRule]) -> list[RecordingRule]:
@@ -157,7 +164,9 @@ class _Builder:
 
     def d(self, metric: str, *extra: str) -> str:
         """A dcgm-exporter series selector: only series attributed to a pod."""
-        attributed = [f'{label}!=""' for label in self.cfg.dcgm.dcgm_labels]
+        attributed = [
+            f'{source}!=""' for target, source in self.cfg.dcgm.labels if target in DCGM_REQUIRED
+        ]
         return selector(metric, *extra, self.cfg.selectors.dcgm, attributed)
 
     def _renamed(self, expr: str, *, gpu: bool) -> str:
@@ -214,9 +223,20 @@ class _Builder:
         ]
 
     def rules(self) -> list[RecordingRule]:
-        out = self.common()
-        out += self.dcgm_gpu_rules() if self.cfg.profile.source == "dcgm" else self.sidecar_gpu()
-        return out
+        dcgm = self.cfg.profile.source == "dcgm"
+        # The join labels of each target, for dcgm-exporter series: the sidecar profile has
+        # nothing to join and does not record it.
+        out = [self.target_info()] if dcgm else []
+        out += self.common()
+        gpu = self.dcgm_gpu_rules() if dcgm else self.sidecar_gpu()
+        return out + [replace(rule, group=GPU_GROUP) for rule in gpu]
+
+    def target_info(self) -> RecordingRule:
+        return RecordingRule(
+            self.r.target_info,
+            f"group {self.by_target} ({self.s('inference_exporter_build_info')})",
+            "1 per sidecar scrape target: the join labels every other record carries",
+        )
 
     def common(self) -> list[RecordingRule]:
         """Records from the sidecar's engine, tokenizer, process and cpu collectors."""
@@ -225,11 +245,6 @@ class _Builder:
         latency = duration(self.cfg.window("latency"))
         trend = duration(self.cfg.window("queue_trend"))
         return [
-            RecordingRule(
-                r.target_info,
-                f"group {bt} ({self.s('inference_exporter_build_info')})",
-                "1 per sidecar scrape target: the join labels every other record carries",
-            ),
             RecordingRule(
                 r.requests_running,
                 f"sum {bt} (avg_over_time({self.s('inference_requests_running')}[{rate}]))",
@@ -495,8 +510,7 @@ class _Builder:
             RecordingRule(
                 r.temperature,
                 self.held_down(self.dcgm_gpu(self.d("DCGM_FI_DEV_GPU_TEMP"))),
-                "GPU die temperature of the GPUs whose clocks are held down "
-                "(DCGM_FI_DEV_GPU_TEMP)",
+                "GPU die temperature of the GPUs whose clocks are held down (DCGM_FI_DEV_GPU_TEMP)",
             ),
             RecordingRule(
                 r.sm_clock,

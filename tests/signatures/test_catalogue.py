@@ -106,16 +106,22 @@ def test_rendered_alerts(profile: str) -> None:
 def test_rendered_records_parse_and_are_named_level_metric_operation(profile: str) -> None:
     cfg = parse_config({}, profile)
     data = yaml.safe_load(recording_rules_yaml(cfg))
-    (group,) = data["groups"]
-    names = [r["record"] for r in group["rules"]]
+    # Per-target records, then those over per-GPU series (their cost grows with the GPUs).
+    assert [g["name"] for g in data["groups"]] == ["inference.records", "inference.records.gpu"]
+    rules = [rule for group in data["groups"] for rule in group["rules"]]
+    names = [r["record"] for r in rules]
     assert names == [r.record for r in recording_rules(cfg)]
     assert len(names) == len(set(names))
     for name in names:
         assert re.fullmatch(r"inference(_gpu)?:[a-z0-9_]+:[a-z0-9_]+", name), name
-    # A record only reads records defined before it in the group.
-    for i, rule in enumerate(group["rules"]):
+    # A record only reads records defined before it: in its group, or in the group before.
+    for i, rule in enumerate(rules):
         for used in re.findall(r"inference(?:_gpu)?:[a-z0-9_]+:[a-z0-9_]+", rule["expr"]):
             assert used in names[:i], f"{rule['record']} reads {used} before it is recorded"
+    # Nothing per GPU is read in the per-target group.
+    (per_target,) = (g for g in data["groups"] if g["name"] == "inference.records")
+    for rule in per_target["rules"]:
+        assert "inference_gpu_" not in rule["expr"] and "DCGM_" not in rule["expr"], rule
 
 
 @pytest.mark.parametrize("profile", PROFILES)
