@@ -4,7 +4,9 @@ Emits (labels ``gpu``, ``uuid`` unless noted; see ``docs/metrics.md``)::
 
     inference_nvml_up                                   1 / 0
     inference_nvml_calls_total{gpu}                     calls made for the GPU
-    inference_gpu_info{gpu,uuid,name,driver_version,pci_bus_id,mig_mode} 1
+    inference_nvml_driver_info{driver_version}          1
+    inference_gpu_info{gpu,uuid,name,pci_bus_id}        1
+    inference_gpu_mig_mode_info{gpu,uuid,mig_mode}      1
     inference_gpu_up                                    0 when the GPU errors or hangs
     inference_gpu_utilization_ratio                     latest driver sample
     inference_gpu_busy_seconds_total                    integral of every driver sample
@@ -373,6 +375,11 @@ class NvmlCollector(Collector):
             out.success = False
             out.error = self._last_init_error or "NVML not initialised"
             return out
+        # Identity apart from each GPU's: every series stays within the label budget
+        # (exporter.metrics.SERIES_BUDGET) with a PodMonitor's target labels added.
+        fam_driver = m.gauge("inference_nvml_driver_info")
+        fam_driver.add_metric([driver], 1.0)
+        out.metrics.append(fam_driver)
         f = _Families()
         stuck: list[str] = []
         stale_after = max(3 * self.poll_interval, self.deadline)
@@ -384,7 +391,7 @@ class NvmlCollector(Collector):
                 healthy = not hung and not state.error and fresh
                 if hung:
                     stuck.append(str(state.identity.index))
-                f.add_state(state, driver, healthy)
+                f.add_state(state, healthy)
         out.metrics.extend(f.all())
         if stuck:
             out.success = False
@@ -398,6 +405,7 @@ class _Families:
     def __init__(self) -> None:
         self.calls = m.counter("inference_nvml_calls_total")
         self.info = m.gauge("inference_gpu_info")
+        self.mig = m.gauge("inference_gpu_mig_mode_info")
         self.up = m.gauge("inference_gpu_up")
         self.xid = m.counter("inference_gpu_xid_errors_total")
         self.hist = m.histogram("inference_gpu_utilization_samples")
@@ -426,7 +434,8 @@ class _Families:
         }
 
     def all(self) -> list[Metric]:
-        fams: list[Metric] = [self.calls, self.info, self.up, self.xid, self.hist, self.busy]
+        fams: list[Metric] = [self.calls, self.info, self.mig, self.up, self.xid, self.hist]
+        fams.append(self.busy)
         fams += [self.dram_seconds, self.energy, self.events, *self.gauges.values()]
         return [f for f in fams if f.samples]
 
@@ -434,11 +443,12 @@ class _Families:
         if value is not None:
             self.gauges[name].add_metric(labels, value)
 
-    def add_state(self, s: GpuState, driver: str, healthy: bool) -> None:
+    def add_state(self, s: GpuState, healthy: bool) -> None:
         ident = s.identity
         labels = [str(ident.index), ident.uuid]
         self.calls.add_metric([labels[0]], float(s.calls))
-        self.info.add_metric([*labels, ident.name, driver, ident.pci_bus_id, ident.mig_mode], 1.0)
+        self.info.add_metric([*labels, ident.name, ident.pci_bus_id], 1.0)
+        self.mig.add_metric([*labels, ident.mig_mode], 1.0)
         self.up.add_metric(labels, 1.0 if healthy else 0.0)
         for xid, count in sorted(s.xids.items()):
             self.xid.add_metric([*labels, str(xid)], float(count))

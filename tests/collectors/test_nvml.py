@@ -172,32 +172,12 @@ def test_first_read_exposes_every_field_in_base_units(collector: NvmlCollector) 
     assert g("inference_nvml_up") == 1
     assert g("inference_gpu_up", lab(0)) == 1
     assert g("inference_gpu_up", lab(1)) == 1
-    assert (
-        g(
-            "inference_gpu_info",
-            lab(
-                0,
-                name="NVIDIA H100 80GB HBM3",
-                driver_version="550.54.15",
-                pci_bus_id="00000000:18:00.0",
-                mig_mode="disabled",
-            ),
-        )
-        == 1
-    )
-    assert (
-        g(
-            "inference_gpu_info",
-            lab(
-                1,
-                name="NVIDIA A10G",
-                driver_version="550.54.15",
-                pci_bus_id="00000000:2A:00.0",
-                mig_mode="unsupported",
-            ),
-        )
-        == 1
-    )
+    assert g("inference_nvml_driver_info", {"driver_version": "550.54.15"}) == 1
+    info = lab(0, name="NVIDIA H100 80GB HBM3", pci_bus_id="00000000:18:00.0")
+    assert g("inference_gpu_info", info) == 1
+    assert g("inference_gpu_mig_mode_info", lab(0, mig_mode="disabled")) == 1
+    assert g("inference_gpu_info", lab(1, name="NVIDIA A10G", pci_bus_id="00000000:2A:00.0")) == 1
+    assert g("inference_gpu_mig_mode_info", lab(1, mig_mode="unsupported")) == 1
     assert g("inference_gpu_utilization_ratio", lab(0)) == pytest.approx(0.6)
     # pre-start buffer: 40 % and 60 % over 0.5 s each; the first sample has no period
     assert g("inference_gpu_busy_seconds_total", lab(0)) == pytest.approx(0.5 * 0.4 + 0.5 * 0.6)
