@@ -45,8 +45,7 @@ def engine() -> Iterator[FakeEngineThread]:
 def engine_processes() -> Iterator[None]:
     """Idle processes whose command lines the default --process.match takes for vLLM's."""
     procs = [
-        subprocess.Popen(["bash", "-c", f'exec -a "{name}" sleep 300'])
-        for name in ENGINE_PROCESSES
+        subprocess.Popen(["bash", "-c", f'exec -a "{name}" sleep 300']) for name in ENGINE_PROCESSES
     ]
     try:
         yield
@@ -76,7 +75,9 @@ def _samples(text: str) -> list[tuple[str, list[str]]]:
 
 def _complete(text: str) -> bool:
     names = {name for name, _ in _samples(text)}
-    processes = sum(1 for n, _ in _samples(text) if n == "inference_engine_process_cpu_seconds_total")
+    processes = sum(
+        1 for n, _ in _samples(text) if n == "inference_engine_process_cpu_seconds_total"
+    )
     return (
         'inference_engine_up{engine="vllm"} 1.0' in text
         and "inference_tokenizer_probe_rtt_seconds_count" in names
