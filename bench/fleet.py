@@ -444,9 +444,9 @@ def _group_of(head: str) -> str:
 
 
 def pack_selectors(rules: Sequence[Path]) -> list[str]:
-    """The raw series selectors of the pack's rule expressions (inference_*), deduplicated."""
+    """The raw series selectors of the pack's rule expressions (inference_*, up), deduplicated."""
     found: list[str] = []
-    pattern = re.compile(r"\b((?:inference_[a-z0-9_]+)(?![a-z0-9_:])(?:\{[^}]*\})?)")
+    pattern = re.compile(r"\b((?:inference_[a-z0-9_]+|up)(?![a-z0-9_:])(?:\{[^}]*\})?)")
     for path in rules:
         for group in yaml.safe_load(path.read_text())["groups"]:
             for rule in group["rules"]:
