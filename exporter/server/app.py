@@ -69,7 +69,7 @@ class Exporter:
         self.collectors = list(collectors)
         self.registry = registry or CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
-        # No python_info: its five labels would pass the label budget with a PodMonitor's
+        # No python_info: its five labels would exceed the label budget with a PodMonitor's
         # target labels (exporter.metrics.SERIES_BUDGET), and the image pins the Python.
         self.registry.register(BuildInfo())
         self.coordinator = ScrapeCoordinator(self.collectors, deadline=settings.scrape_timeout)
