@@ -37,6 +37,7 @@ class Records:
 
     target_info: str
     gpu_utilization: str
+    utilization_samples: str
     idle_samples: str
     busy_samples: str
     hbm_bandwidth: str
@@ -78,6 +79,7 @@ class Records:
         return cls(
             target_info="inference:exporter_build_info:group",
             gpu_utilization=f"inference:gpu_utilization:mean{rate}",
+            utilization_samples=f"inference:gpu_utilization_samples:increase{pulse}",
             idle_samples=f"inference:gpu_utilization_idle_samples:ratio{pulse}",
             busy_samples=f"inference:gpu_utilization_busy_samples:ratio{pulse}",
             hbm_bandwidth=f"inference:gpu_memory_bandwidth_utilization:mean{rate}",
@@ -97,8 +99,18 @@ class Records:
             memory_used="inference_gpu:memory_used:ratio",
             xid_new=f"inference_gpu:xid_errors:increase{xid}",
             clock_events="inference_gpu:clock_event_active:max",
-            temperature="inference_gpu:temperature_celsius:max",
-            sm_clock="inference_gpu:sm_clock_hertz:max",
+            # The sidecar's own series name a GPU as the records would: its evidence reads
+            # them where an alert needs them, instead of a record of every GPU every time.
+            temperature=(
+                "inference_gpu:temperature_celsius:max"
+                if cfg.profile.source == "dcgm"
+                else "inference_gpu_temperature_celsius"
+            ),
+            sm_clock=(
+                "inference_gpu:sm_clock_hertz:max"
+                if cfg.profile.source == "dcgm"
+                else "inference_gpu_sm_clock_hertz"
+            ),
             dcgm_idle_sample="inference_gpu:gpu_utilization_idle_sample:bool",
             dcgm_busy_sample="inference_gpu:gpu_utilization_busy_sample:bool",
             dcgm_xid_changed=f"inference_gpu:dcgm_xid_errors_last:changed{xid}",
@@ -106,14 +118,21 @@ class Records:
         )
 
 
+# Record groups by what their cost grows with: a target's engine gauges and counters, CPU and
+# history; the engine's and the probe's latency histograms (tens of buckets per target); the
+# per-GPU series, as rates over windows (utilisation, its samples, HBM) and as their state now
+# (framebuffer, Xids, clock events). Each stays a small share of its interval at fleet scale
+# (docs/scale.md), and Prometheus evaluates them side by side.
 TARGET_GROUP = "inference.records"
+LATENCY_GROUP = "inference.records.latency"
 GPU_GROUP = "inference.records.gpu"
-RECORD_GROUPS = (TARGET_GROUP, GPU_GROUP)
+GPU_STATE_GROUP = "inference.records.gpu_state"
+RECORD_GROUPS = (TARGET_GROUP, LATENCY_GROUP, GPU_GROUP, GPU_STATE_GROUP)
 
 
 def recording_rules(cfg: SiteConfig) -> list[RecordingRule]:
-    """All recording rules of the configuration's profile, in evaluation order: the
-    ``inference.records`` group, then ``inference.records.gpu``.
+    """All recording rules of the configuration's profile, in evaluation order: the groups of
+    :data:`RECORD_GROUPS`, one after the other.
 
     Every record's ``window`` is resolved (never ``None``), and the history records of the
     cold-start guard come first, ahead of every record that reads them.
@@ -229,7 +248,20 @@ class _Builder:
         out = [self.target_info()] if dcgm else []
         out += self.common()
         gpu = self.dcgm_gpu_rules() if dcgm else self.sidecar_gpu()
-        return out + [replace(rule, group=GPU_GROUP) for rule in gpu]
+        r = self.r
+        state = {
+            r.memory_used,
+            r.xid_new,
+            r.clock_events,
+            r.temperature,
+            r.sm_clock,
+            r.dcgm_xid_changed,
+            r.dcgm_clock_reasons,
+        }
+        return out + [
+            replace(rule, group=GPU_STATE_GROUP if rule.record in state else GPU_GROUP)
+            for rule in gpu
+        ]
 
     def target_info(self) -> RecordingRule:
         return RecordingRule(
@@ -291,12 +323,14 @@ class _Builder:
                 f"(rate({self.s('inference_tokenizer_latency_seconds_bucket', PROBE)}"
                 f"[{latency}])))",
                 "median latency of the tokenizer probe (~512-token prompt), seconds",
+                group=LATENCY_GROUP,
             ),
             RecordingRule(
                 r.inter_token_median,
                 f"histogram_quantile(0.5, sum by ({', '.join((*self.join, 'le'))}) "
                 f"(rate({self.s('inference_inter_token_latency_seconds_bucket')}[{latency}])))",
                 "median inter-token latency (one decode step as a request sees it), seconds",
+                group=LATENCY_GROUP,
             ),
             RecordingRule(
                 r.hottest_thread,
@@ -337,7 +371,6 @@ class _Builder:
         idle_bucket = self.s(f"{samples}_bucket", f'le="{idle}"')
         busy_bucket = self.s(f"{samples}_bucket", f'le="{busy}"')
         throttled = self.s("inference_gpu_clock_event_active", f'reason=~"{reasons}"')
-        count = f"sum {bt} (increase({self.s(samples + '_count')}[{pulse}]))"
         xids = self.s("inference_gpu_xid_errors_total")
         by_xid = by((*self.join, *GPU_LABELS, "xid"))
         return [
@@ -347,13 +380,19 @@ class _Builder:
                 "mean GPU utilisation (0-1) over the target's GPUs, from every driver sample",
             ),
             RecordingRule(
+                r.utilization_samples,
+                f"sum {bt} (increase({self.s(samples + '_count')}[{pulse}]))",
+                "driver utilisation samples in the window, the two shares' denominator",
+            ),
+            RecordingRule(
                 r.idle_samples,
-                f"sum {bt} (increase({idle_bucket}[{pulse}]))\n/\n{count}",
+                f"sum {bt} (increase({idle_bucket}[{pulse}]))\n/\n{r.utilization_samples}",
                 f"share of driver utilisation samples at or below {idle}",
             ),
             RecordingRule(
                 r.busy_samples,
-                f"1 - (\nsum {bt} (increase({busy_bucket}[{pulse}]))\n/\n{count}\n)",
+                f"1 - (\nsum {bt} (increase({busy_bucket}[{pulse}]))\n/\n"
+                f"{r.utilization_samples}\n)",
                 f"share of driver utilisation samples above {busy}",
             ),
             RecordingRule(
@@ -387,16 +426,6 @@ class _Builder:
                 "1 per GPU and reason while a hardware or thermal clock event reason holds "
                 "the clocks down; absent otherwise (a fleet writes what is throttled, not a "
                 "zero per GPU and reason)",
-            ),
-            RecordingRule(
-                r.temperature,
-                f"max {bg} (\n{self.held_down(self.s('inference_gpu_temperature_celsius'))}\n)",
-                "GPU die temperature of the GPUs whose clocks are held down",
-            ),
-            RecordingRule(
-                r.sm_clock,
-                f"max {bg} (\n{self.held_down(self.s('inference_gpu_sm_clock_hertz'))}\n)",
-                "current SM clock of the GPUs whose clocks are held down",
             ),
         ]
 

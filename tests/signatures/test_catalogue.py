@@ -106,8 +106,14 @@ def test_rendered_alerts(profile: str) -> None:
 def test_rendered_records_parse_and_are_named_level_metric_operation(profile: str) -> None:
     cfg = parse_config({}, profile)
     data = yaml.safe_load(recording_rules_yaml(cfg))
-    # Per-target records, then those over per-GPU series (their cost grows with the GPUs).
-    assert [g["name"] for g in data["groups"]] == ["inference.records", "inference.records.gpu"]
+    # Per-target records, the latency quantiles (tens of buckets per target), then those over
+    # per-GPU series (their cost grows with the GPUs): rates over windows, then state.
+    assert [g["name"] for g in data["groups"]] == [
+        "inference.records",
+        "inference.records.latency",
+        "inference.records.gpu",
+        "inference.records.gpu_state",
+    ]
     rules = [rule for group in data["groups"] for rule in group["rules"]]
     names = [r["record"] for r in rules]
     assert names == [r.record for r in recording_rules(cfg)]
@@ -118,10 +124,13 @@ def test_rendered_records_parse_and_are_named_level_metric_operation(profile: st
     for i, rule in enumerate(rules):
         for used in re.findall(r"inference(?:_gpu)?:[a-z0-9_]+:[a-z0-9_]+", rule["expr"]):
             assert used in names[:i], f"{rule['record']} reads {used} before it is recorded"
-    # Nothing per GPU is read in the per-target group.
-    (per_target,) = (g for g in data["groups"] if g["name"] == "inference.records")
-    for rule in per_target["rules"]:
-        assert "inference_gpu_" not in rule["expr"] and "DCGM_" not in rule["expr"], rule
+    # Nothing per GPU is read in the per-target groups, no histogram outside its group.
+    for group in data["groups"]:
+        for rule in group["rules"]:
+            if "inference_gpu_" in rule["expr"] or "DCGM_" in rule["expr"]:
+                assert group["name"].startswith("inference.records.gpu"), rule
+            quantile = "histogram_quantile" in rule["expr"]
+            assert quantile == (group["name"] == "inference.records.latency"), rule
 
 
 @pytest.mark.parametrize("profile", PROFILES)

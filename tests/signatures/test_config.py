@@ -250,8 +250,12 @@ def test_fast_profile_scales_windows_and_for_by_a_tenth() -> None:
 def test_profiles_differ_only_in_gpu_records() -> None:
     side = {r.record: r.expr for r in recording_rules(parse_config({}, "sidecar"))}
     dcgm = {r.record: r.expr for r in recording_rules(parse_config({}, "dcgm"))}
-    assert set(side) <= set(dcgm)
-    differ = {name for name in side if side[name] != dcgm[name]}
+    # Records of one profile only are GPU records (dcgm's per-GPU booleans, the sidecar's
+    # sample count) and the target info that joins dcgm-exporter series.
+    only = (set(side) ^ set(dcgm)) - {"inference:exporter_build_info:group"}
+    assert all("gpu" in name for name in only), only
+    assert "inference:exporter_build_info:group" in set(dcgm) - set(side)
+    differ = {name for name in side if name in dcgm and side[name] != dcgm[name]}
     assert all("gpu" in name for name in differ), differ
     assert not any("inference_gpu_" in dcgm[name] for name in dcgm)
     # The alert expressions themselves are the same in every profile.
