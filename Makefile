@@ -37,8 +37,8 @@ tools:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    curl openssl >/dev/null; }
-	@# victoria-metrics (VictoriaMetrics, vmalert, vmagent): the pack on a second engine
-	@# (tests/signatures/test_vmalert.py) and the multi-cluster paths (tests/test_deployment.py).
+	@# victoria-metrics (VictoriaMetrics, vmalert, vmagent): the pack on a second engine and
+	@# the multi-cluster paths (tests/signatures/test_vmalert.py, test_multicluster.py).
 	@command -v victoria-metrics >/dev/null 2>&1 && command -v vmalert >/dev/null 2>&1 && \
 	  command -v vmagent >/dev/null 2>&1 || { \
 	  $(SUDO) apt-get update -qq && \

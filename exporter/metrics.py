@@ -114,13 +114,30 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         gpus=_ALL,
     ),
     MetricSpec(
+        "inference_nvml_driver_info",
+        "gauge",
+        "nvml",
+        ("driver_version",),
+        "The NVIDIA driver NVML reports (one for the node's GPUs); constant 1.",
+        source="nvmlSystemGetDriverVersion",
+        gpus=_ALL,
+    ),
+    MetricSpec(
         "inference_gpu_info",
         "gauge",
         "nvml",
-        (*GPU_LABELS, "name", "driver_version", "pci_bus_id", "mig_mode"),
+        (*GPU_LABELS, "name", "pci_bus_id"),
         "Identity of the GPU; constant 1.",
-        source="nvmlDeviceGetUUID/Name/PciInfo/MigMode, nvmlSystemGetDriverVersion; mig_mode "
-        "is enabled, disabled or unsupported for a GPU, slice for a MIG device",
+        source="nvmlDeviceGetUUID/Name/PciInfo",
+        gpus=_ALL + "; MIG devices",
+    ),
+    MetricSpec(
+        "inference_gpu_mig_mode_info",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "mig_mode"),
+        "MIG mode of the GPU (enabled, disabled, unsupported; slice for a MIG device); constant 1.",
+        source="nvmlDeviceGetMigMode",
         gpus=_ALL + "; MIG devices",
     ),
     MetricSpec(
@@ -375,18 +392,19 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_gpu_mig_info",
         "gauge",
         "nvml",
-        (
-            *GPU_LABELS,
-            "parent_gpu",
-            "parent_uuid",
-            "profile",
-            "gpu_instance_id",
-            "compute_instance_id",
-        ),
-        "A MIG device's place: its GPU (index and UUID), profile (e.g. 1g.10gb) and GPU and "
-        "compute instance; constant 1.",
-        source="nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetName (the profile after "
-        "'MIG'), nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId",
+        (*GPU_LABELS, "parent_uuid", "profile"),
+        "A MIG device's GPU (its UUID; the index is the part of gpu before the colon) and "
+        "profile (e.g. 1g.10gb); constant 1.",
+        source="nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetName (the profile after 'MIG')",
+        gpus="MIG devices (Ampere and newer in MIG mode)",
+    ),
+    MetricSpec(
+        "inference_gpu_mig_instance_info",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "gpu_instance_id", "compute_instance_id"),
+        "A MIG device's GPU instance and compute instance (dcgm-exporter's GPU_I_ID); constant 1.",
+        source="nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId",
         gpus="MIG devices (Ampere and newer in MIG mode)",
     ),
     MetricSpec(
@@ -835,6 +853,47 @@ CATALOGUE: tuple[MetricSpec, ...] = (
 )
 
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in CATALOGUE}
+
+
+@dataclass(frozen=True)
+class SeriesBudget:
+    """The series one sidecar exposes at its defaults, by what multiplies them.
+
+    Prometheus's memory and the rule pack's evaluation time grow with these (docs/scale.md
+    turns them into sizing). ``tests/test_cardinality.py`` counts a real exposition of the CLI
+    (a replayed 2-GPU trace, the bundled vLLM scrape with one model, two engine processes)
+    and fails when a count differs: a change that adds series raises the budget here, on
+    purpose, and ``docs/metrics.md`` shows the new one.
+    """
+
+    per_gpu: int
+    """Series with a ``gpu`` label, per GPU (no Xid yet: one more per GPU and Xid seen)."""
+    per_engine: int
+    """The engine and tokenizer collectors' series for one vLLM engine serving one model."""
+    per_engine_process: int
+    """The process collector's series per distinct engine process name."""
+    per_sidecar: int
+    """Everything else: the exporter's own, the cpu collector's, NVML's and the process
+    collector's fixed series, ``process_*``."""
+    max_labels: int
+    """No series carries more labels (``__name__`` not counted) once Prometheus adds the
+    target labels of a PodMonitor (:data:`POD_MONITOR_TARGET_LABELS`)."""
+
+    def per_pod(self, gpus: int, processes: int = 2) -> int:
+        """Series of one pod: a sidecar, one engine, ``gpus`` GPUs."""
+        return (
+            self.per_sidecar
+            + self.per_engine
+            + processes * self.per_engine_process
+            + gpus * self.per_gpu
+        )
+
+
+SERIES_BUDGET = SeriesBudget(
+    per_gpu=47, per_engine=192, per_engine_process=1, per_sidecar=43, max_labels=10
+)
+# The labels Prometheus adds to every series of a target found through the chart's PodMonitor.
+POD_MONITOR_TARGET_LABELS = ("namespace", "pod", "container", "endpoint", "instance", "job")
 
 
 def _checked(name: str, kind: MetricType) -> MetricSpec:

@@ -32,6 +32,7 @@ SHARED_TRACES = (
 )
 SHARED_ONLY = {
     "inference_gpu_mig_info",
+    "inference_gpu_mig_instance_info",
     "inference_gpu_processes",
     "inference_gpu_engine_utilization_ratio",
     "inference_gpu_engine_memory_used_bytes",

@@ -236,14 +236,9 @@ def test_mig_device_values_come_from_its_gpu_instance(mig: Replayed) -> None:
         assert v("inference_gpu_engine_utilization_ratio", **labels) == pytest.approx(
             g["graphics_util"] / 100 if engine else 0.0
         )
-        info = {
-            "parent_gpu": "0",
-            "parent_uuid": gpu.uuid,
-            "profile": "1g.10gb",
-            "gpu_instance_id": str(dev.gpu_instance_id),
-            "compute_instance_id": "0",
-        }
-        assert v("inference_gpu_mig_info", **labels, **info) == 1
+        assert v("inference_gpu_mig_info", **labels, parent_uuid=gpu.uuid, profile="1g.10gb") == 1
+        instance = {"gpu_instance_id": str(dev.gpu_instance_id), "compute_instance_id": "0"}
+        assert v("inference_gpu_mig_instance_info", **labels, **instance) == 1
 
 
 def test_mig_device_peaks_are_its_share(mig: Replayed) -> None:
@@ -270,17 +265,9 @@ def test_mig_mode_gpu_keeps_its_physical_series(mig: Replayed) -> None:
     assert mig.value("inference_gpu_temperature_celsius", **labels) == last.values["temp_c"]
     tx, _ = last.values["pcie_kibps"]
     assert mig.value("inference_gpu_pcie_tx_bytes_per_second", **labels) == tx * 1024
-    assert (
-        mig.value(
-            "inference_gpu_info",
-            **labels,
-            name="NVIDIA H100 80GB HBM3",
-            driver_version="550.54.15",
-            pci_bus_id="00000000:18:00.0",
-            mig_mode="enabled",
-        )
-        == 1
-    )
+    info = {"name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:18:00.0"}
+    assert mig.value("inference_gpu_info", **labels, **info) == 1
+    assert mig.value("inference_gpu_mig_mode_info", **labels, mig_mode="enabled") == 1
 
 
 def test_mig_call_budget(mig: Replayed) -> None:

@@ -17,6 +17,7 @@ from dashboards.common import (
     rate,
     series,
     table_panel,
+    target_labels,
     timeseries,
 )
 
@@ -26,19 +27,23 @@ IDENTITY = ("gpu", "uuid", "name", "driver_version", "pci_bus_id", "mig_mode")
 
 
 def identity() -> AnyPanel:
+    """One row per GPU: its identity, its MIG mode and the node's driver, three info series
+    (each within the label budget) joined on the target and the GPU."""
+    target = ", ".join(target_labels())
+    joined = (
+        f"{series('inference_gpu_info', GPU)}\n"
+        f"* on ({target}, gpu, uuid) group_left (mig_mode)\n"
+        f"{series('inference_gpu_mig_mode_info', GPU)}\n"
+        f"* on ({target}) group_left (driver_version)\n"
+        f"{series('inference_nvml_driver_info')}"
+    )
     columns = (*column_labels(), *IDENTITY)
     return table_panel(
         "GPUs",
         "Each GPU the sidecar sees: index, UUID, model, driver, PCI bus id and MIG mode. "
         "Bad: a GPU missing here that the engine uses (the sidecar does not get the same GPUs "
         "as the engine), or mixed driver versions across pods of one deployment.",
-        [
-            Query(
-                by("max", series("inference_gpu_info", GPU), *IDENTITY),
-                instant=True,
-                format="table",
-            )
-        ],
+        [Query(by("max", joined, *IDENTITY), instant=True, format="table")],
         columns=columns,
         height=5,
     )

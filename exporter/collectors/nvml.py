@@ -4,7 +4,9 @@ Emits (labels ``gpu``, ``uuid`` unless noted; see ``docs/metrics.md``)::
 
     inference_nvml_up                                   1 / 0
     inference_nvml_calls_total{gpu}                     calls made for the GPU
-    inference_gpu_info{gpu,uuid,name,driver_version,pci_bus_id,mig_mode} 1
+    inference_nvml_driver_info{driver_version}          1
+    inference_gpu_info{gpu,uuid,name,pci_bus_id}        1
+    inference_gpu_mig_mode_info{gpu,uuid,mig_mode}      1
     inference_gpu_up                                    0 when the GPU errors or hangs
     inference_gpu_utilization_ratio                     latest driver sample
     inference_gpu_busy_seconds_total                    integral of every driver sample
@@ -17,8 +19,8 @@ Emits (labels ``gpu``, ``uuid`` unless noted; see ``docs/metrics.md``)::
     inference_gpu_sm_clock_hertz, _memory_clock_hertz, _clock_event_active{reason}
     inference_gpu_xid_errors_total{xid}
     inference_gpu_peak_memory_bandwidth_bytes_per_second, inference_gpu_peak_flops{precision}
-    inference_gpu_mig_info{gpu,uuid,parent_gpu,parent_uuid,profile,gpu_instance_id,
-                           compute_instance_id}        a MIG device's place; constant 1
+    inference_gpu_mig_info{parent_uuid,profile}       a MIG device's GPU and profile
+    inference_gpu_mig_instance_info{gpu_instance_id,compute_instance_id}   its instances
     inference_gpu_processes{owner}                     compute processes, engine | other
     inference_gpu_engine_utilization_ratio             the engine's own SM share
     inference_gpu_engine_memory_used_bytes             the engine's own framebuffer memory
@@ -571,6 +573,11 @@ class NvmlCollector(Collector):
             out.success = False
             out.error = self._last_init_error or "NVML not initialised"
             return out
+        # Identity apart from each GPU's: every series stays within the label budget
+        # (exporter.metrics.SERIES_BUDGET) with a PodMonitor's target labels added.
+        fam_driver = m.gauge("inference_nvml_driver_info")
+        fam_driver.add_metric([driver], 1.0)
+        out.metrics.append(fam_driver)
         f = _Families()
         stuck: list[str] = []
         stale_after = max(3 * self.poll_interval, self.deadline)
@@ -582,7 +589,7 @@ class NvmlCollector(Collector):
                 healthy = not hung and not state.error and fresh
                 if hung:
                     stuck.append(state.identity.label)
-                f.add_state(state, driver, healthy)
+                f.add_state(state, healthy)
         out.metrics.extend(f.all())
         if stuck:
             out.success = False
@@ -596,6 +603,7 @@ class _Families:
     def __init__(self) -> None:
         self.calls = m.counter("inference_nvml_calls_total")
         self.info = m.gauge("inference_gpu_info")
+        self.mig_mode = m.gauge("inference_gpu_mig_mode_info")
         self.up = m.gauge("inference_gpu_up")
         self.xid = m.counter("inference_gpu_xid_errors_total")
         self.hist = m.histogram("inference_gpu_utilization_samples")
@@ -606,6 +614,7 @@ class _Families:
         self.peak_bandwidth = m.gauge("inference_gpu_peak_memory_bandwidth_bytes_per_second")
         self.peak_flops = m.gauge("inference_gpu_peak_flops")
         self.mig_info = m.gauge("inference_gpu_mig_info")
+        self.mig_instance = m.gauge("inference_gpu_mig_instance_info")
         self.processes = m.gauge("inference_gpu_processes")
         self.gauges = {
             name: m.gauge(name)
@@ -630,8 +639,9 @@ class _Families:
         }
 
     def all(self) -> list[Metric]:
-        fams: list[Metric] = [self.calls, self.info, self.up, self.xid, self.hist, self.busy]
-        fams += [self.peak_bandwidth, self.peak_flops, self.mig_info]
+        fams: list[Metric] = [self.calls, self.info, self.mig_mode, self.up, self.xid]
+        fams += [self.hist, self.busy, self.peak_bandwidth, self.peak_flops, self.mig_info]
+        fams.append(self.mig_instance)
         fams += [self.dram_seconds, self.energy, self.events, *self.gauges.values()]
         fams += [self.processes]
         return [f for f in fams if f.samples]
@@ -640,24 +650,17 @@ class _Families:
         if value is not None:
             self.gauges[name].add_metric(labels, value)
 
-    def add_state(self, s: GpuState, driver: str, healthy: bool) -> None:
+    def add_state(self, s: GpuState, healthy: bool) -> None:
         ident = s.identity
         labels = [ident.label, ident.uuid]
         self.calls.add_metric([labels[0]], float(s.calls))
-        self.info.add_metric([*labels, ident.name, driver, ident.pci_bus_id, ident.mig_mode], 1.0)
+        self.info.add_metric([*labels, ident.name, ident.pci_bus_id], 1.0)
+        self.mig_mode.add_metric([*labels, ident.mig_mode], 1.0)
         piece = ident.mig
         if piece is not None:
-            self.mig_info.add_metric(
-                [
-                    *labels,
-                    str(piece.parent_index),
-                    piece.parent_uuid,
-                    piece.profile,
-                    str(piece.gpu_instance_id),
-                    str(piece.compute_instance_id),
-                ],
-                1.0,
-            )
+            self.mig_info.add_metric([*labels, piece.parent_uuid, piece.profile], 1.0)
+            instance = [str(piece.gpu_instance_id), str(piece.compute_instance_id)]
+            self.mig_instance.add_metric([*labels, *instance], 1.0)
         self.up.add_metric(labels, 1.0 if healthy else 0.0)
         # Facts of the hardware, not readings: present whether or not the GPU answers now.
         if s.peaks is not None:

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector as PromCollector
@@ -69,7 +69,8 @@ class Exporter:
         self.collectors = list(collectors)
         self.registry = registry or CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
+        # No python_info: its five labels would exceed the label budget with a PodMonitor's
+        # target labels (exporter.metrics.SERIES_BUDGET), and the image pins the Python.
         self.registry.register(BuildInfo())
         self.coordinator = ScrapeCoordinator(self.collectors, deadline=settings.scrape_timeout)
         self.registry.register(self.coordinator)

@@ -43,6 +43,9 @@ DEFAULT_RUNBOOK_URL = (
 # pod, instance=podIP:port, job=namespace/podmonitor) or a static config (instance, job).
 # Labels a target lacks are simply empty in every aggregation, so both kinds work.
 DEFAULT_JOIN_LABELS = ("namespace", "pod", "instance", "job")
+# The label a site adds to every series where one store holds many clusters (Prometheus'
+# external_labels, vmagent's -remoteWrite.label): list it first in join_labels there.
+CLUSTER = "cluster"
 DEFAULT_EXPORTER_SELECTOR = 'job=~".*inference-bottleneck-exporter.*"'
 # Labels the rules themselves use; a join label of the same name would collide with them.
 RESERVED_LABELS = frozenset(
@@ -148,6 +151,17 @@ class DcgmJoin:
     """
 
     labels: tuple[tuple[str, str], ...] = (("namespace", "namespace"), ("pod", "pod"))
+
+    @classmethod
+    def default(cls, join_labels: tuple[str, ...]) -> DcgmJoin:
+        """``namespace`` and ``pod``, and ``cluster`` where it is a join label: where rules are
+        evaluated over many clusters, dcgm-exporter series carry the same ``cluster`` label as
+        the sidecar's, and two pods of one name in two clusters must not meet."""
+        labels = tuple(
+            (label, label) for label in (CLUSTER, "namespace", "pod") if label in join_labels
+        )
+        required = tuple((label, label) for label in ("namespace", "pod"))
+        return cls(labels if all(pair in labels for pair in required) else cls.labels)
 
     @property
     def target_labels(self) -> tuple[str, ...]:
@@ -366,7 +380,7 @@ def _dcgm(value: object, join_labels: tuple[str, ...]) -> DcgmJoin:
     section = _mapping(value, "dcgm")
     _known_keys(section, "dcgm", ("join",))
     if "join" not in section:
-        return DcgmJoin()
+        return DcgmJoin.default(join_labels)
     join = _mapping(section["join"], "dcgm.join")
     if not join:
         raise SignatureConfigError("dcgm.join", "must map at least one join label")

@@ -29,7 +29,6 @@ from exporter.signatures.sources import recording_rules
 from exporter.signatures.templates import template_path
 
 GENERATOR = "python -m exporter.signatures"
-RECORD_GROUP = "inference.records"
 ALERT_GROUPS = (("inference.signatures", False), ("inference.meta", True))
 _PLAIN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _SOURCE_METRIC = re.compile(r"\b(?:inference_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+)\b")
@@ -60,8 +59,12 @@ def _header(profile: str, what: str) -> list[str]:
 
 def recording_rules_yaml(cfg: SiteConfig) -> str:
     out = _header(cfg.profile.name, "Recording rules")
-    out += ["groups:", f"  - name: {RECORD_GROUP}", "    rules:"]
+    out.append("groups:")
+    group = None
     for rule in recording_rules(cfg):
+        if rule.group != group:
+            group = rule.group
+            out += [f"  - name: {group}", "    rules:"]
         out.append(f"      # {rule.help}")
         out.append(f"      - record: {rule.record}")
         out += _block("expr", rule.expr, "        ")

@@ -49,6 +49,7 @@ class Records:
     gpu_engine_share: str
     gpu_other_tenants: str
     gpu_own_utilization: str
+    utilization_samples: str
     idle_samples: str
     busy_samples: str
     hbm_bandwidth: str
@@ -111,6 +112,7 @@ class Records:
             gpu_engine_share=f"inference_gpu:engine_utilization:mean{rate}",
             gpu_other_tenants=f"inference_gpu:other_tenants_utilization:mean{rate}",
             gpu_own_utilization=f"inference:gpu_own_utilization:mean{rate}",
+            utilization_samples=f"inference:gpu_utilization_samples:increase{pulse}",
             idle_samples=f"inference:gpu_utilization_idle_samples:ratio{pulse}",
             busy_samples=f"inference:gpu_utilization_busy_samples:ratio{pulse}",
             hbm_bandwidth=f"inference:gpu_memory_bandwidth_utilization:mean{rate}",
@@ -130,8 +132,18 @@ class Records:
             memory_used="inference_gpu:memory_used:ratio",
             xid_new=f"inference_gpu:xid_errors:increase{xid}",
             clock_events="inference_gpu:clock_event_active:max",
-            temperature="inference_gpu:temperature_celsius:max",
-            sm_clock="inference_gpu:sm_clock_hertz:max",
+            # The sidecar's own series name a GPU as the records would: its evidence reads
+            # them where an alert needs them, instead of a record of every GPU every time.
+            temperature=(
+                "inference_gpu:temperature_celsius:max"
+                if cfg.profile.source == "dcgm"
+                else "inference_gpu_temperature_celsius"
+            ),
+            sm_clock=(
+                "inference_gpu:sm_clock_hertz:max"
+                if cfg.profile.source == "dcgm"
+                else "inference_gpu_sm_clock_hertz"
+            ),
             dcgm_idle_sample="inference_gpu:gpu_utilization_idle_sample:bool",
             dcgm_busy_sample="inference_gpu:gpu_utilization_busy_sample:bool",
             dcgm_xid_changed=f"inference_gpu:dcgm_xid_errors_last:changed{xid}",
@@ -156,16 +168,32 @@ class Records:
         )
 
 
+# Record groups by what their cost grows with: a target's engine gauges and counters, CPU and
+# history; the engine's and the probe's latency histograms (tens of buckets per target); the
+# per-GPU series, as rates over windows (utilisation, its samples, HBM) and as their state now
+# (framebuffer, Xids, clock events); the roofline, per target and model, from the GPUs'
+# peaks, the model's facts and the engine's counters. Each stays a small share of its interval
+# at fleet scale (docs/scale.md), and Prometheus evaluates them side by side.
+TARGET_GROUP = "inference.records"
+LATENCY_GROUP = "inference.records.latency"
+GPU_GROUP = "inference.records.gpu"
+GPU_STATE_GROUP = "inference.records.gpu_state"
+ROOFLINE_GROUP = "inference.records.roofline"
+RECORD_GROUPS = (TARGET_GROUP, LATENCY_GROUP, GPU_GROUP, GPU_STATE_GROUP, ROOFLINE_GROUP)
+
+
 def recording_rules(cfg: SiteConfig) -> list[RecordingRule]:
-    """All recording rules of the configuration's profile, in evaluation order.
+    """All recording rules of the configuration's profile, in evaluation order: the groups of
+    :data:`RECORD_GROUPS`, one after the other.
 
     Every record's ``window`` is resolved (never ``None``), and the history records of the
-    cold-start guard follow the target-info record, ahead of every record that reads them.
+    cold-start guard come first, ahead of every record that reads them.
     """
     builder = _Builder(cfg)
     rules = resolve_windows(builder.rules())
     windows = sorted(({rule.window or 0.0 for rule in rules} | builder.history_windows) - {0.0})
-    return [rules[0], *builder.history(windows), *rules[1:]]
+    ordered = [*builder.history(windows), *rules]
+    return [rule for group in RECORD_GROUPS for rule in ordered if rule.group == group]
 
 
 def resolve_windows(rules: Sequence[RecordingRule]) -> list[RecordingRule]:
@@ -207,7 +235,9 @@ class _Builder:
 
     def d(self, metric: str, *extra: str) -> str:
         """A dcgm-exporter series selector: only series attributed to a pod."""
-        attributed = [f'{label}!=""' for label in self.cfg.dcgm.dcgm_labels]
+        attributed = [
+            f'{source}!=""' for target, source in self.cfg.dcgm.labels if target in DCGM_REQUIRED
+        ]
         return selector(metric, *extra, self.cfg.selectors.dcgm, attributed)
 
     def _renamed(self, expr: str, *, gpu: bool) -> str:
@@ -264,11 +294,35 @@ class _Builder:
         ]
 
     def rules(self) -> list[RecordingRule]:
-        out = self.common()
-        out += self.dcgm_gpu_rules() if self.cfg.profile.source == "dcgm" else self.sidecar_gpu()
-        out += self.shared_gpu()
-        out += self.roofline()
-        return out
+        dcgm = self.cfg.profile.source == "dcgm"
+        # The join labels of each target, for dcgm-exporter series: the sidecar profile has
+        # nothing to join and does not record it.
+        out = [self.target_info()] if dcgm else []
+        out += self.common()
+        out += [replace(rule, group=ROOFLINE_GROUP) for rule in self.roofline()]
+        gpu = self.dcgm_gpu_rules() if dcgm else self.sidecar_gpu()
+        gpu += self.shared_gpu()
+        r = self.r
+        state = {
+            r.memory_used,
+            r.xid_new,
+            r.clock_events,
+            r.temperature,
+            r.sm_clock,
+            r.dcgm_xid_changed,
+            r.dcgm_clock_reasons,
+        }
+        return out + [
+            replace(rule, group=GPU_STATE_GROUP if rule.record in state else GPU_GROUP)
+            for rule in gpu
+        ]
+
+    def target_info(self) -> RecordingRule:
+        return RecordingRule(
+            self.r.target_info,
+            f"group {self.by_target} ({self.s('inference_exporter_build_info')})",
+            "1 per sidecar scrape target: the join labels every other record carries",
+        )
 
     def shared_gpu(self) -> list[RecordingRule]:
         """The engine's own share of GPUs it shares with other tenants (time-slicing, MPS).
@@ -334,11 +388,6 @@ class _Builder:
         trend = duration(self.cfg.window("queue_trend"))
         return [
             RecordingRule(
-                r.target_info,
-                f"group {bt} ({self.s('inference_exporter_build_info')})",
-                "1 per sidecar scrape target: the join labels every other record carries",
-            ),
-            RecordingRule(
                 r.requests_running,
                 f"sum {bt} (avg_over_time({self.s('inference_requests_running')}[{rate}]))",
                 "requests in the running batch, mean over the window",
@@ -384,12 +433,14 @@ class _Builder:
                 f"(rate({self.s('inference_tokenizer_latency_seconds_bucket', PROBE)}"
                 f"[{latency}])))",
                 "median latency of the tokenizer probe (~512-token prompt), seconds",
+                group=LATENCY_GROUP,
             ),
             RecordingRule(
                 r.inter_token_median,
                 f"histogram_quantile(0.5, sum by ({', '.join((*self.join, 'le'))}) "
                 f"(rate({self.s('inference_inter_token_latency_seconds_bucket')}[{latency}])))",
                 "median inter-token latency (one decode step as a request sees it), seconds",
+                group=LATENCY_GROUP,
             ),
             RecordingRule(
                 r.hottest_thread,
@@ -430,7 +481,6 @@ class _Builder:
         idle_bucket = self.s(f"{samples}_bucket", f'le="{idle}"')
         busy_bucket = self.s(f"{samples}_bucket", f'le="{busy}"')
         throttled = self.s("inference_gpu_clock_event_active", f'reason=~"{reasons}"')
-        count = f"sum {bt} (increase({self.s(samples + '_count')}[{pulse}]))"
         xids = self.s("inference_gpu_xid_errors_total")
         by_xid = by((*self.join, *GPU_LABELS, "xid"))
         return [
@@ -440,13 +490,19 @@ class _Builder:
                 "mean GPU utilisation (0-1) over the target's GPUs, from every driver sample",
             ),
             RecordingRule(
+                r.utilization_samples,
+                f"sum {bt} (increase({self.s(samples + '_count')}[{pulse}]))",
+                "driver utilisation samples in the window, the two shares' denominator",
+            ),
+            RecordingRule(
                 r.idle_samples,
-                f"sum {bt} (increase({idle_bucket}[{pulse}]))\n/\n{count}",
+                f"sum {bt} (increase({idle_bucket}[{pulse}]))\n/\n{r.utilization_samples}",
                 f"share of driver utilisation samples at or below {idle}",
             ),
             RecordingRule(
                 r.busy_samples,
-                f"1 - (\nsum {bt} (increase({busy_bucket}[{pulse}]))\n/\n{count}\n)",
+                f"1 - (\nsum {bt} (increase({busy_bucket}[{pulse}]))\n/\n"
+                f"{r.utilization_samples}\n)",
                 f"share of driver utilisation samples above {busy}",
             ),
             RecordingRule(
@@ -486,16 +542,6 @@ class _Builder:
                 "1 per GPU and reason while a hardware or thermal clock event reason holds "
                 "the clocks down; absent otherwise (a fleet writes what is throttled, not a "
                 "zero per GPU and reason)",
-            ),
-            RecordingRule(
-                r.temperature,
-                f"max {bg} (\n{self.held_down(self.s('inference_gpu_temperature_celsius'))}\n)",
-                "GPU die temperature of the GPUs whose clocks are held down",
-            ),
-            RecordingRule(
-                r.sm_clock,
-                f"max {bg} (\n{self.held_down(self.s('inference_gpu_sm_clock_hertz'))}\n)",
-                "current SM clock of the GPUs whose clocks are held down",
             ),
         ]
 

@@ -19,7 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from exporter.config import ArgumentParser, Option
-from exporter.metrics import CATALOGUE, UTILIZATION_BUCKETS, MetricSpec
+from exporter.metrics import (
+    CATALOGUE,
+    POD_MONITOR_TARGET_LABELS,
+    SERIES_BUDGET,
+    UTILIZATION_BUCKETS,
+    MetricSpec,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS_MD = ROOT / "docs" / "metrics.md"
@@ -68,18 +74,19 @@ def render() -> str:
         "",
         "Conventions: base units (seconds, bytes, watts, joules, hertz, celsius), ratios 0-1,",
         "counters end in `_total`. GPU series carry `gpu` (index) and `uuid`; identity details",
-        "appear once, in `inference_gpu_info`. A MIG device is a device of its own: `gpu` is",
+        "appear once, in `_info` series. A MIG device is a device of its own: `gpu` is",
         "`<gpu>:<slot>` (as `NVIDIA_VISIBLE_DEVICES` names it), `uuid` its MIG UUID, and",
         "`inference_gpu_mig_info` names its GPU and profile; the GPUs column says what a MIG",
         "device has (`docs/nvml.md`). Prometheus adds the target labels (`pod`,",
         "`namespace`, `instance`). Every collector also reports",
         "`inference_scrape_collector_success{collector}` and",
         "`inference_scrape_collector_duration_seconds{collector}`; the process's own",
-        "`process_*` and `python_info` come from prometheus_client. A label marked `?` is",
-        "there only in some configurations: `endpoint` when several `--engine.url` are polled.",
+        "`process_*` come from prometheus_client. A label marked `?` is there only in some",
+        "configurations: `endpoint` when several `--engine.url` are polled.",
         "",
         f"`inference_gpu_utilization_samples` buckets: {', '.join(map(str, UTILIZATION_BUCKETS))}.",
         "",
+        *render_budget(),
     ]
     for collector, title in _COLLECTOR_TITLES.items():
         specs = [s for s in CATALOGUE if s.collector == collector]
@@ -94,6 +101,43 @@ def render() -> str:
         out += [_row(s) for s in specs]
         out.append("")
     return "\n".join(out)
+
+
+def render_budget() -> list[str]:
+    """The series budget (exporter.metrics.SERIES_BUDGET), as docs/metrics.md shows it."""
+    b = SERIES_BUDGET
+    targets = ", ".join(f"`{label}`" for label in POD_MONITOR_TARGET_LABELS)
+    pods = ", ".join(
+        f"{gpus} GPU{'s' if gpus > 1 else ''}: {b.per_pod(gpus)}" for gpus in (1, 2, 4, 8)
+    )
+    return [
+        "## Series budget",
+        "",
+        "What one sidecar exposes at its defaults, by what multiplies it. "
+        "`tests/test_cardinality.py` counts a real exposition and fails when a count differs, "
+        "so a change that adds series raises the budget (`SERIES_BUDGET` in "
+        "`exporter/metrics.py`) on purpose. What it costs a Prometheus, and the rule pack's "
+        "share, is in [scale.md](scale.md).",
+        "",
+        "| per | series | what |",
+        "|---|---|---|",
+        f"| GPU | {b.per_gpu} | series with a `gpu` label (one more per GPU and Xid seen) |",
+        f"| engine | {b.per_engine} | engine and tokenizer collectors, one vLLM engine serving "
+        "one model (histograms as the engine buckets them) |",
+        f"| engine process | {b.per_engine_process} | process collector, per distinct engine "
+        "process name |",
+        f"| sidecar | {b.per_sidecar} | the exporter's own, cpu collector, NVML and process "
+        "collector totals, `process_*` |",
+        "",
+        f"A vLLM pod with two engine processes: {pods} series; Prometheus adds five per "
+        "target (`up`, `scrape_*`).",
+        "",
+        f"No series carries more than {b.max_labels} labels (`__name__` not counted) with the "
+        f"target labels of the chart's PodMonitor ({targets}): identity details are split "
+        "into info series (`inference_gpu_info`, `inference_gpu_mig_mode_info`, "
+        "`inference_nvml_driver_info`) to stay within it.",
+        "",
+    ]
 
 
 def _cell(text: str) -> str:

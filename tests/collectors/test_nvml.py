@@ -181,32 +181,12 @@ def test_first_read_exposes_every_field_in_base_units(collector: NvmlCollector) 
     assert g("inference_nvml_up") == 1
     assert g("inference_gpu_up", lab(0)) == 1
     assert g("inference_gpu_up", lab(1)) == 1
-    assert (
-        g(
-            "inference_gpu_info",
-            lab(
-                0,
-                name="NVIDIA H100 80GB HBM3",
-                driver_version="550.54.15",
-                pci_bus_id="00000000:18:00.0",
-                mig_mode="disabled",
-            ),
-        )
-        == 1
-    )
-    assert (
-        g(
-            "inference_gpu_info",
-            lab(
-                1,
-                name="NVIDIA A10G",
-                driver_version="550.54.15",
-                pci_bus_id="00000000:2A:00.0",
-                mig_mode="unsupported",
-            ),
-        )
-        == 1
-    )
+    assert g("inference_nvml_driver_info", {"driver_version": "550.54.15"}) == 1
+    info = lab(0, name="NVIDIA H100 80GB HBM3", pci_bus_id="00000000:18:00.0")
+    assert g("inference_gpu_info", info) == 1
+    assert g("inference_gpu_mig_mode_info", lab(0, mig_mode="disabled")) == 1
+    assert g("inference_gpu_info", lab(1, name="NVIDIA A10G", pci_bus_id="00000000:2A:00.0")) == 1
+    assert g("inference_gpu_mig_mode_info", lab(1, mig_mode="unsupported")) == 1
     assert g("inference_gpu_utilization_ratio", lab(0)) == pytest.approx(0.6)
     # pre-start buffer: 40 % and 60 % over 0.5 s each; the first sample has no period
     assert g("inference_gpu_busy_seconds_total", lab(0)) == pytest.approx(0.5 * 0.4 + 0.5 * 0.6)
@@ -634,41 +614,17 @@ def test_mig_devices_are_devices_of_their_own(clock: FakeClock) -> None:
         reg, collection = scrape(c)
         assert collection.success
         g = reg.get_sample_value
-        assert (
-            g(
-                "inference_gpu_info",
-                {
-                    **A,
-                    "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
-                    "driver_version": "550.54.15",
-                    "pci_bus_id": "00000000:18:00.0",
-                    "mig_mode": "slice",
-                },
-            )
-            == 1
-        )
-        assert (
-            g(
-                "inference_gpu_info",
-                {
-                    **PARENT,
-                    "name": "NVIDIA H100 80GB HBM3",
-                    "driver_version": "550.54.15",
-                    "pci_bus_id": "00000000:18:00.0",
-                    "mig_mode": "enabled",
-                },
-            )
-            == 1
-        )
-        info = {"parent_gpu": "0", "parent_uuid": GPU_MIG, "compute_instance_id": "0"}
-        assert (
-            g("inference_gpu_mig_info", {**B, **info, "profile": "1g.10gb", "gpu_instance_id": "9"})
-            == 1
-        )
-        assert (
-            g("inference_gpu_mig_info", {**A, **info, "profile": "3g.40gb", "gpu_instance_id": "2"})
-            == 1
-        )
+        info = {**A, "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb", "pci_bus_id": "00000000:18:00.0"}
+        assert g("inference_gpu_info", info) == 1
+        assert g("inference_gpu_mig_mode_info", {**A, "mig_mode": "slice"}) == 1
+        info = {**PARENT, "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:18:00.0"}
+        assert g("inference_gpu_info", info) == 1
+        assert g("inference_gpu_mig_mode_info", {**PARENT, "mig_mode": "enabled"}) == 1
+        for labels, profile, instance in ((B, "1g.10gb", "9"), (A, "3g.40gb", "2")):
+            info = {**labels, "parent_uuid": GPU_MIG, "profile": profile}
+            assert g("inference_gpu_mig_info", info) == 1
+            ids = {**labels, "gpu_instance_id": instance, "compute_instance_id": "0"}
+            assert g("inference_gpu_mig_instance_info", ids) == 1
         for labels in (A, B, PARENT):
             assert g("inference_gpu_up", labels) == 1
         # utilisation from GPM graphics activity: 2 GPM intervals (1.0 s and 1.5 s)

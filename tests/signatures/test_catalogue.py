@@ -111,16 +111,38 @@ def test_rendered_alerts(profile: str) -> None:
 def test_rendered_records_parse_and_are_named_level_metric_operation(profile: str) -> None:
     cfg = parse_config({}, profile)
     data = yaml.safe_load(recording_rules_yaml(cfg))
-    (group,) = data["groups"]
-    names = [r["record"] for r in group["rules"]]
+    # Per-target records, the latency quantiles (tens of buckets per target), then those over
+    # per-GPU series (their cost grows with the GPUs): rates over windows, then state.
+    assert [g["name"] for g in data["groups"]] == [
+        "inference.records",
+        "inference.records.latency",
+        "inference.records.gpu",
+        "inference.records.gpu_state",
+        "inference.records.roofline",
+    ]
+    rules = [rule for group in data["groups"] for rule in group["rules"]]
+    names = [r["record"] for r in rules]
     assert names == [r.record for r in recording_rules(cfg)]
     assert len(names) == len(set(names))
     for name in names:
         assert re.fullmatch(r"inference(_gpu)?:[a-z0-9_]+:[a-z0-9_]+", name), name
-    # A record only reads records defined before it in the group.
-    for i, rule in enumerate(group["rules"]):
+    # A record only reads records defined before it: in its group, or in the group before.
+    for i, rule in enumerate(rules):
         for used in re.findall(r"inference(?:_gpu)?:[a-z0-9_]+:[a-z0-9_]+", rule["expr"]):
             assert used in names[:i], f"{rule['record']} reads {used} before it is recorded"
+    # Nothing per GPU is read in the per-target groups (the roofline reads the GPUs' peaks:
+    # the sidecar's, or the product table's by the name dcgm-exporter gives each GPU), no
+    # histogram quantile outside its group.
+    peaks = ("inference_gpu_peak_", "DCGM_FI_DEV_GPU_UTIL")
+    for group in data["groups"]:
+        for rule in group["rules"]:
+            if group["name"] == "inference.records.roofline":
+                per_gpu = re.findall(r"inference_gpu_[a-z_]+|DCGM_[A-Z_]+", rule["expr"])
+                assert all(name.startswith(peaks) for name in per_gpu), rule
+            elif "inference_gpu_" in rule["expr"] or "DCGM_" in rule["expr"]:
+                assert group["name"].startswith("inference.records.gpu"), rule
+            quantile = "histogram_quantile" in rule["expr"]
+            assert quantile == (group["name"] == "inference.records.latency"), rule
 
 
 @pytest.mark.parametrize("profile", PROFILES)

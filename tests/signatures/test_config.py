@@ -176,6 +176,25 @@ def test_dcgm_join_must_use_join_labels() -> None:
         parse_config(static_only).with_profile("dcgm")
 
 
+def test_a_cluster_join_label_joins_dcgm_series_by_cluster_too() -> None:
+    """Many clusters in one store: dcgm-exporter series carry the cluster label as the
+    sidecar's do, and two pods of one name in two clusters stay apart."""
+    clusters = {"join_labels": ["cluster", "namespace", "pod", "instance", "job"]}
+    cfg = parse_config(clusters, "dcgm")
+    assert cfg.dcgm.target_labels == ("cluster", "namespace", "pod")
+    rules = {r.record: r.expr for r in recording_rules(cfg)}
+    util = rules["inference:gpu_utilization:mean5m"]
+    assert util.startswith("avg by (cluster, namespace, pod) (avg_over_time(")
+    assert "* on (cluster, namespace, pod) group_right ()" in util
+    # Attributed to a pod is what is required of a dcgm series, not a cluster label: a
+    # per-cluster Prometheus (which adds it only when it remote-writes) joins as well.
+    assert '{namespace!="",pod!=""}' in util
+    # Without a cluster join label, or with a dcgm.join of its own, nothing changes.
+    assert parse_config({}, "dcgm").dcgm.target_labels == ("namespace", "pod")
+    exported = {**clusters, "dcgm": {"join": {"namespace": "exported_namespace"}}}
+    assert parse_config(exported, "dcgm").dcgm.labels == (("namespace", "exported_namespace"),)
+
+
 def test_unknown_profile() -> None:
     with pytest.raises(SignatureConfigError, match=r"^profile: unknown profile 'gpu' \(known: "):
         parse_config({}, "gpu")
@@ -231,8 +250,12 @@ def test_fast_profile_scales_windows_and_for_by_a_tenth() -> None:
 def test_profiles_differ_only_in_gpu_records() -> None:
     side = {r.record: r.expr for r in recording_rules(parse_config({}, "sidecar"))}
     dcgm = {r.record: r.expr for r in recording_rules(parse_config({}, "dcgm"))}
-    assert set(side) <= set(dcgm)
-    differ = {name for name in side if side[name] != dcgm[name]}
+    # Records of one profile only are GPU records (dcgm's per-GPU booleans, the sidecar's
+    # sample count) and the target info that joins dcgm-exporter series.
+    only = (set(side) ^ set(dcgm)) - {"inference:exporter_build_info:group"}
+    assert all("gpu" in name for name in only), only
+    assert "inference:exporter_build_info:group" in set(dcgm) - set(side)
+    differ = {name for name in side if name in dcgm and side[name] != dcgm[name]}
     assert all("gpu" in name for name in differ), differ
     # The dcgm profile reads no GPU series of the sidecar but its peak figures, which
     # dcgm-exporter does not report (the roofline records need them in every profile).

@@ -1,4 +1,5 @@
-"""VictoriaMetrics, vmalert and vmagent on loopback, and promtool's test series for them.
+"""VictoriaMetrics, vmalert, vmagent and Prometheus in agent mode on loopback, and promtool's
+test series for VictoriaMetrics.
 
 The binaries are Debian's ``victoria-metrics`` package (``make tools`` installs it): a test that
 needs one fails, never skips, when it is missing. Everything binds 127.0.0.1 on ports the
@@ -193,6 +194,105 @@ def replay(
     return text
 
 
+def _wait_health(child: Child, url: str, timeout: float) -> None:
+    try:
+        wait_until(lambda: http_get(url, 2)[0] == 200, timeout, "health", child=child)
+    except BaseException:
+        child.stop()
+        raise
+
+
+def start_vmagent(
+    workdir: Path,
+    scrape_config: Path,
+    remote_write: str,
+    labels: dict[str, str],
+    *,
+    timeout: float = 30.0,
+) -> Child:
+    """vmagent scraping ``scrape_config`` and writing everything to ``remote_write`` with
+    ``labels`` added to every series (``-remoteWrite.label``, a cluster's name)."""
+    port = free_port()
+    child = spawn(
+        "vmagent",
+        [
+            binary("vmagent"),
+            f"-promscrape.config={scrape_config}",
+            f"-remoteWrite.url={remote_write}",
+            *(f"-remoteWrite.label={k}={v}" for k, v in labels.items()),
+            f"-remoteWrite.tmpDataPath={workdir / 'vmagent-data'}",
+            "-remoteWrite.flushInterval=200ms",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-loggerLevel=WARN",
+        ],
+        workdir,
+    )
+    _wait_health(child, f"http://127.0.0.1:{port}/health", timeout)
+    return child
+
+
+def start_vmalert(
+    workdir: Path,
+    rule_files: Sequence[Path],
+    vm: VictoriaMetrics,
+    *,
+    interval: str = "1s",
+    timeout: float = 30.0,
+) -> Server:
+    """vmalert evaluating ``rule_files`` against ``vm`` every ``interval``, writing records and
+    alert state back to it and restoring state from it, as in a deployment. Alerts go to an
+    address nothing listens on (the tests read ``ALERTS`` and the rules' state)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    child = spawn(
+        "vmalert",
+        [
+            binary("vmalert"),
+            *(f"-rule={path}" for path in rule_files),
+            f"-datasource.url={vm.url}",
+            f"-remoteWrite.url={vm.url}",
+            f"-remoteRead.url={vm.url}",
+            f"-notifier.url=http://127.0.0.1:{free_port()}",
+            f"-evaluationInterval={interval}",
+            "-remoteWrite.flushInterval=200ms",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-loggerLevel=WARN",
+        ],
+        workdir,
+    )
+    url = f"http://127.0.0.1:{port}"
+    _wait_health(child, url + "/health", timeout)
+    return Server(child, url)
+
+
+def start_prometheus_agent(
+    workdir: Path, config: dict[str, Any], *, timeout: float = 30.0
+) -> Child:
+    """Prometheus in agent mode (scrape and remote-write, no queries, no rules) with
+    ``config``, ready."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "prometheus-agent.yml"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    port = free_port()
+    prometheus = find_binary("prometheus")
+    if prometheus is None:
+        pytest.fail("prometheus not found: run `make tools`")
+    child = spawn(
+        "prometheus-agent",
+        [
+            prometheus,
+            "--enable-feature=agent",
+            f"--config.file={path}",
+            f"--storage.agent.path={workdir / 'agent-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        workdir,
+    )
+    _wait_health(child, f"http://127.0.0.1:{port}/-/ready", timeout)
+    return child
+
+
 def _rfc3339(seconds: float) -> str:
     import datetime as dt  # noqa: PLC0415
 
@@ -205,5 +305,8 @@ __all__ = [
     "expand",
     "replay",
     "series_lines",
+    "start_prometheus_agent",
     "start_victoria_metrics",
+    "start_vmagent",
+    "start_vmalert",
 ]

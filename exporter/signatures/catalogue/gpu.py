@@ -168,8 +168,8 @@ def gpu_throttled(ctx: Context) -> Signature:
         runbook=ctx.runbook(
             alert,
             queries=(
-                ("GPU temperature of the GPUs held down", records.temperature),
-                ("SM clock of the GPUs held down (MHz)", f"{records.sm_clock} / 1000000"),
+                ("GPU temperature", records.temperature),
+                ("SM clock (MHz)", f"{records.sm_clock} / 1000000"),
             ),
         ),
     )
