@@ -71,6 +71,13 @@ SCENARIOS: tuple[Scenario, ...] = (
             "the probe's ~512-token prompt takes the pure-Python BPE path (7-10x the Rust "
             "one) on the engine's single tokenizer thread, longer than one decode step"
         ),
+        load=Load(rate=1.0),
+        load_why=(
+            "at 2 requests/s the batch holds about three sequences and a decode step takes "
+            "5-7 ms, inside the 5-7.5 ms bucket of the inter-token histogram, whose "
+            "interpolated median can reach the slow tokenizer's 7-8 ms; at 1 request/s the "
+            "batch is one or two sequences and the step stays well below it"
+        ),
         deadline_s=240.0,
     ),
     Scenario(
@@ -122,6 +129,13 @@ SCENARIOS: tuple[Scenario, ...] = (
             QUEUE_WAIT: (
                 "a growing queue is, after a while, most of every request's latency: the "
                 "consequence of the starved engine, ranked below it by severity"
+            ),
+            DECODE: (
+                "the model worker, which stands in for the GPU's kernels on a CPU, gets a "
+                "sliver of a core: every decode step takes tens of times its floor while the "
+                "replayed memory bus idles - on a GPU host the same contention delays the host "
+                "work between steps, which this signature reports; a warning, ranked below "
+                "the critical starved queue"
             ),
         },
     ),
@@ -193,8 +207,9 @@ SCENARIOS += (
         deadline_s=200.0,
         allowed={
             STARVED: (
-                "at the drill's 2 requests/s the slowed steps cannot keep up: the queue grows "
-                "while the GPU waits, the consequence of the overhead"
+                "on a machine slower than the one the load was sized on the slowed steps may "
+                "not keep up: the queue grows while the GPU waits, the consequence of the "
+                "overhead"
             ),
             QUEUE_WAIT: "the growing queue is, after a while, most of every request's latency",
         },

@@ -161,6 +161,5 @@ def test_gpu_drill(
     drill_tools: None,
     drill_results: dict[str, DrillResult],
 ) -> None:
-    if not _gpu():
-        pytest.skip("needs an NVIDIA GPU: bench/gpu/run.sh runs it on a GPU machine")
+    assert _gpu(), "a GPU drill runs on a machine with an NVIDIA GPU (bench/gpu/run.sh)"
     run_and_check(scenario, tmp_path_factory.mktemp(f"drill-{scenario.name}"), drill_results)
