@@ -501,13 +501,17 @@ def test_prometheus_mode_prints_the_roofline_and_the_latency_budget(
             tmp_path / "pack", [target], sorted((RULES / "fast").glob("*.yaml"))
         )
         stack.add(prometheus.stop)
+        # Records over a full 30 s window: over the first scrapes the engine's token count
+        # (printed to 0.1) grows by tens per scrape, and its rounding alone moves the mean
+        # inter-token latency by 0.1 %.
         wait_until(
             lambda: (
-                bool(query(prometheus, "inference:decode_roofline_efficiency:ratio30s"))
+                bool(query(prometheus, "inference:exporter_build_info:history30s"))
+                and bool(query(prometheus, "inference:decode_roofline_efficiency:ratio30s"))
                 and bool(query(prometheus, "inference:latency_budget_host:ratio30s"))
             ),
             75,
-            "the roofline and latency budget records in Prometheus",
+            "the roofline and latency budget records in Prometheus over a full window",
         )
         result = diagnose(
             "--prometheus.url", prometheus.url, "--profile", "fast", "--output", "json"

@@ -33,6 +33,7 @@ PULSING = "InferenceGPUUtilizationPulsing"
 HBM = "InferenceHBMBandwidthSaturated"
 MEMORY = "InferenceGPUMemoryHeadroomLow"
 DECODE = "InferenceDecodeOverheadBound"
+HOST = "InferenceHostLatencyShareHigh"
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,15 @@ SCENARIOS: tuple[Scenario, ...] = (
                 "the tokenizer probe's two round trips queue behind the saturated event loop "
                 "(its runbook: a saturated front-end slows both); their difference can exceed "
                 "a decode step"
+            ),
+            DECODE: (
+                "the saturated event loop streams every token late: the inter-token latency a "
+                "request sees grows to several times the decode floor while the memory bus "
+                "idles - host work between steps, as the signature says"
+            ),
+            HOST: (
+                "the pre- and post-processing is request time outside queue, prefill and "
+                "decode: the host's share of end-to-end latency is what the injection adds"
             ),
         },
     ),
