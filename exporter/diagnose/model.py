@@ -109,11 +109,14 @@ class Finding:
         severity = float(SEVERITY_RANK[self.rule.severity])
         conditions = self.instance.conditions
         if self.instance.holds:
-            # Among signatures that hold: by severity, then an alert already firing before a
-            # pending one before none, then by margin.
+            # Among signatures that hold: by severity, then a cause before a measure of where
+            # the time goes (the roofline group: a host-latency share, a decode far from its
+            # floor, which a saturated thread or a flooded core explains), then an alert
+            # already firing before a pending one before none, then by margin.
+            measure = 1.0 if self.sig.group == "roofline" else 0.0
             persisted = float(_STATE_RANK.get(self.state or "", len(_STATE_RANK)))
             margins = [c.gap for c in conditions if c.holds and c.gap is not None]
-            return (0.0, severity, persisted, -min(margins, default=math.inf))
+            return (0.0, severity, measure, persisted, -min(margins, default=math.inf))
         gaps = [c.gap for c in conditions if c.nearly and c.gap is not None]
         return (1.0, max(gaps, default=0.0), severity)
 

@@ -36,7 +36,8 @@ from support.promstack import (
 )
 
 from exporter.diagnose.backends import scrape_samples
-from exporter.signatures import parse_config
+from exporter.diagnose.model import Condition, Finding, Instance
+from exporter.signatures import catalogue, parse_config
 from exporter.signatures.render import runbook_url
 
 PROG = "inference-bottleneck-exporter diagnose"
@@ -565,3 +566,26 @@ def test_scrape_samples_keep_what_prometheus_stores() -> None:
     assert samples[(("__name__", "g"), ("a", "2"))] == math.inf
     with pytest.raises(ValueError, match="malformed exposition"):
         scrape_samples("not an exposition {\n")
+
+
+def test_a_cause_ranks_above_where_the_time_goes() -> None:
+    """At equal severity a cause (a saturated front-end thread, just over its threshold and
+    pending) ranks above a roofline measure (the host's share of latency, far over and
+    firing): the measure says where the time goes, the cause why."""
+    sigs = {sig.alert: sig for sig in catalogue(parse_config({}))}
+
+    def finding(alert: str, gap: float, state: str) -> Finding:
+        sig = sigs[alert]
+        cond = Condition("x", ">", 1.0 + gap, 1.0, holds=True, gap=gap)
+        instance = Instance((), holds=True, nearly=False, value=1.0, conditions=[cond])
+        return Finding(sig, sig.rules[0], instance, "t", [], state=state)
+
+    host = finding("InferenceHostLatencyShareHigh", 2.9, "firing")
+    frontend = finding("InferenceFrontendCPUSaturated", 0.04, "pending")
+    assert sigs["InferenceHostLatencyShareHigh"].group == "roofline"
+    assert host.rule.severity == frontend.rule.severity
+    assert sorted([host, frontend], key=Finding.sort_key) == [frontend, host]
+    # within one kind, firing still ranks above pending
+    gil = finding("InferenceFrontendCPUSaturated", 0.04, "firing")
+    tokenizer = finding("InferenceTokenizerSlowerThanDecode", 3.0, "pending")
+    assert sorted([tokenizer, gil], key=Finding.sort_key) == [gil, tokenizer]
