@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from drills.harness import DrillResult, machine
+from drills.harness import DrillResult, has_gpu, machine
 from drills.report import write
 from drills.scenarios import CPU_SCENARIOS
 from support.paths import ROOT
@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Without an NVIDIA GPU the GPU drills are deselected, not skipped: they cannot run
     here whatever is installed (``bench/gpu/run.sh`` runs them on a GPU machine), and a CI
     run reports them as deselected rather than as a missing tool."""
-    if Path("/dev/nvidiactl").exists():
+    if has_gpu():
         return
     keep = [item for item in items if item.originalname != "test_gpu_drill"]
     if len(keep) != len(items):

@@ -250,3 +250,8 @@ def _diagnose(stack: Stack, result: DrillResult) -> None:
         result.diagnose = json.loads(proc.stdout)
     except json.JSONDecodeError:
         result.diagnose_error = f"not JSON: {proc.stdout[:200]!r}"
+
+
+def has_gpu() -> bool:
+    """An NVIDIA driver on this machine: the GPU drills run only where this holds."""
+    return Path("/dev/nvidiactl").exists()

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from drills.harness import DrillResult, expected_dedup_key, run_drill
+from drills.harness import DrillResult, expected_dedup_key, has_gpu, run_drill
 from drills.scenarios import CPU_SCENARIOS, GPU_SCENARIOS, Scenario
 
 from exporter.signatures.config import load_config
@@ -149,10 +149,6 @@ def test_drill(
     run_and_check(scenario, tmp_path_factory.mktemp(f"drill-{scenario.name}"), drill_results)
 
 
-def _gpu() -> bool:
-    return Path("/dev/nvidiactl").exists()
-
-
 @pytest.mark.timeout(DRILL_TIMEOUT_S)
 @pytest.mark.parametrize("scenario", GPU_SCENARIOS, ids=[s.name for s in GPU_SCENARIOS])
 def test_gpu_drill(
@@ -161,5 +157,5 @@ def test_gpu_drill(
     drill_tools: None,
     drill_results: dict[str, DrillResult],
 ) -> None:
-    assert _gpu(), "a GPU drill runs on a machine with an NVIDIA GPU (bench/gpu/run.sh)"
+    assert has_gpu(), "a GPU drill runs on a machine with an NVIDIA GPU (bench/gpu/run.sh)"
     run_and_check(scenario, tmp_path_factory.mktemp(f"drill-{scenario.name}"), drill_results)
