@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -110,3 +111,55 @@ def test_helpers_stop() -> None:
     assert len(helpers.procs) == 2
     helpers.stop()
     assert all(p.poll() is not None for p in helpers.procs)
+
+
+@pytest.mark.parametrize(("injections", "most"), [({"frontend-gil"}, 2), (set(), 0)])
+def test_frontend_gil_preprocesses_a_bounded_number_of_requests_at_once(
+    injections: set[str], most: int
+) -> None:
+    """A backlog of requests waits at the gate: the event loop's turn holds at most
+    GIL_REQUESTS_AT_ONCE pre-processing slices, so the engine's /metrics keeps answering."""
+    from exporter.lab.engine.server import (  # noqa: PLC0415
+        GIL_REQUESTS_AT_ONCE,
+        Frontend,
+        FrontendConfig,
+    )
+    from exporter.lab.engine.tokenizer import train  # noqa: PLC0415
+    from exporter.lab.engine.worker import WorkerConfig  # noqa: PLC0415
+
+    assert most in (0, GIL_REQUESTS_AT_ONCE)
+    cfg = FrontendConfig(
+        model_name="ref", max_model_len=64, injections=frozenset(injections), gil_request_ms=6.0
+    )
+    frontend = Frontend(cfg, train(vocab_size=300), WorkerConfig(vocab_size=300, eos_id=0))
+    inside = 0
+    seen: list[int] = []
+
+    async def gil(text: str, ms: float) -> None:  # the real one, counted
+        nonlocal inside
+        inside += 1
+        seen.append(inside)
+        try:
+            inject.hold_gil(text, ms / 2000.0)
+            await asyncio.sleep(0)
+            inject.hold_gil(text, ms / 2000.0)
+        finally:
+            inside -= 1
+
+    frontend._gil = gil  # type: ignore[method-assign]
+    turns = 0
+
+    async def main() -> None:
+        work = asyncio.gather(*(frontend._preprocess(f"request {i}") for i in range(12)))
+        while not work.done():  # what a scrape sees: the loop keeps turning
+            nonlocal turns
+            turns += 1
+            await asyncio.sleep(0)
+        await work
+
+    asyncio.run(asyncio.wait_for(main(), timeout=30))
+    assert max(seen, default=0) == most
+    assert len(seen) == (12 if injections else 0)
+    if injections:
+        # the loop turned between the slices, at least once for each pair let through
+        assert turns >= 12 // GIL_REQUESTS_AT_ONCE

@@ -70,8 +70,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--gil-request-ms",
         type=float,
-        default=475.0,
-        help="frontend-gil: CPU ms per request (95 %% of a core at 2 requests/s)",
+        default=500.0,
+        help="frontend-gil: CPU ms per request (a whole core at 2 requests/s)",
     )
     p.add_argument(
         "--gil-chunk-ms", type=float, default=2.0, help="frontend-gil: CPU ms per stream chunk"

@@ -53,6 +53,8 @@ log = logging.getLogger("exporter.lab.engine")
 
 MAX_BODY = 4 * 1024 * 1024
 GIL_SLICE_MS = 5.0
+# frontend-gil: requests pre-processed at once; the others wait (without CPU) for a turn.
+GIL_REQUESTS_AT_ONCE = 2
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class FrontendConfig:
     model_name: str
     max_model_len: int
     injections: frozenset[str] = frozenset()
-    gil_request_ms: float = 475.0
+    gil_request_ms: float = 500.0
     gil_chunk_ms: float = 2.0
     default_max_tokens: int = 16
     start_timeout: float = 300.0
@@ -98,6 +100,7 @@ class Frontend:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._alive = False
         self._send_lock = threading.Lock()
+        self._gil_gate = asyncio.Semaphore(GIL_REQUESTS_AT_ONCE)
         slow = "tokenizer-slow" in cfg.injections
         self._tok_pool = (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer") if slow else None
@@ -256,6 +259,19 @@ class Frontend:
             if left > 0:
                 await asyncio.sleep(0)
 
+    async def _preprocess(self, text: str) -> None:
+        """frontend-gil's per-request pre-processing, at most :data:`GIL_REQUESTS_AT_ONCE`
+        requests at a time, as a front end with a bounded pre-processing stage runs it.
+
+        Offered more than the thread can do, the backlog waits at the gate and the thread
+        stays saturated; without the gate every waiting request would take its slice in each
+        turn of the event loop, and with a few dozen of them one turn takes longer than a
+        scrape's timeout: the engine's own ``/metrics`` would stop answering."""
+        if "frontend-gil" not in self.cfg.injections or self.cfg.gil_request_ms <= 0:
+            return
+        async with self._gil_gate:
+            await self._gil(text, self.cfg.gil_request_ms)
+
     async def submit(
         self, prompt: list[int], max_tokens: int, temperature: float, seed: int, arrival: float
     ) -> _Stream:
@@ -362,7 +378,7 @@ class Frontend:
         self._check_model(body)
         params = _completion_params(body, self.cfg.default_max_tokens)
         prompt_text, prompt_ids = params.prompt_text, params.prompt_ids
-        await self._gil(prompt_text, self.cfg.gil_request_ms)
+        await self._preprocess(prompt_text)
         if prompt_ids is None:
             prompt_ids = await self.encode(prompt_text)
         elif any(not 0 <= t < self.tok.vocab_size for t in prompt_ids):
