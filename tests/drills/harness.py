@@ -72,6 +72,7 @@ SIGNALS = {
     "queue_share": "inference:queue_time_per_e2e_latency:ratio30s",
     "tokenizer_ms": "1000 * inference:tokenizer_latency_seconds:median30s",
     "itl_ms": "1000 * inference:inter_token_latency_seconds:median30s",
+    "decode_efficiency": "min(inference:decode_roofline_efficiency:ratio30s)",
     "hottest_thread": "inference:engine_hottest_thread_cpu:mean30s",
     "softirq_node": "inference:cpu_softirq:ratio30s",
     "softirq_core": "inference:cpu_softirq_hottest_core:mean30s",
@@ -114,9 +115,9 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
     trace = write_trace(scenario.look, workdir / "trace.jsonl") if scenario.look else None
     engine_args = [*ENGINE_ARGS, *scenario.engine_args, "--device", device]
     rules_config = None
-    if scenario.rules_config:
+    if scenario.site_config():
         rules_config = workdir / "site-config.yaml"
-        rules_config.write_text(scenario.rules_config, encoding="utf-8")
+        rules_config.write_text(scenario.site_config(), encoding="utf-8")
     cfg = StackConfig(
         workdir=workdir,
         injections=scenario.injections,
