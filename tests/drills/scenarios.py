@@ -26,12 +26,13 @@ ENGINE_ARGS: tuple[str, ...] = ()
 
 # The site config of every CPU drill (a scenario's own ``rules_config`` replaces it). The
 # reference engine on a CPU spends about half of each healthy decode step in Python (the
-# dispatch of ~70 small operators, sampling): its decode roofline efficiency reads 0.46-0.6 on a
-# quiet 2-CPU machine, and a busy one pushes it under the default 0.33 with nothing injected
-# (a CI run did). The CPU drills therefore put InferenceDecodeOverheadBound's threshold at 0.2:
-# the healthy engine needs a 2.3x slowdown to reach it, the decode-overhead drill (0.11) sits at
-# half of it. Prometheus and diagnose get the same file; GPU drills run the defaults.
-CPU_SITE_CONFIG = "signatures:\n  InferenceDecodeOverheadBound:\n    efficiency_below: 0.2\n"
+# dispatch of ~70 small operators, sampling): its decode roofline efficiency read 0.27-0.50 in
+# the healthy drills measured, under the default 0.33 on a busy machine with nothing injected,
+# and 0.07-0.11 in the decode-overhead drill. The CPU drills put InferenceDecodeOverheadBound's
+# threshold at 0.17, near the geometric middle of the two worst readings (0.27 and 0.11): each
+# side then has about 1.6x of room. Prometheus and diagnose get the same file; GPU drills run
+# the defaults.
+CPU_SITE_CONFIG = "signatures:\n  InferenceDecodeOverheadBound:\n    efficiency_below: 0.17\n"
 
 STARVED = "InferenceGPUStarvedQueueGrowing"
 TOKENIZER = "InferenceTokenizerSlowerThanDecode"
