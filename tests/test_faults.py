@@ -129,8 +129,12 @@ def harness(tmp_path: Path) -> Iterator[Harness]:
     assert not left, [t.name for t in left]
 
 
+def others(*broken: str) -> tuple[str, ...]:
+    return tuple(c for c in ALL if c not in broken)
+
+
 def others_fine(h: Harness, *broken: str) -> None:
-    assert h.healthy(tuple(c for c in ALL if c not in broken))
+    assert h.healthy(others(*broken))
 
 
 # --- NVML ------------------------------------------------------------------------------------
@@ -150,7 +154,7 @@ def test_nvml_library_absent_then_installed(tmp_path: Path) -> None:
             # This test starts without the fixture's wait for a healthy start (the process
             # collector's first scan may still run): every other collector gets there while
             # NVML stays missing.
-            h.wait(lambda: h.healthy(tuple(c for c in ALL if c != "nvml")))
+            h.wait(lambda: h.healthy(others("nvml")))
             assert h.success("nvml") == 0
             h.nvml_missing = False  # the driver got installed: retried with backoff
             h.wait(lambda: h.value("inference_nvml_up") == 1)

@@ -115,9 +115,10 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
     trace = write_trace(scenario.look, workdir / "trace.jsonl") if scenario.look else None
     engine_args = [*ENGINE_ARGS, *scenario.engine_args, "--device", device]
     rules_config = None
-    if scenario.site_config():
+    site_config = scenario.site_config()
+    if site_config:
         rules_config = workdir / "site-config.yaml"
-        rules_config.write_text(scenario.site_config(), encoding="utf-8")
+        rules_config.write_text(site_config, encoding="utf-8")
     cfg = StackConfig(
         workdir=workdir,
         injections=scenario.injections,
