@@ -250,7 +250,7 @@ def render(results: Mapping[str, DrillResult], *, machine: str, total_s: float, 
         "rate this host's torch kernels stream the model's weights through one decode step, "
         "measured when the trace is written (`docs/roofline.md`). The healthy reference engine "
         "spends about half of each step in Python (the dispatch of ~70 small operators, "
-        "sampling): its efficiency read 0.27-0.50 in the healthy drills measured on 2-CPU "
+        "sampling): its efficiency read 0.27-0.70 in the healthy drills measured on 2-CPU "
         "machines, under the default threshold 0.33 on a busy one with nothing injected, and "
         "0.07-0.11 in the decode-overhead drill. The CPU drills therefore run the pack with a "
         "site config that puts the signature's `efficiency_below` at 0.17, near the geometric "

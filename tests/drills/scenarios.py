@@ -26,7 +26,7 @@ ENGINE_ARGS: tuple[str, ...] = ()
 
 # The site config of every CPU drill (a scenario's own ``rules_config`` replaces it). The
 # reference engine on a CPU spends about half of each healthy decode step in Python (the
-# dispatch of ~70 small operators, sampling): its decode roofline efficiency read 0.27-0.50 in
+# dispatch of ~70 small operators, sampling): its decode roofline efficiency read 0.27-0.70 in
 # the healthy drills measured, under the default 0.33 on a busy machine with nothing injected,
 # and 0.07-0.11 in the decode-overhead drill. The CPU drills put InferenceDecodeOverheadBound's
 # threshold at 0.17, near the geometric middle of the two worst readings (0.27 and 0.11): each
