@@ -86,7 +86,7 @@ lint: install-dev
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy --strict exporter
-	$(PY) -m exporter.tools.docgen --check
+	$(PY) build-tools/docgen.py --check
 	$(PY) -m exporter.signatures --check
 
 test: install-dev tools lint
@@ -98,7 +98,7 @@ test-lowest: $(PY)
 	$(PY) .ci/lowest.py
 
 docs:
-	$(PY) -m exporter.tools.docgen
+	$(PY) build-tools/docgen.py
 
 # Regenerate dashboards/*.json from the code in dashboards/ (CI fails when they differ).
 .PHONY: dashboards

@@ -24,7 +24,7 @@ import common as c
 
 sys.path.insert(0, str(c.ROOT))
 
-from exporter.tools.synthetic import write_synthetic_trace
+from support.synthetic import write_synthetic_trace
 
 
 def run(gpus: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:

@@ -4,7 +4,7 @@ What the ``decode-overhead`` drill rests on, measured without Prometheus: for ea
 case (no injection, then ``--inject decode-overhead``),
 
 1. this host's peaks, measured as the drill traces measure them
-   (:func:`exporter.lab.engine.gputrace.measure_host`: read-only stream, fastest of 10);
+   (:func:`exporter.lab.refengine.gputrace.measure_host`: read-only stream, fastest of 10);
 2. the reference engine (the drills' configuration plus ``--engine-arg``\\ s) writing its model
    directory, under the drills' load (``inference-bottleneck-exporter load``: Poisson 2
    requests/s, 256 prompt and 192 output tokens) for ``--warm-up`` and then ``--measure``
@@ -44,8 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 from exporter.backends.hfmodel import load_model  # noqa: E402
 from exporter.engines import parse_exposition  # noqa: E402
-from exporter.lab.engine.gputrace import HostPeaks, measure_host  # noqa: E402
 from exporter.lab.processes import child_pythonpath, stop_process  # noqa: E402
+from exporter.lab.refengine.gputrace import HostPeaks, measure_host  # noqa: E402
 
 LISTEN = re.compile(r"listening on (http://\S+)")
 CASES = {"healthy": [], "decode-overhead": ["--inject", "decode-overhead"]}
@@ -77,7 +77,7 @@ def scrape(url: str) -> dict[str, Any]:
 def start_engine(workdir: Path, args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     log = (workdir / "engine.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.lab.engine", "--port", "0", *args],
+        [sys.executable, "-m", "exporter.lab.refengine", "--port", "0", *args],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

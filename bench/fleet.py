@@ -77,9 +77,9 @@ from common import (  # noqa: E402
     free_port,
     machine,
 )
+from support.synthetic import write_synthetic_trace  # noqa: E402
 
 from exporter.lab.processes import stop_process  # noqa: E402
-from exporter.tools.synthetic import write_synthetic_trace  # noqa: E402
 
 SCRAPE_INTERVAL_S = 15
 EVALUATION_INTERVAL_S = 30

@@ -37,12 +37,12 @@ import expositions
 sys.path.insert(0, str(c.ROOT))
 
 from prometheus_client.exposition import choose_encoder
+from support.synthetic import write_synthetic_trace
 
 from exporter.cli import load_settings
 from exporter.collectors import build_collectors
 from exporter.server.app import Exporter
 from exporter.server.exposition import TextEncoder
-from exporter.tools.synthetic import write_synthetic_trace
 
 
 class _Collected:

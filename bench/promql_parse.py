@@ -52,7 +52,7 @@ from exporter.diagnose.promql import (  # noqa: E402
     source,
 )
 from exporter.signatures import catalogue, parse_config, recording_rules  # noqa: E402
-from exporter.signatures.promql import matchers  # noqa: E402
+from exporter.signatures.promql_text import matchers  # noqa: E402
 
 try:
     import promql_parser

@@ -42,7 +42,7 @@ import report
 
 sys.path.insert(0, str(c.ROOT))
 
-from exporter.tools.synthetic import synthetic_trace_lines
+from support.synthetic import synthetic_trace_lines
 
 
 @dataclass(frozen=True)

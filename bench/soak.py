@@ -31,8 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 from fakeengine import FakeEngine  # noqa: E402
-
-from exporter.tools.synthetic import synthetic_trace_lines  # noqa: E402
+from support.synthetic import synthetic_trace_lines  # noqa: E402
 
 LISTEN = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 

@@ -87,7 +87,7 @@ def site_sources(config: Path) -> dict[str, bytes]:
         sys.path.insert(0, str(ROOT))
     from dashboards import generate  # noqa: PLC0415
     from exporter.signatures.__main__ import pack_files  # noqa: PLC0415
-    from exporter.signatures.config import SignatureConfigError, load_config  # noqa: PLC0415
+    from exporter.signatures.site import SignatureConfigError, load_config  # noqa: PLC0415
 
     pack = Path("alert_rules")
     try:

@@ -14,7 +14,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from dashboards import bottlenecks, gpu, health
 from dashboards.common import render, using
-from exporter.signatures.config import SiteConfig
+from exporter.signatures.site import SiteConfig
 
 # file name -> builder; the order is the order of the README and of the dashboards' links.
 DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
@@ -27,7 +27,7 @@ DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
 def generate(cfg: SiteConfig | None = None) -> dict[str, str]:
     """File name -> JSON text of every dashboard, for ``cfg`` (the shipped defaults if None).
 
-    Raises :class:`~exporter.signatures.config.SignatureConfigError` for a config the
+    Raises :class:`~exporter.signatures.site.SignatureConfigError` for a config the
     dashboards cannot follow.
     """
     with using(cfg or SiteConfig()):

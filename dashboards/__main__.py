@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dashboards import generate
 from exporter.config import ArgumentParser
-from exporter.signatures.config import SignatureConfigError, load_config
+from exporter.signatures.site import SignatureConfigError, load_config
 
 HERE = Path(__file__).resolve().parent
 PROG = "python -m dashboards"

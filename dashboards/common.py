@@ -5,7 +5,7 @@ datasource (the ``$datasource`` variable), a description, fixed sizes, and queri
 by the same template variables.
 
 Like a monitoring mixin's ``_config``, the rule pack's site config
-(``exporter.signatures.config``) drives the dashboards as it drives the rules: its join labels
+(``exporter.signatures.site``) drives the dashboards as it drives the rules: its join labels
 are the ``by (...)`` grouping, the target variables and the legends; its sidecar selector goes
 on every ``inference_*`` series and its exporter selector on ``up``, ``scrape_*`` and
 ``process_*``; the alert parameters are the dashed threshold lines, so a panel's red line sits
@@ -48,8 +48,8 @@ from grafana_foundation_sdk.models.heatmap import HeatmapColorMode, HeatmapColor
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from prometheus_client.utils import floatToGoString
 
-from exporter.signatures.config import SignatureConfigError, SiteConfig
-from exporter.signatures.promql import split_matchers
+from exporter.signatures.promql_text import split_matchers
+from exporter.signatures.site import SignatureConfigError, SiteConfig
 
 # --- identity ---------------------------------------------------------------------------------
 

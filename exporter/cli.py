@@ -291,7 +291,7 @@ def record(argv: Sequence[str], env: Mapping[str, str]) -> int:
         if not is_host_procfs(args.host_procfs):
             _fail(f"--gpu.host-procfs: {args.host_procfs} is not the host's /proc")
     logs.setup(args.log_level, "logfmt")
-    from exporter.tools.recorder import record_trace  # noqa: PLC0415
+    from exporter.recorder import record_trace  # noqa: PLC0415
 
     return record_trace(
         args.out,

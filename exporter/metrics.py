@@ -2,7 +2,7 @@
 
 Collectors build their families through :func:`gauge`, :func:`counter` and
 :func:`histogram`, so a name that is not in the catalogue cannot be emitted, and
-``docs/metrics.md`` is generated from the same table (``python -m exporter.tools.docgen``).
+``docs/metrics.md`` is generated from the same table (``python build-tools/docgen.py``).
 """
 
 from __future__ import annotations

@@ -23,10 +23,10 @@ import pytest
 from support.fakeengine import FakeEngine, FakeEngineThread
 from support.paths import FIXTURES
 from support.process import ExporterProcess
+from support.synthetic import write_synthetic_trace
 
 from exporter.lab.processes import fast_sidecar_flags, stop_process
 from exporter.metrics import BY_NAME, CATALOGUE, POD_MONITOR_TARGET_LABELS, SERIES_BUDGET
-from exporter.tools.synthetic import write_synthetic_trace
 
 GPUS = 2
 ENGINE_PROCESSES = ("vllm", "VLLM::EngineCore")
@@ -130,7 +130,7 @@ def test_series_budget_and_label_limit(
     expected = {name: getattr(budget, name) for name in measured}
     assert measured == expected, (
         "the exposition differs from exporter.metrics.SERIES_BUDGET: raise (or lower) the "
-        "budget on purpose and regenerate docs/metrics.md (python -m exporter.tools.docgen)"
+        "budget on purpose and regenerate docs/metrics.md (python build-tools/docgen.py)"
     )
     assert len(samples) == budget.per_pod(GPUS, len(ENGINE_PROCESSES))
 

@@ -382,7 +382,7 @@ def test_sidecar_never_imports_the_reference_engine() -> None:
         "from exporter.collectors import build_collectors;"
         "from exporter.collectors import default_settings;"
         "build_collectors(default_settings());"
-        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('exporter.lab.engine')];"
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('exporter.lab.refengine')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
     result = subprocess.run(

@@ -17,18 +17,21 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
-from support.paths import FIXTURES, ROOT, TRACE
+from support.paths import FIXTURES, ROOT, TRACE, build_tool
 from support.process import ExporterProcess
 
 from exporter.collectors import serve_options
 from exporter.metrics import BY_NAME, CATALOGUE, MetricSpec
-from exporter.tools.docgen import FLAGS_BEGIN, FLAGS_END, METRICS_MD, generated
+
+_docgen_module = build_tool("docgen")
+FLAGS_BEGIN, FLAGS_END = _docgen_module.FLAGS_BEGIN, _docgen_module.FLAGS_END
+METRICS_MD, generated = _docgen_module.METRICS_MD, _docgen_module.generated
 
 PROC = FIXTURES / "proc" / "two-cpu"
 # The shared-GPU traces: MIG devices, per-process shares (the 2-GPU trace has neither).
 SHARED_TRACES = (
-    ROOT / "exporter" / "data" / "replay-mig-7slice-synthetic.jsonl",
-    ROOT / "exporter" / "data" / "replay-timesliced-2tenant-synthetic.jsonl",
+    ROOT / "tests" / "fixtures" / "traces" / "replay-mig-7slice-synthetic.jsonl",
+    ROOT / "tests" / "fixtures" / "traces" / "replay-timesliced-2tenant-synthetic.jsonl",
 )
 SHARED_ONLY = {
     "inference_gpu_mig_info",
@@ -210,7 +213,7 @@ def test_catalogue_has_no_duplicates() -> None:
 
 def _docgen(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "exporter.tools.docgen", *args],
+        [sys.executable, str(ROOT / "build-tools" / "docgen.py"), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -242,7 +245,7 @@ def test_docs_are_generated_from_the_catalogue(tmp_path: Path) -> None:
     copy.write_text(current.replace("Board power draw.", "Board power draw (edited)."))
     result = _docgen("--check", "--root", str(root))
     assert result.returncode == 1
-    assert result.stderr == (f"out of date: {copy}; run python -m exporter.tools.docgen\n")
+    assert result.stderr == (f"out of date: {copy}; run python build-tools/docgen.py\n")
     assert _docgen("--root", str(root)).returncode == 0
     assert copy.read_text(encoding="utf-8") == current
 

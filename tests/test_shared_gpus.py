@@ -26,19 +26,19 @@ import yaml
 from prometheus_client import CollectorRegistry
 from support.metrics import registry_of
 from support.paths import ROOT
-
-from exporter.backends.pidns import FixedPids
-from exporter.backends.replay import ReplayApi, Trace, TraceRecord, load_trace, parse_trace
-from exporter.collectors.nvml import NvmlCollector
-from exporter.metrics import CATALOGUE
-from exporter.tools.synthetic_shared import (
+from support.synthetic_shared import (
     BUSY_PIDS,
     STARVED_PIDS,
     mig_trace_lines,
     timesliced_trace_lines,
 )
 
-DATA = ROOT / "exporter" / "data"
+from exporter.backends.pidns import FixedPids
+from exporter.backends.replay import ReplayApi, Trace, TraceRecord, load_trace, parse_trace
+from exporter.collectors.nvml import NvmlCollector
+from exporter.metrics import CATALOGUE
+
+DATA = ROOT / "tests" / "fixtures" / "traces"
 MIG = DATA / "replay-mig-7slice-synthetic.jsonl"
 TIMESLICED = DATA / "replay-timesliced-2tenant-synthetic.jsonl"
 WALL0 = 1_700_000_000_000_000

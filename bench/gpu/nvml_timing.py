@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from exporter.backends.nvml import PynvmlApi
 from exporter.backends.nvml_api import NvmlError
+from exporter.backends.nvml_library import PynvmlApi
 
 
 def timed(fn: Callable[[], Any], calls: int) -> dict[str, Any]:

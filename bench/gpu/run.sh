@@ -66,7 +66,7 @@ wait_for() {  # wait_for FILE PATTERN SECONDS
 
 start_engine() {  # start_engine NAME [engine flags...]: sets ENGINE_URL
   local name=$1; shift
-  $PY -m exporter.lab.engine --port 0 --device cuda "$@" >"$WORK/$name-engine.log" 2>&1 &
+  $PY -m exporter.lab.refengine --port 0 --device cuda "$@" >"$WORK/$name-engine.log" 2>&1 &
   PIDS+=($!)
   if ! wait_for "$WORK/$name-engine.log" "listening on" 300; then
     log "engine $name did not start:"; tail -20 "$WORK/$name-engine.log" | tee -a "$OUT/run.log"

@@ -20,7 +20,7 @@ from dashboards.common import (
     table_panel,
 )
 from exporter.signatures import catalogue
-from exporter.signatures.model import GROUPS, Group
+from exporter.signatures.definitions import GROUPS, Group
 
 TITLE = "Active signatures"
 

@@ -1,6 +1,6 @@
 """A Hugging Face model directory as a source of roofline facts, read without loading a tensor.
 
-What is read: ``config.json`` (shapes, :mod:`exporter.hardware.models` does the arithmetic)
+What is read: ``config.json`` (shapes, :mod:`exporter.hardware.model_shapes` does the arithmetic)
 and, for the bytes of the weights, ``model.safetensors.index.json``'s
 ``metadata.total_size`` or else the header of every ``*.safetensors`` file: its first 8 bytes
 (the header length, little-endian) and the JSON header itself, whose ``data_offsets`` give each
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.hardware.models import (
+from exporter.hardware.model_shapes import (
     ModelConfigError,
     ModelShape,
     flops_per_token,

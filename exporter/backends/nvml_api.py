@@ -1,9 +1,9 @@
 """The narrow NVML surface the exporter uses, as a protocol.
 
-Three implementations exist: :class:`exporter.backends.nvml.PynvmlApi` (the real library),
+Three implementations exist: :class:`exporter.backends.nvml_library.PynvmlApi` (the real library),
 :class:`exporter.backends.replay.ReplayApi` (a recorded or synthetic trace) and
 :class:`support.nvml.FaultyApi` (wraps another and injects faults). The read logic
-that turns these calls into readings lives once, in :mod:`exporter.backends.gpu`, so replay
+that turns these calls into readings lives once, in :mod:`exporter.backends.gpu_reader`, so replay
 and fault tests exercise the same code a GPU does.
 
 Units are NVML's own (percent, mW, mJ, MHz, KiB/s, MiB/s); converting them to base units is the

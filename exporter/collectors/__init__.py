@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from exporter.collectors import cpu, engine, model, nvml, process, tokenizer
+from exporter.collectors import cpu, engine, model_facts, nvml, process, tokenizer
 from exporter.collectors.base import Collection, Collector, Shared
 from exporter.config import CORE_OPTIONS, Option, Settings, collector_option
 
@@ -44,7 +44,9 @@ COLLECTORS: dict[str, CollectorEntry] = {
     "engine": CollectorEntry(engine, True, "the engine's queue, batch, KV cache and latencies"),
     "tokenizer": CollectorEntry(tokenizer, True, "active probe of the engine's tokenizer"),
     "process": CollectorEntry(process, True, "CPU of the engine's processes and hottest thread"),
-    "model": CollectorEntry(model, True, "the served model's weight and KV bytes, FLOPs per token"),
+    "model": CollectorEntry(
+        model_facts, True, "the served model's weight and KV bytes, FLOPs per token"
+    ),
 }
 
 

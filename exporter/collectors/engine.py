@@ -67,7 +67,7 @@ from exporter.engines import (
     load_mapping,
     poll_keys,
 )
-from exporter.engines.model import EngineSnapshot, Series
+from exporter.engines.snapshot import EngineSnapshot, Series
 from exporter.priority import SCRAPES
 
 log = logging.getLogger(__name__)

@@ -67,7 +67,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
 from exporter import metrics as m
-from exporter.backends.gpu import (
+from exporter.backends.gpu_reader import (
     GpuIdentity,
     GpuReader,
     GpuReading,
@@ -852,7 +852,7 @@ def build(settings: Settings, shared: Shared) -> NvmlCollector:
         if trace.engine_pids is not None:
             engine = FixedPids(trace.engine_pids)
     else:
-        from exporter.backends.nvml import PynvmlApi  # noqa: PLC0415
+        from exporter.backends.nvml_library import PynvmlApi  # noqa: PLC0415
 
         api_factory = PynvmlApi
         devices = devices or visible_device_uuids(os.environ.get("NVIDIA_VISIBLE_DEVICES", ""))

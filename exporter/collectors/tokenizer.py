@@ -47,7 +47,7 @@ from exporter.collectors.engine import (
 from exporter.collectors.engine import OPTIONS as ENGINE_OPTIONS
 from exporter.config import ConfigError, Option, Settings, parse_url, section
 from exporter.engines import BY_ENGINE
-from exporter.engines.model import Tokenize, token_count
+from exporter.engines.snapshot import Tokenize, token_count
 
 log = logging.getLogger(__name__)
 

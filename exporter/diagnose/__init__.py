@@ -34,8 +34,8 @@ Exit codes: 0 nothing holds, 1 at least one signature holds, 2 usage, configurat
 connection error (one line on stderr).
 
 Modules: :mod:`~exporter.diagnose.cli` (flags, exit codes), :mod:`~exporter.diagnose.evaluate`
-(conditions, evidence, ranking, the two modes), :mod:`~exporter.diagnose.backends` (Prometheus
+(conditions, evidence, ranking, the two modes), :mod:`~exporter.diagnose.datasources` (Prometheus
 HTTP API, sidecar sampling), :mod:`~exporter.diagnose.promql` (the evaluator behind
-``--target``), :mod:`~exporter.diagnose.model` (results), :mod:`~exporter.diagnose.report`
+``--target``), :mod:`~exporter.diagnose.findings` (results), :mod:`~exporter.diagnose.report`
 (text and JSON).
 """

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from exporter.config import EXIT_USAGE, ArgumentParser, parse_duration
-from exporter.diagnose.backends import metrics_url
+from exporter.diagnose.datasources import metrics_url
 from exporter.diagnose.evaluate import diagnose_prometheus, diagnose_target
-from exporter.diagnose.model import DiagnoseError, Report
+from exporter.diagnose.findings import DiagnoseError, Report
 from exporter.diagnose.report import as_json, as_text
-from exporter.signatures.config import PROFILES, SignatureConfigError, load_config
+from exporter.signatures.site import PROFILES, SignatureConfigError, load_config
 
 PROG = "inference-bottleneck-exporter diagnose"
 EXIT_NONE, EXIT_FOUND, EXIT_ERROR = 0, 1, EXIT_USAGE

@@ -12,14 +12,14 @@ import math
 import time
 
 from exporter.backends.http import make_session
-from exporter.diagnose.backends import (
+from exporter.diagnose.datasources import (
     Backend,
     PrometheusBackend,
     TargetBackend,
     sample_target,
     target_evaluator,
 )
-from exporter.diagnose.model import (
+from exporter.diagnose.findings import (
     FIGURES,
     Condition,
     EvidenceValue,
@@ -46,9 +46,9 @@ from exporter.diagnose.promql import (
     unparen,
 )
 from exporter.signatures.catalogue import catalogue
-from exporter.signatures.config import SiteConfig
-from exporter.signatures.model import AlertRule, Evidence, Signature
-from exporter.signatures.promql import matchers
+from exporter.signatures.definitions import AlertRule, Evidence, Signature
+from exporter.signatures.promql_text import matchers
+from exporter.signatures.site import SiteConfig
 from exporter.signatures.sources import Records
 
 ORDERED = frozenset({">", "<", ">=", "<="})
@@ -280,7 +280,7 @@ MAIN_FIGURES = frozenset({"efficiency", "e2e", "prefill_efficiency", "prompt_tok
 
 async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) -> list[Roofline]:
     """The roofline figures and latency budget of each served model, from the pack's records
-    (:data:`~exporter.diagnose.model.FIGURES`); NaN and infinities (a zero division) left out,
+    (:data:`~exporter.diagnose.findings.FIGURES`); NaN and infinities (a zero division) left out,
     and models with none of :data:`MAIN_FIGURES`. Ordered by target and model."""
     records = Records.of(cfg)
     found: dict[Labels, dict[str, float]] = {}

@@ -6,7 +6,7 @@ import datetime as dt
 from typing import Any
 
 from exporter.config import format_duration as duration
-from exporter.diagnose.model import (
+from exporter.diagnose.findings import (
     Condition,
     Finding,
     Report,
@@ -15,9 +15,9 @@ from exporter.diagnose.model import (
     json_number,
     workload_advice,
 )
-from exporter.signatures.model import fill
+from exporter.signatures.definitions import fill
 from exporter.signatures.params import PREFILL_PRECISION
-from exporter.signatures.promql import num
+from exporter.signatures.promql_text import num
 from exporter.signatures.render import runbook_url
 
 

@@ -8,7 +8,7 @@ Pure functions over the exposition (no I/O except :func:`load_mapping`, no regis
     engine = detect(families)                  # "vllm", "sglang", ... or None
     snapshot = normalise(families, engine, mapping=None, max_series=1000)
 
-One module per engine holds its :class:`~exporter.engines.model.EngineSpec` (metric prefixes
+One module per engine holds its :class:`~exporter.engines.snapshot.EngineSpec` (metric prefixes
 or name signatures, the declarative mapping table with current and deprecated names, model
 label and unit conversion, tokenize endpoint, process regex, version endpoint) and documents
 what it maps and why; :mod:`.rules` applies the tables the same way for every engine. Adding
@@ -35,7 +35,6 @@ from exporter.engines import (
     vllm,
 )
 from exporter.engines.custom import CustomMapping, load_mapping
-from exporter.engines.model import EngineSnapshot, EngineSpec, Layer, Series
 from exporter.engines.parse import parse_exposition
 from exporter.engines.rules import (
     NORMALISED,
@@ -46,6 +45,7 @@ from exporter.engines.rules import (
     source_names,
 )
 from exporter.engines.scan import family_key, line_name, scan
+from exporter.engines.snapshot import EngineSnapshot, EngineSpec, Layer, Series
 from exporter.priority import no_pause
 
 __all__ = [

@@ -43,8 +43,8 @@ counted twice. No tokenize endpoint and no version.
 from __future__ import annotations
 
 from exporter.engines import sglang, trtllm, vllm
-from exporter.engines.model import EngineSpec
 from exporter.engines.rules import Product, Rule, SampleIndex, Source, merge_tables, rule
+from exporter.engines.snapshot import EngineSpec
 
 FRONTEND = "dynamo_frontend_"
 COMPONENT = "dynamo_component_"

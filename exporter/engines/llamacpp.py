@@ -22,8 +22,8 @@ No latency histograms (only cumulative ``prompt_seconds_total`` and
 
 from __future__ import annotations
 
-from exporter.engines.model import EngineSpec, Tokenize, Version
 from exporter.engines.rules import Rule, Source, rule
+from exporter.engines.snapshot import EngineSpec, Tokenize, Version
 
 PREFIX = "llamacpp:"
 

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.engines.model import EngineSpec, Tokenize
 from exporter.engines.rules import Rule, Source, rule
+from exporter.engines.snapshot import EngineSpec, Tokenize
 
 PREFIX = "lmdeploy:"
 MODEL_LABEL = "model_name"

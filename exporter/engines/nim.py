@@ -29,8 +29,8 @@ else) is not NIM. No queue, prefill or decode time, KV capacity or tokenize endp
 
 from __future__ import annotations
 
-from exporter.engines.model import EngineSpec, Version
 from exporter.engines.rules import Rule, Source, rule
+from exporter.engines.snapshot import EngineSpec, Version
 
 MODEL_LABEL = "model_name"
 

@@ -21,8 +21,8 @@ agent. The version in ``inference_engine_info`` is Ray's (the ``Version`` label)
 from __future__ import annotations
 
 from exporter.engines import vllm
-from exporter.engines.model import EngineSpec, Version
 from exporter.engines.rules import renamed
+from exporter.engines.snapshot import EngineSpec, Version
 
 PREFIXES = ("ray_vllm_", "ray_vllm:")
 

@@ -1,7 +1,7 @@
 """Declarative mapping rules and the one function that applies them.
 
 Each engine module holds a table of :class:`Rule` (one per normalised name it can fill); this
-module turns an engine's samples into :class:`~exporter.engines.model.Series` with them.
+module turns an engine's samples into :class:`~exporter.engines.snapshot.Series` with them.
 
 How a rule is applied:
 
@@ -48,7 +48,7 @@ from typing import Literal
 
 from prometheus_client.metrics_core import Metric
 
-from exporter.engines.model import EngineSnapshot, Series, SeriesKind
+from exporter.engines.snapshot import EngineSnapshot, Series, SeriesKind
 from exporter.metrics import BY_NAME, CATALOGUE
 
 MatchOp = Literal["=", "!=", "=~", "!~"]

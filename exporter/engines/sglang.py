@@ -60,8 +60,8 @@ series (tokens, TTFT, ITL, e2e) are per request already. SGLang's version comes 
 
 from __future__ import annotations
 
-from exporter.engines.model import EngineSpec, Tokenize, Version
 from exporter.engines.rules import LabelMatcher, Rule, Source, rule
+from exporter.engines.snapshot import EngineSpec, Tokenize, Version
 
 PREFIX = "sglang:"
 MODEL_LABELS = ("model_name", "name")

@@ -30,8 +30,8 @@ not requests).
 
 from __future__ import annotations
 
-from exporter.engines.model import EngineSpec, Tokenize, Version
 from exporter.engines.rules import Rule, Source, rule
+from exporter.engines.snapshot import EngineSpec, Tokenize, Version
 
 PREFIX = "tgi_"
 

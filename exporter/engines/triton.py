@@ -38,8 +38,8 @@ per iteration), no tokenizer latency.
 
 from __future__ import annotations
 
-from exporter.engines.model import EngineSpec, Version
 from exporter.engines.rules import CounterPair, LabelMatcher, Product, Rule, Source, rule
+from exporter.engines.snapshot import EngineSpec, Version
 
 PREFIX = "nv_inference_"
 # The TensorRT-LLM backend's own families (a server may show only those).

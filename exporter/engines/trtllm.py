@@ -46,8 +46,8 @@ those rows follow the collector's source. No tokenize endpoint; the version come
 
 from __future__ import annotations
 
-from exporter.engines.model import EngineSpec, Version
 from exporter.engines.rules import Product, Rule, Source, rule
+from exporter.engines.snapshot import EngineSpec, Version
 
 PREFIXES = ("trtllm_", "trtllm:", "pytrtllm:")
 MODEL_LABEL = "model_name"

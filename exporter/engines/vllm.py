@@ -60,8 +60,8 @@ latency and no version; the version comes from ``GET /version``.
 
 from __future__ import annotations
 
-from exporter.engines.model import EngineSpec, Tokenize, Version
 from exporter.engines.rules import LabelMatcher, Rule, Source, rule
+from exporter.engines.snapshot import EngineSpec, Tokenize, Version
 
 PREFIX = "vllm:"
 MODEL_LABEL = "model_name"

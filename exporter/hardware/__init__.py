@@ -9,7 +9,7 @@
   (:func:`~.roofline.decode_floor_seconds`, :func:`~.roofline.prefill_flops`).
 
 Nothing here does I/O, calls NVML or knows Prometheus: the backends read the facts
-(:mod:`exporter.backends.gpu`, :mod:`exporter.backends.hfmodel`), the collectors export them,
+(:mod:`exporter.backends.gpu_reader`, :mod:`exporter.backends.hfmodel`), the collectors export them,
 and the same functions serve the rules, ``diagnose`` and the tests. ``docs/roofline.md``
 explains the arithmetic and what it leaves out.
 """

@@ -9,7 +9,7 @@ and prints what fired.
 
 The replayed GPU: without injections the bundled showcase trace
 (``exporter/data/replay-2gpu-synthetic.jsonl``, GPU 0 pulsing around 67 %); with one, the
-drill trace of that cause (:mod:`exporter.lab.engine.gputrace`: a GPU waiting on its host at
+drill trace of that cause (:mod:`exporter.lab.refengine.gputrace`: a GPU waiting on its host at
 40 %, or busy at 88 % for ``queue-flood``), so the GPU-gated signatures can fire as they do in
 the drills. ``--trace`` picks another.
 """
@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from exporter.config import ArgumentParser, parse_duration, usage_error
-from exporter.lab.engine import gputrace, inject
 from exporter.lab.loadgen import (
     LiveState,
     LoadConfig,
@@ -44,8 +43,9 @@ from exporter.lab.loadgen import (
     percentiles,
     run,
 )
+from exporter.lab.refengine import gputrace, inject
 from exporter.lab.stack import PagerDutyCapture, Stack, StackConfig, StackError
-from exporter.signatures.promql import pct
+from exporter.signatures.promql_text import pct
 
 PROG = "inference-bottleneck-exporter demo"
 PORTS = {"engine": 8000, "sidecar": 10960, "prometheus": 9090, "alertmanager": 9093}

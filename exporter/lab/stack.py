@@ -74,7 +74,7 @@ def alertmanager_config(pd_url: str, key_file: Path, timing: AmTiming) -> str:
     ``<pd_url>/<receiver name>`` (so a test sees which receiver paged), its routing keys read
     from ``key_file``, and short timings."""
     from exporter.signatures.alertmanager import alertmanager_yaml  # noqa: PLC0415
-    from exporter.signatures.config import load_config  # noqa: PLC0415
+    from exporter.signatures.site import load_config  # noqa: PLC0415
 
     config = yaml.safe_load(alertmanager_yaml(load_config(None, "sidecar")))
     config.setdefault("global", {})["pagerduty_url"] = pd_url
@@ -97,8 +97,8 @@ def alertmanager_config(pd_url: str, key_file: Path, timing: AmTiming) -> str:
 
 def write_rules(workdir: Path, profile: str = "fast", config: Path | None = None) -> list[Path]:
     """The pack's recording rules and alerts for ``profile`` and the site ``config``."""
-    from exporter.signatures.config import load_config  # noqa: PLC0415
     from exporter.signatures.render import alerts_yaml, recording_rules_yaml  # noqa: PLC0415
+    from exporter.signatures.site import load_config  # noqa: PLC0415
 
     cfg = load_config(config, profile)
     records = workdir / "recording_rules.yaml"
@@ -208,7 +208,7 @@ class Stack:
         cmd = [
             sys.executable,
             "-m",
-            "exporter.lab.engine",
+            "exporter.lab.refengine",
             "--port",
             str(free_port(cfg.engine_port) if cfg.engine_port else 0),
             *[arg for name in cfg.injections for arg in ("--inject", name)],

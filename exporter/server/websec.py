@@ -75,7 +75,7 @@ class Field:
 
 # exporter-toolkit's docs/web-configuration.md (as of commit 19a7c2d, July 2026), every field.
 # The tables in SECURITY.md and docs/deployment.md are rendered from this (`python -m
-# exporter.tools.docgen`); tests/server/test_websec_fields.py checks that each field is
+# build-tools/docgen.py`); tests/server/test_websec_fields.py checks that each field is
 # exercised by a test against the real CLI or refused there.
 FIELDS: tuple[Field, ...] = (
     Field(

@@ -10,14 +10,14 @@ over the recording rules, evidence queries, runbook) for a :class:`SiteConfig`;
 from __future__ import annotations
 
 from exporter.signatures.catalogue import catalogue
-from exporter.signatures.config import (
+from exporter.signatures.definitions import AlertRule, Evidence, RecordingRule, Signature
+from exporter.signatures.site import (
     PROFILES,
     SignatureConfigError,
     SiteConfig,
     load_config,
     parse_config,
 )
-from exporter.signatures.model import AlertRule, Evidence, RecordingRule, Signature
 from exporter.signatures.sources import Records, recording_rules
 
 __all__ = [

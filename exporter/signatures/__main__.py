@@ -18,7 +18,6 @@ from pathlib import Path
 from exporter.config import ArgumentParser
 from exporter.signatures.alertmanager import alertmanager_yaml
 from exporter.signatures.catalogue import catalogue
-from exporter.signatures.config import PROFILES, SignatureConfigError, SiteConfig, load_config
 from exporter.signatures.render import (
     GENERATOR,
     alerts_yaml,
@@ -26,6 +25,7 @@ from exporter.signatures.render import (
     runbook_index,
     runbook_markdown,
 )
+from exporter.signatures.site import PROFILES, SignatureConfigError, SiteConfig, load_config
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_OUT = ROOT / "alert_rules"

@@ -18,8 +18,8 @@ import json
 from collections.abc import Sequence
 
 from exporter.signatures.catalogue import catalogue
-from exporter.signatures.config import SiteConfig
-from exporter.signatures.model import GROUPS, SEVERITIES, Severity, Signature
+from exporter.signatures.definitions import GROUPS, SEVERITIES, Severity, Signature
+from exporter.signatures.site import SiteConfig
 from exporter.signatures.sources import Records
 
 GENERATOR = "python -m exporter.signatures"

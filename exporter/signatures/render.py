@@ -14,8 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from exporter.config import format_duration as duration
 from exporter.signatures.catalogue import builder_path, catalogue
-from exporter.signatures.config import PROFILES, SELECTOR_HELP, WINDOW_HELP, SiteConfig
-from exporter.signatures.model import (
+from exporter.signatures.definitions import (
     RECORD_NAME,
     TARGET,
     AlertRule,
@@ -24,7 +23,8 @@ from exporter.signatures.model import (
     Signature,
 )
 from exporter.signatures.params import PARAMS
-from exporter.signatures.promql import indent, num
+from exporter.signatures.promql_text import indent, num
+from exporter.signatures.site import PROFILES, SELECTOR_HELP, WINDOW_HELP, SiteConfig
 from exporter.signatures.sources import recording_rules
 from exporter.signatures.templates import template_path
 

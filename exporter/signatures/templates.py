@@ -38,7 +38,7 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 
-from exporter.signatures.model import EFFORTS, Check, Effort, Fix, Runbook
+from exporter.signatures.definitions import EFFORTS, Check, Effort, Fix, Runbook
 
 PACKAGE = "exporter.signatures"
 FOLDER = "runbooks"

@@ -43,7 +43,7 @@ from support.promstack import (
 
 from exporter.signatures import catalogue, parse_config
 from exporter.signatures.alertmanager import alertmanager_yaml
-from exporter.signatures.model import GROUPS
+from exporter.signatures.definitions import GROUPS
 from exporter.signatures.render import runbook_url
 from exporter.signatures.sources import Records
 

@@ -10,14 +10,14 @@ import pytest
 from support.pynvml_fake import H100_SXM, L4, Error, FakeGpu, FakeMig, fake_pynvml
 
 from exporter.backends import nvml_api
-from exporter.backends.gpu import (
+from exporter.backends.gpu_reader import (
     GpuIdentity,
     GpuReader,
     read_facts,
     read_identity,
     read_mig_slices,
 )
-from exporter.backends.nvml import PynvmlApi
+from exporter.backends.nvml_library import PynvmlApi
 from exporter.hardware.gpus import GpuFacts, peaks_of
 
 FACT_CALLS = {

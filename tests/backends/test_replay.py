@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import exporter
-from exporter.backends.gpu import GpuReader, read_identity, read_mig_slices
+from exporter.backends.gpu_reader import GpuReader, read_identity, read_mig_slices
 from exporter.backends.nvml_api import (
     GPM_DRAM_BW_UTIL,
     GPM_GRAPHICS_UTIL,

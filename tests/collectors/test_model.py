@@ -19,8 +19,8 @@ from exporter.backends.hfmodel import ModelFacts, load_model
 from exporter.collectors import default_settings
 from exporter.collectors.base import Shared
 from exporter.collectors.engine import EngineHub
-from exporter.collectors.model import ModelCollector, build
-from exporter.engines.model import EngineSnapshot, Series
+from exporter.collectors.model_facts import ModelCollector, build
+from exporter.engines.snapshot import EngineSnapshot, Series
 
 LLAMA = FIXTURES / "models" / "meta-llama__Llama-3.1-8B"
 NAMES = (
@@ -107,7 +107,7 @@ def test_broken_directory_warns_once_and_recovers_when_mounted(
         return load_model(directory)
 
     collector = ModelCollector(hub_serving("m"), load, retry_interval=0.02)
-    with caplog.at_level(logging.DEBUG, logger="exporter.collectors.model"):
+    with caplog.at_level(logging.DEBUG, logger="exporter.collectors.model_facts"):
         started(collector)
         try:
             deadline = time.monotonic() + 5
@@ -137,7 +137,7 @@ def test_an_unexpected_reader_failure_costs_this_collector_only(
     def load() -> ModelFacts:
         raise RuntimeError("bug")
 
-    with caplog.at_level(logging.ERROR, logger="exporter.collectors.model"):
+    with caplog.at_level(logging.ERROR, logger="exporter.collectors.model_facts"):
         collector = started(ModelCollector(hub_serving("m"), load, retry_interval=60))
     try:
         collection = collector.collect()

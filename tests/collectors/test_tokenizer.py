@@ -19,7 +19,7 @@ from exporter.collectors.tokenizer import (
     request_body,
     token_count,
 )
-from exporter.engines.model import EngineSnapshot, Series
+from exporter.engines.snapshot import EngineSnapshot, Series
 
 
 def scrape(collector: TokenizerCollector) -> tuple[CollectorRegistry, Collection]:

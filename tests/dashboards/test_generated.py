@@ -20,7 +20,7 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from exporter.metrics import BY_NAME
-from exporter.signatures.model import GROUPS
+from exporter.signatures.definitions import GROUPS
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DASHBOARDS = ROOT / "dashboards"

@@ -31,8 +31,8 @@ from support.dashboards import (
 from support.paths import ROOT
 
 from dashboards import generate
-from exporter.signatures.config import SiteConfig, parse_config
-from exporter.signatures.promql import split_matchers
+from exporter.signatures.promql_text import split_matchers
+from exporter.signatures.site import SiteConfig, parse_config
 from exporter.signatures.sources import recording_rules
 
 SIDECAR = 'job="inference/ibe-sidecar"'

@@ -35,8 +35,8 @@ from support.promstack import (
     wait_until,
 )
 
-from exporter.diagnose.backends import scrape_samples
-from exporter.diagnose.model import Condition, Finding, Instance
+from exporter.diagnose.datasources import scrape_samples
+from exporter.diagnose.findings import Condition, Finding, Instance
 from exporter.signatures import catalogue, parse_config
 from exporter.signatures.render import runbook_url
 

@@ -22,7 +22,7 @@ from exporter.diagnose.promql import (
     unparen,
 )
 from exporter.signatures import catalogue, parse_config, recording_rules
-from exporter.signatures.promql import matchers
+from exporter.signatures.promql_text import matchers
 
 
 def lab(name: str, **labels: str) -> Labels:

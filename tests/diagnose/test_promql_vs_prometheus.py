@@ -14,8 +14,8 @@ How the two are made to look at the same samples:
 
 * **Pages.** Each set describes, per target and per scrape, the sidecar's ``/metrics`` page
   (built with the metric catalogue's own family builders). The evaluator gets each page as
-  ``diagnose`` does: the text through :func:`exporter.diagnose.backends.scrape_samples`, one
-  :class:`Scrape` per page, :func:`exporter.diagnose.backends.target_evaluator` computing the
+  ``diagnose`` does: the text through :func:`exporter.diagnose.datasources.scrape_samples`, one
+  :class:`Scrape` per page, :func:`exporter.diagnose.datasources.target_evaluator` computing the
   recording rules. Prometheus gets every sample of the same text, with the labels a scrape
   attaches (``instance``, ``job``; ``namespace`` and ``pod`` for Kubernetes targets) and an
   ``up`` series of 1, timestamped with the scrape's time in whole milliseconds.
@@ -69,7 +69,7 @@ from prometheus_client.utils import floatToGoString
 from support.promstack import binary
 
 from exporter.config import format_duration
-from exporter.diagnose.backends import TargetBackend, scrape_samples, target_evaluator
+from exporter.diagnose.datasources import TargetBackend, scrape_samples, target_evaluator
 from exporter.diagnose.evaluate import instances
 from exporter.diagnose.promql import (
     NAME,
@@ -93,8 +93,8 @@ from exporter.metrics import counter as counter_family
 from exporter.metrics import gauge as gauge_family
 from exporter.metrics import histogram as histogram_family
 from exporter.signatures import catalogue, parse_config, recording_rules
-from exporter.signatures.config import SiteConfig
-from exporter.signatures.promql import matchers
+from exporter.signatures.promql_text import matchers
+from exporter.signatures.site import SiteConfig
 
 REL = 1e-9
 # 2024-01-01T00:00:00Z; sets lie two hours apart, so no window or offset reaches another set.

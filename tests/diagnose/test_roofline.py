@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.diagnose.model import Roofline, workload_advice
+from exporter.diagnose.findings import Roofline, workload_advice
 from exporter.diagnose.report import roofline_summary
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS
 

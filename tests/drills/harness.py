@@ -24,8 +24,8 @@ from typing import Any
 
 from drills.scenarios import ENGINE_ARGS, Scenario
 
-from exporter.lab.engine.gputrace import write_trace
 from exporter.lab.processes import child_pythonpath, stop_process
+from exporter.lab.refengine.gputrace import write_trace
 from exporter.lab.stack import JOB, TARGET_LABELS, Stack, StackConfig
 
 POLL_S = 1.0

@@ -8,8 +8,8 @@ from pathlib import Path
 from drills.harness import DrillResult
 from drills.scenarios import LOAD, SCENARIOS, Scenario
 
-from exporter.lab.engine.gputrace import mean_utilization, trace_lines
-from exporter.lab.engine.inject import INJECTIONS
+from exporter.lab.refengine.gputrace import mean_utilization, trace_lines
+from exporter.lab.refengine.inject import INJECTIONS
 
 HEADER = """\
 # Drills: every CPU-side signature fired by its real cause
@@ -18,7 +18,7 @@ HEADER = """\
 edit. The run rewrites this file when the whole CPU matrix has run. -->
 
 A drill runs the whole pipeline on one machine and injects one real bottleneck into a real
-inference server: the reference engine (`exporter/lab/engine/`: a random-weight transformer in
+inference server: the reference engine (`exporter/lab/refengine/`: a random-weight transformer in
 torch, a byte-level BPE tokenizer, continuous batching, vLLM's API and metric names) under an
 open-loop load, the sidecar polling it, Prometheus with the `fast` rule profile (windows and
 `for` scaled by 1/10; scrapes and rule evaluations every 2 s), and Alertmanager with the pack's
@@ -146,7 +146,7 @@ def render(results: Mapping[str, DrillResult], *, machine: str, total_s: float, 
         "",
         "Without a GPU the sidecar replays an NVML trace. The drills do not use the bundled "
         "showcase trace (GPU 0 pulsing around 67 %): they replay one plain, steady GPU "
-        "(`exporter/lab/engine/gputrace.py`), so that what differs between two drills is the "
+        "(`exporter/lab/refengine/gputrace.py`), so that what differs between two drills is the "
         "injected cause and nothing else:",
         "",
         f"- `starved` (mean {_mean('starved'):.0f} %): healthy, tokenizer-slow, frontend-gil, "
@@ -163,7 +163,7 @@ def render(results: Mapping[str, DrillResult], *, machine: str, total_s: float, 
         "Both are honest about what they stand in for: their NVML facts give this host's peaks, "
         "measured when the drill writes its trace (a read-only stream over 512 MiB and float32 "
         "1024 x 1024 matmuls on the model worker's thread count, the fastest of 10 passes each; "
-        "`exporter/lab/engine/hostpeak.py`), so `inference_gpu_peak_memory_bandwidth_bytes_per_"
+        "`exporter/lab/refengine/hostpeak.py`), so `inference_gpu_peak_memory_bandwidth_bytes_per_"
         "second` and `inference_gpu_peak_flops` are what this machine's memory and core deliver, "
         "and the reference model's decode floor is real (`docs/roofline.md`, \"The reference "
         'engine on a CPU"). The engine writes its model directory and the sidecar reads it '

@@ -2,7 +2,7 @@
 
 Every CPU drill runs the same load (:data:`LOAD`; one drill a lighter one, with the reason)
 against the same reference engine configuration; only the injection differs, and - where the cause leaves the GPU busy - the
-replayed GPU (see :mod:`exporter.lab.engine.gputrace`). Co-firing is allowed only where it is
+replayed GPU (see :mod:`exporter.lab.refengine.gputrace`). Co-firing is allowed only where it is
 written down here with the reason; any other alert that fires fails the drill.
 """
 

@@ -14,8 +14,8 @@ import pytest
 from drills.harness import DrillResult, expected_dedup_key, has_gpu, run_drill
 from drills.scenarios import CPU_SCENARIOS, GPU_SCENARIOS, Scenario
 
-from exporter.signatures.config import load_config
 from exporter.signatures.render import runbook_url
+from exporter.signatures.site import load_config
 
 RECEIVER = {"critical": "pagerduty", "warning": "pagerduty-low-urgency"}
 # Bounds on the whole drill: start-up, the deadline, the repeat page, diagnose, shutdown.

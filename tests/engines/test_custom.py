@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from exporter.engines import CustomMapping, load_mapping, normalise, parse_exposition
-from exporter.engines.model import EngineSnapshot, Series
+from exporter.engines.snapshot import EngineSnapshot, Series
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
 INF = math.inf

@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 from exporter.engines import digest, layered, normalise, parse_exposition, poll_keys
-from exporter.engines.model import EngineSnapshot, Series
+from exporter.engines.snapshot import EngineSnapshot, Series
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
 INF = math.inf

@@ -25,7 +25,7 @@ from exporter.engines import (
     trtllm,
     vllm,
 )
-from exporter.engines.model import EngineSnapshot, Series
+from exporter.engines.snapshot import EngineSnapshot, Series
 from exporter.metrics import BY_NAME
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.metrics_core import Metric
 
 from exporter.engines import normalise, parse_exposition
-from exporter.engines.model import EngineSnapshot, Series
+from exporter.engines.snapshot import EngineSnapshot, Series
 
 INF = math.inf
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from exporter.engines import digest, normalise, parse_exposition, poll_keys
-from exporter.engines.model import EngineSnapshot, Series
+from exporter.engines.snapshot import EngineSnapshot, Series
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
 INF = math.inf

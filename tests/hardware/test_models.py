@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from support.paths import FIXTURES
 
-from exporter.hardware.models import (
+from exporter.hardware.model_shapes import (
     KV_CACHE_DTYPES,
     ModelConfigError,
     flops_per_token,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.hardware.roofline import (
+from exporter.hardware.floors import (
     decode_floor_seconds,
     experts_read,
     prefill_floor_seconds,

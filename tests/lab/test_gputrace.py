@@ -8,7 +8,7 @@ import pytest
 
 from exporter.backends.replay import parse_trace
 from exporter.hardware.gpus import peaks_of, product_of
-from exporter.lab.engine.gputrace import (
+from exporter.lab.refengine.gputrace import (
     DEVICE_NAME,
     LOOKS,
     SCENARIO_LOOK,

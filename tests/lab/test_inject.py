@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.lab.engine import inject
+from exporter.lab.refengine import inject
 
 
 def test_parse_combines_and_rejects() -> None:
@@ -46,7 +46,7 @@ def test_softirq_flood_raises_net_rx_and_stops_by_itself() -> None:
         [
             sys.executable,
             "-m",
-            "exporter.lab.engine.inject",
+            "exporter.lab.refengine.inject",
             "softirq",
             "--parent",
             str(os.getpid()),
@@ -67,7 +67,7 @@ def test_burner_stops_by_itself() -> None:
         [
             sys.executable,
             "-m",
-            "exporter.lab.engine.inject",
+            "exporter.lab.refengine.inject",
             "burn",
             "--parent",
             str(os.getpid()),
@@ -84,7 +84,7 @@ def test_helpers_die_with_their_parent(tmp_path: Path) -> None:
     # A parent that starts a helper for an hour and exits at once: the helper must follow.
     script = (
         "import subprocess, sys, os\n"
-        "p = subprocess.Popen([sys.executable, '-m', 'exporter.lab.engine.inject', 'burn', "
+        "p = subprocess.Popen([sys.executable, '-m', 'exporter.lab.refengine.inject', 'burn', "
         "'--parent', str(os.getpid()), '--duration', '3600'])\n"
         "print(p.pid, flush=True)\n"
     )
@@ -119,13 +119,13 @@ def test_frontend_gil_preprocesses_a_bounded_number_of_requests_at_once(
 ) -> None:
     """A backlog of requests waits at the gate: the event loop's turn holds at most
     GIL_REQUESTS_AT_ONCE pre-processing slices, so the engine's /metrics keeps answering."""
-    from exporter.lab.engine.server import (  # noqa: PLC0415
+    from exporter.lab.refengine.bpe import train  # noqa: PLC0415
+    from exporter.lab.refengine.server import (  # noqa: PLC0415
         GIL_REQUESTS_AT_ONCE,
         Frontend,
         FrontendConfig,
     )
-    from exporter.lab.engine.tokenizer import train  # noqa: PLC0415
-    from exporter.lab.engine.worker import WorkerConfig  # noqa: PLC0415
+    from exporter.lab.refengine.worker import WorkerConfig  # noqa: PLC0415
 
     assert most in (0, GIL_REQUESTS_AT_ONCE)
     cfg = FrontendConfig(

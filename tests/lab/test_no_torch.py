@@ -18,13 +18,13 @@ MODULES = (
     "exporter.instrument",
     "exporter.instrument.torch_h2d",
     "exporter.lab.loadgen",
-    "exporter.lab.engine",
+    "exporter.lab.refengine",
     "exporter.lab.demo",
     "exporter.lab.stack",
-    "exporter.lab.engine.server",
-    "exporter.lab.engine.worker",
-    "exporter.lab.engine.inject",
-    "exporter.lab.engine.gputrace",
+    "exporter.lab.refengine.server",
+    "exporter.lab.refengine.worker",
+    "exporter.lab.refengine.inject",
+    "exporter.lab.refengine.gputrace",
 )
 
 

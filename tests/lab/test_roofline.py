@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.backends.hfmodel import load_model
-from exporter.lab.engine.gputrace import measure_host, write_trace
+from exporter.lab.refengine.gputrace import measure_host, write_trace
 from exporter.lab.stack import Stack, StackConfig
 
 

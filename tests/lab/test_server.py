@@ -16,9 +16,9 @@ from support.refengine import Engine
 from exporter.backends.hfmodel import load_model
 from exporter.collectors.tokenizer import request_body, token_count
 from exporter.engines import detect, normalise, parse_exposition
-from exporter.lab.engine.model import ModelConfig
-from exporter.lab.engine.worker import decode_work, prefill_work
 from exporter.lab.processes import child_pythonpath
+from exporter.lab.refengine.torch_model import ModelConfig
+from exporter.lab.refengine.worker import decode_work, prefill_work
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +207,7 @@ def test_sigterm_stops_engine_and_worker(tmp_path: Path) -> None:
 )
 def test_engine_errors_are_one_line(args: list[str], code: int, message: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "exporter.lab.engine", "--port", "0", *args],
+        [sys.executable, "-m", "exporter.lab.refengine", "--port", "0", *args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from support.paths import ROOT
 
-from exporter.lab.engine import corpus
-from exporter.lab.engine.tokenizer import EOS, BpeTokenizer, train
+from exporter.lab.refengine import corpus
+from exporter.lab.refengine.bpe import EOS, BpeTokenizer, train
 
 PROBE = (ROOT / "exporter" / "data" / "tokenizer-probe.txt").read_text(encoding="utf-8")
 TEXTS = [

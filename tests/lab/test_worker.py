@@ -10,8 +10,8 @@ from pathlib import Path
 import torch  # the reference extra (make install-dev): fails, never skips, without it
 
 from exporter.backends.hfmodel import load_model
-from exporter.lab.engine.model import Model, ModelConfig, hf_tensors
-from exporter.lab.engine.worker import (
+from exporter.lab.refengine.torch_model import Model, ModelConfig, hf_tensors
+from exporter.lab.refengine.worker import (
     Request,
     Scheduler,
     Work,

@@ -11,12 +11,13 @@ from types import ModuleType
 import pytest
 import support.tls
 import yaml
-from support.paths import ROOT
+from support.paths import ROOT, build_tool
 from support.tls import refused_at_start, tls_config
 
 from exporter.config import ConfigError
 from exporter.server import websec
-from exporter.tools import docgen
+
+docgen = build_tool("docgen")
 
 # Transcribed from exporter-toolkit's docs/web-configuration.md at commit 19a7c2d (July 2026):
 # the format as a new user reads it. A new upstream field belongs here and in websec.FIELDS.

@@ -10,7 +10,7 @@ from support.paths import ROOT
 
 from exporter.collectors.nvml import CLOCK_EVENT_REASONS
 from exporter.signatures import catalogue, parse_config, recording_rules
-from exporter.signatures.model import EFFORTS, GROUPS, SEVERITIES
+from exporter.signatures.definitions import EFFORTS, GROUPS, SEVERITIES
 from exporter.signatures.params import CLOCK_EVENT_BITS, PARAMS
 from exporter.signatures.render import alerts_yaml, recording_rules_yaml
 

@@ -22,7 +22,7 @@ from exporter.signatures import (
     recording_rules,
 )
 from exporter.signatures.__main__ import main
-from exporter.signatures.promql import split_matchers
+from exporter.signatures.promql_text import split_matchers
 
 STARVED = "InferenceGPUStarvedQueueGrowing"
 

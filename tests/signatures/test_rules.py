@@ -25,7 +25,7 @@ from support.paths import FIXTURES, ROOT
 from exporter.metrics import BY_NAME
 from exporter.signatures import catalogue, parse_config, recording_rules
 from exporter.signatures.__main__ import DEFAULT_OUT, DEFAULT_RUNBOOKS, main, pack_files
-from exporter.signatures.promql import matchers
+from exporter.signatures.promql_text import matchers
 
 RULES = ROOT / "alert_rules"
 UNIT_TESTS = sorted((RULES / "tests").rglob("*.yaml"))

@@ -12,7 +12,7 @@ from support.paths import ROOT
 from exporter.signatures import catalogue, parse_config
 from exporter.signatures import templates as tpl
 from exporter.signatures.catalogue import BUILDERS, builder_path
-from exporter.signatures.model import Check, Fix
+from exporter.signatures.definitions import Check, Fix
 from exporter.signatures.templates import RunbookTemplateError, fill, parse, template_names
 
 UNDERUSED = "InferenceGPUUnderutilized"

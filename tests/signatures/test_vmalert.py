@@ -42,7 +42,7 @@ from support.victoria import (
 )
 
 from exporter.config import parse_duration
-from exporter.signatures.model import RECORD_NAME
+from exporter.signatures.definitions import RECORD_NAME
 
 RULES = ROOT / "alert_rules"
 TESTS = [

@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 TRACE = ROOT / "exporter" / "data" / "replay-2gpu-synthetic.jsonl"
+
+
+def build_tool(name: str) -> ModuleType:
+    """Import ``build-tools/NAME.py`` (a build step, not part of the package) as a module."""
+    path = ROOT / "build-tools" / f"{name}.py"
+    module_name = f"build_tools_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,6 +1,6 @@
 """A stand-in for the ``pynvml`` module (nvidia-ml-py) that answers as NVML does on given GPUs.
 
-It lets :class:`exporter.backends.nvml.PynvmlApi` run without a GPU: the adapter receives it
+It lets :class:`exporter.backends.nvml_library.PynvmlApi` run without a GPU: the adapter receives it
 through ``PynvmlApi(library=...)``. Errors are nvidia-ml-py's own classes (``NVMLError(3)`` is an
 ``NVMLError_NotSupported`` with ``.value == 3``), and constants are its own, so the adapter's
 error mapping is exercised as on a GPU.

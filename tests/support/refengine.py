@@ -26,7 +26,7 @@ class Engine:
         )
         self._log = log.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter.lab.engine", "--port", "0", *args],
+            [sys.executable, "-m", "exporter.lab.refengine", "--port", "0", *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin"},

@@ -14,39 +14,47 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from exporter.signatures.catalogue import cpu, gpu, memory, meta, network, queue, roofline
+from exporter.signatures.catalogue import (
+    cpu_signatures,
+    gpu_signatures,
+    memory_signatures,
+    meta_signatures,
+    network_signatures,
+    queue_signatures,
+    roofline_signatures,
+)
 from exporter.signatures.catalogue.context import Context
-from exporter.signatures.config import SiteConfig
-from exporter.signatures.model import Signature
+from exporter.signatures.definitions import Signature
+from exporter.signatures.site import SiteConfig
 
 # The order of the rule files, the runbook index and the dashboards' rows.
 BUILDERS: tuple[Callable[[Context], Signature], ...] = (
-    cpu.gpu_starved_queue_growing,
-    cpu.tokenizer_slower_than_decode,
-    cpu.frontend_cpu_saturated,
-    network.softirq_cpu_high,
-    memory.hbm_bandwidth_saturated,
-    memory.gpu_memory_headroom_low,
-    queue.queue_wait_dominates_latency,
-    cpu.gpu_utilization_pulsing,
-    gpu.gpu_underutilized,
-    roofline.decode_overhead_bound,
-    roofline.gpu_busy_sms_idle,
-    roofline.host_latency_share_high,
-    meta.exporter_down,
-    meta.collector_failing,
-    meta.engine_metrics_down,
-    meta.nvml_unavailable,
-    gpu.gpu_lost,
-    gpu.gpu_xid_errors,
-    gpu.gpu_throttled,
-    gpu.gpu_contended,
+    cpu_signatures.gpu_starved_queue_growing,
+    cpu_signatures.tokenizer_slower_than_decode,
+    cpu_signatures.frontend_cpu_saturated,
+    network_signatures.softirq_cpu_high,
+    memory_signatures.hbm_bandwidth_saturated,
+    memory_signatures.gpu_memory_headroom_low,
+    queue_signatures.queue_wait_dominates_latency,
+    cpu_signatures.gpu_utilization_pulsing,
+    gpu_signatures.gpu_underutilized,
+    roofline_signatures.decode_overhead_bound,
+    roofline_signatures.gpu_busy_sms_idle,
+    roofline_signatures.host_latency_share_high,
+    meta_signatures.exporter_down,
+    meta_signatures.collector_failing,
+    meta_signatures.engine_metrics_down,
+    meta_signatures.nvml_unavailable,
+    gpu_signatures.gpu_lost,
+    gpu_signatures.gpu_xid_errors,
+    gpu_signatures.gpu_throttled,
+    gpu_signatures.gpu_contended,
 )
 
 
 def builder_path(group: str) -> str:
     """The module that builds the signatures of one ``signature`` label value."""
-    return f"exporter/signatures/catalogue/{group}.py"
+    return f"exporter/signatures/catalogue/{group}_signatures.py"
 
 
 def catalogue(cfg: SiteConfig) -> tuple[Signature, ...]:

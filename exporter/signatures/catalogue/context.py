@@ -10,9 +10,16 @@ from dataclasses import replace
 
 from exporter.config import format_duration
 from exporter.signatures import templates
-from exporter.signatures.config import SiteConfig
-from exporter.signatures.model import RECORD_NAME, TARGET, AlertRule, Evidence, Runbook, Signature
-from exporter.signatures.promql import by, on, selector
+from exporter.signatures.definitions import (
+    RECORD_NAME,
+    TARGET,
+    AlertRule,
+    Evidence,
+    Runbook,
+    Signature,
+)
+from exporter.signatures.promql_text import by, on, selector
+from exporter.signatures.site import SiteConfig
 from exporter.signatures.sources import Records, record_windows
 
 # Labels of a per-GPU series, besides the join labels of the target.

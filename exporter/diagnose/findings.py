@@ -1,0 +1,231 @@
+"""What a diagnosis finds: conditions, instances, evidence, findings, the report."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.diagnose.promql import Labels
+from exporter.signatures.definitions import AlertRule, Signature
+from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS
+from exporter.signatures.site import SiteConfig
+
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+# Among signatures that hold, an alert already firing (it held for its whole `for`) ranks
+# before a pending one, before none.
+_STATE_RANK = {"firing": 0, "pending": 1}
+
+
+class DiagnoseError(Exception):
+    """Something the user can fix; ``str()`` is the one line printed."""
+
+
+def json_number(value: float | None) -> float | str | None:
+    """A float for JSON: NaN and infinities as strings (JSON has no such numbers)."""
+    if value is None:
+        return None
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    return value
+
+
+def format_value(fmt: str, value: float | None) -> str:
+    """``fmt % value``; ``?`` for no value, Prometheus' spelling of NaN and infinities."""
+    if value is None:
+        return "?"
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return fmt % value
+
+
+@dataclass
+class Condition:
+    """One comparison (or presence test) of an alert expression, for one instance."""
+
+    expr: str
+    op: str | None
+    value: float | None
+    threshold: float | None = None
+    threshold_expr: str | None = None
+    holds: bool = False
+    nearly: bool = False
+    gap: float | None = None  # |value - threshold| / |threshold|
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "expr": self.expr,
+            "op": self.op,
+            "value": json_number(self.value),
+            "threshold": json_number(self.threshold),
+            "threshold_expr": self.threshold_expr,
+            "holds": self.holds,
+            "nearly": self.nearly,
+            "relative_gap": json_number(self.gap),
+        }
+
+
+@dataclass
+class Instance:
+    """One label set an alert expression returns (or nearly returns), with its conditions."""
+
+    labels: Labels
+    holds: bool
+    nearly: bool
+    value: float | None
+    conditions: list[Condition]
+
+    def get(self, name: str) -> str:
+        return dict(self.labels).get(name, "")
+
+
+@dataclass
+class EvidenceValue:
+    key: str
+    label: str
+    value: float | None
+    unit: str
+    text: str
+
+
+@dataclass
+class Finding:
+    """A signature that holds or nearly holds for one instance."""
+
+    sig: Signature
+    rule: AlertRule
+    instance: Instance
+    target: str
+    evidence: list[EvidenceValue]
+    state: str | None = None
+
+    @property
+    def status(self) -> str:
+        return "holds" if self.instance.holds else "nearly"
+
+    def sort_key(self) -> tuple[float, ...]:
+        severity = float(SEVERITY_RANK[self.rule.severity])
+        conditions = self.instance.conditions
+        if self.instance.holds:
+            # Among signatures that hold: by severity, then a cause before a measure of where
+            # the time goes (the roofline group: a host-latency share, a decode far from its
+            # floor, which a saturated thread or a flooded core explains), then an alert
+            # already firing before a pending one before none, then by margin.
+            measure = 1.0 if self.sig.group == "roofline" else 0.0
+            persisted = float(_STATE_RANK.get(self.state or "", len(_STATE_RANK)))
+            margins = [c.gap for c in conditions if c.holds and c.gap is not None]
+            return (0.0, severity, measure, persisted, -min(margins, default=math.inf))
+        gaps = [c.gap for c in conditions if c.nearly and c.gap is not None]
+        return (1.0, max(gaps, default=0.0), severity)
+
+
+# The roofline figures diagnose shows, by key, and the record of the pack each comes from
+# (:class:`exporter.signatures.sources.Records` attribute names).
+FIGURES: dict[str, str] = {
+    "floor": "decode_floor",
+    "itl": "inter_token_mean",
+    "efficiency": "decode_efficiency",
+    "roofline_tokens": "roofline_tokens",
+    "throughput": "roofline_throughput",
+    "prefill_efficiency": "prefill_efficiency",
+    "e2e": "e2e_mean",
+    "queue": "budget_queue",
+    "prefill": "budget_prefill",
+    "decode": "budget_decode",
+    "host": "budget_host",
+    "prompt_tokens": "prompt_tokens",
+    "output_tokens": "output_tokens",
+}
+
+
+@dataclass
+class Roofline:
+    """How far one served model on one target is from its hardware limit, and where its
+    requests' time goes: the values of :data:`FIGURES` that its records hold (finite ones)."""
+
+    target: str
+    labels: Labels
+    values: dict[str, float]
+
+    @property
+    def model(self) -> str:
+        return dict(self.labels).get("model", "")
+
+    def get(self, key: str) -> float | None:
+        return self.values.get(key)
+
+    @property
+    def decode_source(self) -> str | None:
+        """``floor``: efficiency = HBM floor / mean inter-token latency; ``read_bytes``: the
+        engine's estimated read bandwidth / peak (no model facts); ``None``: no efficiency."""
+        if "efficiency" not in self.values:
+            return None
+        return "floor" if "floor" in self.values else "read_bytes"
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Generated tokens per second (the roofline's times the share of it generated)."""
+        roofline, share = self.get("roofline_tokens"), self.get("throughput")
+        return None if roofline is None or share is None else roofline * share
+
+    @property
+    def engine_time_split(self) -> tuple[float, float] | None:
+        """Prefill's and decode's shares of the time requests spend in the engine's steps."""
+        prefill, decode = self.get("prefill"), self.get("decode")
+        if prefill is None or decode is None or prefill + decode <= 0:
+            return None
+        return prefill / (prefill + decode), decode / (prefill + decode)
+
+
+def workload_advice(prompt_tokens: float | None, output_tokens: float | None) -> str | None:
+    """The rule of thumb for disaggregated serving, from the mean prompt and output lengths:
+    long prompts make a pod prefill-bound, long outputs decode-bound."""
+    if prompt_tokens is None or output_tokens is None:
+        return None
+    long_prompt = prompt_tokens > LONG_PROMPT_TOKENS
+    long_output = output_tokens > LONG_OUTPUT_TOKENS
+    if long_prompt and long_output:
+        return (
+            f"long prompts (> {LONG_PROMPT_TOKENS} tokens) and long outputs "
+            f"(> {LONG_OUTPUT_TOKENS}): prefill and decode compete for the same GPUs - the case "
+            "for disaggregated serving, prefill and decode in separate pools"
+        )
+    if long_prompt:
+        return (
+            f"long prompts (> {LONG_PROMPT_TOKENS} tokens): this pod is prefill-bound - a "
+            "separate prefill pool (disaggregated serving), or chunked prefill with a larger "
+            "token budget per step"
+        )
+    if long_output:
+        return (
+            f"long outputs (> {LONG_OUTPUT_TOKENS} tokens): this pod is decode-bound - larger "
+            "decode batches, or a separate decode pool (disaggregated serving)"
+        )
+    return (
+        f"prompts up to {LONG_PROMPT_TOKENS} tokens and outputs up to {LONG_OUTPUT_TOKENS}: "
+        "neither phase dominates by length; disaggregated serving would not pay"
+    )
+
+
+@dataclass
+class Report:
+    """Everything one run found, in rank order once :func:`evaluate` has sorted it."""
+
+    mode: str
+    source: str
+    cfg: SiteConfig
+    margin: float
+    evaluated_at: float
+    findings: list[Finding] = field(default_factory=list)
+    not_evaluated: dict[str, str] = field(default_factory=dict)
+    no_data: list[str] = field(default_factory=list)
+    checked: int = 0
+    samples: int = 0
+    span: float = 0.0
+    roofline: list[Roofline] = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        return any(f.instance.holds for f in self.findings)

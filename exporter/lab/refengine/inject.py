@@ -1,0 +1,314 @@
+"""Bottleneck injection for the reference engine: each one a real cause, not a fake metric.
+
+===================  ======================================================================
+``tokenizer-slow``   requests (and ``/tokenize``) are tokenized by the pure-Python BPE path
+                     (:meth:`~exporter.lab.refengine.bpe.BpeTokenizer.encode_slow`) on one
+                     dedicated thread: the request path waits for it, it holds the GIL
+``frontend-gil``     CPU-heavy pure-Python pre-processing of every request and
+                     post-processing of every streamed chunk, in the event-loop thread
+``queue-flood``      the scheduler admits at most ``--flood-max-num-seqs`` (1) running
+                     sequences: admission capacity below the offered load, the queue grows
+``cpu-contention``   busy-looping processes, four per usable CPU (``--contention-procs``),
+                     compete with the engine: a node oversubscribed by its neighbours
+``softirq``          a helper process floods a UDP socket on 127.0.0.1 (see below)
+``h2d-stall``        a synchronous copy of ``--h2d-stall-mib`` (4096) MiB from pageable host
+                     memory before the kernels of every ``--h2d-stall-every`` (24th) step
+                     (CUDA only), timed with :class:`exporter.instrument.torch_h2d.H2DTimer`
+``memory-pressure``  the KV block pool holds ``--memory-pressure-blocks`` (40) blocks, less
+                     than the load's sequences need, so it stays nearly full and preempts;
+                     on CUDA the cache also takes device memory up to ``--memory-fill``
+                     (0.96) of it
+``hbm-saturation``   after ``--hbm-saturation-after`` (120) seconds, a neighbour on the same
+                     GPU (a thread of the model worker with its own CUDA stream) copies
+                     ``--hbm-saturation-mib`` (4096) MiB device to device back to back:
+                     HBM bandwidth saturates and decode, which reads the weights and the
+                     KV cache every step, slows down (CUDA only)
+``decode-overhead``  the model worker does ``--decode-overhead-ms`` (12) ms of pure-Python
+                     CPU work on its step path before every decode step: host work between
+                     the device's steps (scheduling, input preparation, sampling set-up) that
+                     is not overlapped with them, so each step takes several times its
+                     memory floor while the memory bus idles
+===================  ======================================================================
+
+Helper processes (``cpu-contention``, ``softirq``) are ``python -m exporter.lab.refengine.inject``
+children of the engine. Each is bounded: it stops by itself after ``--inject-duration``
+(default 10 minutes, at most an hour), when the engine exits (parent-death signal, and a check
+of the parent twice a second), and when the engine stops it.
+
+The softirq flood. It sends UDP datagrams from one socket to another, both bound to 127.0.0.1
+only: nothing leaves the host. Each send is a 61,600-byte datagram with ``UDP_SEGMENT`` 1400
+(generic segmentation offload, as QUIC servers send), which the loopback receive path splits
+into 44 packets of 1400 bytes in NET_RX softirq context; the receiving socket has a 64 KiB
+buffer and is never read, so the packets are dropped after the kernel has done the receive
+work (``RcvbufErrors`` in ``/proc/net/snmp``). The helper is pinned to the last usable CPU -
+a NIC whose interrupts all land on one core - and paces itself: every half second it reads
+``/proc/stat`` and adjusts its duty cycle so that softirq takes ``--softirq-target`` (0.15) of
+the node's CPU time - three times the signature's 5 % - without taking more than 90 % of its
+own core (on a large node the busiest core then crosses the signature's 50 % instead), and
+never sends more than ``--softirq-max-rate`` datagrams per second (default 100,000).
+Without ``UDP_SEGMENT`` (kernels before 4.18) it sends plain 1400-byte datagrams.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.config import ArgumentParser
+
+CPU_ONLY = frozenset({"tokenizer-slow", "frontend-gil", "queue-flood", "cpu-contention", "softirq"})
+CUDA_ONLY = frozenset({"h2d-stall", "hbm-saturation"})
+INJECTIONS: dict[str, str] = {
+    "tokenizer-slow": "pure-Python tokenizer on one thread on the request path",
+    "frontend-gil": "CPU-heavy pre/post-processing in the event-loop thread",
+    "queue-flood": "admission capacity (max running sequences) below the offered load",
+    "cpu-contention": "busy-looping processes competing for every CPU",
+    "softirq": "bounded loopback UDP flood raising NET_RX softirq time",
+    "h2d-stall": "synchronous pageable host-to-device copies between steps (CUDA)",
+    "memory-pressure": "KV cache pool smaller than the load needs (device memory at 96 % on CUDA)",
+    "hbm-saturation": "a neighbour streaming device memory on the same GPU, after a while (CUDA)",
+    "decode-overhead": "host work on the model worker's step path before every decode step",
+}
+
+BURNERS_PER_CPU = 4
+MAX_BURNERS = 128
+MAX_DURATION_S = 3600.0
+DEFAULT_DURATION_S = 600.0
+UDP_SEGMENT = 103  # linux/udp.h
+SOL_UDP = 17
+SEGMENT_BYTES = 1400
+SEGMENTS_PER_SEND = 44
+PR_SET_PDEATHSIG = 1
+
+
+def parse(values: Iterable[str]) -> frozenset[str]:
+    """Injections from ``--inject`` values (repeatable, comma-separated); ValueError if unknown."""
+    names: set[str] = set()
+    for value in values:
+        for raw in value.split(","):
+            name = raw.strip()
+            if not name or name == "none":
+                continue
+            if name not in INJECTIONS:
+                raise ValueError(f"unknown injection {name!r} (known: {', '.join(INJECTIONS)})")
+            names.add(name)
+    return frozenset(names)
+
+
+# --- frontend-gil ------------------------------------------------------------------------------
+
+_PUNCTUATION = frozenset(".,;:!?'\"()[]{}-")
+
+
+def hold_gil(text: str, cpu_seconds: float) -> int:
+    """Pure-Python text processing (character classification over the last 1 KiB of
+    ``text``, pass after pass) until this thread has used ``cpu_seconds`` of CPU time.
+
+    This is the shape of request validation or output filtering written in Python: it never
+    releases the GIL, and while it runs the event loop serves nobody."""
+    deadline = time.thread_time() + cpu_seconds
+    window = text[-1024:] or "."
+    score = 0
+    while time.thread_time() < deadline:
+        for ch in window:
+            if ch.isalpha():
+                score += 1
+            elif ch in _PUNCTUATION:
+                score += 2
+            elif ch.isspace():
+                score -= 1
+    return score
+
+
+# --- helper processes --------------------------------------------------------------------------
+
+
+@dataclass
+class Helpers:
+    """The helper processes of one engine; :meth:`stop` ends them all."""
+
+    procs: list[subprocess.Popen[bytes]]
+
+    @classmethod
+    def start(
+        cls,
+        injections: frozenset[str],
+        *,
+        duration: float,
+        contention_procs: int = 0,
+        softirq_target: float = 0.15,
+        softirq_max_rate: float = 100000.0,
+    ) -> Helpers:
+        duration = min(max(duration, 1.0), MAX_DURATION_S)
+        common = ["--parent", str(os.getpid()), "--duration", f"{duration:g}"]
+        cmds: list[list[str]] = []
+        if "cpu-contention" in injections:
+            count = contention_procs or min(MAX_BURNERS, BURNERS_PER_CPU * len(usable_cpus()))
+            cmds += [["burn", *common] for _ in range(count)]
+        if "softirq" in injections:
+            cmds.append(
+                [
+                    "softirq",
+                    *common,
+                    "--target",
+                    f"{softirq_target:g}",
+                    "--max-rate",
+                    f"{softirq_max_rate:g}",
+                ]
+            )
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "exporter.lab.refengine.inject", *cmd],
+                stdin=subprocess.DEVNULL,
+            )
+            for cmd in cmds
+        ]
+        return cls(procs)
+
+    def stop(self, timeout: float = 3.0) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + timeout
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+
+def usable_cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+def _die_with_parent(parent: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        raise SystemExit(0)
+
+
+def _burn(parent: int, duration: float) -> int:
+    """A pure-Python busy loop: one CPU's worth of competition for the engine."""
+    end = time.monotonic() + duration
+    x = 1.0
+    while True:
+        for _ in range(200_000):
+            x = x * 1.0000001 + 1e-9
+        if time.monotonic() >= end or os.getppid() != parent:
+            return 0
+
+
+def _softirq_ticks(cpu: int, proc: Path = Path("/proc")) -> tuple[float, float, float, float]:
+    """(softirq, all) ticks of the whole node, then of ``cpu``, from ``/proc/stat``."""
+    node: tuple[float, float] | None = None
+    core: tuple[float, float] | None = None
+    prefix = f"cpu{cpu} "
+    for line in (proc / "stat").read_text().splitlines():
+        if line.startswith(("cpu ", prefix)):
+            values = [float(v) for v in line.split()[1:]]
+            # user nice system idle iowait irq softirq steal (guest time is inside user)
+            pair = (values[6], sum(values[:8]))
+            if line.startswith("cpu "):
+                node = pair
+            else:
+                core = pair
+    if node is None or core is None:
+        raise RuntimeError(f"cpu or cpu{cpu} missing from /proc/stat")
+    return (*node, *core)
+
+
+def _flood_sockets() -> tuple[socket.socket, socket.socket, tuple[str, int], bytes]:
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    rx.bind(("127.0.0.1", 0))
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.bind(("127.0.0.1", 0))
+    try:
+        tx.setsockopt(SOL_UDP, UDP_SEGMENT, SEGMENT_BYTES)
+        payload = b"\x00" * (SEGMENT_BYTES * SEGMENTS_PER_SEND)
+    except OSError:
+        payload = b"\x00" * SEGMENT_BYTES
+    return rx, tx, rx.getsockname(), payload
+
+
+def _softirq(parent: int, duration: float, target: float, core_cap: float, max_rate: float) -> int:
+    """Loopback UDP flood paced so that softirq takes ``target`` of the node's CPU time, without
+    taking more than ``core_cap`` of the pinned core."""
+    cpus = usable_cpus()
+    cpu = cpus[-1]
+    with contextlib.suppress(OSError):
+        os.sched_setaffinity(0, {cpu})
+    rx, tx, dest, payload = _flood_sockets()
+    tick = 0.01
+    per_tick_max = max(1, int(max_rate * tick))
+    duty = 0.3
+    # At full duty the flood keeps about 70 % of its core in softirq: one step of the duty
+    # cycle moves the node's share by about 0.7 / CPUs.
+    gain = 0.5 * len(cpus) / 0.7
+    end = time.monotonic() + duration
+    last = _softirq_ticks(cpu)
+    next_check = time.monotonic() + 0.5
+    with rx, tx:
+        while True:
+            start = time.monotonic()
+            if start >= end or os.getppid() != parent:
+                return 0
+            sent = 0
+            busy_until = start + tick * duty
+            while sent < per_tick_max and time.monotonic() < busy_until:
+                with contextlib.suppress(BlockingIOError, OSError):
+                    tx.sendto(payload, dest)
+                sent += 1
+            rest = start + tick - time.monotonic()
+            if rest > 0:
+                time.sleep(rest)
+            if time.monotonic() >= next_check:
+                now = _softirq_ticks(cpu)
+                node_total, core_total = now[1] - last[1], now[3] - last[3]
+                if node_total > 0 and core_total > 0:
+                    error = target - (now[0] - last[0]) / node_total
+                    error = min(error, (core_cap - (now[2] - last[2]) / core_total) / len(cpus))
+                    duty = min(1.0, max(0.02, duty + gain * error))
+                last = now
+                next_check = time.monotonic() + 0.5
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgumentParser(
+        prog="python -m exporter.lab.refengine.inject",
+        description="Helper processes of the reference engine's injections (bounded).",
+    )
+    parser.add_argument("kind", choices=("burn", "softirq"))
+    parser.add_argument("--parent", type=int, required=True, help="exit when this PID is gone")
+    parser.add_argument("--duration", type=float, default=DEFAULT_DURATION_S)
+    parser.add_argument("--target", type=float, default=0.15, help="softirq share of the node")
+    parser.add_argument("--core-cap", type=float, default=0.9, help="at most this of the core")
+    parser.add_argument("--max-rate", type=float, default=100000.0, help="sends per second")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    _die_with_parent(args.parent)
+    duration = min(max(args.duration, 0.0), MAX_DURATION_S)
+    try:
+        if args.kind == "burn":
+            return _burn(args.parent, duration)
+        target = min(max(args.target, 0.0), 0.95)
+        cap = min(max(args.core_cap, 0.0), 0.95)
+        return _softirq(args.parent, duration, target, cap, max(1.0, args.max_rate))
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

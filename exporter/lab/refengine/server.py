@@ -1,0 +1,564 @@
+"""The reference engine's front-end process: HTTP API, tokenizer, detokenizer, metrics.
+
+Endpoints (vLLM's OpenAI-compatible server's shapes):
+
+``POST /v1/completions``
+    ``{"model", "prompt": str | [token ids], "max_tokens": 16, "temperature": 1.0, "seed",
+    "stream": false, "stream_options": {"include_usage": bool}}``. Generation stops at
+    ``max_tokens`` (the end-of-text token is never sampled, vLLM's ``ignore_eos``). With
+    ``stream`` the answer is server-sent events, one ``data: {chunk}`` per delivery and
+    ``data: [DONE]`` at the end.
+``POST /tokenize``
+    ``{"prompt", "model"?}`` -> ``{"count", "max_model_len", "tokens", "token_strs": null}``
+``POST /detokenize``
+    ``{"tokens": [...]}`` -> ``{"prompt": text}``
+``GET /health``
+    200 while the model worker runs, else 503. ``GET /v1/models`` lists the model.
+``GET /metrics``
+    vLLM's metric names (:mod:`exporter.lab.refengine.vllm_metrics`).
+
+Tokenization runs in the event loop (the fast tokenizer takes about a millisecond for 512
+tokens), as in vLLM's API server; ``tokenizer-slow`` moves it to the pure-Python path on one
+dedicated thread. New tokens from the worker are delivered per request: each request's
+handler takes every token that arrived since its last delivery, detokenizes and writes them
+as one chunk, so a slow client or a busy loop coarsens the stream instead of queueing
+without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import multiprocessing
+import threading
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from exporter.lab.refengine import inject
+from exporter.lab.refengine.bpe import BpeTokenizer
+from exporter.lab.refengine.vllm_metrics import EngineMetrics
+from exporter.lab.refengine.worker import Finished, Request, StepOutput, WorkerConfig
+from exporter.lab.refengine.worker import main as worker_main
+
+log = logging.getLogger("exporter.lab.refengine")
+
+MAX_BODY = 4 * 1024 * 1024
+GIL_SLICE_MS = 5.0
+# frontend-gil: requests pre-processed at once; the others wait (without CPU) for a turn.
+GIL_REQUESTS_AT_ONCE = 2
+
+
+@dataclass(frozen=True)
+class FrontendConfig:
+    model_name: str
+    max_model_len: int
+    injections: frozenset[str] = frozenset()
+    gil_request_ms: float = 500.0
+    gil_chunk_ms: float = 2.0
+    default_max_tokens: int = 16
+    start_timeout: float = 300.0
+
+
+@dataclass
+class _Stream:
+    rid: str
+    arrival: float
+    prompt_tokens: int
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    pending: list[int] = field(default_factory=list)
+    generated: int = 0
+    last_token_at: float = 0.0  # worker clock
+    finished: Finished | None = None
+
+
+class WorkerGoneError(RuntimeError):
+    pass
+
+
+class Frontend:
+    """Owns the model worker process and serves the API."""
+
+    def __init__(self, cfg: FrontendConfig, tokenizer: BpeTokenizer, worker: WorkerConfig) -> None:
+        self.cfg = cfg
+        self.tok = tokenizer
+        self.worker_cfg = worker
+        self.info: dict[str, Any] = {}
+        self.metrics: EngineMetrics | None = None
+        self._streams: dict[str, _Stream] = {}
+        self._proc: Any = None
+        self._conn: Any = None
+        self._reader: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._alive = False
+        self._send_lock = threading.Lock()
+        self._gil_gate = asyncio.Semaphore(GIL_REQUESTS_AT_ONCE)
+        slow = "tokenizer-slow" in cfg.injections
+        self._tok_pool = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer") if slow else None
+        )
+
+    @property
+    def worker_ok(self) -> bool:
+        return self._alive
+
+    # --- worker lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the model worker and wait until its model is built and warmed up."""
+        self._loop = asyncio.get_running_loop()
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe(duplex=True)
+        self._proc = ctx.Process(
+            target=worker_main, args=(child, self.worker_cfg), name="model-worker", daemon=True
+        )
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        msg = await self._loop.run_in_executor(None, self._first_message)
+        if msg[0] != "ready":
+            raise WorkerGoneError(str(msg[1]))
+        self.info = dict(msg[1])
+        self.metrics = EngineMetrics(
+            self.cfg.model_name,
+            block_size=self.worker_cfg.block_size,
+            kv_blocks=int(self.info["kv_blocks"]),
+        )
+        self._alive = True
+        self._reader = threading.Thread(target=self._read, name="worker-reader", daemon=True)
+        self._reader.start()
+
+    def _first_message(self) -> tuple[str, Any]:
+        deadline = time.monotonic() + self.cfg.start_timeout
+        while time.monotonic() < deadline:
+            if self._conn.poll(0.2):
+                try:
+                    msg: tuple[str, Any] = self._conn.recv()
+                except EOFError:
+                    break
+                return msg
+            if not self._proc.is_alive():
+                break
+        return ("fatal", f"model worker exited (code {self._proc.exitcode}) before it was ready")
+
+    def _read(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        while True:
+            try:
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                loop.call_soon_threadsafe(self._worker_gone)
+                return
+            loop.call_soon_threadsafe(self._on_message, msg)
+
+    def _worker_gone(self) -> None:
+        if self._alive:
+            log.error("model worker exited")
+        self._alive = False
+        for stream in self._streams.values():
+            stream.event.set()
+
+    def _send(self, msg: tuple[Any, ...]) -> None:
+        if not self._alive:
+            raise WorkerGoneError("model worker is not running")
+        with self._send_lock:
+            self._conn.send(msg)
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        if self._proc is None:
+            return
+        with contextlib.suppress(Exception):
+            self._send(("stop",))
+        self._alive = False
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._proc.join, timeout)
+        if self._proc.is_alive():
+            self._proc.kill()
+            await loop.run_in_executor(None, self._proc.join, 5.0)
+        with contextlib.suppress(OSError):
+            self._conn.close()
+        if self._tok_pool is not None:
+            self._tok_pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- outputs -------------------------------------------------------------------------------
+    def _on_message(self, msg: tuple[str, Any]) -> None:
+        if msg[0] == "fatal":
+            log.error("%s", msg[1])
+            self._worker_gone()
+            return
+        if msg[0] != "step":
+            return
+        out: StepOutput = msg[1]
+        metrics = self.metrics
+        assert metrics is not None
+        now = time.monotonic()
+        for rid, token in out.tokens:
+            stream = self._streams.get(rid)
+            if stream is None:
+                continue
+            stream.pending.append(token)
+            stream.generated += 1
+            metrics.generation_tokens.inc()
+            if stream.generated == 1:
+                metrics.ttft.observe(now - stream.arrival)
+                metrics.prompt_tokens.inc(stream.prompt_tokens)
+            else:
+                metrics.itl.observe(max(0.0, out.at - stream.last_token_at))
+            stream.last_token_at = out.at
+            stream.event.set()
+        for rid, fin in out.finished.items():
+            stream = self._streams.get(rid)
+            if stream is None:
+                continue
+            stream.finished = fin
+            stream.event.set()
+            if fin.reason.startswith("error"):
+                continue
+            metrics.e2e.observe(now - stream.arrival)
+            metrics.queue_time.observe(max(0.0, fin.scheduled - fin.queued))
+            metrics.prefill_time.observe(max(0.0, fin.first_token - fin.scheduled))
+            metrics.decode_time.observe(max(0.0, fin.last_token - fin.first_token))
+            metrics.success(fin.reason)
+        metrics.scheduler_state(
+            running=out.running,
+            waiting=out.waiting,
+            kv_usage=out.kv_usage,
+            preemptions=out.preemptions,
+        )
+        if out.h2d is not None:
+            metrics.h2d.snapshot = out.h2d
+        if out.work is not None:
+            metrics.work(out.work.flops, out.work.read_bytes, out.work.write_bytes)
+
+    # --- request path --------------------------------------------------------------------------
+    async def encode(self, text: str) -> list[int]:
+        if self._tok_pool is None:
+            return self.tok.encode(text)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._tok_pool, self.tok.encode_slow, text)
+
+    async def _gil(self, text: str, ms: float) -> None:
+        """frontend-gil: ``ms`` of pure-Python CPU in this (the event-loop) thread, in slices
+        of at most :data:`GIL_SLICE_MS` with a yield between them, as a coroutine that does
+        real work between its awaits would run."""
+        if "frontend-gil" not in self.cfg.injections or ms <= 0:
+            return
+        left = ms
+        while left > 0:
+            piece = min(left, GIL_SLICE_MS)
+            inject.hold_gil(text, piece / 1000.0)
+            left -= piece
+            if left > 0:
+                await asyncio.sleep(0)
+
+    async def _preprocess(self, text: str) -> None:
+        """frontend-gil's per-request pre-processing, at most :data:`GIL_REQUESTS_AT_ONCE`
+        requests at a time, as a front end with a bounded pre-processing stage runs it.
+
+        Offered more than the thread can do, the backlog waits at the gate and the thread
+        stays saturated; without the gate every waiting request would take its slice in each
+        turn of the event loop, and with a few dozen of them one turn takes longer than a
+        scrape's timeout: the engine's own ``/metrics`` would stop answering."""
+        if "frontend-gil" not in self.cfg.injections or self.cfg.gil_request_ms <= 0:
+            return
+        async with self._gil_gate:
+            await self._gil(text, self.cfg.gil_request_ms)
+
+    async def submit(
+        self, prompt: list[int], max_tokens: int, temperature: float, seed: int, arrival: float
+    ) -> _Stream:
+        rid = uuid.uuid4().hex
+        stream = _Stream(rid=rid, arrival=arrival, prompt_tokens=len(prompt))
+        self._streams[rid] = stream
+        try:
+            self._send(("add", Request(rid, tuple(prompt), max_tokens, temperature, seed)))
+        except WorkerGoneError:
+            self._streams.pop(rid, None)
+            raise
+        return stream
+
+    async def deliveries(self, stream: _Stream) -> AsyncGenerator[list[int]]:
+        """Yield lists of new token ids until the request finishes (then the finish)."""
+        try:
+            while True:
+                await stream.event.wait()
+                stream.event.clear()
+                batch, stream.pending = stream.pending, []
+                if batch:
+                    yield batch
+                if stream.finished is not None:
+                    return
+                if not self._alive:
+                    raise WorkerGoneError("model worker exited")
+        finally:
+            self._streams.pop(stream.rid, None)
+            if stream.finished is None and self._alive:
+                with contextlib.suppress(WorkerGoneError, OSError):
+                    self._send(("abort", stream.rid))
+
+    # --- HTTP ----------------------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/tokenize", self.tokenize)
+        app.router.add_post("/detokenize", self.detokenize)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics_page)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/version", self.version)
+        return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self._alive else 503)
+
+    async def version(self, request: web.Request) -> web.Response:
+        from exporter import __version__  # noqa: PLC0415
+
+        return web.json_response({"version": f"reference-{__version__}"})
+
+    async def metrics_page(self, request: web.Request) -> web.Response:
+        assert self.metrics is not None
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.cfg.model_name,
+                        "object": "model",
+                        "owned_by": "reference",
+                        "max_model_len": self.cfg.max_model_len,
+                    }
+                ],
+            }
+        )
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = await _json(request)
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise _error(400, "'prompt' must be a string")
+        self._check_model(body)
+        ids = await self.encode(prompt)
+        return web.json_response(
+            {
+                "count": len(ids),
+                "max_model_len": self.cfg.max_model_len,
+                "tokens": ids,
+                "token_strs": None,
+            }
+        )
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        body = await _json(request)
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise _error(400, "'tokens' must be a list of token ids")
+        return web.json_response({"prompt": self.tok.decode(tokens)})
+
+    def _check_model(self, body: dict[str, Any]) -> None:
+        model = body.get("model")
+        if model is not None and model != self.cfg.model_name:
+            raise _error(404, f"The model `{model}` does not exist.", "NotFoundError")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        arrival = time.monotonic()
+        body = await _json(request)
+        self._check_model(body)
+        params = _completion_params(body, self.cfg.default_max_tokens)
+        prompt_text, prompt_ids = params.prompt_text, params.prompt_ids
+        await self._preprocess(prompt_text)
+        if prompt_ids is None:
+            prompt_ids = await self.encode(prompt_text)
+        elif any(not 0 <= t < self.tok.vocab_size for t in prompt_ids):
+            raise _error(400, f"token ids must be in [0, {self.tok.vocab_size})")
+        if len(prompt_ids) + params.max_tokens > self.cfg.max_model_len:
+            raise _error(
+                400,
+                f"This model's maximum context length is {self.cfg.max_model_len} tokens. "
+                f"However, you requested {len(prompt_ids) + params.max_tokens} tokens "
+                f"({len(prompt_ids)} in the messages, {params.max_tokens} in the completion).",
+            )
+        if not prompt_ids:
+            raise _error(400, "the prompt is empty")
+        try:
+            stream = await self.submit(
+                prompt_ids, params.max_tokens, params.temperature, params.seed, arrival
+            )
+        except WorkerGoneError as err:
+            raise _error(503, str(err), "ServiceUnavailable") from None
+        head = {
+            "id": f"cmpl-{stream.rid}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.cfg.model_name,
+        }
+        if params.stream:
+            return await self._stream(request, stream, head, params.include_usage)
+        return await self._whole(stream, head)
+
+    async def _whole(self, stream: _Stream, head: dict[str, Any]) -> web.Response:
+        detok = self.tok.detokenizer()
+        parts: list[str] = []
+        try:
+            async with contextlib.aclosing(self.deliveries(stream)) as deliveries:
+                async for batch in deliveries:
+                    parts.append(detok.push(batch))
+                    await self._gil("".join(parts), self.cfg.gil_chunk_ms)
+        except WorkerGoneError as err:
+            raise _error(503, str(err), "ServiceUnavailable") from None
+        parts.append(detok.flush())
+        fin = stream.finished
+        if fin is not None and fin.reason.startswith("error"):
+            raise _error(400, fin.reason.removeprefix("error: "))
+        choice = {
+            "index": 0,
+            "text": "".join(parts),
+            "logprobs": None,
+            "finish_reason": fin.reason if fin else None,
+            "stop_reason": None,
+        }
+        return web.json_response({**head, "choices": [choice], "usage": _usage(stream)})
+
+    async def _stream(
+        self, request: web.Request, stream: _Stream, head: dict[str, Any], include_usage: bool
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        detok = self.tok.detokenizer()
+        text = ""
+        try:
+            await resp.prepare(request)
+            async with contextlib.aclosing(self.deliveries(stream)) as deliveries:
+                async for batch in deliveries:
+                    piece = detok.push(batch)
+                    text += piece
+                    await self._gil(text, self.cfg.gil_chunk_ms)
+                    await resp.write(_sse({**head, "choices": [_choice(piece, None)]}))
+            fin = stream.finished
+            if fin is not None and fin.reason.startswith("error"):
+                error = {"error": {"message": fin.reason.removeprefix("error: "), "code": 400}}
+                await resp.write(_sse(error))
+            else:
+                final = detok.flush()
+                reason = fin.reason if fin else None
+                await resp.write(_sse({**head, "choices": [_choice(final, reason)]}))
+                if include_usage:
+                    await resp.write(_sse({**head, "choices": [], "usage": _usage(stream)}))
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+        except WorkerGoneError as err:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await resp.write(_sse({"error": {"message": str(err), "code": 503}}))
+        except ConnectionError:
+            # The client went away; deliveries() has aborted the request in the worker.
+            log.debug("client of %s went away", stream.rid)
+        return resp
+
+
+@dataclass(frozen=True)
+class _Params:
+    prompt_text: str
+    prompt_ids: list[int] | None
+    max_tokens: int
+    temperature: float
+    seed: int
+    stream: bool
+    include_usage: bool
+
+
+def _completion_params(body: dict[str, Any], default_max_tokens: int) -> _Params:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    text = ""
+    ids: list[int] | None = None
+    if isinstance(prompt, str):
+        text = prompt
+    elif isinstance(prompt, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in prompt
+    ):
+        ids = [int(t) for t in prompt]
+    else:
+        raise _error(400, "'prompt' must be a string or a list of token ids")
+    max_tokens = body.get("max_tokens", default_max_tokens)
+    if max_tokens is None:
+        max_tokens = default_max_tokens
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise _error(400, "'max_tokens' must be a positive integer")
+    temperature = body.get("temperature", 1.0)
+    if temperature is None:
+        temperature = 1.0
+    if not isinstance(temperature, int | float) or not 0 <= temperature <= 10:
+        raise _error(400, "'temperature' must be a number from 0 to 10")
+    seed = body.get("seed")
+    if seed is None:
+        seed = uuid.uuid4().int & 0x7FFFFFFF
+    if not isinstance(seed, int):
+        raise _error(400, "'seed' must be an integer")
+    options = body.get("stream_options") or {}
+    return _Params(
+        prompt_text=text,
+        prompt_ids=ids,
+        max_tokens=max_tokens,
+        temperature=float(temperature),
+        seed=seed,
+        stream=bool(body.get("stream", False)),
+        include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
+    )
+
+
+def _choice(text: str, reason: str | None) -> dict[str, Any]:
+    return {
+        "index": 0,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": reason,
+        "stop_reason": None,
+    }
+
+
+def _usage(stream: _Stream) -> dict[str, int]:
+    return {
+        "prompt_tokens": stream.prompt_tokens,
+        "completion_tokens": stream.generated,
+        "total_tokens": stream.prompt_tokens + stream.generated,
+    }
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _error(status: int, message: str, kind: str = "BadRequestError") -> web.HTTPException:
+    body = json.dumps(
+        {"object": "error", "message": message, "type": kind, "param": None, "code": status}
+    )
+    cls: type[web.HTTPException] = {
+        400: web.HTTPBadRequest,
+        404: web.HTTPNotFound,
+        503: web.HTTPServiceUnavailable,
+    }.get(status, web.HTTPBadRequest)
+    return cls(text=body, content_type="application/json")
+
+
+async def _json(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+        raise _error(400, "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise _error(400, "the request body must be a JSON object")
+    return body

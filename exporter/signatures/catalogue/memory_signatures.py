@@ -1,0 +1,136 @@
+"""GPU memory: HBM bandwidth saturated by concurrent decodes, KV cache or framebuffer full.
+
+Alerts carry ``signature="memory"``.
+"""
+
+from __future__ import annotations
+
+from exporter.signatures.catalogue.context import Context, percent
+from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
+from exporter.signatures.promql_text import num, on, pct, regex_alternatives
+
+
+def hbm_bandwidth_saturated(ctx: Context) -> Signature:
+    alert = "InferenceHBMBandwidthSaturated"
+    records = ctx.records
+    bw = ctx.ratio(alert, "bandwidth_above")
+    drop = ctx.ratio(alert, "per_request_drop_above")
+    baseline = ctx.window("baseline")
+    rule = AlertRule(
+        severity="warning",
+        expr=(
+            f"{records.hbm_bandwidth} > {num(bw)}\n"
+            f"and\n{records.tokens_per_request} < {num(round(1 - drop, 9))} * "
+            f"({records.tokens_per_request} offset {baseline})"
+        ),
+        for_seconds=ctx.for_seconds(alert),
+        summary="HBM bandwidth saturated, decode slowing on {target}",
+        description=(
+            f"HBM bandwidth utilisation {{bw}} % (threshold {pct(bw)} %) while generation "
+            f"speed per running request fell to {{now}} tokens/s from {{before}} tokens/s "
+            f"{baseline} earlier, with {{running}} requests running: decode is memory-bound and "
+            "more concurrent decodes only split the same bandwidth."
+        ),
+        evidence=(
+            percent("bw", "HBM bandwidth utilisation", records.hbm_bandwidth),
+            Evidence(
+                "now",
+                "tokens/s per running request",
+                f"{records.tokens_per_request}{TARGET}",
+                "tokens/s",
+                "%.1f",
+            ),
+            Evidence(
+                "before",
+                f"tokens/s per running request {baseline} earlier",
+                f"{records.tokens_per_request}{TARGET} offset {baseline}",
+                "tokens/s",
+                "%.1f",
+            ),
+            Evidence(
+                "running", "requests running", f"{records.requests_running}{TARGET}", "requests"
+            ),
+        ),
+        when=(
+            f"HBM bandwidth utilisation > {pct(bw)} % and tokens/s per running request more "
+            f"than {pct(drop)} % below its value {baseline} earlier"
+        ),
+    )
+    return Signature(
+        alert=alert,
+        group="memory",
+        title="HBM bandwidth wall: too many concurrent decodes",
+        rules=(rule,),
+        runbook=ctx.runbook(
+            alert,
+            queries=(
+                (
+                    "total generation throughput (tokens/s): flat while concurrency rises",
+                    records.generation_tokens,
+                ),
+                ("requests running", records.requests_running),
+                ("median inter-token latency (ms)", f"1000 * {records.inter_token_median}"),
+            ),
+            baseline=baseline,
+        ),
+    )
+
+
+def gpu_memory_headroom_low(ctx: Context) -> Signature:
+    alert = "InferenceGPUMemoryHeadroomLow"
+    records = ctx.records
+    kv = ctx.ratio(alert, "kv_cache_above")
+    fb = ctx.ratio(alert, "framebuffer_above")
+    engines = regex_alternatives(ctx.cfg.names(alert, "preallocating_engines"))
+    preallocating = ctx.selector("inference_engine_up", f'engine=~"{engines}"')
+    kv_rule = AlertRule(
+        severity="warning",
+        expr=f"{records.kv_cache} > {num(kv)}",
+        for_seconds=ctx.for_seconds(alert),
+        summary="KV cache nearly full on {target}",
+        description=(
+            f"KV cache {{kv}} % full (threshold {pct(kv)} %): the engine is about to stop "
+            "admitting, queue or preempt (recompute or swap) requests; keep 10-15 % headroom."
+        ),
+        evidence=(percent("kv", "KV-cache usage", records.kv_cache),),
+        when=f"KV-cache usage > {pct(kv)} % (engines that report it)",
+        labels=(("condition", "kv_cache"),),
+    )
+    fb_rule = AlertRule(
+        severity="warning",
+        expr=(
+            f"{records.memory_used} > {num(fb)}\n"
+            f"unless {on(ctx.join)}\n(\n{records.kv_cache}\nor\n"
+            f"group {ctx.by()} ({preallocating})\n)"
+        ),
+        for_seconds=ctx.for_seconds(alert),
+        summary="GPU {labels.gpu} framebuffer nearly full on {target}",
+        description=(
+            f"GPU {{labels.gpu}} framebuffer {{fb}} % used (threshold {pct(fb)} %) and the "
+            "engine reports no KV-cache usage: the next allocation may fail with CUDA out "
+            "of memory."
+        ),
+        scope=("gpu", "uuid"),
+        evidence=(percent("fb", "framebuffer used", records.memory_used),),
+        when=(
+            f"framebuffer used/total > {pct(fb)} % on a GPU whose engine reports no KV-cache "
+            f"usage and is not one that pre-allocates ({engines.replace('|', ', ')})"
+        ),
+        labels=(("condition", "framebuffer"),),
+    )
+    return Signature(
+        alert=alert,
+        group="memory",
+        title="GPU memory headroom low",
+        rules=(kv_rule, fb_rule),
+        runbook=ctx.runbook(
+            alert,
+            queries=(
+                ("requests waiting (preempted requests return to the queue)", records.queue_depth),
+                (
+                    "engine of each target (pre-allocating engines skip the framebuffer rule)",
+                    ctx.selector("inference_engine_up"),
+                ),
+            ),
+        ),
+    )

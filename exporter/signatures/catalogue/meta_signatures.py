@@ -1,0 +1,160 @@
+"""The pack's own eyes: the exporter's scrape, its collectors, the engine's metrics, NVML.
+
+When one of these fires, the other signatures of the target are blind rather than green.
+Alerts carry ``signature="meta"`` and go to the ``inference.meta`` rule group.
+"""
+
+from __future__ import annotations
+
+from exporter.signatures.catalogue.context import Context
+from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
+from exporter.signatures.promql_text import selector
+
+
+def exporter_down(ctx: Context) -> Signature:
+    alert = "InferenceExporterDown"
+    up = selector("up", ctx.cfg.selectors.exporter)
+    hold = ctx.for_duration(alert)
+    down = AlertRule(
+        severity="warning",
+        expr=f"min {ctx.by()} ({up}) == 0",
+        for_seconds=ctx.for_seconds(alert),
+        summary="Inference exporter {target} is down",
+        description=(
+            "Prometheus has failed to scrape the inference-bottleneck-exporter sidecar at "
+            f"{{labels.instance}} for {hold}: every signature of this target is blind."
+        ),
+        when="the sidecar's scrape target is down",
+        labels=(("condition", "down"),),
+    )
+    absent = AlertRule(
+        severity="warning",
+        expr=f"absent({up})",
+        for_seconds=ctx.for_seconds(alert),
+        summary="No inference exporter target is discovered",
+        description=(
+            f"No scrape target matching {up} has existed for {hold}: Prometheus finds no "
+            "inference-bottleneck-exporter sidecar, so no signature can fire."
+        ),
+        when=f"no target matches {up}",
+        labels=(("condition", "absent"),),
+    )
+    return Signature(
+        alert=alert,
+        group="meta",
+        title="Exporter down or not discovered",
+        rules=(down, absent),
+        runbook=ctx.runbook(alert, queries=(("scrape health of the sidecars", up),)),
+    )
+
+
+def collector_failing(ctx: Context) -> Signature:
+    alert = "InferenceCollectorFailing"
+    hold = ctx.for_duration(alert)
+    success = ctx.selector("inference_scrape_collector_success")
+    rule = AlertRule(
+        severity="warning",
+        expr=f"min {ctx.by('collector')} ({success}) == 0",
+        for_seconds=ctx.for_seconds(alert),
+        summary="Collector {labels.collector} failing on {target}",
+        description=(
+            f"Collector {{labels.collector}} has failed every scrape for {hold} (last run took "
+            "{took} s): its metrics are missing and the signatures that read them stay silent; "
+            "the exporter's log says why."
+        ),
+        scope=("collector",),
+        evidence=(
+            Evidence(
+                "took",
+                "collector duration",
+                f"{ctx.selector('inference_scrape_collector_duration_seconds')}{TARGET}",
+                "s",
+                "%.3f",
+            ),
+        ),
+        when="inference_scrape_collector_success == 0",
+    )
+    return Signature(
+        alert=alert,
+        group="meta",
+        title="A collector keeps failing",
+        rules=(rule,),
+        runbook=ctx.runbook(
+            alert,
+            queries=(
+                (
+                    "collector durations vs the scrape deadline",
+                    ctx.selector("inference_scrape_collector_duration_seconds"),
+                ),
+            ),
+        ),
+    )
+
+
+def engine_metrics_down(ctx: Context) -> Signature:
+    alert = "InferenceEngineMetricsDown"
+    hold = ctx.for_duration(alert)
+    rate = ctx.window("rate")
+    failures = ctx.selector("inference_engine_poll_failures_total")
+    rule = AlertRule(
+        severity="warning",
+        expr=f"min {ctx.by('engine')} ({ctx.selector('inference_engine_up')}) == 0",
+        for_seconds=ctx.for_seconds(alert),
+        summary="Engine metrics unreadable on {target}",
+        description=(
+            f"The sidecar has not read the {{labels.engine}} engine's metrics endpoint for "
+            f"{hold} ({{failures}} failed polls in the last {rate}): queue, latency and KV-cache "
+            "signals are missing for this target."
+        ),
+        scope=("engine",),
+        evidence=(
+            Evidence(
+                "failures",
+                f"failed polls in {rate}",
+                f"sum(increase({failures}{TARGET}[{rate}]))",
+                "polls",
+            ),
+        ),
+        when="inference_engine_up == 0",
+    )
+    return Signature(
+        alert=alert,
+        group="meta",
+        title="Engine metrics unreadable",
+        rules=(rule,),
+        runbook=ctx.runbook(
+            alert,
+            queries=(
+                (
+                    "failed polls by reason (connect, timeout, status, too_large, parse)",
+                    ctx.rate("inference_engine_poll_failures_total"),
+                ),
+            ),
+        ),
+    )
+
+
+def nvml_unavailable(ctx: Context) -> Signature:
+    alert = "InferenceNVMLUnavailable"
+    hold = ctx.for_duration(alert)
+    rule = AlertRule(
+        severity="warning",
+        expr=f"min {ctx.by()} ({ctx.selector('inference_nvml_up')}) == 0",
+        for_seconds=ctx.for_seconds(alert),
+        summary="NVML unavailable in the sidecar of {target}",
+        description=(
+            f"NVML has not initialised in the sidecar for {hold}: the NVIDIA driver library "
+            "is not visible in the container, so GPU metrics and every GPU-based signature "
+            "are missing."
+        ),
+        when="inference_nvml_up == 0",
+    )
+    return Signature(
+        alert=alert,
+        group="meta",
+        title="NVML unavailable",
+        rules=(rule,),
+        runbook=ctx.runbook(
+            alert, queries=(("NVML state per target", ctx.selector("inference_nvml_up")),)
+        ),
+    )

@@ -1,0 +1,521 @@
+"""Site configuration of the rule pack, like a monitoring mixin's ``_config``.
+
+One YAML file sets thresholds, windows, ``for`` durations, selectors, the join labels and the
+runbook URL pattern; everything has a default, so an empty file (or none) gives the shipped
+pack. A profile picks where the GPU signals come from and how time is scaled:
+
+``sidecar`` (default)
+    every signal from this exporter's ``inference_*`` metrics.
+``dcgm``
+    GPU utilisation, HBM activity, framebuffer, Xids and clock events from an existing
+    dcgm-exporter (``DCGM_FI_*``), joined to the sidecar's engine/CPU metrics by pod.
+``fast``
+    the sidecar profile with every window and ``for`` scaled by 1/10, for drills and
+    end-to-end tests.
+
+Every mistake raises :class:`SignatureConfigError`, whose ``str()`` is one line naming the
+field (``signatures.InferenceGPUStarvedQueueGrowing.utilization_below: must be ...``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from exporter.config import parse_duration
+from exporter.metrics import UTILIZATION_BUCKETS
+from exporter.signatures.params import CLOCK_EVENT_BITS, PARAMS, Param, ParamValue
+from exporter.signatures.promql_text import LABEL_NAME, split_matchers
+
+Source = Literal["sidecar", "dcgm"]
+
+DEFAULT_RUNBOOK_URL = (
+    "https://github.com/inference-bottleneck-exporter/inference-bottleneck-exporter"
+    "/blob/main/docs/runbooks/{alertname}.md"
+)
+# Identify one scrape target whether Prometheus found it through a PodMonitor (namespace,
+# pod, instance=podIP:port, job=namespace/podmonitor) or a static config (instance, job).
+# Labels a target lacks are simply empty in every aggregation, so both kinds work.
+DEFAULT_JOIN_LABELS = ("namespace", "pod", "instance", "job")
+# The label a site adds to every series where one store holds many clusters (Prometheus'
+# external_labels, vmagent's -remoteWrite.label): list it first in join_labels there.
+CLUSTER = "cluster"
+DEFAULT_EXPORTER_SELECTOR = 'job=~".*inference-bottleneck-exporter.*"'
+# Labels the rules themselves use; a join label of the same name would collide with them.
+RESERVED_LABELS = frozenset(
+    {
+        "__name__",
+        "alertname",
+        "severity",
+        "signature",
+        "gpu",
+        "uuid",
+        "UUID",
+        "xid",
+        "reason",
+        "collector",
+        "engine",
+        "model",
+        "mode",
+        "source",
+        "le",
+    }
+)
+_ENGINE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+class SignatureConfigError(ValueError):
+    """An invalid site configuration; ``str()`` is the one line the user sees."""
+
+    def __init__(self, field_path: str, problem: str) -> None:
+        self.field = field_path
+        self.problem = problem
+        super().__init__(f"{field_path}: {problem}")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    source: Source
+    time_scale: float
+    summary: str
+
+
+PROFILES: dict[str, Profile] = {
+    "sidecar": Profile(
+        "sidecar", "sidecar", 1.0, "every signal from the sidecar's inference_* metrics"
+    ),
+    "dcgm": Profile(
+        "dcgm",
+        "dcgm",
+        1.0,
+        "GPU signals from dcgm-exporter (DCGM_FI_*), joined to the sidecar by pod",
+    ),
+    "fast": Profile(
+        "fast", "sidecar", 0.1, "the sidecar profile with windows and `for` scaled by 1/10"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Look-back windows of the recording rules, in seconds (before the profile's scale)."""
+
+    rate: float = 300.0
+    latency: float = 300.0
+    queue_trend: float = 600.0
+    pulsing: float = 600.0
+    xid: float = 600.0
+    baseline: float = 3600.0
+
+
+WINDOW_HELP = {
+    "rate": "rates and means of utilisation, bandwidth, tokens, CPU time",
+    "latency": "medians of tokenizer and inter-token latency, queue share of latency",
+    "queue_trend": "deriv() of the queue depth",
+    "pulsing": "share of idle and saturated utilisation samples",
+    "xid": "new Xid errors",
+    "baseline": "how far back generation speed per request is compared",
+}
+
+
+@dataclass(frozen=True)
+class Selectors:
+    """Extra label matchers (PromQL, without braces)."""
+
+    exporter: str = DEFAULT_EXPORTER_SELECTOR
+    sidecar: str = ""
+    dcgm: str = ""
+
+
+SELECTOR_HELP = {
+    "exporter": "picks the sidecar's `up` series (InferenceExporterDown)",
+    "sidecar": 'added to every inference_* series (e.g. cluster="prod")',
+    "dcgm": "added to every DCGM_FI_* series (dcgm profile)",
+}
+
+
+@dataclass(frozen=True)
+class DcgmJoin:
+    """How dcgm-exporter series name the pod that holds the GPU.
+
+    ``labels`` maps each join label of the target to the dcgm-exporter label carrying the same
+    value: ``namespace: namespace, pod: pod`` when Prometheus keeps dcgm-exporter's labels
+    (``honorLabels: true``), ``namespace: exported_namespace, pod: exported_pod`` otherwise.
+    """
+
+    labels: tuple[tuple[str, str], ...] = (("namespace", "namespace"), ("pod", "pod"))
+
+    @classmethod
+    def default(cls, join_labels: tuple[str, ...]) -> DcgmJoin:
+        """``namespace`` and ``pod``, and ``cluster`` where it is a join label: where rules are
+        evaluated over many clusters, dcgm-exporter series carry the same ``cluster`` label as
+        the sidecar's, and two pods of one name in two clusters must not meet."""
+        labels = tuple(
+            (label, label) for label in (CLUSTER, "namespace", "pod") if label in join_labels
+        )
+        required = tuple((label, label) for label in ("namespace", "pod"))
+        return cls(labels if all(pair in labels for pair in required) else cls.labels)
+
+    @property
+    def target_labels(self) -> tuple[str, ...]:
+        return tuple(t for t, _ in self.labels)
+
+    @property
+    def dcgm_labels(self) -> tuple[str, ...]:
+        return tuple(d for _, d in self.labels)
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    """The validated configuration; windows and durations are unscaled seconds."""
+
+    profile: Profile = PROFILES["sidecar"]
+    runbook_url: str = DEFAULT_RUNBOOK_URL
+    join_labels: tuple[str, ...] = DEFAULT_JOIN_LABELS
+    selectors: Selectors = field(default_factory=Selectors)
+    dcgm: DcgmJoin = field(default_factory=DcgmJoin)
+    windows: Windows = field(default_factory=Windows)
+    overrides: Mapping[str, Mapping[str, ParamValue]] = field(default_factory=dict)
+
+    def with_profile(self, name: str) -> SiteConfig:
+        """The same site settings under another profile (validated for it)."""
+        profile = _profile(name)
+        if profile.source == "dcgm":
+            _check_dcgm_join(self.dcgm, self.join_labels)
+        return SiteConfig(
+            profile=profile,
+            runbook_url=self.runbook_url,
+            join_labels=self.join_labels,
+            selectors=self.selectors,
+            dcgm=self.dcgm,
+            windows=self.windows,
+            overrides=self.overrides,
+        )
+
+    def window(self, name: str) -> float:
+        """A window in seconds after the profile's time scale."""
+        return float(getattr(self.windows, name)) * self.profile.time_scale
+
+    def param(self, alert: str, name: str) -> ParamValue:
+        value = self.overrides.get(alert, {}).get(name)
+        if value is not None:
+            return value
+        for spec in PARAMS[alert]:
+            if spec.name == name:
+                return spec.default
+        raise KeyError(f"{alert} has no parameter {name}")
+
+    def ratio(self, alert: str, name: str) -> float:
+        value = self.param(alert, name)
+        if not isinstance(value, float):
+            raise TypeError(f"{alert}.{name} is not a number")
+        return value
+
+    def seconds(self, alert: str, name: str = "for") -> float:
+        """A duration parameter in seconds after the profile's time scale."""
+        return self.ratio(alert, name) * self.profile.time_scale
+
+    def ints(self, alert: str, name: str) -> tuple[int, ...]:
+        value = self.param(alert, name)
+        if not isinstance(value, tuple) or not all(isinstance(v, int) for v in value):
+            raise TypeError(f"{alert}.{name} is not a list of integers")
+        return tuple(int(v) for v in value)
+
+    def names(self, alert: str, name: str) -> tuple[str, ...]:
+        value = self.param(alert, name)
+        if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+            raise TypeError(f"{alert}.{name} is not a list of names")
+        return tuple(str(v) for v in value)
+
+
+def _profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise SignatureConfigError(
+            "profile", f"unknown profile {name!r} (known: {', '.join(PROFILES)})"
+        ) from None
+
+
+def load_config(path: Path | None = None, profile: str = "sidecar") -> SiteConfig:
+    """Read and validate a site config file; ``None`` gives the defaults."""
+    if path is None:
+        return parse_config({}, profile)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SignatureConfigError(str(path), f"cannot read ({err.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise SignatureConfigError(str(path), f"not valid YAML{line}") from None
+    return parse_config({} if data is None else data, profile)
+
+
+def parse_config(data: object, profile: str = "sidecar") -> SiteConfig:
+    """Validate a parsed YAML document (a mapping) into a :class:`SiteConfig`."""
+    root = _mapping(data, "config")
+    _known_keys(
+        root,
+        "",
+        ("runbook_url", "join_labels", "selectors", "dcgm", "windows", "signatures"),
+    )
+    join_labels = _join_labels(root.get("join_labels", list(DEFAULT_JOIN_LABELS)))
+    cfg = SiteConfig(
+        runbook_url=_runbook_url(root.get("runbook_url", DEFAULT_RUNBOOK_URL)),
+        join_labels=join_labels,
+        selectors=_selectors(root.get("selectors", {})),
+        dcgm=_dcgm(root.get("dcgm", {}), join_labels),
+        windows=_windows(root.get("windows", {})),
+        overrides=_signatures(root.get("signatures", {})),
+    )
+    return cfg.with_profile(profile)
+
+
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SignatureConfigError(where, f"must be a mapping, got {_kind(value)}")
+    for key in value:
+        if not isinstance(key, str):
+            raise SignatureConfigError(where, f"keys must be strings, got {key!r}")
+    return value
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"number {value}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _known_keys(value: Mapping[str, Any], prefix: str, known: tuple[str, ...]) -> None:
+    for key in value:
+        if key not in known:
+            raise SignatureConfigError(
+                _join(prefix, key), f"unknown key (known: {', '.join(known)})"
+            )
+
+
+def _runbook_url(value: object) -> str:
+    if not isinstance(value, str) or "{alertname}" not in value:
+        raise SignatureConfigError(
+            "runbook_url", f"must be a string containing {{alertname}}, got {_kind(value)}"
+        )
+    return value
+
+
+def _label_name(value: object, where: str) -> str:
+    if not isinstance(value, str) or not LABEL_NAME.match(value):
+        raise SignatureConfigError(where, f"must be a Prometheus label name, got {_kind(value)}")
+    return value
+
+
+def _join_labels(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise SignatureConfigError("join_labels", f"must be a list of labels, got {_kind(value)}")
+    if not value:
+        raise SignatureConfigError("join_labels", "must list at least one label")
+    labels: list[str] = []
+    for i, item in enumerate(value):
+        label = _label_name(item, f"join_labels[{i}]")
+        if label in RESERVED_LABELS:
+            raise SignatureConfigError(
+                f"join_labels[{i}]", f"{label!r} is a label the rules use themselves"
+            )
+        if label in labels:
+            raise SignatureConfigError(f"join_labels[{i}]", f"{label!r} is listed twice")
+        labels.append(label)
+    return tuple(labels)
+
+
+def _selectors(value: object) -> Selectors:
+    section = _mapping(value, "selectors")
+    names = tuple(f.name for f in fields(Selectors))
+    _known_keys(section, "selectors", names)
+    out: dict[str, str] = {}
+    for name in names:
+        if name not in section:
+            continue
+        text = section[name]
+        where = f"selectors.{name}"
+        if text is None:
+            text = ""
+        if not isinstance(text, str):
+            raise SignatureConfigError(where, f"must be a string of matchers, got {_kind(text)}")
+        try:
+            matchers = split_matchers(text)
+        except ValueError as err:
+            raise SignatureConfigError(where, str(err)) from None
+        if name == "exporter" and not matchers:
+            raise SignatureConfigError(
+                where, 'must select the exporter\'s scrape targets (e.g. job="...")'
+            )
+        out[name] = ",".join(matchers)
+    return Selectors(**out)
+
+
+def _dcgm(value: object, join_labels: tuple[str, ...]) -> DcgmJoin:
+    section = _mapping(value, "dcgm")
+    _known_keys(section, "dcgm", ("join",))
+    if "join" not in section:
+        return DcgmJoin.default(join_labels)
+    join = _mapping(section["join"], "dcgm.join")
+    if not join:
+        raise SignatureConfigError("dcgm.join", "must map at least one join label")
+    pairs: list[tuple[str, str]] = []
+    for target, dcgm_label in join.items():
+        where = f"dcgm.join.{target}"
+        if target not in join_labels:
+            raise SignatureConfigError(
+                where, f"{target!r} is not one of join_labels ({', '.join(join_labels)})"
+            )
+        pairs.append((target, _label_name(dcgm_label, where)))
+    return DcgmJoin(tuple(pairs))
+
+
+def _check_dcgm_join(dcgm: DcgmJoin, join_labels: tuple[str, ...]) -> None:
+    """The dcgm profile joins on labels the sidecar's targets must carry too."""
+    for label in dcgm.target_labels:
+        if label not in join_labels:
+            raise SignatureConfigError(
+                "dcgm.join",
+                f"the dcgm profile joins on {label!r}, which is not in join_labels; "
+                "set dcgm.join to join labels that dcgm-exporter series carry",
+            )
+
+
+def _duration(value: object, where: str, *, allow_zero: bool) -> float:
+    if not isinstance(value, str):
+        raise SignatureConfigError(
+            where, f"must be a duration string such as 5m, got {_kind(value)}"
+        )
+    try:
+        seconds = parse_duration(value)
+    except ValueError as err:
+        raise SignatureConfigError(where, str(err)) from None
+    if seconds <= 0 and not allow_zero:
+        raise SignatureConfigError(where, "must be longer than 0s")
+    return seconds
+
+
+def _windows(value: object) -> Windows:
+    section = _mapping(value, "windows")
+    names = tuple(f.name for f in fields(Windows))
+    _known_keys(section, "windows", names)
+    return Windows(
+        **{
+            name: _duration(section[name], f"windows.{name}", allow_zero=False)
+            for name in names
+            if name in section
+        }
+    )
+
+
+def _signatures(value: object) -> dict[str, dict[str, ParamValue]]:
+    section = _mapping(value, "signatures")
+    out: dict[str, dict[str, ParamValue]] = {}
+    for alert, body in section.items():
+        where = f"signatures.{alert}"
+        if alert not in PARAMS:
+            raise SignatureConfigError(where, "unknown alert (see docs/runbooks/ for the names)")
+        params = {p.name: p for p in PARAMS[alert]}
+        settings = _mapping(body, where)
+        _known_keys(settings, where, tuple(params))
+        out[alert] = {
+            name: _param(params[name], raw, f"{where}.{name}") for name, raw in settings.items()
+        }
+    return out
+
+
+def _number(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SignatureConfigError(where, f"must be a number, got {_kind(value)}")
+    if not math.isfinite(value):
+        raise SignatureConfigError(where, "must be a finite number")
+    return float(value)
+
+
+def _list(value: object, where: str) -> list[object]:
+    if not isinstance(value, list):
+        raise SignatureConfigError(where, f"must be a list, got {_kind(value)}")
+    if not value:
+        raise SignatureConfigError(where, "must not be empty")
+    return list(value)
+
+
+def _param(spec: Param, value: object, where: str) -> ParamValue:
+    kind = spec.kind
+    if kind == "duration":
+        return _duration(value, where, allow_zero=True)
+    if kind in ("ratio", "bucket"):
+        number = _number(value, where)
+        if not 0.0 <= number <= 1.0:
+            raise SignatureConfigError(where, f"must be a ratio from 0 to 1, got {value}")
+        bounds = UTILIZATION_BUCKETS[:-1]
+        if kind == "bucket" and number not in bounds:
+            raise SignatureConfigError(
+                where,
+                f"must be a bucket bound of inference_gpu_utilization_samples "
+                f"({', '.join(map(str, bounds))}), got {value}",
+            )
+        return number
+    if kind == "number":
+        number = _number(value, where)
+        if number < 0:
+            raise SignatureConfigError(where, f"must be 0 or more, got {value}")
+        return number
+    if kind == "factor":
+        number = _number(value, where)
+        if number <= 0:
+            raise SignatureConfigError(where, f"must be more than 0, got {value}")
+        return number
+    items = _list(value, where)
+    if kind == "xids":
+        xids: list[int] = []
+        for i, item in enumerate(items):
+            if isinstance(item, bool) or not isinstance(item, int) or item <= 0:
+                raise SignatureConfigError(
+                    f"{where}[{i}]", f"must be a positive Xid number, got {_kind(item)}"
+                )
+            xids.append(item)
+        return tuple(sorted(set(xids)))
+    names: list[str] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise SignatureConfigError(f"{where}[{i}]", f"must be a string, got {_kind(item)}")
+        if kind == "reasons" and item not in CLOCK_EVENT_BITS:
+            raise SignatureConfigError(
+                f"{where}[{i}]",
+                f"unknown clock event reason {item!r} (known: {', '.join(CLOCK_EVENT_BITS)})",
+            )
+        if kind == "names" and not _is_engine_name(item):
+            raise SignatureConfigError(f"{where}[{i}]", f"{item!r} is not an engine name")
+        if item not in names:
+            names.append(item)
+    return tuple(names)
+
+
+def _is_engine_name(text: str) -> bool:
+    return _ENGINE_NAME.match(text) is not None
