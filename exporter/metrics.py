@@ -515,7 +515,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_queue_depth",
         "gauge",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Requests waiting in the engine's queue.",
         source="vLLM vllm:num_requests_waiting; SGLang sglang:num_queue_reqs (one TP rank per DP "
         "rank); TGI tgi_queue_size; Triton nv_inference_pending_request_count + TensorRT-LLM "
@@ -528,7 +528,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_requests_running",
         "gauge",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Requests being processed (in the running batch).",
         source="vLLM vllm:num_requests_running; SGLang sglang:num_running_reqs (one TP rank per "
         "DP rank); TGI tgi_batch_current_size; Triton (TensorRT-LLM models only) "
@@ -541,7 +541,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_kv_cache_usage_ratio",
         "gauge",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Share of the KV cache in use (0-1).",
         unit="ratio",
         source="vLLM vllm:kv_cache_usage_perc (older vllm:gpu_cache_usage_perc, deprecated 0.9); "
@@ -556,7 +556,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_prompt_tokens_total",
         "counter",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Prompt (prefill) tokens processed.",
         source="vLLM vllm:prompt_tokens_total; SGLang sglang:prompt_tokens_total; TGI "
         "tgi_request_input_length_sum; llama.cpp llamacpp:prompt_tokens_total; NIM, TensorRT-LLM, "
@@ -567,7 +567,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_generation_tokens_total",
         "counter",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Tokens generated (decoded).",
         source="vLLM vllm:generation_tokens_total; SGLang sglang:generation_tokens_total; TGI "
         "tgi_request_generated_tokens_sum; llama.cpp llamacpp:tokens_predicted_total; NIM, "
@@ -578,7 +578,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_time_to_first_token_seconds",
         "histogram",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Time from request arrival to the first generated token (engine's own buckets).",
         unit="seconds",
         source="vLLM vllm:time_to_first_token_seconds; SGLang sglang:time_to_first_token_seconds; "
@@ -590,7 +590,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_inter_token_latency_seconds",
         "histogram",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Time between consecutive generated tokens of a request: one decode step as a request "
         "sees it.",
         unit="seconds",
@@ -606,7 +606,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_e2e_request_latency_seconds",
         "histogram",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "End-to-end request latency inside the engine.",
         unit="seconds",
         source="vLLM vllm:e2e_request_latency_seconds; SGLang sglang:e2e_request_latency_seconds; "
@@ -619,7 +619,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_queue_time_seconds",
         "histogram",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Time requests spent waiting in the queue.",
         unit="seconds",
         source="vLLM vllm:request_queue_time_seconds (V0 also vllm:time_in_queue_requests); "
@@ -632,7 +632,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_prefill_time_seconds",
         "histogram",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Time requests spent in prefill.",
         unit="seconds",
         source="vLLM vllm:request_prefill_time_seconds; SGLang "
@@ -644,7 +644,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_decode_time_seconds",
         "histogram",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Time requests spent in decode.",
         unit="seconds",
         source="vLLM vllm:request_decode_time_seconds; SGLang "
@@ -656,7 +656,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_h2d_copy_seconds",
         "histogram",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Duration of host-to-device copies timed by the server's instrumentation (CUDA events; "
         "host wall time without CUDA).",
         unit="seconds",
@@ -666,7 +666,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_engine_info",
         "gauge",
         "engine",
-        ("engine", "version", "model"),
+        ("engine", "version", "model", "role"),
         "Which engine (and version, where it tells) serves which model; constant 1, one series "
         "per model of the last good poll.",
         source="engine type as configured or recognised; version from the engine's version "
@@ -678,7 +678,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_queue_depth_by_reason",
         "gauge",
         "engine",
-        ("engine", "model", "reason"),
+        ("engine", "model", "role", "reason"),
         "Requests waiting, by why they wait: capacity (no KV-cache room to admit them) or "
         "deferred (held back for another reason, e.g. a LoRA or grammar limit).",
         source="vLLM vllm:num_requests_waiting_by_reason{reason}; Ray as vLLM",
@@ -687,7 +687,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_kv_cache_capacity_tokens",
         "gauge",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Tokens the engine's KV-cache pool holds, summed over its data-parallel engines.",
         source="vLLM vllm:cache_config_info kv_cache_size_tokens label, else num_gpu_blocks x "
         "block_size; SGLang sglang:max_total_num_tokens; TensorRT-LLM trtllm_kv_cache_max_blocks "
@@ -698,7 +698,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_prompt_tokens_cached_total",
         "counter",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Prompt tokens whose KV came from a cache (prefix-cache hit or KV transfer) instead of "
         "being computed; a part of inference_prompt_tokens_total.",
         source="vLLM vllm:prompt_tokens_cached_total (else vllm:prompt_tokens_by_source_total "
@@ -710,7 +710,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_estimated_flops_total",
         "counter",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Floating-point operations the engine estimates it ran, PER GPU (one GPU's share; the "
         "mean over data-parallel engines or ranks): divide its rate by one GPU's peak.",
         source="vLLM vllm:estimated_flops_per_gpu_total (--enable-mfu-metrics); SGLang "
@@ -720,7 +720,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_estimated_read_bytes_total",
         "counter",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Bytes the engine estimates it read from GPU memory, PER GPU (as "
         "inference_estimated_flops_total).",
         unit="bytes",
@@ -731,12 +731,61 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "inference_estimated_write_bytes_total",
         "counter",
         "engine",
-        ("engine", "model"),
+        ("engine", "model", "role"),
         "Bytes the engine estimates it wrote to GPU memory, PER GPU (as "
         "inference_estimated_flops_total).",
         unit="bytes",
         source="vLLM vllm:estimated_write_bytes_per_gpu_total; SGLang "
         "sglang:estimated_write_bytes_per_gpu_total; Ray as vLLM",
+    ),
+    # --- disaggregated serving: the KV transfer between prefill and decode pods ----------------
+    MetricSpec(
+        "inference_queue_depth_by_stage",
+        "gauge",
+        "engine",
+        ("engine", "model", "role", "stage"),
+        "Requests waiting, by the stage they wait for in disaggregated serving: prefill (the "
+        "prefill forward), prealloc (KV room on the decode side, or its bootstrap handshake), "
+        "transfer (the KV cache crossing from the prefill pod to the decode pod), decode (the "
+        "decode batch). A colocated server has the prefill stage only.",
+        source="SGLang sglang:num_queue_reqs (stage prefill, or decode on a decode server), "
+        "sglang:num_prefill_prealloc_queue_reqs (later sglang:num_prefill_bootstrap_queue_reqs) "
+        "and sglang:num_decode_prealloc_queue_reqs (prealloc), "
+        "sglang:num_prefill_inflight_queue_reqs and sglang:num_decode_transfer_queue_reqs "
+        "(transfer)",
+    ),
+    MetricSpec(
+        "inference_kv_transfer_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model", "role"),
+        "Duration of one KV-cache transfer between a prefill and a decode server (engine's own "
+        "buckets; vLLM observes it on the side that reads, the decode server).",
+        unit="seconds",
+        source="vLLM NixlConnector vllm:nixl_xfer_time_seconds; SGLang "
+        "sglang:kv_transfer_latency_ms (a histogram since early 2026; ms converted)",
+    ),
+    MetricSpec(
+        "inference_kv_transfer_bytes_total",
+        "counter",
+        "engine",
+        ("engine", "model", "role"),
+        "Bytes of KV cache transferred between prefill and decode servers.",
+        unit="bytes",
+        source="vLLM NixlConnector vllm:nixl_bytes_transferred_sum",
+    ),
+    MetricSpec(
+        "inference_kv_transfer_failures_total",
+        "counter",
+        "engine",
+        ("engine", "model", "role", "reason"),
+        "KV-cache transfers that failed, by reason: transfer (the copy failed), notification "
+        "(the copy's completion notice failed), bootstrap (the two servers never connected), "
+        "expired (the prefill server freed the KV before the decode server read it).",
+        source="vLLM NixlConnector vllm:nixl_num_failed_transfers, "
+        "vllm:nixl_num_failed_notifications, vllm:nixl_num_kv_expired_reqs (counted on the "
+        "prefill server); SGLang sglang:num_transfer_failed_reqs_total, "
+        "sglang:num_bootstrap_failed_reqs_total",
     ),
     # --- tokenizer ----------------------------------------------------------------------------
     MetricSpec(
@@ -869,7 +918,8 @@ class SeriesBudget:
     per_gpu: int
     """Series with a ``gpu`` label, per GPU (no Xid yet: one more per GPU and Xid seen)."""
     per_engine: int
-    """The engine and tokenizer collectors' series for one vLLM engine serving one model."""
+    """The engine and tokenizer collectors' series for one vLLM engine serving one model
+    (``role`` is a label with one value per endpoint: it adds no series)."""
     per_engine_process: int
     """The process collector's series per distinct engine process name."""
     per_sidecar: int

@@ -15,7 +15,7 @@ from support.paths import FIXTURES
 from support.process import ExporterProcess
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-V = {"engine": "vllm", "model": MODEL}
+V = {"engine": "vllm", "model": MODEL, "role": "both"}
 FAST = [
     "--no-collector.nvml",
     "--path.procfs",
@@ -130,13 +130,27 @@ def test_triton_two_models_through_the_cli(
 
         proc.wait_for(polled)
         text, _ = scrape(proc)
-        assert metric_value(text, "inference_queue_depth", {**triton, "model": "resnet50"}) == 5
-        assert metric_value(text, "inference_queue_depth", {**triton, "model": "tensorrt_llm"}) == 4
         assert (
-            metric_value(text, "inference_requests_running", {**triton, "model": "tensorrt_llm"})
+            metric_value(
+                text, "inference_queue_depth", {**triton, "model": "resnet50", "role": "both"}
+            )
+            == 5
+        )
+        assert (
+            metric_value(
+                text, "inference_queue_depth", {**triton, "model": "tensorrt_llm", "role": "both"}
+            )
+            == 4
+        )
+        assert (
+            metric_value(
+                text,
+                "inference_requests_running",
+                {**triton, "model": "tensorrt_llm", "role": "both"},
+            )
             == 16
         )
-        labels = {**triton, "model": "resnet50"}
+        labels = {**triton, "model": "resnet50", "role": "both"}
         assert metric_value(text, "inference_e2e_request_latency_seconds_sum", labels) == 14.4
         assert metric_value(text, "inference_e2e_request_latency_seconds_count", labels) == 2000
         # Triton has no tokenize endpoint: the probe says so instead of failing
@@ -164,12 +178,21 @@ def test_custom_mapping_file_through_the_cli(
         custom = {"engine": "custom"}
         proc.wait_for(lambda: metric_value(scrape(proc)[0], "inference_engine_up", custom) == 1)
         text, _ = scrape(proc)
-        assert metric_value(text, "inference_queue_depth", {**custom, "model": "chat-70b"}) == 5
+        assert (
+            metric_value(
+                text, "inference_queue_depth", {**custom, "model": "chat-70b", "role": "both"}
+            )
+            == 5
+        )
         assert metric_value(
-            text, "inference_kv_cache_usage_ratio", {**custom, "model": "chat-70b"}
+            text, "inference_kv_cache_usage_ratio", {**custom, "model": "chat-70b", "role": "both"}
         ) == pytest.approx(0.83)
         assert (
-            metric_value(text, "inference_prompt_tokens_total", {**custom, "model": "chat-70b"})
+            metric_value(
+                text,
+                "inference_prompt_tokens_total",
+                {**custom, "model": "chat-70b", "role": "both"},
+            )
             == 905216
         )
 
@@ -216,11 +239,14 @@ def test_two_engine_urls_through_the_cli(
 
         proc.wait_for(both_up)
         text, _ = scrape(proc)
-        assert metric_value(text, "inference_queue_depth", {**first, "model": MODEL}) == 1
-        nim_model = {**second, "model": "meta/llama-3.1-8b-instruct"}
+        assert (
+            metric_value(text, "inference_queue_depth", {**first, "model": MODEL, "role": "both"})
+            == 1
+        )
+        nim_model = {**second, "model": "meta/llama-3.1-8b-instruct", "role": "both"}
         assert metric_value(text, "inference_requests_running", nim_model) == 1
         assert metric_value(text, "inference_generation_tokens_total", nim_model) == 174
-        info = {**second, "version": "", "model": "meta/llama-3.1-8b-instruct"}
+        info = {**second, "version": "", "model": "meta/llama-3.1-8b-instruct", "role": "both"}
         assert metric_value(text, "inference_engine_info", info) == 1
         # the tokenizer probe follows the first URL's engine
         proc.wait_for(

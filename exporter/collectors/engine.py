@@ -9,8 +9,11 @@ with several ``--engine.url``, every series also carries ``endpoint``)::
                                                           protocol, parse, unrecognised (all
                                                           there from the start, at 0)
     inference_engine_series_dropped_total{engine,metric}  over --engine.max-series
-    inference_engine_info{engine,version,model}           1 per model of the last good poll
-    inference_queue_depth{engine,model}, inference_queue_depth_by_reason{engine,model,reason},
+    inference_engine_info{engine,version,model,role}      1 per model of the last good poll
+    inference_queue_depth{engine,model,role},
+    inference_queue_depth_by_reason{engine,model,role,reason},
+    inference_queue_depth_by_stage{engine,model,role,stage}, inference_kv_transfer_seconds,
+    inference_kv_transfer_bytes_total, inference_kv_transfer_failures_total{...,reason},
     inference_requests_running, inference_kv_cache_usage_ratio,
     inference_kv_cache_capacity_tokens, inference_prompt_tokens_total,
     inference_prompt_tokens_cached_total, inference_generation_tokens_total,
@@ -19,6 +22,9 @@ with several ``--engine.url``, every series also carries ``endpoint``)::
     inference_time_to_first_token_seconds, inference_inter_token_latency_seconds,
     inference_e2e_request_latency_seconds, inference_queue_time_seconds,
     inference_prefill_time_seconds, inference_decode_time_seconds   (engine's own buckets)
+
+``role`` is the server's part in disaggregated serving (prefill, decode, both): what the
+engine's metrics say where they say it, else ``--engine.role``.
 
 A background thread polls every ``--engine.url`` every ``--engine.poll-interval`` with its own
 event loop (a hostile or hung engine cannot stall the exporter's HTTP server), each endpoint
@@ -67,7 +73,7 @@ from exporter.engines import (
     load_mapping,
     poll_keys,
 )
-from exporter.engines.snapshot import EngineSnapshot, Series
+from exporter.engines.snapshot import ROLES, EngineSnapshot, Role, Series
 from exporter.priority import SCRAPES
 
 log = logging.getLogger(__name__)
@@ -162,13 +168,17 @@ def add_series(
     series: Series,
     extra: str,
     endpoint: str | None = None,
+    *,
+    role: str | None = None,
 ) -> None:
     """Add one normalised series to its family (created from the catalogue on first use).
 
     ``extra`` is the second label's value: the model for engine metrics, the source for the
-    tokenizer latency; the series' own labels follow, then ``endpoint`` when given.
+    tokenizer latency; then ``role`` when given (engine metrics), the series' own labels, then
+    ``endpoint`` when given.
     """
-    labels = [engine, extra, *(value for _, value in series.labels)]
+    head = [engine, extra] if role is None else [engine, extra, role]
+    labels = [*head, *(value for _, value in series.labels)]
     optional: tuple[str, ...] = ()
     if endpoint is not None:
         labels.append(endpoint)
@@ -226,10 +236,12 @@ class EngineCollector(HttpPollingCollector):
         max_body: int = DEFAULT_MAX_BODY,
         max_series: int = DEFAULT_MAX_SERIES,
         mapping_file: Path | None = None,
+        role: Role = "both",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
         self.hub = hub
+        self.role = role
         self.url = url
         urls = [url, *more_urls]
         self.endpoints = [
@@ -364,8 +376,9 @@ class EngineCollector(HttpPollingCollector):
             if snapshot is not None:
                 fresh.append((ep, engine, snapshot))
                 models = sorted({s.model for s in snapshot.series if s.name not in FOREIGN})
+                role = self.role_of(snapshot)
                 for model in models or [""]:
-                    info.add_metric([engine, version, model, *tail], 1.0)
+                    info.add_metric([engine, version, model, role, *tail], 1.0)
         out = Collection(
             metrics=[up, failures],
             success=not errors,
@@ -374,6 +387,11 @@ class EngineCollector(HttpPollingCollector):
         out.metrics += [f for f in (ts, dropped, info) if f.samples]
         out.metrics += self._families_of(fresh)
         return out
+
+    def role_of(self, snapshot: EngineSnapshot) -> Role:
+        """The endpoint's role: what its metrics say (SGLang's ``engine_type``), else
+        ``--engine.role``."""
+        return snapshot.role if snapshot.role is not None else self.role
 
     def _families_of(self, fresh: list[tuple[Endpoint, str, EngineSnapshot]]) -> list[Metric]:
         """The normalised families of the fresh snapshots, built once per set of snapshots (a
@@ -385,11 +403,12 @@ class EngineCollector(HttpPollingCollector):
             return cached[1]
         families: dict[str, Metric] = {}
         kept = layered([snap for _, _, snap in fresh])
-        for (ep, engine, _), series_list in zip(fresh, kept, strict=True):
+        for (ep, engine, snap), series_list in zip(fresh, kept, strict=True):
             endpoint = ep.label if self.several else None
+            role = self.role_of(snap)
             for series in series_list:
                 if series.name not in FOREIGN:
-                    add_series(families, engine, series, series.model, endpoint)
+                    add_series(families, engine, series, series.model, endpoint, role=role)
         built = list(families.values())
         self._built = (key, built)  # one assignment: safe for concurrent scrapes
         return built
@@ -417,6 +436,16 @@ OPTIONS: tuple[Option, ...] = (
         "on its own).",
         choices=("auto", *ENGINES),
         attr="type",
+    ),
+    Option(
+        "engine.role",
+        "choice",
+        "both",
+        "This server's part in disaggregated serving, carried as label role by every engine "
+        "series: prefill, decode, or both (colocated). An engine whose metrics say it (SGLang's "
+        "engine_type) is believed over this flag; vLLM's do not (docs/engines.md).",
+        choices=ROLES,
+        attr="role",
     ),
     Option(
         "engine.mapping-file",
@@ -474,6 +503,7 @@ OPTIONS: tuple[Option, ...] = (
 class EngineOptions:
     url: tuple[str, ...]
     type: str
+    role: Role
     mapping_file: Path | None
     poll_interval: float
     timeout: float
@@ -510,4 +540,5 @@ def build(settings: Settings, shared: Shared) -> EngineCollector:
         max_body=opts.max_body,
         max_series=opts.max_series,
         mapping_file=opts.mapping_file,
+        role=opts.role,
     )

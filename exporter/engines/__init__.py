@@ -45,7 +45,7 @@ from exporter.engines.rules import (
     source_names,
 )
 from exporter.engines.scan import family_key, line_name, scan
-from exporter.engines.snapshot import EngineSnapshot, EngineSpec, Layer, Series
+from exporter.engines.snapshot import EngineSnapshot, EngineSpec, Layer, Role, RoleLabel, Series
 from exporter.priority import no_pause
 
 __all__ = [
@@ -213,6 +213,18 @@ def _label_version(index: SampleIndex, label: str, keys: frozenset[str]) -> str:
     return ""
 
 
+def _label_role(index: SampleIndex, role: RoleLabel, keys: frozenset[str]) -> Role | None:
+    """The role the first series the rules read says with its role label, or None."""
+    meaning = dict(role.values)
+    for name in sorted(index):
+        if name in keys or family_key(name) in keys:
+            for labels in index[name]:
+                found = meaning.get(dict(labels).get(role.label, ""))
+                if found is not None:
+                    return found
+    return None
+
+
 def normalise(
     families: Sequence[Metric] | SampleIndex,
     engine: str,
@@ -236,11 +248,13 @@ def normalise(
         max_series=max_series,
         model_alias=spec.model_alias if spec is not None else None,
     )
-    if spec is not None and (spec.frontend_prefixes or spec.version.label):
+    if spec is not None and (spec.frontend_prefixes or spec.version.label or spec.role):
         keys = source_keys(engine)
         snapshot.layer = _layer(spec, index, keys)
         if spec.version.label:
             snapshot.version = _label_version(index, spec.version.label, keys)
+        if spec.role is not None:
+            snapshot.role = _label_role(index, spec.role, keys)
     return snapshot
 
 

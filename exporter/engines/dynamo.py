@@ -119,4 +119,5 @@ SPEC = EngineSpec(
     wraps=("vllm", "sglang", "trtllm"),
     frontend_prefixes=(FRONTEND,),
     model_alias=model_alias,
+    role=sglang.ROLE,
 )

@@ -56,7 +56,7 @@ Aggregate = Literal["sum", "max", "mean"]
 
 #: Labels the collector sets itself; every other catalogue label of a normalised metric is
 #: filled from the engine's series by the rule.
-COLLECTOR_LABELS = frozenset({"engine", "model", "source", "endpoint"})
+COLLECTOR_LABELS = frozenset({"engine", "model", "role", "source", "endpoint"})
 
 #: The names an engine adapter may produce: the engine section's per-model metrics and the
 #: engine-reported tokenizer latency. The exporter's own engine metrics (``inference_engine_up``
@@ -105,7 +105,9 @@ class Source:
     ``replicas``: labels whose values are copies of one quantity (one series kept, the
     largest); ``value_labels``: the value is the product of these labels' numbers, not the
     sample's; ``engine_wide``: the series have no model label and belong to the exposition's
-    only model; ``blank_models``: model label values that mean "no model" (``""``).
+    only model; ``blank_models``: model label values that mean "no model" (``""``);
+    ``fixed``: values of the rule's own labels that the source sets rather than reads (which
+    of several failure counters a series came from: ``reason="expired"``).
     """
 
     metric: str
@@ -117,11 +119,17 @@ class Source:
     value_labels: tuple[str, ...] = ()
     engine_wide: bool = False
     blank_models: tuple[str, ...] = ()
+    fixed: tuple[tuple[str, str], ...] = ()
 
     @cached_property
     def plain_model(self) -> str | None:
         """The model label when reading it is all :meth:`model_of` does (the common case)."""
-        if isinstance(self.model_label, str) and not self.blank_models and not self.engine_wide:
+        if (
+            isinstance(self.model_label, str)
+            and not self.blank_models
+            and not self.engine_wide
+            and not self.fixed
+        ):
             return self.model_label
         return None
 
@@ -341,10 +349,11 @@ def _rows(samples: _Samples, name: str, source: Source, keep: tuple[str, ...]) -
     rows, matchers = _narrowed(samples, name, source)
     replicas = source.replicas
     model_of = source.model_of
+    fixed = dict(source.fixed)
     for key, labels, value in rows:
         if matchers and not _accepted(matchers, key, labels):
             continue
-        kept = tuple(labels.get(k, "") for k in keep) if keep else ()
+        kept = tuple(fixed.get(k) or labels.get(k, "") for k in keep) if keep else ()
         series_key = tuple(kv for kv in key if kv[0] not in replicas) if replicas else key
         yield (model_of(labels), kept), series_key, key, labels, value
 

@@ -44,7 +44,20 @@ inference_tokenizer_latency_seconds         sglang:per_stage_req_latency_seconds
 inference_estimated_flops_total             sglang:estimated_flops_per_gpu_total
 inference_estimated_read_bytes_total        sglang:estimated_read_bytes_per_gpu_total
 inference_estimated_write_bytes_total       sglang:estimated_write_bytes_per_gpu_total
+inference_queue_depth_by_stage              sglang:num_queue_reqs (prefill; decode on a
+                                            decode server), sglang:num_prefill_prealloc_queue_
+                                            reqs (later ..._bootstrap_...) and
+                                            sglang:num_decode_prealloc_queue_reqs (prealloc),
+                                            sglang:num_prefill_inflight_queue_reqs and
+                                            sglang:num_decode_transfer_queue_reqs (transfer)
+inference_kv_transfer_seconds               sglang:kv_transfer_latency_ms (the histogram of
+                                            2026; the older gauge is not read)
+inference_kv_transfer_failures_total        sglang:num_transfer_failed_reqs_total (transfer),
+                                            sglang:num_bootstrap_failed_reqs_total (bootstrap)
 ==========================================  ==================================================
+
+The server's role is the scheduler's ``engine_type`` label (``--disaggregation-mode``:
+prefill, decode; unified is ``both``).
 
 Tensor-parallel ranks are copies, data-parallel ranks are not. Every tensor-parallel (and
 pipeline, expert-parallel, context-parallel) rank of one scheduler group reports the same
@@ -61,7 +74,7 @@ series (tokens, TTFT, ITL, e2e) are per request already. SGLang's version comes 
 from __future__ import annotations
 
 from exporter.engines.rules import LabelMatcher, Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Tokenize, Version
+from exporter.engines.snapshot import EngineSpec, RoleLabel, Tokenize, Version
 
 PREFIX = "sglang:"
 MODEL_LABELS = ("model_name", "name")
@@ -81,6 +94,23 @@ def _sched(metric: str, *matchers: LabelMatcher) -> Source:
 
 def _stage(stage: str) -> Source:
     return _sched("sglang:per_stage_req_latency_seconds", LabelMatcher("stage", "=", stage))
+
+
+def _waiting(metric: str, stage: str, *matchers: LabelMatcher) -> Source:
+    """A disaggregation queue gauge, counted as waiting for ``stage``."""
+    return Source(
+        metric, matchers, model_label=MODEL_LABELS, replicas=REPLICAS, fixed=(("stage", stage),)
+    )
+
+
+def _failed(metric: str, reason: str) -> Source:
+    return Source(metric, model_label=MODEL_LABELS, replicas=REPLICAS, fixed=(("reason", reason),))
+
+
+#: The scheduler's ``engine_type`` label: ``--disaggregation-mode`` (``unified`` when off).
+ROLE = RoleLabel("engine_type", (("prefill", "prefill"), ("decode", "decode"), ("unified", "both")))
+_DECODE_SERVER = LabelMatcher("engine_type", "=", "decode")
+_NOT_DECODE_SERVER = LabelMatcher("engine_type", "!=", "decode")
 
 
 RULES: tuple[Rule, ...] = (
@@ -123,6 +153,34 @@ RULES: tuple[Rule, ...] = (
         _s("sglang:per_stage_req_latency_seconds", LabelMatcher("stage", "=", "tokenize")),
     ),
     rule(
+        "inference_queue_depth_by_stage",
+        (
+            _waiting("sglang:num_queue_reqs", "prefill", _NOT_DECODE_SERVER),
+            _waiting("sglang:num_queue_reqs", "decode", _DECODE_SERVER),
+            _waiting("sglang:num_prefill_prealloc_queue_reqs", "prealloc"),
+            _waiting("sglang:num_prefill_bootstrap_queue_reqs", "prealloc"),
+            _waiting("sglang:num_decode_prealloc_queue_reqs", "prealloc"),
+            _waiting("sglang:num_prefill_inflight_queue_reqs", "transfer"),
+            _waiting("sglang:num_decode_transfer_queue_reqs", "transfer"),
+        ),
+    ),
+    rule(
+        "inference_kv_transfer_seconds",
+        Source(
+            "sglang:kv_transfer_latency_ms",
+            model_label=MODEL_LABELS,
+            replicas=REPLICAS,
+            divisor=1000.0,
+        ),
+    ),
+    rule(
+        "inference_kv_transfer_failures_total",
+        (
+            _failed("sglang:num_transfer_failed_reqs_total", "transfer"),
+            _failed("sglang:num_bootstrap_failed_reqs_total", "bootstrap"),
+        ),
+    ),
+    rule(
         "inference_estimated_flops_total",
         _sched("sglang:estimated_flops_per_gpu_total"),
         aggregate="mean",
@@ -147,4 +205,5 @@ SPEC = EngineSpec(
     preallocates_memory=True,
     process="sglang",
     version=Version(path="/get_server_info"),
+    role=ROLE,
 )

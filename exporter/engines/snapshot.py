@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from exporter.engines.rules import Rule, SampleIndex
 
 SeriesKind = Literal["gauge", "counter", "histogram"]
+#: A server's part in disaggregated serving: prefill only, decode only, or both (colocated).
+Role = Literal["prefill", "decode", "both"]
+ROLES: tuple[Role, ...] = ("both", "prefill", "decode")
+
 #: What an endpoint is: an engine (or a server of one) or a front-end that routes to engines
 #: (Dynamo's frontend), whose request metrics count the same requests again.
 Layer = Literal["engine", "frontend"]
@@ -42,13 +46,15 @@ class Series:
 class EngineSnapshot:
     """Everything normalised from one successful poll: the series, the series dropped over
     the limit, what the endpoint is (``layer``) and the engine's version where its metrics
-    carry it (``""`` otherwise)."""
+    carry it (``""`` otherwise), and the server's role where its metrics say it (None
+    otherwise: the configured ``--engine.role`` applies)."""
 
     engine: str
     series: list[Series] = field(default_factory=list)
     dropped: Counter[str] = field(default_factory=Counter)
     layer: Layer = "engine"
     version: str = ""
+    role: Role | None = None
 
 
 def _openai_tokenize_body(text: str, model: str) -> dict[str, Any]:
@@ -82,6 +88,16 @@ class Version:
 
 
 @dataclass(frozen=True)
+class RoleLabel:
+    """Where an engine's metrics say the server's role: a label of its series (``label``) and
+    what each of its values means (``values``: the engine's word, the role). A value not in
+    ``values`` says nothing."""
+
+    label: str
+    values: tuple[tuple[str, Role], ...]
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     """Everything the sidecar knows of one engine, in the engine's own module.
 
@@ -99,7 +115,9 @@ class EngineSpec:
     must all be present, checked after every prefix. ``frontend_prefixes`` mark an endpoint
     that only routes requests (its layer is ``frontend`` when no other name of the engine is
     present); ``model_alias`` maps model names as some series spell them to the spelling the
-    others use; ``version`` says where the engine tells its version.
+    others use; ``version`` says where the engine tells its version; ``role`` where its
+    metrics tell the server's role in disaggregated serving (None: they do not, and
+    ``--engine.role`` says it).
     """
 
     name: str
@@ -114,6 +132,7 @@ class EngineSpec:
     frontend_prefixes: tuple[str, ...] = ()
     model_alias: Callable[[SampleIndex], dict[str, str]] | None = None
     version: Version = field(default_factory=Version)
+    role: RoleLabel | None = None
 
 
 def token_count(body: bytes) -> int:

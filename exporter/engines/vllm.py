@@ -36,6 +36,13 @@ inference_decode_time_seconds               vllm:request_decode_time_seconds
 inference_estimated_flops_total             vllm:estimated_flops_per_gpu_total
 inference_estimated_read_bytes_total        vllm:estimated_read_bytes_per_gpu_total
 inference_estimated_write_bytes_total       vllm:estimated_write_bytes_per_gpu_total
+inference_kv_transfer_seconds               vllm:nixl_xfer_time_seconds (NixlConnector; on
+                                            the decode server, which reads the KV)
+inference_kv_transfer_bytes_total           vllm:nixl_bytes_transferred_sum
+inference_kv_transfer_failures_total        vllm:nixl_num_failed_transfers (transfer),
+                                            vllm:nixl_num_failed_notifications (notification),
+                                            vllm:nixl_num_kv_expired_reqs (expired; on the
+                                            prefill server)
 ==========================================  ==================================================
 
 How several series of one model combine:
@@ -52,6 +59,9 @@ How several series of one model combine:
 * ``vllm:prompt_tokens_total`` already counts cached tokens; ``prompt_tokens_by_source`` splits
   the same tokens, so it is read only for the cached part, and only without
   ``prompt_tokens_cached_total``.
+
+vLLM's metrics do not say whether a server is a prefill or a decode server of a
+disaggregated pair (both usually run ``kv_role`` ``kv_both``): ``--engine.role`` says it.
 
 Not mapped: ``vllm:request_time_per_output_token_seconds`` (a per-request mean, not the
 inter-token latency), ``vllm:num_requests_swapped`` (V0 only). vLLM exports no tokenizer
@@ -75,6 +85,10 @@ def _s(metric: str, *matchers: LabelMatcher, value_labels: tuple[str, ...] = ())
         value_labels=value_labels,
         engine_wide=bool(value_labels),
     )
+
+
+def _failed(metric: str, reason: str) -> Source:
+    return Source(metric, model_label=MODEL_LABEL, fixed=(("reason", reason),))
 
 
 RULES: tuple[Rule, ...] = (
@@ -113,6 +127,16 @@ RULES: tuple[Rule, ...] = (
     ),
     rule("inference_prefill_time_seconds", _s("vllm:request_prefill_time_seconds")),
     rule("inference_decode_time_seconds", _s("vllm:request_decode_time_seconds")),
+    rule("inference_kv_transfer_seconds", _s("vllm:nixl_xfer_time_seconds")),
+    rule("inference_kv_transfer_bytes_total", _s("vllm:nixl_bytes_transferred_sum")),
+    rule(
+        "inference_kv_transfer_failures_total",
+        (
+            _failed("vllm:nixl_num_failed_transfers_total", "transfer"),
+            _failed("vllm:nixl_num_failed_notifications_total", "notification"),
+            _failed("vllm:nixl_num_kv_expired_reqs_total", "expired"),
+        ),
+    ),
     rule(
         "inference_estimated_flops_total",
         _s("vllm:estimated_flops_per_gpu_total"),

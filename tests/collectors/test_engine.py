@@ -22,7 +22,7 @@ from exporter.collectors.engine import EngineCollector, EngineHub, endpoint_labe
 FIXTURES = ALL_FIXTURES / "engines"
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-V = {"engine": "vllm", "model": MODEL}
+V = {"engine": "vllm", "model": MODEL, "role": "both"}
 
 
 def scrape(collector: EngineCollector) -> tuple[CollectorRegistry, Collection]:
@@ -215,7 +215,9 @@ async def test_max_series_drops_and_counts(
     await collector.tick(session)
     reg, _ = scrape(collector)
     kept = [
-        reg.get_sample_value("inference_queue_depth", {"engine": "vllm", "model": f"m{i}"})
+        reg.get_sample_value(
+            "inference_queue_depth", {"engine": "vllm", "model": f"m{i}", "role": "both"}
+        )
         for i in range(5)
     ]
     assert sum(v is not None for v in kept) == 3
@@ -290,7 +292,7 @@ async def test_engine_info_with_the_version_the_engine_tells(
         await collector.tick(session)
         await collector.tick(session)
         reg, _ = scrape(collector)
-        info = {"engine": "vllm", "version": "0.11.2", "model": MODEL}
+        info = {"engine": "vllm", "version": "0.11.2", "model": MODEL, "role": "both"}
         assert reg.get_sample_value("inference_engine_info", info) == 1
         assert asked == ["/version"]  # once per time the engine comes up, not per poll
         # the engine goes away and comes back upgraded: asked again
@@ -311,7 +313,7 @@ async def test_engine_info_without_a_version_endpoint(
     collector = make(engine.url + "/metrics")
     await collector.tick(session)  # the fake answers /version with 404
     reg, _ = scrape(collector)
-    info = {"engine": "vllm", "version": "", "model": MODEL}
+    info = {"engine": "vllm", "version": "", "model": MODEL, "role": "both"}
     assert reg.get_sample_value("inference_engine_info", info) == 1
 
 
@@ -361,8 +363,14 @@ async def test_each_endpoint_is_polled_on_its_own(session: aiohttp.ClientSession
         g = reg.get_sample_value
         assert g("inference_engine_up", a) == 1
         assert g("inference_engine_up", b) == 1
-        assert g("inference_queue_depth", {**a, "model": MODEL}) == 1
-        assert g("inference_kv_cache_capacity_tokens", {**b, "model": "Qwen/Qwen3-0.6B"}) == 92962
+        assert g("inference_queue_depth", {**a, "model": MODEL, "role": "both"}) == 1
+        assert (
+            g(
+                "inference_kv_cache_capacity_tokens",
+                {**b, "model": "Qwen/Qwen3-0.6B", "role": "both"},
+            )
+            == 92962
+        )
         assert g("inference_engine_poll_failures_total", {**b, "reason": "connect"}) == 0
         # one endpoint goes away: its series go stale on their own, the other's stay
         two.set_mode("500", route="metrics")
@@ -375,7 +383,7 @@ async def test_each_endpoint_is_polled_on_its_own(session: aiohttp.ClientSession
         assert g("inference_engine_up", a) == 1
         assert g("inference_engine_poll_failures_total", {**b, "reason": "status"}) == 1
         assert g("inference_engine_poll_failures_total", {**a, "reason": "status"}) == 0
-        assert g("inference_queue_depth", {**a, "model": MODEL}) == 1
+        assert g("inference_queue_depth", {**a, "model": MODEL, "role": "both"}) == 1
 
 
 async def test_a_frontend_and_its_worker_never_count_a_request_twice(
@@ -391,8 +399,8 @@ async def test_a_frontend_and_its_worker_never_count_a_request_twice(
         await collector.tick(session)
         reg, _ = scrape(collector)
         model = "Qwen/Qwen3-0.6B"
-        f = {"engine": "dynamo", "endpoint": endpoint_of(front), "model": model}
-        w = {"engine": "dynamo", "endpoint": endpoint_of(worker), "model": model}
+        f = {"engine": "dynamo", "endpoint": endpoint_of(front), "model": model, "role": "both"}
+        w = {"engine": "dynamo", "endpoint": endpoint_of(worker), "model": model, "role": "both"}
         g = reg.get_sample_value
         # request-level: the frontend's only
         assert g("inference_generation_tokens_total", f) == 300
@@ -404,3 +412,33 @@ async def test_a_frontend_and_its_worker_never_count_a_request_twice(
         assert g("inference_queue_depth", w) == 0
         assert g("inference_queue_depth", f) is None
         assert g("inference_kv_cache_capacity_tokens", f) is None
+
+
+async def test_role_from_the_flag_where_the_engine_does_not_say_it(
+    session: aiohttp.ClientSession,
+) -> None:
+    body = (FIXTURES / "vllm-nixl-decode-handwritten.txt").read_text()
+    async with FakeEngine(metrics_body=body) as fake:
+        collector = make(fake.url + "/metrics", role="decode")
+        await collector.tick(session)
+        reg, _ = scrape(collector)
+        d = {"engine": "vllm", "model": "Qwen/Qwen3-0.6B", "role": "decode"}
+        g = reg.get_sample_value
+        assert g("inference_kv_transfer_seconds_count", d) == 4
+        assert g("inference_kv_transfer_bytes_total", d) == 4 * 1835008
+        assert g("inference_kv_transfer_failures_total", {**d, "reason": "transfer"}) == 1
+        assert g("inference_engine_info", {**d, "version": ""}) == 1
+        assert g("inference_queue_depth", {**d, "role": "both"}) is None
+
+
+async def test_the_engine_s_own_role_wins_over_the_flag(session: aiohttp.ClientSession) -> None:
+    body = (FIXTURES / "sglang-pd-prefill-handwritten.txt").read_text()
+    async with FakeEngine(metrics_body=body) as fake:
+        collector = make(fake.url + "/metrics", role="decode")
+        await collector.tick(session)
+        reg, _ = scrape(collector)
+        p = {"engine": "sglang", "model": "Qwen/Qwen3-0.6B", "role": "prefill"}
+        g = reg.get_sample_value
+        assert g("inference_queue_depth_by_stage", {**p, "stage": "transfer"}) == 4
+        assert g("inference_queue_depth", p) == 9
+        assert g("inference_queue_depth", {**p, "role": "decode"}) is None

@@ -38,6 +38,8 @@ EXPECTED: dict[str, str | None] = {
     "sglang-0.4.3.post2-2025-03-docs.txt": "sglang",
     "sglang-0.5.1-2025-11-issue13485-excerpt.txt": "sglang",
     "sglang-dp-attention-aibrix1614-excerpt.txt": "sglang",
+    "sglang-pd-decode-handwritten.txt": "sglang",
+    "sglang-pd-prefill-handwritten.txt": "sglang",
     "tgi.txt": "tgi",
     "triton-nv_inference-23.11-2023-12-docs.txt": "triton",
     "triton-trtllm-backend-23.11-2023-12-docs.txt": "triton",
@@ -50,6 +52,8 @@ EXPECTED: dict[str, str | None] = {
     "trtllm-serve-unprefixed-pr5785-2025-07-excerpt-b.txt": None,
     "vllm-0.10.0-production-stack617-excerpt.txt": "vllm",
     "vllm-v0-0.5-2024-06.txt": "vllm",
+    "vllm-nixl-decode-handwritten.txt": "vllm",
+    "vllm-nixl-prefill-handwritten.txt": "vllm",
     "vllm-v1-dp-pr22227-2025-08-excerpt.txt": "vllm",
     "vllm.txt": "vllm",
 }

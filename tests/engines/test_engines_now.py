@@ -382,14 +382,15 @@ def test_frontend_and_worker_polled_together_count_each_request_once() -> None:
     assert {s.name for s in kept_front} == request_level
     assert {s.name for s in kept_worker} == {
         "inference_queue_depth",
+        "inference_queue_depth_by_stage",
         "inference_requests_running",
         "inference_kv_cache_usage_ratio",
         "inference_kv_cache_capacity_tokens",
         "inference_prompt_tokens_cached_total",
         "inference_queue_time_seconds",
     }
-    # every name once: nothing a sum over the pod could count twice
-    every = [s.name for s in kept_front + kept_worker]
+    # every series once: nothing a sum over the pod could count twice
+    every = [(s.name, s.labels) for s in kept_front + kept_worker]
     assert len(every) == len(set(every))
     # the user-facing TTFT is the frontend's
     ttft = next(s for s in kept_front if s.name == "inference_time_to_first_token_seconds")

@@ -47,9 +47,13 @@ def one(snapshot: EngineSnapshot, name: str, model: str = "") -> Series:
     return found[0]
 
 
-def values(snapshot: EngineSnapshot) -> dict[tuple[str, str], float]:
-    """Gauges and counters as {(name, model): value}."""
-    return {(s.name, s.model): s.value for s in snapshot.series if s.kind != "histogram"}
+def values(snapshot: EngineSnapshot) -> dict[tuple[str, ...], float]:
+    """Gauges and counters as {(name, model, *own label values): value}."""
+    return {
+        (s.name, s.model, *(v for _, v in s.labels)): s.value
+        for s in snapshot.series
+        if s.kind != "histogram"
+    }
 
 
 def hist(snapshot: EngineSnapshot, name: str, model: str) -> tuple[float, float]:
@@ -266,6 +270,7 @@ def test_sglang_0_4_0_func_latency_name_label_is_not_a_model() -> None:
     assert {x.model for x in s.series} == {LLAMA}  # not "generate_request"
     assert values(s) == {
         ("inference_queue_depth", LLAMA): 0.0,
+        ("inference_queue_depth_by_stage", LLAMA, "prefill"): 0.0,  # num_queue_reqs
         ("inference_requests_running", LLAMA): 0.0,
         ("inference_kv_cache_usage_ratio", LLAMA): 0.0,
         ("inference_prompt_tokens_total", LLAMA): 7.0,
@@ -279,6 +284,7 @@ def test_sglang_0_4_3() -> None:
     s = snap("sglang-0.4.3.post2-2025-03-docs.txt")
     assert values(s) == {
         ("inference_queue_depth", LLAMA): 2826.0,
+        ("inference_queue_depth_by_stage", LLAMA, "prefill"): 2826.0,
         ("inference_requests_running", LLAMA): 162.0,
         ("inference_kv_cache_usage_ratio", LLAMA): 0.28,
         ("inference_prompt_tokens_total", LLAMA): 8128902.0,
@@ -316,6 +322,10 @@ def test_sglang_0_5_through_a_dynamo_worker_read_as_sglang() -> None:
     s = snap("dynamo-worker-sglang-2026-01.txt", "sglang")
     assert values(s) == {
         ("inference_queue_depth", QWEN): 0.0,
+        # a colocated server (engine_type="unified") with the disaggregation gauges at 0
+        ("inference_queue_depth_by_stage", QWEN, "prefill"): 0.0,
+        ("inference_queue_depth_by_stage", QWEN, "prealloc"): 0.0,
+        ("inference_queue_depth_by_stage", QWEN, "transfer"): 0.0,
         ("inference_requests_running", QWEN): 0.0,
         ("inference_kv_cache_usage_ratio", QWEN): 0.0,
         ("inference_kv_cache_capacity_tokens", QWEN): 92962.0,
@@ -324,6 +334,7 @@ def test_sglang_0_5_through_a_dynamo_worker_read_as_sglang() -> None:
         ("inference_prompt_tokens_cached_total", QWEN): 0.0,
         ("inference_generation_tokens_total", QWEN): 300.0,
     }
+    assert s.role == "both"  # engine_type="unified"
     assert hist(s, "inference_time_to_first_token_seconds", QWEN) == (1.5573770999908447, 1.0)
     assert hist(s, "inference_inter_token_latency_seconds", QWEN) == (0.6138594150543213, 299.0)
     assert hist(s, "inference_e2e_request_latency_seconds", QWEN) == (2.171226978302002, 1.0)
