@@ -3,7 +3,7 @@
 * ``docs/metrics.md`` (the whole file) from the metric catalogue;
 * the flag table of ``README.md`` from the ``serve`` options;
 * the web-config field tables of ``SECURITY.md`` and ``docs/deployment.md`` from
-  :data:`exporter.server.websec.FIELDS`.
+  :data:`exporter.server.websec.fields.FIELDS`.
 
 A table inside a hand-written file sits between ``<!-- NAME: generated ... -->`` and
 ``<!-- /NAME -->`` markers; the rest of the file is left as it is.
