@@ -1,5 +1,4 @@
-"""A small PromQL evaluator: the subset the generated rule pack uses, evaluated over a few
-scrapes of one target.
+"""A small PromQL evaluator: the rule pack's subset, over a few scrapes of one target.
 
 ``diagnose --target`` has no Prometheus: it samples the sidecar's ``/metrics`` a few times
 and evaluates the pack's own recording rules and alert expressions here, so its verdict

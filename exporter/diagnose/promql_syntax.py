@@ -1,5 +1,7 @@
-"""PromQL's syntax, the subset the generated rule pack uses: a lexer, a precedence-climbing
-parser and the syntax tree, each node with its span in the source text.
+"""PromQL's syntax, the subset the rule pack uses: lexer, parser, tree with source spans.
+
+A precedence-climbing parser over a regular-expression lexer; each node of the syntax tree
+keeps its span in the source text.
 
 The spans are why this parser exists: ``diagnose --prometheus.url`` sends the same
 sub-expressions to a real Prometheus, and the report quotes them as the rules write them.

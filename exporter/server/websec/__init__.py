@@ -1,5 +1,7 @@
-"""TLS, basic auth, security headers and a rate limit from a web config in exporter-toolkit's
-format (the ``--web.config.file`` of node_exporter and Prometheus)::
+"""Web security: TLS, basic auth, security headers and a rate limit from a web config file.
+
+The file is in exporter-toolkit's format (the ``--web.config.file`` of node_exporter and
+Prometheus)::
 
     tls_server_config:
       cert_file: server.crt

@@ -1,6 +1,8 @@
-"""Every field of exporter-toolkit's web config and what it does in this exporter: the source of
-the tables in ``SECURITY.md`` and ``docs/deployment.md`` (``python build-tools/docgen.py``), and
-the fields :mod:`exporter.server.websec.parsing` knows (any other is refused)."""
+"""Every field of exporter-toolkit's web config and what it does in this exporter.
+
+The source of the tables in ``SECURITY.md`` and ``docs/deployment.md`` (``python
+build-tools/docgen.py``), and the fields :mod:`exporter.server.websec.parsing` knows (any other
+is refused)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The aiohttp middleware of the web config in force: client certificate SANs, the rate
-limit, basic auth, and the configured headers on every response."""
+"""The aiohttp middleware of the web config in force: SANs, rate limit, basic auth, headers.
+
+In exporter-toolkit's order: the client certificate's SANs, the rate limit, then basic auth;
+and the configured headers on every response."""
 
 from __future__ import annotations
 

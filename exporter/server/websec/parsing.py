@@ -1,6 +1,7 @@
-"""Reading a web config file: strict YAML, every field checked against :data:`FIELDS`, each
-value validated with exporter-toolkit's meaning or refused in one line that says what to use
-instead."""
+"""Reading a web config file: strict YAML, every field validated or refused in one line.
+
+Every key is checked against :data:`FIELDS`, and each value is validated with
+exporter-toolkit's meaning or refused in one line that says what to use instead."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The web config in force and its reload: one loaded file is a generation (its settings, the
-TLS context, the rate-limit bucket and the auth cache built from them), replaced whole when the
-file or a file it names changes, and kept whole when the new version fails to load."""
+"""The web config in force and its reload, one whole generation at a time.
+
+One loaded file is a generation: its settings and the TLS context, rate-limit bucket and auth
+cache built from them. It is replaced whole when the file or a file it names changes, and kept
+whole when the new version fails to load."""
 
 from __future__ import annotations
 

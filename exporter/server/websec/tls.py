@@ -1,6 +1,8 @@
-"""The server ``SSLContext`` of one web config, with Go's TLS names (versions, client auth
-modes, cipher suites, curves) mapped to what Python's ``ssl`` and OpenSSL call them, and the
-context the listening socket holds, which hands each new connection to the context in force."""
+"""The TLS server contexts: one per loaded web config, and the listening one in front of them.
+
+Go's TLS names (versions, client auth modes, cipher suites, curves) are mapped here to what
+Python's ``ssl`` and OpenSSL call them. The listening socket's context hands each new
+connection to the complete context of the web config in force."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What a validated web config is (:class:`WebConfig` and its parts), and the one error every
-problem with the file raises."""
+"""What a validated web config is (:class:`WebConfig` and its parts), and the error it raises."""
 
 from __future__ import annotations
 
