@@ -21,15 +21,15 @@ cannot express a Go setting exactly (a client certificate that is required but n
 verified, a list of several curves), the setting is refused rather than mapped to something
 stricter or looser.
 
-One loaded file is a *generation*: its settings plus a complete server ``SSLContext`` built
-from them. Each new TLS connection is set up by the context of the generation in force when
-it arrives (:class:`_ListeningContext` hands the handshake to it), and every request on that
-connection is checked against the same generation, so a connection never sees half of one
-file and half of another. After a reload, a connection opened under an older generation gets
-one more response and is then closed; the client reconnects under the new one. The file and
-the certificate, key and CA files it names are checked for changes on every request and every
-new connection (exporter-toolkit re-reads them as often); a new version that fails to load is
-logged and the previous generation stays in force, whole.
+One loaded file is a *generation*: its settings plus a complete server ``SSLContext`` built from
+them. Each new TLS connection is set up by the context of the generation in force when it
+arrives (:class:`~exporter.server.websec.tls.ListeningContext` hands the handshake to it), and
+every request on that connection is checked against the same generation, so a connection never
+sees half of one file and half of another. After a reload, a connection opened under an older
+generation gets one more response and is then closed; the client reconnects under the new one.
+The file and the certificate, key and CA files it names are checked for changes on every request
+and every new connection (exporter-toolkit re-reads them as often); a new version that fails to
+load is logged and the previous generation stays in force, whole.
 
 Passwords are checked with bcrypt on every request that is not cached; the cache holds only
 *successful* checks, keyed by an HMAC of the presented user and password under a key that lives
