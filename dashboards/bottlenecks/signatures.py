@@ -31,6 +31,7 @@ FAMILY_TITLES: dict[Group, str] = {
     "memory": "Memory: HBM, KV cache",
     "gpu": "GPU health",
     "roofline": "Roofline: far from the limit",
+    "pool": "Pools: prefill, decode, KV transfer",
     "meta": "Exporter blind spots",
 }
 

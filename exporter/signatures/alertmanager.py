@@ -220,7 +220,8 @@ def alertmanager_yaml(cfg: SiteConfig) -> str:
                 f"          group_interval: {interval}",
                 f"          repeat_interval: {repeat}",
             ]
-    signatures_only = "|".join(g for g in GROUPS if g != "meta")
+    # A pool's alerts belong to no one target (no pod label): no target's GPU explains them.
+    signatures_only = "|".join(g for g in GROUPS if g not in ("meta", "pool"))
     readers = _queue_readers(cfg, signatures)
     equal = f"[{', '.join(join)}]"
     lost = "alertname=" + _q(GPU_LOST)

@@ -16,16 +16,26 @@ from dataclasses import dataclass
 from typing import Literal
 
 Severity = Literal["critical", "warning", "info"]
-Group = Literal["cpu", "queue", "network", "memory", "gpu", "roofline", "meta"]
+Group = Literal["cpu", "queue", "network", "memory", "gpu", "roofline", "pool", "meta"]
 Effort = Literal["minutes", "hours", "days", "weeks"]
 
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
-GROUPS: tuple[Group, ...] = ("cpu", "queue", "network", "memory", "gpu", "roofline", "meta")
+GROUPS: tuple[Group, ...] = (
+    "cpu",
+    "queue",
+    "network",
+    "memory",
+    "gpu",
+    "roofline",
+    "pool",
+    "meta",
+)
 EFFORTS: tuple[Effort, ...] = ("minutes", "hours", "days", "weeks")
 
 TARGET = "{target}"
-# A recording rule's name: level ``inference`` (per target) or ``inference_gpu`` (per GPU).
-RECORD_NAME = re.compile(r"\binference(?:_gpu)?:[a-z0-9_]+:[a-z0-9_]+\b")
+# A recording rule's name: level ``inference`` (per target), ``inference_gpu`` (per GPU) or
+# ``inference_pool`` (per pool of disaggregated serving and model).
+RECORD_NAME = re.compile(r"\binference(?:_gpu|_pool)?:[a-z0-9_]+:[a-z0-9_]+\b")
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_.]*)\}")
 
 

@@ -109,6 +109,42 @@ PARAMS: dict[str, tuple[Param, ...]] = {
         _for(15 * MIN),
         Param("queue_share_above", "ratio", 0.3, "queue time as a share of end-to-end latency"),
     ),
+    "InferenceKVTransferBound": (
+        _for(10 * MIN),
+        Param(
+            "transfer_share_above",
+            "ratio",
+            0.3,
+            "KV transfer as a share of time to first token (queue + prefill + transfer)",
+        ),
+        Param(
+            "decode_kv_usage_below",
+            "ratio",
+            0.9,
+            "while the decode pool has free slots: its KV-cache usage below this and no queue",
+        ),
+    ),
+    "InferenceKVTransferFailing": (
+        _for(5 * MIN),
+        Param(
+            "failure_ratio_above",
+            "ratio",
+            0.01,
+            "share of KV transfers that failed or expired (of failed + successful)",
+        ),
+    ),
+    "InferencePrefillPoolShort": (
+        _for(10 * MIN),
+        Param("queue_depth_at_least", "number", 1.0, "prefill pool: mean requests waiting"),
+        Param("other_queue_below", "number", 1.0, "while the decode pool waits on fewer than this"),
+    ),
+    "InferenceDecodePoolShort": (
+        _for(10 * MIN),
+        Param("queue_depth_at_least", "number", 1.0, "decode pool: mean requests waiting"),
+        Param(
+            "other_queue_below", "number", 1.0, "while the prefill pool waits on fewer than this"
+        ),
+    ),
     "InferenceGPUUtilizationPulsing": (
         _for(5 * MIN),
         Param(

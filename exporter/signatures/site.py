@@ -62,6 +62,8 @@ RESERVED_LABELS = frozenset(
         "collector",
         "engine",
         "model",
+        "role",
+        "stage",
         "mode",
         "source",
         "le",

@@ -93,11 +93,35 @@ class Records:
     budget_host: str
     prompt_tokens: str
     output_tokens: str
+    # Pools of disaggregated serving: per pool (the join labels less pod and instance) and
+    # model; the per-role ones are templates of ``{role}`` (prefill, decode): see ``of_role``.
+    pool_engines: str
+    pool_queue: str
+    pool_queue_trend: str
+    pool_running: str
+    pool_kv_cache: str
+    pool_engines_needed: str
+    pool_ratio_now: str
+    pool_ratio_suggested: str
+    kv_transfer_mean: str
+    ttft_transfer_share: str
+    kv_failure_ratio: str
 
     @staticmethod
     def history(seconds: float) -> str:
         """The record that is 1 per target once the target has ``seconds`` of history."""
         return f"inference:exporter_build_info:history{duration(seconds)}"
+
+    @staticmethod
+    def of_role(template: str, role: str) -> str:
+        """A per-role pool record's name: ``inference_pool:prefill_queue_depth:mean5m``."""
+        return template.format(role=role)
+
+    @staticmethod
+    def pool_history(seconds: float) -> str:
+        """The record that is 1 per pool and model once its engines have ``seconds`` of
+        history: the cold-start guard of the pool signatures."""
+        return f"inference_pool:engine_info:history{duration(seconds)}"
 
     @classmethod
     def of(cls, cfg: SiteConfig) -> Records:
@@ -107,6 +131,17 @@ class Records:
         pulse = duration(cfg.window("pulsing"))
         xid = duration(cfg.window("xid"))
         return cls(
+            pool_engines="inference_pool:{role}_engines:count",
+            pool_queue=f"inference_pool:{{role}}_queue_depth:mean{rate}",
+            pool_queue_trend=f"inference_pool:{{role}}_queue_depth:deriv{trend}",
+            pool_running=f"inference_pool:{{role}}_requests_running:mean{rate}",
+            pool_kv_cache=f"inference_pool:{{role}}_kv_cache_usage:mean{rate}",
+            pool_engines_needed=f"inference_pool:{{role}}_engines_needed:estimate{rate}",
+            pool_ratio_now="inference_pool:prefill_decode_ratio:current",
+            pool_ratio_suggested=f"inference_pool:prefill_decode_ratio:suggested{rate}",
+            kv_transfer_mean=f"inference_pool:kv_transfer_seconds:mean{latency}",
+            ttft_transfer_share=f"inference_pool:ttft_transfer:ratio{latency}",
+            kv_failure_ratio=f"inference_pool:kv_transfer_failures:ratio{rate}",
             target_info="inference:exporter_build_info:group",
             gpu_utilization=f"inference:gpu_utilization:mean{rate}",
             gpu_device_utilization=f"inference_gpu:utilization:mean{rate}",
@@ -180,7 +215,24 @@ LATENCY_GROUP = "inference.records.latency"
 GPU_GROUP = "inference.records.gpu"
 GPU_STATE_GROUP = "inference.records.gpu_state"
 ROOFLINE_GROUP = "inference.records.roofline"
-RECORD_GROUPS = (TARGET_GROUP, LATENCY_GROUP, GPU_GROUP, GPU_STATE_GROUP, ROOFLINE_GROUP)
+POOL_GROUP = "inference.records.pool"
+RECORD_GROUPS = (
+    TARGET_GROUP,
+    LATENCY_GROUP,
+    GPU_GROUP,
+    GPU_STATE_GROUP,
+    ROOFLINE_GROUP,
+    POOL_GROUP,
+)
+#: Join labels that name one pod: a pool is what the other join labels and the model share.
+POD_LABELS = ("pod", "instance")
+ROLES = ("prefill", "decode")
+
+
+def pool_labels(join: Sequence[str]) -> tuple[str, ...]:
+    """The labels of one pool of disaggregated serving, besides ``model`` (and ``role``): the
+    join labels that do not name one pod (``namespace``, ``job``, ``cluster``)."""
+    return tuple(label for label in join if label not in POD_LABELS)
 
 
 def recording_rules(cfg: SiteConfig) -> list[RecordingRule]:
@@ -301,6 +353,7 @@ class _Builder:
         out = [self.target_info()] if dcgm else []
         out += self.common()
         out += [replace(rule, group=ROOFLINE_GROUP) for rule in self.roofline()]
+        out += [replace(rule, group=POOL_GROUP) for rule in self.pool()]
         gpu = self.dcgm_gpu_rules() if dcgm else self.sidecar_gpu()
         gpu += self.shared_gpu()
         r = self.r
@@ -813,6 +866,141 @@ class _Builder:
                 r.output_tokens,
                 f"{rate('inference_generation_tokens_total')}\n/\n({requests} > 0)",
                 "workload shape: mean generated tokens per finished request",
+            ),
+        ]
+
+    def pool(self) -> list[RecordingRule]:
+        """Pools of disaggregated serving: the engines of one model by role, across pods.
+
+        A pool is every engine of one model with one role (``prefill``, ``decode``) that
+        shares the join labels that do not name a pod; each role has its own records (a
+        record is never read through a label selector). A pool's queue is its engines' waiting
+        requests (a decode engine's also those waiting for KV room, SGLang's prealloc stage);
+        the engines it needs are its engines x (waiting + running) / running - what it takes
+        to run its waiting requests at today's concurrency per engine - and the suggested
+        prefill:decode ratio is the two pools' needs. Time to first token splits into queue +
+        prefill + transfer (the prefill-capable engines' queue and prefill times, the transfer
+        wherever the engine observes it).
+        """
+        r = self.r
+        pool = pool_labels(self.join)
+        bp = by((*pool, "model"))
+        op = on((*pool, "model"))
+        rate = duration(self.cfg.window("rate"))
+        lat = duration(self.cfg.window("latency"))
+        trend = duration(self.cfg.window("queue_trend"))
+        info = self.s("inference_engine_info")
+
+        def mean_of(metric: str, *extra: str) -> str:
+            return (
+                f"sum {bp} (rate({self.s(metric + '_sum', *extra)}[{lat}]))\n/\n"
+                f"(sum {bp} (rate({self.s(metric + '_count', *extra)}[{lat}])) > 0)"
+            )
+
+        failures = f"sum {bp} (rate({self.s('inference_kv_transfer_failures_total')}[{lat}]))"
+        transfers = f"sum {bp} (rate({self.s('inference_kv_transfer_seconds_count')}[{lat}]))"
+        out = [
+            RecordingRule(
+                r.pool_history(seconds),
+                f"group {bp} (max_over_time({info}[{duration(seconds)}] "
+                f"offset {duration(seconds)}))",
+                f"1 per pool and model whose engines have {duration(seconds)} of history: the "
+                f"cold-start guard of the pool signatures over {duration(seconds)} windows",
+                window=0.0,
+            )
+            for seconds in sorted({self.cfg.window(n) for n in ("rate", "latency", "queue_trend")})
+        ]
+        for role in ROLES:
+            out += self._pool_role(role, (*pool, "model"), rate, trend)
+        prefill_side = 'role!="decode"'
+        needed = {role: r.of_role(r.pool_engines_needed, role) for role in ROLES}
+        engines = {role: r.of_role(r.pool_engines, role) for role in ROLES}
+        return [
+            *out,
+            RecordingRule(
+                r.pool_ratio_now,
+                f"{engines['prefill']}\n/ {op}\n{engines['decode']}",
+                "prefill engines per decode engine of the model now",
+            ),
+            RecordingRule(
+                r.pool_ratio_suggested,
+                f"{needed['prefill']}\n/ {op}\n({needed['decode']} > 0)",
+                "prefill engines per decode engine the two pools' queues suggest",
+            ),
+            RecordingRule(
+                r.kv_transfer_mean,
+                mean_of("inference_kv_transfer_seconds"),
+                "mean duration of one KV-cache transfer between the pools, seconds",
+            ),
+            RecordingRule(
+                r.ttft_transfer_share,
+                f"{r.kv_transfer_mean}\n/ {op}\n(\n{r.kv_transfer_mean}\n+ {op}\n"
+                f"{mean_of('inference_queue_time_seconds', prefill_side)}\n+ {op}\n"
+                f"{mean_of('inference_prefill_time_seconds', prefill_side)}\n)",
+                "share of time to first token in the KV transfer: transfer / (queue + prefill "
+                "+ transfer), means over the model's engines",
+            ),
+            RecordingRule(
+                r.kv_failure_ratio,
+                f"{failures}\n/\n(\n{failures}\n+ {op}\n({transfers} or 0 * {failures})\n)",
+                "share of KV-cache transfers that failed or expired",
+            ),
+        ]
+
+    def _pool_role(
+        self, role: str, labels: tuple[str, ...], rate: str, trend: str
+    ) -> list[RecordingRule]:
+        """The records of one role's pool (see :meth:`pool`), grouped by ``labels``."""
+        r = self.r
+        bp, on_pool = by(labels), on(labels)
+        mine = f'role="{role}"'
+        queue = self.s("inference_queue_depth", mine)
+        waiting = f"sum {bp} (avg_over_time({queue}[{rate}]))"
+        growth = f"sum {bp} (deriv({queue}[{trend}]))"
+        prealloc = self.s("inference_queue_depth_by_stage", 'stage="prealloc"', mine)
+        running = r.of_role(r.pool_running, role)
+        depth = r.of_role(r.pool_queue, role)
+        if role == "decode":  # requests waiting for KV room to receive the cache count too
+            waiting = (
+                f"(\n{waiting}\n+ {on_pool}\nsum {bp} (avg_over_time({prealloc}[{rate}]))\n)"
+                f"\nor\n{waiting}"
+            )
+            growth = (
+                f"(\n{growth}\n+ {on_pool}\nsum {bp} (deriv({prealloc}[{trend}]))\n)\nor\n{growth}"
+            )
+        return [
+            RecordingRule(
+                r.of_role(r.pool_engines, role),
+                f"count {bp} ({self.s('inference_engine_info', mine)})",
+                f"{role} engines of the model in the pool",
+            ),
+            RecordingRule(
+                depth,
+                waiting,
+                f"requests the {role} pool holds waiting, mean over the window",
+            ),
+            RecordingRule(
+                r.of_role(r.pool_queue_trend, role),
+                growth,
+                f"growth of the {role} pool's queue, requests per second (linear regression)",
+            ),
+            RecordingRule(
+                running,
+                f"sum {bp} (avg_over_time({self.s('inference_requests_running', mine)}[{rate}]))",
+                f"requests the {role} pool runs, mean over the window",
+            ),
+            RecordingRule(
+                r.of_role(r.pool_kv_cache, role),
+                f"avg {bp} (avg_over_time({self.s('inference_kv_cache_usage_ratio', mine)}"
+                f"[{rate}]))",
+                f"KV-cache usage of the {role} pool's engines (0-1), mean over engines and window",
+            ),
+            RecordingRule(
+                r.of_role(r.pool_engines_needed, role),
+                f"{r.of_role(r.pool_engines, role)}\n* (\n{depth}\n+ {running}\n)\n"
+                f"/ (\n{running} > 1\nor\nclamp({running}, 1, 1)\n)",
+                f"{role} engines the pool needs to run its waiting requests at today's "
+                "concurrency per engine: engines x (waiting + running) / running",
             ),
         ]
 

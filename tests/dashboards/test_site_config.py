@@ -33,7 +33,7 @@ from support.paths import ROOT
 from dashboards import generate
 from exporter.signatures.promql_text import split_matchers
 from exporter.signatures.site import SiteConfig, parse_config
-from exporter.signatures.sources import recording_rules
+from exporter.signatures.sources import pool_labels, recording_rules
 
 SIDECAR = 'job="inference/ibe-sidecar"'
 EXPORTER = 'job=~"inference/ibe-.*"'
@@ -55,7 +55,18 @@ PANEL_LABELS = {
     "name", "driver_version", "pci_bus_id", "mig_mode", "model",
 }  # fmt: skip
 # Labels the rules group by beside the target's join labels.
-RULE_LABELS = {"gpu", "uuid", "xid", "reason", "le", "err_code", "collector", "engine", "model"}
+RULE_LABELS = {
+    "gpu",
+    "uuid",
+    "xid",
+    "reason",
+    "le",
+    "err_code",
+    "collector",
+    "engine",
+    "model",
+    "role",
+}
 EXPORTER_SERIES = re.compile(r"^(up|scrape_\w+|process_\w+)$")
 
 # Panels whose dashed lines mirror an alert's thresholds, and the alerts.
@@ -376,8 +387,10 @@ def rules_join_labels(generated: Generated) -> tuple[str, ...]:
         for labels in groupings(expr)
     }
     found.discard(())
-    assert len(found) == 1, found
-    (labels,) = found
+    # The pool records group by the join labels that do not name a pod (sources.pool_labels).
+    labels = max(found, key=len)
+    pool = pool_labels(labels)
+    assert found - {pool} == {labels}, found
     return labels
 
 

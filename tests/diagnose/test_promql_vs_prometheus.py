@@ -97,6 +97,7 @@ from exporter.metrics import histogram as histogram_family
 from exporter.signatures import catalogue, parse_config, recording_rules
 from exporter.signatures.promql_text import matchers
 from exporter.signatures.site import SiteConfig
+from exporter.signatures.sources import POOL_GROUP
 
 REL = 1e-9
 # 2024-01-01T00:00:00Z; sets lie two hours apart, so no window or offset reaches another set.
@@ -707,11 +708,19 @@ EXTRA = (
 
 def expressions(cfg: SiteConfig) -> list[str]:
     """Every recording rule (its expression and its series), every alert expression, their
-    sub-expressions, and :data:`EXTRA`, once each."""
+    sub-expressions, and :data:`EXTRA`, once each.
+
+    Not the pools' (records of group ``inference.records.pool``, signatures of family
+    ``pool``): they aggregate the targets of a pool, which Prometheus sees together and the
+    evaluator, one target at a time, cannot (``diagnose`` on a sidecar reads a pool of one)."""
     texts: list[str] = []
     for rule in recording_rules(cfg):
+        if rule.group == POOL_GROUP:
+            continue
         texts += [rule.record, *subexpressions(rule.expr)]
     for sig in catalogue(cfg):
+        if sig.group == "pool":
+            continue
         for alert in sig.rules:
             texts += subexpressions(alert.expr)
     window = format_duration(cfg.window("rate"))
@@ -727,6 +736,8 @@ def evidence_queries(
     evaluator with the instance's (which have none of them)."""
     out = []
     for sig in catalogue(cfg):
+        if sig.group == "pool":  # across targets: see expressions()
+            continue
         for rule in sig.rules:
             try:
                 found = asyncio.run(
@@ -1048,10 +1059,15 @@ def test_every_rule_and_alert_returns_data_in_some_set(
     outcomes: dict[str, set[str]] = defaultdict(set)
     for p in prepared:
         # The same rule in every set (in the same place), whatever its windows are called.
-        texts = {f"record {r.record}": r.expr for r in recording_rules(p.cfg)}
+        # Not the pools': no set holds a disaggregated pool (tests/promtool/sidecar/pools.yaml
+        # and the vmalert replay prove them).
+        texts = {
+            f"record {r.record}": r.expr for r in recording_rules(p.cfg) if r.group != POOL_GROUP
+        }
         texts |= {
             f"alert {sig.alert} {i}": a.expr
             for sig in catalogue(p.cfg)
+            if sig.group != "pool"
             for i, a in enumerate(sig.rules)
         }
         for name, text in texts.items():

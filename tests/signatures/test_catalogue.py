@@ -28,6 +28,10 @@ CONTRACT = {
     "InferenceDecodeOverheadBound": ({"warning"}, "roofline"),
     "InferenceGPUBusySMsIdle": ({"warning"}, "roofline"),
     "InferenceHostLatencyShareHigh": ({"warning"}, "roofline"),
+    "InferenceKVTransferBound": ({"warning"}, "pool"),
+    "InferenceKVTransferFailing": ({"warning"}, "pool"),
+    "InferencePrefillPoolShort": ({"warning"}, "pool"),
+    "InferenceDecodePoolShort": ({"warning"}, "pool"),
     "InferenceExporterDown": ({"warning"}, "meta"),
     "InferenceCollectorFailing": ({"warning"}, "meta"),
     "InferenceEngineMetricsDown": ({"warning"}, "meta"),
@@ -118,16 +122,17 @@ def test_rendered_records_parse_and_are_named_level_metric_operation(profile: st
         "inference.records.gpu",
         "inference.records.gpu_state",
         "inference.records.roofline",
+        "inference.records.pool",
     ]
     rules = [rule for group in data["groups"] for rule in group["rules"]]
     names = [r["record"] for r in rules]
     assert names == [r.record for r in recording_rules(cfg)]
     assert len(names) == len(set(names))
     for name in names:
-        assert re.fullmatch(r"inference(_gpu)?:[a-z0-9_]+:[a-z0-9_]+", name), name
+        assert re.fullmatch(r"inference(_gpu|_pool)?:[a-z0-9_]+:[a-z0-9_]+", name), name
     # A record only reads records defined before it: in its group, or in the group before.
     for i, rule in enumerate(rules):
-        for used in re.findall(r"inference(?:_gpu)?:[a-z0-9_]+:[a-z0-9_]+", rule["expr"]):
+        for used in re.findall(r"inference(?:_gpu|_pool)?:[a-z0-9_]+:[a-z0-9_]+", rule["expr"]):
             assert used in names[:i], f"{rule['record']} reads {used} before it is recorded"
     # Nothing per GPU is read in the per-target groups (the roofline reads the GPUs' peaks:
     # the sidecar's, or the product table's by the name dcgm-exporter gives each GPU), no

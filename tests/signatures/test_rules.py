@@ -250,9 +250,15 @@ def test_guarded_rules_require_the_history_of_their_longest_window() -> None:
             for rule in sig.rules:
                 if not rule.history:
                     continue
-                guard = re.search(r"\bon \(([^)]*)\)\n(inference:[a-z_]+:history\w+)$", rule.expr)
+                guard = re.search(
+                    r"\bon \(([^)]*)\)\n(inference(_pool)?:[a-z_]+:history\w+)$", rule.expr
+                )
                 assert guard, f"{profile} {sig.alert}: {rule.expr}"
-                assert guard[1].split(", ") == list(cfg.join_labels)
+                if guard[3]:  # a pool's alert: the pool's labels and model, no pod
+                    pool = [label for label in cfg.join_labels if label not in ("pod", "instance")]
+                    assert guard[1].split(", ") == [*pool, "model"]
+                else:
+                    assert guard[1].split(", ") == list(cfg.join_labels)
                 assert records[guard[2]].window == 0.0
                 read = [records[n].window for n in records if n in rule.expr and n != guard[2]]
                 assert rule.history == max(w or 0.0 for w in read), sig.alert

@@ -5,7 +5,7 @@ recording rules (:mod:`exporter.signatures.sources`), the evidence it quotes, an
 whose prose lives in ``exporter/signatures/runbooks/<Alert>.md``. Thresholds, windows and
 ``for`` come from the config through :class:`Context`, never from literals here, so a site's
 config regenerates the whole pack. One module per ``signature`` label value (``cpu``,
-``network``, ``memory``, ``queue``, ``gpu``, ``roofline``, ``meta``).
+``network``, ``memory``, ``queue``, ``gpu``, ``roofline``, ``pool``, ``meta``).
 ``python -m exporter.signatures`` renders the pack; ``diagnose`` evaluates the same expressions
 and evidence.
 """
@@ -20,6 +20,7 @@ from exporter.signatures.catalogue import (
     memory_signatures,
     meta_signatures,
     network_signatures,
+    pool_signatures,
     queue_signatures,
     roofline_signatures,
 )
@@ -41,6 +42,10 @@ BUILDERS: tuple[Callable[[Context], Signature], ...] = (
     roofline_signatures.decode_overhead_bound,
     roofline_signatures.gpu_busy_sms_idle,
     roofline_signatures.host_latency_share_high,
+    pool_signatures.kv_transfer_bound,
+    pool_signatures.kv_transfer_failing,
+    pool_signatures.prefill_pool_short,
+    pool_signatures.decode_pool_short,
     meta_signatures.exporter_down,
     meta_signatures.collector_failing,
     meta_signatures.engine_metrics_down,

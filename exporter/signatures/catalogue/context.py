@@ -20,7 +20,7 @@ from exporter.signatures.definitions import (
 )
 from exporter.signatures.promql_text import by, on, selector
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import Records, record_windows
+from exporter.signatures.sources import Records, pool_labels, record_windows
 
 # Labels of a per-GPU series, besides the join labels of the target.
 GPU_LABELS = ("gpu", "uuid")
@@ -33,6 +33,7 @@ class Context:
         self.cfg = cfg
         self.records = Records.of(cfg)
         self.join = cfg.join_labels
+        self.pool = pool_labels(cfg.join_labels)
         self.windows = record_windows(cfg)
 
     def for_seconds(self, alert: str) -> float:
@@ -81,8 +82,11 @@ class Context:
         need = self.history_needed(rule.expr)
         if need == 0:
             return rule
-        expr = f"(\n{rule.expr}\n)\nand {on(self.join)}\n{self.records.history(need)}"
-        return replace(rule, expr=expr, history=need)
+        if "inference_pool:" in rule.expr:  # a pool's alert has no pod: the pool's history
+            guard = f"and {on((*self.pool, 'model'))}\n{self.records.pool_history(need)}"
+        else:
+            guard = f"and {on(self.join)}\n{self.records.history(need)}"
+        return replace(rule, expr=f"(\n{rule.expr}\n)\n{guard}", history=need)
 
     def runbook(
         self, alert: str, queries: tuple[tuple[str, str], ...] = (), **values: str

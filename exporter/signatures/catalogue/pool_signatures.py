@@ -1,0 +1,174 @@
+"""Pools: disaggregated serving, where prefill and decode run on different engines and the KV
+cache crosses between them.
+
+These are fleet-level rules: they read the pool records (every engine of one model and role
+that shares the join labels besides pod and instance), not one target. Alerts carry
+``signature="pool"``, the pool's labels and ``model``; the alert's name says which pool.
+"""
+
+from __future__ import annotations
+
+from exporter.signatures.catalogue.context import Context, percent
+from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
+from exporter.signatures.promql_text import num, on, pct
+from exporter.signatures.sources import Records
+
+_POOL_TARGET = "{labels.model}"
+
+
+def _of(template: str, role: str) -> str:
+    return Records.of_role(template, role)
+
+
+def kv_transfer_bound(ctx: Context) -> Signature:
+    alert = "InferenceKVTransferBound"
+    r = ctx.records
+    share = ctx.ratio(alert, "transfer_share_above")
+    kv_below = ctx.ratio(alert, "decode_kv_usage_below")
+    op = on((*ctx.pool, "model"))
+    rule = AlertRule(
+        severity="warning",
+        expr=(
+            f"{r.ttft_transfer_share} > {num(share)}\n"
+            f"and {op}\n{_of(r.pool_queue, 'decode')} < 1\n"
+            f"and {op}\n{_of(r.pool_kv_cache, 'decode')} < {num(kv_below)}"
+        ),
+        for_seconds=ctx.for_seconds(alert),
+        summary="KV-cache transfer holds back the first token of " + _POOL_TARGET,
+        description=(
+            f"The KV transfer between the prefill and decode pools takes {{share}} % of time "
+            f"to first token (threshold {pct(share)} %; {{transfer}} s per transfer) while the "
+            f"decode pool has free slots (no queue, KV cache under {pct(kv_below)} % used): "
+            "the link between the pools, not either pool, is the wall."
+        ),
+        scope=("model",),
+        evidence=(
+            percent("share", "KV transfer share of time to first token", r.ttft_transfer_share),
+            Evidence("transfer", "mean KV transfer", f"{r.kv_transfer_mean}{TARGET}", "s", "%.3f"),
+        ),
+        when=(
+            f"KV transfer > {pct(share)} % of queue + prefill + transfer, decode pool without "
+            f"a queue and its KV cache under {pct(kv_below)} %"
+        ),
+    )
+    return Signature(
+        alert=alert,
+        group="pool",
+        title="KV-cache transfer bound",
+        rules=(rule,),
+        runbook=ctx.runbook(
+            alert,
+            queries=(
+                ("mean KV transfer, seconds", r.kv_transfer_mean),
+                ("transfer share of time to first token", r.ttft_transfer_share),
+                ("decode pool KV-cache usage", _of(r.pool_kv_cache, "decode")),
+            ),
+            transfer_share_above=f"{pct(share)} %",
+        ),
+    )
+
+
+def kv_transfer_failing(ctx: Context) -> Signature:
+    alert = "InferenceKVTransferFailing"
+    r = ctx.records
+    ratio = ctx.ratio(alert, "failure_ratio_above")
+    rule = AlertRule(
+        severity="warning",
+        expr=f"{r.kv_failure_ratio} > {num(ratio)}",
+        for_seconds=ctx.for_seconds(alert),
+        summary="KV-cache transfers failing for " + _POOL_TARGET,
+        description=(
+            f"{{ratio}} % of KV-cache transfers between the prefill and decode pools fail or "
+            f"expire (threshold {pct(ratio)} %): each one is a request prefilled again, or "
+            "lost."
+        ),
+        scope=("model",),
+        evidence=(percent("ratio", "failed or expired share of transfers", r.kv_failure_ratio),),
+        when=f"failed or expired KV transfers > {pct(ratio)} % of transfers",
+    )
+    return Signature(
+        alert=alert,
+        group="pool",
+        title="KV-cache transfers failing",
+        rules=(rule,),
+        runbook=ctx.runbook(
+            alert,
+            queries=(
+                ("failed or expired share of transfers", r.kv_failure_ratio),
+                (
+                    "failures by reason, per second",
+                    f"sum by (model, reason) ({ctx.rate('inference_kv_transfer_failures_total')})",
+                ),
+            ),
+            failure_ratio_above=f"{pct(ratio)} %",
+        ),
+    )
+
+
+def _pool_short(ctx: Context, alert: str, short: str, other: str) -> Signature:
+    r = ctx.records
+    depth = ctx.ratio(alert, "queue_depth_at_least")
+    other_below = ctx.ratio(alert, "other_queue_below")
+    op = on((*ctx.pool, "model"))
+    rule = AlertRule(
+        severity="warning",
+        expr=(
+            f"{_of(r.pool_queue, short)} >= {num(depth)}\n"
+            f"and {op}\n{_of(r.pool_queue_trend, short)} > 0\n"
+            f"and {op}\n{_of(r.pool_queue, other)} < {num(other_below)}\n"
+            f"and {op}\n{_of(r.pool_queue_trend, other)} <= 0"
+        ),
+        for_seconds=ctx.for_seconds(alert),
+        summary=f"The {short} pool of " + _POOL_TARGET + f" is short while {other} idles",
+        description=(
+            f"{{depth}} requests wait in the {short} pool and its queue grows, while the "
+            f"{other} pool has no queue: move engines from {other} to {short}. Prefill:decode "
+            "engines now {now}, the queues suggest {suggested}."
+        ),
+        scope=("model",),
+        evidence=(
+            Evidence("depth", f"requests waiting in the {short} pool", None, "requests", "%.1f"),
+            Evidence(
+                "now",
+                "prefill engines per decode engine now",
+                f"{r.pool_ratio_now}{TARGET}",
+                "",
+                "%.2f",
+            ),
+            Evidence(
+                "suggested",
+                "prefill engines per decode engine the queues suggest",
+                f"{r.pool_ratio_suggested}{TARGET}",
+                "",
+                "%.2f",
+            ),
+        ),
+        when=(
+            f"{short} pool: mean queue >= {num(depth)} and growing; {other} pool: queue "
+            f"< {num(other_below)} and not growing"
+        ),
+    )
+    return Signature(
+        alert=alert,
+        group="pool",
+        title=f"{short.capitalize()} pool short",
+        rules=(rule,),
+        runbook=ctx.runbook(
+            alert,
+            queries=(
+                (f"{short} engines", _of(r.pool_engines, short)),
+                (f"mean {short} queue", _of(r.pool_queue, short)),
+                (f"mean {other} queue", _of(r.pool_queue, other)),
+                ("prefill:decode engines suggested", r.pool_ratio_suggested),
+            ),
+            queue_depth_at_least=num(depth),
+        ),
+    )
+
+
+def prefill_pool_short(ctx: Context) -> Signature:
+    return _pool_short(ctx, "InferencePrefillPoolShort", "prefill", "decode")
+
+
+def decode_pool_short(ctx: Context) -> Signature:
+    return _pool_short(ctx, "InferenceDecodePoolShort", "decode", "prefill")
