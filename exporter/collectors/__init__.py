@@ -1,10 +1,11 @@
-"""The collector table: ``name -> (module, enabled by default, help)``.
+"""The collector table: ``name -> (module, options, enabled by default, help)``.
 
-Each collector module declares its own flags (``OPTIONS``), checks them across fields
-(``check(settings)``) and builds its collector (``build(settings, shared)``), as node_exporter's
-collectors register theirs. The CLI derives every serve flag from :func:`serve_options`: the
-server's own options, each collector's, and ``--collector.<name>`` / ``--no-collector.<name>``
-from this table; a new collector is one module plus one row here.
+Each collector module declares its own flags (an options dataclass whose fields are declared
+with :func:`exporter.config.flag`), checks them across fields (``check(settings)``) and builds
+its collector (``build(settings, shared)``), as node_exporter's collectors register theirs. The
+CLI derives every serve flag from :func:`serve_options`: the server's own options, each
+collector's, and ``--collector.<name>`` / ``--no-collector.<name>`` from this table; a new
+collector is one module plus one row here.
 """
 
 from __future__ import annotations
@@ -16,19 +17,20 @@ from typing import Any
 
 from exporter.collectors import cpu, engine, model_facts, nvml, process, tokenizer
 from exporter.collectors.base import Collection, Collector, Shared
-from exporter.config import CORE_OPTIONS, Option, Settings, collector_option
+from exporter.config import CORE_OPTIONS, Option, Settings, collector_option, options_of
 
 
 @dataclass(frozen=True)
 class CollectorEntry:
     module: ModuleType
+    #: The collector's options dataclass: its flags.
+    options_class: type
     enabled_by_default: bool
     help: str
 
     @property
     def options(self) -> tuple[Option, ...]:
-        options: tuple[Option, ...] = self.module.OPTIONS
-        return options
+        return options_of(self.options_class)
 
     def check(self, settings: Settings) -> None:
         self.module.check(settings)
@@ -39,13 +41,29 @@ class CollectorEntry:
 
 
 COLLECTORS: dict[str, CollectorEntry] = {
-    "nvml": CollectorEntry(nvml, True, "GPU utilisation, HBM bandwidth, power, clocks, Xids"),
-    "cpu": CollectorEntry(cpu, True, "node CPU time by mode, softirq share, softirq vectors"),
-    "engine": CollectorEntry(engine, True, "the engine's queue, batch, KV cache and latencies"),
-    "tokenizer": CollectorEntry(tokenizer, True, "active probe of the engine's tokenizer"),
-    "process": CollectorEntry(process, True, "CPU of the engine's processes and hottest thread"),
+    "nvml": CollectorEntry(
+        nvml, nvml.NvmlOptions, True, "GPU utilisation, HBM bandwidth, power, clocks, Xids"
+    ),
+    "cpu": CollectorEntry(
+        cpu, cpu.CpuOptions, True, "node CPU time by mode, softirq share, softirq vectors"
+    ),
+    "engine": CollectorEntry(
+        engine, engine.EngineOptions, True, "the engine's queue, batch, KV cache and latencies"
+    ),
+    "tokenizer": CollectorEntry(
+        tokenizer, tokenizer.TokenizerOptions, True, "active probe of the engine's tokenizer"
+    ),
+    "process": CollectorEntry(
+        process,
+        process.ProcessOptions,
+        True,
+        "CPU of the engine's processes and hottest thread",
+    ),
     "model": CollectorEntry(
-        model_facts, True, "the served model's weight and KV bytes, FLOPs per token"
+        model_facts,
+        model_facts.ModelOptions,
+        True,
+        "the served model's weight and KV bytes, FLOPs per token",
     ),
 }
 

@@ -66,11 +66,10 @@ class Shared:
         """The engine type as the engine collector last recognised it (the tokenizer probe
         follows it)."""
         if self._hub is None:
-            from exporter.collectors.engine import OPTIONS as ENGINE_OPTIONS  # noqa: PLC0415
             from exporter.collectors.engine import EngineHub, EngineOptions  # noqa: PLC0415
             from exporter.config import section  # noqa: PLC0415
 
-            configured = section(EngineOptions, ENGINE_OPTIONS, self.settings).type
+            configured = section(EngineOptions, self.settings).type
             self._hub = EngineHub(configured=configured)
         return self._hub
 

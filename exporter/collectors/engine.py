@@ -57,7 +57,7 @@ from prometheus_client.metrics_core import Metric
 from exporter import metrics as m
 from exporter.backends.http import FetchError, FetchReason, fetch
 from exporter.collectors.base import Collection, HttpPollingCollector, Shared
-from exporter.config import ConfigError, Option, Settings, section
+from exporter.config import ConfigError, Settings, flag, section
 from exporter.engines import (
     BY_ENGINE,
     ENGINES,
@@ -78,12 +78,71 @@ FOREIGN = frozenset({"inference_tokenizer_latency_seconds"})
 #: Every reason of inference_engine_poll_failures_total: the fetch's and the body's.
 REASONS: tuple[str, ...] = (*get_args(FetchReason), "parse", "unrecognised")
 STALE_INTERVALS = 3
-DEFAULT_POLL_INTERVAL = 5.0
-DEFAULT_TIMEOUT = 2.0
-DEFAULT_MAX_BODY = 16 * 1024**2
-DEFAULT_MAX_SERIES = 1000
-DEFAULT_URL = "http://127.0.0.1:8000/metrics"
 MAX_VERSION_BODY = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The flags of the ``engine`` collector (the tokenizer probe reads them too)."""
+
+    url: tuple[str, ...] = flag(
+        "engine.url",
+        ("http://127.0.0.1:8000/metrics",),
+        "The engine's own Prometheus endpoint (configuration only, never taken from a request); "
+        "give it several times (or comma-separated) to poll several endpoints, e.g. a Dynamo "
+        "frontend and its worker or disaggregated prefill and decode servers (docs/engines.md).",
+        kind="url",
+        metavar="URL",
+        multiple=True,
+    )
+    type: str = flag(
+        "engine.type",
+        "auto",
+        "Engine whose metric names to read; auto recognises it from the names (each endpoint "
+        "on its own).",
+        kind="choice",
+        choices=("auto", *ENGINES),
+    )
+    mapping_file: Path | None = flag(
+        "engine.mapping-file",
+        None,
+        "YAML mapping of an in-house server's metrics to the normalised names (engine.type "
+        "custom; docs/engines.md).",
+        kind="path",
+        metavar="PATH",
+    )
+    poll_interval: float = flag(
+        "engine.poll-interval",
+        5.0,
+        "How often the engine's metrics are polled (off the scrape path).",
+        kind="duration",
+        bounds=(0.5, 300.0),
+        metavar="DURATION",
+    )
+    timeout: float = flag(
+        "engine.timeout",
+        2.0,
+        "Deadline of one engine poll, body included (slow-drip bodies are cut).",
+        kind="duration",
+        bounds=(0.1, 60.0),
+        metavar="DURATION",
+    )
+    max_body: int = flag(
+        "engine.max-body",
+        16 * 1024**2,
+        "Largest engine response read; a larger one is a failed poll.",
+        kind="bytes",
+        bounds=(1024, 1024**3),
+        metavar="SIZE",
+    )
+    max_series: int = flag(
+        "engine.max-series",
+        1000,
+        "Most normalised series kept per metric; the rest are dropped and counted.",
+        kind="int",
+        bounds=(1, 1_000_000),
+        metavar="N",
+    )
 
 
 @dataclass
@@ -221,10 +280,10 @@ class EngineCollector(HttpPollingCollector):
         url: str,
         *,
         more_urls: Sequence[str] = (),
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-        timeout: float = DEFAULT_TIMEOUT,
-        max_body: int = DEFAULT_MAX_BODY,
-        max_series: int = DEFAULT_MAX_SERIES,
+        poll_interval: float = EngineOptions.poll_interval,
+        timeout: float = EngineOptions.timeout,
+        max_body: int = EngineOptions.max_body,
+        max_series: int = EngineOptions.max_series,
         mapping_file: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -395,96 +454,13 @@ class EngineCollector(HttpPollingCollector):
         return built
 
 
-# --- flags and construction -------------------------------------------------------------------
-
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "engine.url",
-        "url",
-        (DEFAULT_URL,),
-        "The engine's own Prometheus endpoint (configuration only, never taken from a request); "
-        "give it several times (or comma-separated) to poll several endpoints, e.g. a Dynamo "
-        "frontend and its worker or disaggregated prefill and decode servers (docs/engines.md).",
-        metavar="URL",
-        attr="url",
-        multiple=True,
-    ),
-    Option(
-        "engine.type",
-        "choice",
-        "auto",
-        "Engine whose metric names to read; auto recognises it from the names (each endpoint "
-        "on its own).",
-        choices=("auto", *ENGINES),
-        attr="type",
-    ),
-    Option(
-        "engine.mapping-file",
-        "path",
-        None,
-        "YAML mapping of an in-house server's metrics to the normalised names (engine.type "
-        "custom; docs/engines.md).",
-        metavar="PATH",
-        attr="mapping_file",
-    ),
-    Option(
-        "engine.poll-interval",
-        "duration",
-        DEFAULT_POLL_INTERVAL,
-        "How often the engine's metrics are polled (off the scrape path).",
-        minimum=0.5,
-        maximum=300.0,
-        metavar="DURATION",
-        attr="poll_interval",
-    ),
-    Option(
-        "engine.timeout",
-        "duration",
-        DEFAULT_TIMEOUT,
-        "Deadline of one engine poll, body included (slow-drip bodies are cut).",
-        minimum=0.1,
-        maximum=60.0,
-        metavar="DURATION",
-        attr="timeout",
-    ),
-    Option(
-        "engine.max-body",
-        "bytes",
-        DEFAULT_MAX_BODY,
-        "Largest engine response read; a larger one is a failed poll.",
-        minimum=1024,
-        maximum=1024**3,
-        metavar="SIZE",
-        attr="max_body",
-    ),
-    Option(
-        "engine.max-series",
-        "int",
-        DEFAULT_MAX_SERIES,
-        "Most normalised series kept per metric; the rest are dropped and counted.",
-        minimum=1,
-        maximum=1_000_000,
-        metavar="N",
-        attr="max_series",
-    ),
-)
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    url: tuple[str, ...]
-    type: str
-    mapping_file: Path | None
-    poll_interval: float
-    timeout: float
-    max_body: int
-    max_series: int
+# --- construction -----------------------------------------------------------------------------
 
 
 def check(settings: Settings) -> None:
     """Cross-field checks at start-up: the URLs are distinct, the custom mapping is given and
     valid."""
-    opts = section(EngineOptions, OPTIONS, settings)
+    opts = section(EngineOptions, settings)
     try:
         endpoint_labels(opts.url)
     except ValueError as err:
@@ -499,7 +475,7 @@ def check(settings: Settings) -> None:
 
 
 def build(settings: Settings, shared: Shared) -> EngineCollector:
-    opts = section(EngineOptions, OPTIONS, settings)
+    opts = section(EngineOptions, settings)
     first, *more = opts.url
     return EngineCollector(
         shared.engine_hub,

@@ -85,13 +85,55 @@ from exporter.backends.nvml_api import (
 )
 from exporter.backends.pidns import EngineProcesses, FixedPids, HostPids, is_host_procfs
 from exporter.collectors.base import Collection, Collector, Shared
-from exporter.config import DEFAULT_SCRAPE_TIMEOUT, ConfigError, Option, Settings, section
+from exporter.config import ConfigError, ServerOptions, Settings, flag, section
 from exporter.hardware.gpus import Peaks, peaks_of, slice_peaks
 from exporter.priority import SCRAPES
 
 log = logging.getLogger(__name__)
 
-DEFAULT_POLL_INTERVAL = 3.0
+
+@dataclass(frozen=True)
+class NvmlOptions:
+    """The flags of the ``nvml`` collector (``record`` takes some of them too)."""
+
+    replay_file: Path | None = flag(
+        "gpu.replay-file",
+        None,
+        "Replay this NVML trace (JSON lines) instead of reading NVML.",
+        kind="path",
+        metavar="PATH",
+    )
+    devices: str = flag(
+        "gpu.devices",
+        "",
+        "Comma-separated GPUs and MIG devices to watch: indexes, GPU or MIG UUIDs, "
+        "<gpu>:<slot> for a MIG device (default: the UUIDs in NVIDIA_VISIBLE_DEVICES, else "
+        "every device the sidecar sees; give it the engine's devices there or here).",
+        kind="str",
+        metavar="LIST",
+    )
+    host_procfs: Path | None = flag(
+        "gpu.host-procfs",
+        None,
+        "The host's /proc mounted read-only in the sidecar: matches the host PIDs NVML "
+        "reports to the engine's processes for the engine's own share of a shared GPU "
+        "(not needed with hostPID).",
+        kind="path",
+        metavar="PATH",
+    )
+    poll_interval: float = flag(
+        "gpu.poll-interval",
+        3.0,
+        "How often each GPU is read (about 10 NVML calls per read).",
+        kind="duration",
+        bounds=(0.5, 300.0),
+        metavar="DURATION",
+    )
+
+    @property
+    def device_set(self) -> frozenset[str]:
+        return frozenset(d.strip() for d in self.devices.split(",") if d.strip())
+
 
 # Clock event reason bits (nvml.h nvmlClocksEventReason*), exported as label values.
 CLOCK_EVENT_REASONS = (
@@ -262,8 +304,8 @@ class NvmlCollector(Collector):
         self,
         api_factory: Callable[[], NvmlApi],
         *,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-        deadline: float = DEFAULT_SCRAPE_TIMEOUT,
+        poll_interval: float = NvmlOptions.poll_interval,
+        deadline: float = ServerOptions.scrape_timeout,
         clock: Callable[[], float] = time.monotonic,
         max_backoff: float = 60.0,
         devices: Iterable[str] = (),
@@ -761,65 +803,12 @@ def _f(value: int | None) -> float | None:
     return None if value is None else float(value)
 
 
-# --- flags and construction -------------------------------------------------------------------
-
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "gpu.replay-file",
-        "path",
-        None,
-        "Replay this NVML trace (JSON lines) instead of reading NVML.",
-        metavar="PATH",
-        attr="replay_file",
-    ),
-    Option(
-        "gpu.devices",
-        "str",
-        "",
-        "Comma-separated GPUs and MIG devices to watch: indexes, GPU or MIG UUIDs, "
-        "<gpu>:<slot> for a MIG device (default: the UUIDs in NVIDIA_VISIBLE_DEVICES, else "
-        "every device the sidecar sees; give it the engine's devices there or here).",
-        metavar="LIST",
-        attr="devices",
-    ),
-    Option(
-        "gpu.host-procfs",
-        "path",
-        None,
-        "The host's /proc mounted read-only in the sidecar: matches the host PIDs NVML "
-        "reports to the engine's processes for the engine's own share of a shared GPU "
-        "(not needed with hostPID).",
-        metavar="PATH",
-        attr="host_procfs",
-    ),
-    Option(
-        "gpu.poll-interval",
-        "duration",
-        DEFAULT_POLL_INTERVAL,
-        "How often each GPU is read (about 10 NVML calls per read).",
-        minimum=0.5,
-        maximum=300.0,
-        metavar="DURATION",
-        attr="poll_interval",
-    ),
-)
-
-
-@dataclass(frozen=True)
-class NvmlOptions:
-    replay_file: Path | None
-    devices: str
-    host_procfs: Path | None
-    poll_interval: float
-
-    @property
-    def device_set(self) -> frozenset[str]:
-        return frozenset(d.strip() for d in self.devices.split(",") if d.strip())
+# --- construction -----------------------------------------------------------------------------
 
 
 def check(settings: Settings) -> None:
     """Cross-field checks at start-up: the device list, the replay trace."""
-    opts = section(NvmlOptions, OPTIONS, settings)
+    opts = section(NvmlOptions, settings)
     if opts.devices and any(not d.strip() for d in opts.devices.split(",")):
         raise ConfigError("--gpu.devices", f"{opts.devices!r} has an empty entry")
     if opts.host_procfs is not None and not is_host_procfs(opts.host_procfs):
@@ -838,7 +827,7 @@ def check(settings: Settings) -> None:
 
 
 def build(settings: Settings, shared: Shared) -> NvmlCollector:
-    opts = section(NvmlOptions, OPTIONS, settings)
+    opts = section(NvmlOptions, settings)
     api_factory: Callable[[], NvmlApi]
     engine: EngineProcesses | None = None
     devices: Iterable[str] = opts.device_set

@@ -70,7 +70,7 @@ from exporter.collectors.base import (
     Shared,
     WindowHistory,
 )
-from exporter.config import Option, Settings
+from exporter.config import Settings, flag, section
 from exporter.engines import process_match
 from exporter.priority import SCRAPES, no_pause
 
@@ -89,6 +89,21 @@ _SCRIPT_SUFFIXES = (".py", ".pyc", ".pyz", ".pyw")
 # (pid, create time): a PID reused by a new process is a new process.
 _Key = tuple[int, float]
 _ThreadKey = tuple[int, float, int]
+
+
+@dataclass(frozen=True)
+class ProcessOptions:
+    """The flags of the ``process`` collector."""
+
+    match: str = flag(
+        "process.match",
+        process_match(),
+        "Regular expression matched against process command lines to find the engine "
+        "(default: the processes of every supported engine; in Kubernetes the pod needs "
+        "shareProcessNamespace: true).",
+        kind="regex",
+        metavar="REGEX",
+    )
 
 
 def short_name(cmdline: Sequence[str], name: str) -> str:
@@ -428,24 +443,11 @@ def _families(processes: int, totals: Mapping[str, float], ratio: float | None) 
     return families
 
 
-# --- flags and construction -------------------------------------------------------------------
+# --- construction -----------------------------------------------------------------------------
 
 # Seconds between scans of the node's processes in the exporter (listing every process of the
 # node on each scrape cost ~7 ms).
 SCAN_INTERVAL = 5.0
-
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "process.match",
-        "regex",
-        process_match(),
-        "Regular expression matched against process command lines to find the engine "
-        "(default: the processes of every supported engine; in Kubernetes the pod needs "
-        "shareProcessNamespace: true).",
-        metavar="REGEX",
-        attr="match",
-    ),
-)
 
 
 def check(settings: Settings) -> None:
@@ -454,5 +456,5 @@ def check(settings: Settings) -> None:
 
 def build(settings: Settings, shared: Shared) -> ProcessCollector:
     return ProcessCollector(
-        settings.values["process.match"], interval=SCAN_INTERVAL, pids=shared.engine_pids
+        section(ProcessOptions, settings).match, interval=SCAN_INTERVAL, pids=shared.engine_pids
     )
