@@ -16,8 +16,16 @@ from types import ModuleType
 from typing import Any
 
 from exporter.collectors import cpu, engine, model_facts, nvml, process, tokenizer
-from exporter.collectors.base import Collection, Collector, Shared
-from exporter.config import CORE_OPTIONS, Option, Settings, collector_option, options_of
+from exporter.collectors.base import Collection, Collector
+from exporter.collectors.shared_state import EngineHub, EnginePids, Shared
+from exporter.config import (
+    CORE_OPTIONS,
+    Option,
+    Settings,
+    collector_option,
+    options_of,
+    section,
+)
 
 
 @dataclass(frozen=True)
@@ -99,9 +107,16 @@ def default_settings(**overrides: Any) -> Settings:
     return Settings.of(values, sources)
 
 
+def build_shared(settings: Settings) -> Shared:
+    """The state the collectors share: the engine hub starts from the configured engine type
+    (``--engine.type``), the engine's PIDs unknown until the process collector's first scan."""
+    configured = section(engine.EngineOptions, settings).type
+    return Shared(engine_hub=EngineHub(configured=configured), engine_pids=EnginePids())
+
+
 def build_collectors(settings: Settings) -> list[Collector]:
-    """The enabled collectors, in table order."""
-    shared = Shared(settings)
+    """The enabled collectors, in table order, sharing one :class:`Shared`."""
+    shared = build_shared(settings)
     return [
         entry.build(settings, shared)
         for name, entry in COLLECTORS.items()
@@ -115,6 +130,7 @@ __all__ = [
     "Collector",
     "CollectorEntry",
     "build_collectors",
+    "build_shared",
     "check_settings",
     "default_settings",
     "serve_options",

@@ -37,7 +37,8 @@ from prometheus_client.metrics_core import Metric
 from exporter import metrics as m
 from exporter.backends import procfs
 from exporter.backends.procfs import CpuStat, CpuTimes, ProcfsError, Softirqs
-from exporter.collectors.base import Collection, Collector, Shared, WindowHistory
+from exporter.collectors.base import Collection, Collector, WindowHistory
+from exporter.collectors.shared_state import Shared
 from exporter.config import Settings, flag, section
 
 

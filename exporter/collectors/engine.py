@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -56,7 +55,8 @@ from prometheus_client.metrics_core import Metric
 
 from exporter import metrics as m
 from exporter.backends.http import FetchError, FetchReason, fetch
-from exporter.collectors.base import Collection, HttpPollingCollector, Shared
+from exporter.collectors.base import Collection, HttpPollingCollector
+from exporter.collectors.shared_state import EngineHub, Shared
 from exporter.config import ConfigError, Settings, flag, section
 from exporter.engines import (
     BY_ENGINE,
@@ -143,39 +143,6 @@ class EngineOptions:
         bounds=(1, 1_000_000),
         metavar="N",
     )
-
-
-@dataclass
-class EngineHub:
-    """What the engine collector learned of one endpoint; the first endpoint's is shared with
-    the tokenizer collector."""
-
-    configured: str
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    detected: str | None = None
-    snapshot: EngineSnapshot | None = None
-    snapshot_at: float = 0.0
-    last_success_wall: float | None = None
-    up: bool = False
-    version: str = ""
-
-    @property
-    def engine(self) -> str:
-        """The engine label: the configured type, else the detected one, else ``unknown``."""
-        if self.configured != "auto":
-            return self.configured
-        return self.detected or "unknown"
-
-    def models(self) -> list[str]:
-        with self.lock:
-            snap = self.snapshot
-        return sorted({s.model for s in snap.series if s.model}) if snap else []
-
-    def fresh(self, now: float, max_age: float) -> EngineSnapshot | None:
-        with self.lock:
-            if self.snapshot is not None and now - self.snapshot_at <= max_age:
-                return self.snapshot
-        return None
 
 
 @dataclass

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from exporter import metrics as m
 from exporter.backends.hfmodel import ModelDirError, ModelFacts, load_model
-from exporter.collectors.base import BackgroundThread, Collection, Collector, Shared
-from exporter.collectors.engine import EngineHub
+from exporter.collectors.base import BackgroundThread, Collection, Collector
+from exporter.collectors.shared_state import EngineHub, Shared
 from exporter.config import Settings, flag, section
 from exporter.hardware.model_shapes import KV_CACHE_DTYPES
 

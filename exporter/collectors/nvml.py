@@ -84,7 +84,8 @@ from exporter.backends.nvml_api import (
     NvmlError,
 )
 from exporter.backends.pidns import EngineProcesses, FixedPids, HostPids, is_host_procfs
-from exporter.collectors.base import Collection, Collector, Shared
+from exporter.collectors.base import Collection, Collector
+from exporter.collectors.shared_state import Shared
 from exporter.config import ConfigError, ServerOptions, Settings, flag, section
 from exporter.hardware.gpus import Peaks, peaks_of, slice_peaks
 from exporter.priority import SCRAPES

@@ -62,14 +62,8 @@ import psutil
 from prometheus_client.metrics_core import Metric
 
 from exporter import metrics as m
-from exporter.collectors.base import (
-    BackgroundThread,
-    Collection,
-    Collector,
-    EnginePids,
-    Shared,
-    WindowHistory,
-)
+from exporter.collectors.base import BackgroundThread, Collection, Collector, WindowHistory
+from exporter.collectors.shared_state import EnginePids, Shared
 from exporter.config import Settings, flag, section
 from exporter.engines import process_match
 from exporter.priority import SCRAPES, no_pause
