@@ -25,12 +25,11 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from exporter.logs import LEVEL_NAMES
-
 ENV_PREFIX = "INFERENCE_EXPORTER_"
 # Port 10960: the Prometheus default-port list (9100-9999) has been full since 2023 and newer
 # exporters take ports from 10000 up; 10960 was free in it when this was written.
 DEFAULT_PORT = 10960
+LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("logfmt", "json")
 #: Exit code of every usage or configuration error, in every command.
 EXIT_USAGE = 2
@@ -396,7 +395,7 @@ class ServerOptions:
         bounds=(0.1, 60.0),
         metavar="DURATION",
     )
-    log_level: str = flag("log.level", "info", "Log level.", kind="choice", choices=LEVEL_NAMES)
+    log_level: str = flag("log.level", "info", "Log level.", kind="choice", choices=LOG_LEVELS)
     log_format: str = flag(
         "log.format", "logfmt", "Log format.", kind="choice", choices=LOG_FORMATS
     )
