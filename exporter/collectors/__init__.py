@@ -17,7 +17,7 @@ from typing import Any
 
 from exporter.collectors import cpu, engine, model_facts, nvml, process, tokenizer
 from exporter.collectors.base import Collection, Collector
-from exporter.collectors.shared_state import EngineHub, EnginePids, Shared
+from exporter.collectors.shared_state import EngineHub, EngineOptions, EnginePids, Shared
 from exporter.config import (
     CORE_OPTIONS,
     Option,
@@ -56,7 +56,7 @@ COLLECTORS: dict[str, CollectorEntry] = {
         cpu, cpu.CpuOptions, True, "node CPU time by mode, softirq share, softirq vectors"
     ),
     "engine": CollectorEntry(
-        engine, engine.EngineOptions, True, "the engine's queue, batch, KV cache and latencies"
+        engine, EngineOptions, True, "the engine's queue, batch, KV cache and latencies"
     ),
     "tokenizer": CollectorEntry(
         tokenizer, tokenizer.TokenizerOptions, True, "active probe of the engine's tokenizer"
@@ -110,7 +110,7 @@ def default_settings(**overrides: Any) -> Settings:
 def build_shared(settings: Settings) -> Shared:
     """The state the collectors share: the engine hub starts from the configured engine type
     (``--engine.type``), the engine's PIDs unknown until the process collector's first scan."""
-    configured = section(engine.EngineOptions, settings).type
+    configured = section(EngineOptions, settings).type
     return Shared(engine_hub=EngineHub(configured=configured), engine_pids=EnginePids())
 
 

@@ -50,24 +50,23 @@ from typing import get_args
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter import metrics as m
 from exporter.backends.http import FetchError, FetchReason, fetch
 from exporter.collectors.base import Collection, HttpPollingCollector
-from exporter.collectors.shared_state import EngineHub, Shared
-from exporter.config import ConfigError, Settings, flag, section
+from exporter.collectors.engine_families import add_series
+from exporter.collectors.shared_state import STALE_INTERVALS, EngineHub, EngineOptions, Shared
+from exporter.config import ConfigError, Settings, section
 from exporter.engines import (
     BY_ENGINE,
-    ENGINES,
     UnrecognisedError,
     digest,
     layered,
     load_mapping,
     poll_keys,
 )
-from exporter.engines.snapshot import EngineSnapshot, Series
+from exporter.engines.snapshot import EngineSnapshot
 from exporter.priority import SCRAPES
 
 log = logging.getLogger(__name__)
@@ -77,72 +76,7 @@ log = logging.getLogger(__name__)
 FOREIGN = frozenset({"inference_tokenizer_latency_seconds"})
 #: Every reason of inference_engine_poll_failures_total: the fetch's and the body's.
 REASONS: tuple[str, ...] = (*get_args(FetchReason), "parse", "unrecognised")
-STALE_INTERVALS = 3
 MAX_VERSION_BODY = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """The flags of the ``engine`` collector (the tokenizer probe reads them too)."""
-
-    url: tuple[str, ...] = flag(
-        "engine.url",
-        ("http://127.0.0.1:8000/metrics",),
-        "The engine's own Prometheus endpoint (configuration only, never taken from a request); "
-        "give it several times (or comma-separated) to poll several endpoints, e.g. a Dynamo "
-        "frontend and its worker or disaggregated prefill and decode servers (docs/engines.md).",
-        kind="url",
-        metavar="URL",
-        multiple=True,
-    )
-    type: str = flag(
-        "engine.type",
-        "auto",
-        "Engine whose metric names to read; auto recognises it from the names (each endpoint "
-        "on its own).",
-        kind="choice",
-        choices=("auto", *ENGINES),
-    )
-    mapping_file: Path | None = flag(
-        "engine.mapping-file",
-        None,
-        "YAML mapping of an in-house server's metrics to the normalised names (engine.type "
-        "custom; docs/engines.md).",
-        kind="path",
-        metavar="PATH",
-    )
-    poll_interval: float = flag(
-        "engine.poll-interval",
-        5.0,
-        "How often the engine's metrics are polled (off the scrape path).",
-        kind="duration",
-        bounds=(0.5, 300.0),
-        metavar="DURATION",
-    )
-    timeout: float = flag(
-        "engine.timeout",
-        2.0,
-        "Deadline of one engine poll, body included (slow-drip bodies are cut).",
-        kind="duration",
-        bounds=(0.1, 60.0),
-        metavar="DURATION",
-    )
-    max_body: int = flag(
-        "engine.max-body",
-        16 * 1024**2,
-        "Largest engine response read; a larger one is a failed poll.",
-        kind="bytes",
-        bounds=(1024, 1024**3),
-        metavar="SIZE",
-    )
-    max_series: int = flag(
-        "engine.max-series",
-        1000,
-        "Most normalised series kept per metric; the rest are dropped and counted.",
-        kind="int",
-        bounds=(1, 1_000_000),
-        metavar="N",
-    )
 
 
 @dataclass
@@ -180,42 +114,6 @@ def endpoint_labels(urls: Sequence[str]) -> list[str]:
         if label in labels[:i]:
             raise ValueError(f"{urls[i]!r} is given twice")
     return labels
-
-
-def add_series(
-    families: dict[str, Metric],
-    engine: str,
-    series: Series,
-    extra: str,
-    endpoint: str | None = None,
-) -> None:
-    """Add one normalised series to its family (created from the catalogue on first use).
-
-    ``extra`` is the second label's value: the model for engine metrics, the source for the
-    tokenizer latency; the series' own labels follow, then ``endpoint`` when given.
-    """
-    labels = [engine, extra, *(value for _, value in series.labels)]
-    optional: tuple[str, ...] = ()
-    if endpoint is not None:
-        labels.append(endpoint)
-        optional = ("endpoint",)
-    fam = families.get(series.name)
-    if series.kind == "histogram":
-        hist = fam if isinstance(fam, HistogramMetricFamily) else m.histogram(series.name, optional)
-        hist.add_metric(labels, [(_bound(le), c) for le, c in series.buckets], series.sum)
-        families[series.name] = hist
-    elif series.kind == "counter":
-        counter = fam if isinstance(fam, CounterMetricFamily) else m.counter(series.name, optional)
-        counter.add_metric(labels, series.value)
-        families[series.name] = counter
-    else:
-        gauge = fam if isinstance(fam, GaugeMetricFamily) else m.gauge(series.name, optional)
-        gauge.add_metric(labels, series.value)
-        families[series.name] = gauge
-
-
-def _bound(le: float) -> str:
-    return "+Inf" if le == float("inf") else repr(float(le))
 
 
 def version_of(body: bytes, keys: Sequence[str]) -> str:

@@ -1,9 +1,12 @@
 """State the collectors of one exporter share, built once by the collector table
-(:func:`exporter.collectors.build_shared`) and handed to each collector's ``build``.
+(:func:`exporter.collectors.build_shared`) and handed to each collector's ``build``; the
+collectors never import each other.
 
+* :class:`EngineOptions`: the engine's flags, which the engine collector polls with and the
+  tokenizer probe follows.
 * :class:`EngineHub`: what the engine collector learned of the engine (its type, last
-  snapshot, version); the tokenizer probe follows its engine type, the model collector its
-  served models.
+  snapshot, version); the tokenizer probe follows its engine type and its engine-reported
+  tokenizer latency, the model collector its served models.
 * :class:`EnginePids`: the engine's PIDs as the process collector last found them; the nvml
   collector tells them among the host PIDs NVML reports.
 """
@@ -12,8 +15,80 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from exporter.config import flag
+from exporter.engines import ENGINES
 from exporter.engines.snapshot import EngineSnapshot
+
+#: An engine snapshot older than this many engine polls is stale: its series disappear.
+STALE_INTERVALS = 3
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The flags of the engine: the ``engine`` collector polls it with them, the tokenizer
+    probe follows its first URL, timeout and poll interval, and the hub starts from its
+    type."""
+
+    url: tuple[str, ...] = flag(
+        "engine.url",
+        ("http://127.0.0.1:8000/metrics",),
+        "The engine's own Prometheus endpoint (configuration only, never taken from a request); "
+        "give it several times (or comma-separated) to poll several endpoints, e.g. a Dynamo "
+        "frontend and its worker or disaggregated prefill and decode servers (docs/engines.md).",
+        kind="url",
+        metavar="URL",
+        multiple=True,
+    )
+    type: str = flag(
+        "engine.type",
+        "auto",
+        "Engine whose metric names to read; auto recognises it from the names (each endpoint "
+        "on its own).",
+        kind="choice",
+        choices=("auto", *ENGINES),
+    )
+    mapping_file: Path | None = flag(
+        "engine.mapping-file",
+        None,
+        "YAML mapping of an in-house server's metrics to the normalised names (engine.type "
+        "custom; docs/engines.md).",
+        kind="path",
+        metavar="PATH",
+    )
+    poll_interval: float = flag(
+        "engine.poll-interval",
+        5.0,
+        "How often the engine's metrics are polled (off the scrape path).",
+        kind="duration",
+        bounds=(0.5, 300.0),
+        metavar="DURATION",
+    )
+    timeout: float = flag(
+        "engine.timeout",
+        2.0,
+        "Deadline of one engine poll, body included (slow-drip bodies are cut).",
+        kind="duration",
+        bounds=(0.1, 60.0),
+        metavar="DURATION",
+    )
+    max_body: int = flag(
+        "engine.max-body",
+        16 * 1024**2,
+        "Largest engine response read; a larger one is a failed poll.",
+        kind="bytes",
+        bounds=(1024, 1024**3),
+        metavar="SIZE",
+    )
+    max_series: int = flag(
+        "engine.max-series",
+        1000,
+        "Most normalised series kept per metric; the rest are dropped and counted.",
+        kind="int",
+        bounds=(1, 1_000_000),
+        metavar="N",
+    )
 
 
 @dataclass

@@ -36,8 +36,8 @@ from prometheus_client.metrics_core import Metric
 from exporter import metrics as m
 from exporter.backends.http import FetchError, fetch
 from exporter.collectors.base import Collection, HttpPollingCollector
-from exporter.collectors.engine import STALE_INTERVALS, EngineOptions, add_series
-from exporter.collectors.shared_state import EngineHub, Shared
+from exporter.collectors.engine_families import add_series
+from exporter.collectors.shared_state import STALE_INTERVALS, EngineHub, EngineOptions, Shared
 from exporter.config import ConfigError, Settings, flag, parse_url, section
 from exporter.engines import BY_ENGINE
 from exporter.engines.snapshot import Tokenize, token_count
