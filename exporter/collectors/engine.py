@@ -110,9 +110,9 @@ def endpoint_labels(urls: Sequence[str]) -> list[str]:
         s if short.count(s) == 1 else s + (urlsplit(url).path or "/")
         for s, url in zip(short, urls, strict=True)
     ]
-    for i, label in enumerate(labels):
-        if label in labels[:i]:
-            raise ValueError(f"{urls[i]!r} is given twice")
+    for index, label in enumerate(labels):
+        if label in labels[:index]:
+            raise ValueError(f"{urls[index]!r} is given twice")
     return labels
 
 

@@ -113,14 +113,14 @@ def short_name(cmdline: Sequence[str], name: str) -> str:
 
 def _python_target(args: Sequence[str]) -> str:
     """What a Python interpreter runs: ``-m`` package, script name, or ``python``."""
-    i = 0
-    while i < len(args):
-        arg = args[i]
+    index = 0
+    while index < len(args):
+        arg = args[index]
         if arg == "--":
-            return _script_name(args[i + 1]) if i + 1 < len(args) else "python"
+            return _script_name(args[index + 1]) if index + 1 < len(args) else "python"
         if arg.startswith("--"):
             # --check-hash-based-pycs takes a value; other long options are flags.
-            i += 2 if arg == "--check-hash-based-pycs" else 1
+            index += 2 if arg == "--check-hash-based-pycs" else 1
             continue
         if arg == "-" or not arg.startswith("-"):
             return "python" if arg == "-" else _script_name(arg)
@@ -130,13 +130,13 @@ def _python_target(args: Sequence[str]) -> str:
             if option == "c":
                 return "python"
             if option == "m":
-                module = rest or (args[i + 1] if i + 1 < len(args) else "")
+                module = rest or (args[index + 1] if index + 1 < len(args) else "")
                 return module.split(".")[0] or "python"
             if option in "WX":
                 if not rest:
-                    i += 1
+                    index += 1
                 break
-        i += 1
+        index += 1
     return "python"
 
 
