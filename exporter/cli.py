@@ -66,7 +66,7 @@ def version_text() -> str:
     return f"{PROG}, version {__version__} (python {platform.python_version()})"
 
 
-def add_option(parser: argparse.ArgumentParser, opt: Option, *, env: bool = True) -> None:
+def _add_option(parser: argparse.ArgumentParser, opt: Option, *, env: bool = True) -> None:
     """The flag of an option (``--no-<name>`` too for a boolean), its help from the declaration;
     ``env``: the help names the environment variable, which the command reads."""
     env_help = f" [env {opt.env}]" if env else ""
@@ -97,7 +97,7 @@ def add_option(parser: argparse.ArgumentParser, opt: Option, *, env: bool = True
     )
 
 
-def given(options: Sequence[Option], namespace: argparse.Namespace) -> dict[str, Any]:
+def _given(options: Sequence[Option], namespace: argparse.Namespace) -> dict[str, Any]:
     """The options given as flags, by name (the parser's ``argument_default`` is SUPPRESS)."""
     parsed = vars(namespace)
     return {o.name: parsed[o.dest] for o in options if o.dest in parsed}
@@ -117,7 +117,7 @@ def _serve_parser(options: tuple[Option, ...]) -> ArgumentParser:
         "--config.check", dest="config_check", action="store_true", help=CONFIG_CHECK_HELP
     )
     for opt in options:
-        add_option(parser, opt)
+        _add_option(parser, opt)
     return parser
 
 
@@ -130,7 +130,7 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings
     namespace = vars(args)
     config_path = namespace.get("config_file") or env.get("INFERENCE_EXPORTER_CONFIG_FILE")
     file_values = read_config_file(Path(config_path)) if config_path else {}
-    values, sources = resolve(options, given(options, args), env, file_values)
+    values, sources = resolve(options, _given(options, args), env, file_values)
     settings = Settings.of(values, sources)
     check_settings(settings)
     if settings.web_config_file is not None:
@@ -268,13 +268,13 @@ def record(argv: Sequence[str], env: Mapping[str, str]) -> int:
     parser.add_argument("--duration", default="60s", help="How long to record (default 60s).")
     parser.add_argument("--out", required=True, type=Path, help="Trace file to write.")
     for option in options:
-        add_option(parser, option, env=False)
+        _add_option(parser, option, env=False)
     args = parser.parse_args(list(argv))
     duration = _duration("--duration", args.duration)
     if not 0 < duration <= 86400:
         _fail(f"--duration: {args.duration} must be more than 0 and at most 24h")
     try:
-        values, _ = resolve(options, given(options, args), {}, {})
+        values, _ = resolve(options, _given(options, args), {}, {})
         settings = default_settings(**{by_name[name].dest: v for name, v in values.items()})
         nvml.check(settings)
     except ConfigError as err:

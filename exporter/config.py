@@ -26,9 +26,6 @@ from urllib.parse import urlsplit
 import yaml
 
 ENV_PREFIX = "INFERENCE_EXPORTER_"
-# Port 10960: the Prometheus default-port list (9100-9999) has been full since 2023 and newer
-# exporters take ports from 10000 up; 10960 was free in it when this was written.
-DEFAULT_PORT = 10960
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("logfmt", "json")
 #: Exit code of every usage or configuration error, in every command.
@@ -358,9 +355,11 @@ class ServerOptions:
     in its module) and :mod:`exporter.collectors` adds them and the ``--collector.<name>``
     toggles."""
 
+    # Port 10960: the Prometheus default-port list (9100-9999) has been full since 2023 and
+    # newer exporters take ports from 10000 up; 10960 was free in it when this was written.
     listen_address: str = flag(
         "web.listen-address",
-        f":{DEFAULT_PORT}",
+        ":10960",
         "Address of /metrics, /, /-/healthy and /-/ready; 127.0.0.1:0 picks a free port and "
         "logs it.",
         kind="address",
