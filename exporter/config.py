@@ -140,11 +140,12 @@ def parse_bytes(text: str) -> int:
     return int(match.group(1)) * _BYTE_UNITS[match.group(2) or "B"]
 
 
-def format_bytes(n: int) -> str:
+def format_bytes(size: int) -> str:
+    """Bytes in the largest unit that divides them (``16777216`` -> ``16MiB``)."""
     for unit in ("GiB", "MiB", "KiB"):
-        if n % _BYTE_UNITS[unit] == 0:
-            return f"{n // _BYTE_UNITS[unit]}{unit}"
-    return f"{n}B"
+        if size % _BYTE_UNITS[unit] == 0:
+            return f"{size // _BYTE_UNITS[unit]}{unit}"
+    return f"{size}B"
 
 
 def parse_url(text: str) -> str:
