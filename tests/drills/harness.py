@@ -288,6 +288,7 @@ class DisaggResult:
     started: str
     duration_s: float = 0.0
     alerts: dict[str, AlertSeen] = field(default_factory=dict)
+    pods: dict[str, list[str]] = field(default_factory=dict)  # alert -> the pods it is on
     # Each role's series, sampled every SAMPLE_S: (seconds after the load started, values).
     samples: dict[str, list[tuple[float, dict[str, float]]]] = field(default_factory=dict)
     load: dict[str, Any] | None = None
@@ -373,7 +374,11 @@ def _follow(stack: Stack, scenario: DisaggScenario, result: DisaggResult, t0: fl
         for role, url in urls.items():
             result.samples.setdefault(role, []).append((round(now, 1), engine_values(url)))
         for alert in stack.alerts():
-            seen = result.alerts.setdefault(alert["labels"]["alertname"], AlertSeen())
+            name = alert["labels"]["alertname"]
+            seen = result.alerts.setdefault(name, AlertSeen())
+            pods = result.pods.setdefault(name, [])
+            if alert["labels"].get("pod", "") not in pods:
+                pods.append(alert["labels"].get("pod", ""))
             if seen.pending_at is None:
                 seen.pending_at = round(now, 1)
             if alert["state"] == "firing" and seen.firing_at is None:

@@ -26,7 +26,7 @@ def _explain(result: DisaggResult) -> str:
         f"\n  share: {result.transfer_share()}"
         f"\n  decode waiting: {result.gauge('decode', 'vllm:num_requests_waiting')}"
         f"\n  prefill running: {result.gauge('prefill', 'vllm:num_requests_running')}"
-        f"\n  alerts: {sorted(result.fired())}\n  error: {result.error or '-'}"
+        f"\n  alerts: {sorted(result.fired())} on {result.pods}\n  error: {result.error or '-'}"
         f"\n  logs: {result.workdir}"
     )
 

@@ -152,7 +152,7 @@ def parser() -> argparse.ArgumentParser:
         help="prefill: a held KV cache not read within this expires (vLLM's kv_lease_duration)",
     )
     p.add_argument(
-        "--kv-link-mib-s", type=float, default=8.0, help="kv-transfer-slow: the link's MiB/s"
+        "--kv-link-mib-s", type=float, default=4.0, help="kv-transfer-slow: the link's MiB/s"
     )
     p.add_argument(
         "--decode-pool-slots",

@@ -29,7 +29,7 @@
                      is not overlapped with them, so each step takes several times its
                      memory floor while the memory bus idles
 ``kv-transfer-slow`` a disaggregated pair's KV link (``--role prefill|decode``) is
-                     throttled to ``--kv-link-mib-s`` (8) MiB/s: the prefill server writes
+                     throttled to ``--kv-link-mib-s`` (4) MiB/s: the prefill server writes
                      and the decode server reads the cache in 64 KiB pieces with sleeps
                      between them, so reading a request's cache takes longer than its
                      prefill (:mod:`exporter.lab.refengine.kv_transfer`)

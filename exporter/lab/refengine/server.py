@@ -29,6 +29,11 @@ vLLM's P/D request protocol (``kv_transfer_params``, as its NixlConnector proxie
   routing sidecar in the decode pod does. A transfer that fails is counted and the prompt is
   recomputed here (vLLM's recompute policy for failed KV loads).
 
+The front's time to first token is the client's: from the request's arrival, through the
+prefill server's answer and the transfer, to the first token decoded here. While its cache is
+being read a request counts as waiting (vLLM keeps a request waiting for remote KV in its
+waiting queue).
+
 Tokenization runs in the event loop (the fast tokenizer takes about a millisecond for 512
 tokens), as in vLLM's API server; ``tokenizer-slow`` moves it to the pure-Python path on one
 dedicated thread. New tokens from the worker are delivered per request: each request's
