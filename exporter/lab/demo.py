@@ -12,6 +12,9 @@ The replayed GPU: without injections the bundled showcase trace
 drill trace of that cause (:mod:`exporter.lab.refengine.gputrace`: a GPU waiting on its host at
 40 %, or busy at 88 % for ``queue-flood``), so the GPU-gated signatures can fire as they do in
 the drills. ``--trace`` picks another.
+
+``kv-transfer-slow`` and ``decode-pool-short`` need a disaggregated pair: with either, the demo
+runs a prefill engine behind the decode one (its own sidecar, scraped by the same Prometheus).
 """
 
 from __future__ import annotations
@@ -370,9 +373,18 @@ def main(argv: Sequence[str]) -> int:
             prometheus_port=PORTS["prometheus"],
             alertmanager_port=PORTS["alertmanager"],
             target_labels=dict(DEMO_LABELS),
+            prefill_args=(
+                ["--device", args.device, *args.engine_arg]
+                if injections & inject.DISAGGREGATED
+                else None
+            ),
         )
     )
-    parts = ["the reference engine", "the sidecar"]
+    parts = (
+        ["a prefill and a decode reference engine", "their sidecars"]
+        if stack.cfg.prefill_args is not None
+        else ["the reference engine", "the sidecar"]
+    )
     if stack.prometheus_bin:
         parts.append("Prometheus")
     if stack.alertmanager_bin:

@@ -76,6 +76,8 @@ from exporter.config import ArgumentParser
 
 CPU_ONLY = frozenset({"tokenizer-slow", "frontend-gil", "queue-flood", "cpu-contention", "softirq"})
 CUDA_ONLY = frozenset({"h2d-stall", "hbm-saturation"})
+# Injections into a disaggregated pair (a decode engine reading from a prefill one).
+DISAGGREGATED = frozenset({"kv-transfer-slow", "decode-pool-short"})
 INJECTIONS: dict[str, str] = {
     "tokenizer-slow": "pure-Python tokenizer on one thread on the request path",
     "frontend-gil": "CPU-heavy pre/post-processing in the event-loop thread",
