@@ -32,8 +32,8 @@ from exporter.diagnose.promql import (
     Value,
 )
 from exporter.signatures.promql_text import split_matchers
+from exporter.signatures.records import recording_rules
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import recording_rules
 
 MAX_BODY = 16 * 1024 * 1024
 DEFAULT_METRICS_PATH = "/metrics"

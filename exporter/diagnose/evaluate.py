@@ -48,8 +48,8 @@ from exporter.diagnose.promql import (
 from exporter.signatures.catalogue import catalogue
 from exporter.signatures.definitions import AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import matchers
+from exporter.signatures.records import RecordNames
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import Records
 
 ORDERED = frozenset({">", "<", ">=", "<="})
 
@@ -282,7 +282,7 @@ async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) 
     """The roofline figures and latency budget of each served model, from the pack's records
     (:data:`~exporter.diagnose.findings.FIGURES`); NaN and infinities (a zero division) left out,
     and models with none of :data:`MAIN_FIGURES`. Ordered by target and model."""
-    records = Records.of(cfg)
+    records = RecordNames.of(cfg)
     found: dict[Labels, dict[str, float]] = {}
     for key, attribute in FIGURES.items():
         name = getattr(records, attribute)

@@ -122,7 +122,7 @@ class Finding:
 
 
 # The roofline figures diagnose shows, by key, and the record of the pack each comes from
-# (:class:`exporter.signatures.sources.Records` attribute names).
+# (:class:`exporter.signatures.records.RecordNames` attribute names).
 FIGURES: dict[str, str] = {
     "floor": "decode_floor",
     "itl": "inter_token_mean",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from exporter.signatures.catalogue import catalogue
 from exporter.signatures.definitions import AlertRule, Evidence, RecordingRule, Signature
+from exporter.signatures.records import RecordNames, recording_rules
 from exporter.signatures.site import (
     PROFILES,
     SignatureConfigError,
@@ -18,14 +19,13 @@ from exporter.signatures.site import (
     load_config,
     parse_config,
 )
-from exporter.signatures.sources import Records, recording_rules
 
 __all__ = [
     "PROFILES",
     "AlertRule",
     "Evidence",
+    "RecordNames",
     "RecordingRule",
-    "Records",
     "Signature",
     "SignatureConfigError",
     "SiteConfig",

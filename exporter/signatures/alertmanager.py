@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 from exporter.signatures.catalogue import catalogue
 from exporter.signatures.definitions import GROUPS, SEVERITIES, Severity, Signature
+from exporter.signatures.records import RecordNames
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import Records
 
 GENERATOR = "python -m exporter.signatures"
 PREFIX = "Inference"
@@ -107,8 +107,8 @@ def summary_template() -> str:
 
 def _queue_readers(cfg: SiteConfig, signatures: Sequence[Signature]) -> list[str]:
     """Alerts outside the ``queue`` group whose condition reads the engine's queue."""
-    r = Records.of(cfg)
-    queue_records = (r.queue_depth, r.queue_trend, r.queue_wait_share)
+    records = RecordNames.of(cfg)
+    queue_records = (records.queue_depth, records.queue_trend, records.queue_wait_share)
     return [
         sig.alert
         for sig in signatures

@@ -38,8 +38,8 @@ class RecordingRule:
     record over other records, the longest window of those; ``0`` declares a record that is
     right from its first sample (an instant value, or one that handles a short history
     itself). Alerts over a windowed record stay silent until the target has that much history
-    (the cold-start guard, :mod:`exporter.signatures.sources`). ``group`` is the rule group
-    it is evaluated in (``sources.RECORD_GROUPS``): ``inference.records`` (per target, from the
+    (the cold-start guard, :mod:`exporter.signatures.records`). ``group`` is the rule group
+    it is evaluated in (``records.RECORD_GROUPS``): ``inference.records`` (per target, from the
     engine, tokenizer, process and cpu collectors), ``inference.records.latency`` (quantiles of
     the latency histograms, tens of buckets per target), ``inference.records.gpu`` and
     ``inference.records.gpu_state`` (from per-GPU series, whose cost grows with the GPUs: rates

@@ -24,8 +24,8 @@ from exporter.signatures.definitions import (
 )
 from exporter.signatures.params import PARAMS
 from exporter.signatures.promql_text import indent, num
+from exporter.signatures.records import recording_rules
 from exporter.signatures.site import PROFILES, SELECTOR_HELP, WINDOW_HELP, SiteConfig
-from exporter.signatures.sources import recording_rules
 from exporter.signatures.templates import template_path
 
 GENERATOR = "python -m exporter.signatures"

@@ -44,8 +44,8 @@ from support.promstack import (
 from exporter.signatures import catalogue, parse_config
 from exporter.signatures.alertmanager import alertmanager_yaml
 from exporter.signatures.definitions import GROUPS
+from exporter.signatures.records import RecordNames
 from exporter.signatures.render import runbook_url
-from exporter.signatures.sources import Records
 
 CONFIG = RULES / "alertmanager.yaml"
 CFG = parse_config({})
@@ -217,12 +217,13 @@ def test_inhibitions_name_the_catalogue() -> None:
     ]
     covered = set().union(*(_alertnames(r["target_matchers"]) for r in engine))
     assert any('signature="queue"' in r["target_matchers"] for r in engine)
-    r = Records.of(CFG)
+    records = RecordNames.of(CFG)
+    queue_records = (records.queue_depth, records.queue_trend)
     readers = {
         sig.alert
         for sig in SIGNATURES
         for rule in sig.rules
-        if sig.group != "queue" and (r.queue_depth in rule.expr or r.queue_trend in rule.expr)
+        if sig.group != "queue" and any(record in rule.expr for record in queue_records)
     }
     assert readers == {STARVED, "InferenceGPUContended"} and readers <= covered
 

@@ -1,7 +1,7 @@
 """The signature catalogue: every alert of the pack, built from a :class:`SiteConfig`.
 
 Each builder turns one rule of thumb of LLM serving into an alert: the condition over the
-recording rules (:mod:`exporter.signatures.sources`), the evidence it quotes, and the runbook
+recording rules (:mod:`exporter.signatures.records`), the evidence it quotes, and the runbook
 whose prose lives in ``exporter/signatures/runbooks/<Alert>.md``. Thresholds, windows and
 ``for`` come from the config through :class:`Context`, never from literals here, so a site's
 config regenerates the whole pack. One module per ``signature`` label value (``cpu``,

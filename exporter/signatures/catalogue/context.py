@@ -19,8 +19,8 @@ from exporter.signatures.definitions import (
     Signature,
 )
 from exporter.signatures.promql_text import by, on, selector
+from exporter.signatures.records import RecordNames, record_windows
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import Records, record_windows
 
 # Labels of a per-GPU series, besides the join labels of the target.
 GPU_LABELS = ("gpu", "uuid")
@@ -31,7 +31,7 @@ class Context:
 
     def __init__(self, cfg: SiteConfig) -> None:
         self.cfg = cfg
-        self.records = Records.of(cfg)
+        self.records = RecordNames.of(cfg)
         self.join = cfg.join_labels
         self.windows = record_windows(cfg)
 

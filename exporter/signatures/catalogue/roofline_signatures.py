@@ -2,7 +2,7 @@
 
 Decode steps several times longer than their HBM floor while the bus idles, a GPU "busy" whose
 SMs idle, requests whose latency is mostly outside the engine's queue, prefill and decode. The
-arithmetic is in the recording rules (:meth:`exporter.signatures.sources._Builder.roofline`)
+arithmetic is in the recording rules (:mod:`exporter.signatures.records.roofline_records`)
 and ``docs/roofline.md``. Alerts carry ``signature="roofline"``.
 """
 
