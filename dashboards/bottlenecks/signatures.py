@@ -19,7 +19,7 @@ from dashboards.common import (
     stat_panel,
     table_panel,
 )
-from exporter.signatures import catalogue
+from exporter.signatures import all_signatures
 from exporter.signatures.definitions import GROUPS, Group
 
 TITLE = "Active signatures"
@@ -37,7 +37,7 @@ FAMILY_TITLES: dict[Group, str] = {
 
 def _alerts_by_family() -> dict[Group, list[str]]:
     families: dict[Group, list[str]] = {group: [] for group in GROUPS}
-    for signature in catalogue(site()):
+    for signature in all_signatures(site()):
         families[signature.group].append(f"{signature.alert} ({signature.title})")
     return families
 

@@ -45,7 +45,7 @@ from exporter.diagnose.promql import (
     source,
     unparen,
 )
-from exporter.signatures.catalogue import catalogue
+from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.definitions import AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import matchers
 from exporter.signatures.records import RecordNames
@@ -229,7 +229,7 @@ async def evaluate(
 ) -> None:
     """Every alert rule of the catalogue into ``report``, findings in rank order."""
     cfg = report.cfg
-    for sig in catalogue(cfg):
+    for sig in all_signatures(cfg):
         data = False
         for rule in sig.rules:
             report.checked += 1

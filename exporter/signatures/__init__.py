@@ -1,6 +1,6 @@
 """The bottleneck signature catalogue and the rule pack generated from it.
 
-``catalogue(cfg)`` returns every :class:`Signature` (alert name, severity, PromQL condition
+``all_signatures(cfg)`` returns every :class:`Signature` (alert name, severity, PromQL condition
 over the recording rules, evidence queries, runbook) for a :class:`SiteConfig`;
 ``recording_rules(cfg)`` the records each profile fills from its source. The rule files in
 ``alert_rules/`` and the pages in ``docs/runbooks/`` are rendered from these by
@@ -9,7 +9,7 @@ over the recording rules, evidence queries, runbook) for a :class:`SiteConfig`;
 
 from __future__ import annotations
 
-from exporter.signatures.catalogue import catalogue
+from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.definitions import AlertRule, Evidence, RecordingRule, Signature
 from exporter.signatures.records import RecordNames, recording_rules
 from exporter.signatures.site import (
@@ -29,7 +29,7 @@ __all__ = [
     "Signature",
     "SignatureConfigError",
     "SiteConfig",
-    "catalogue",
+    "all_signatures",
     "load_config",
     "parse_config",
     "recording_rules",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from exporter.config import ArgumentParser
 from exporter.signatures.alertmanager import alertmanager_yaml
-from exporter.signatures.catalogue import catalogue
+from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.render import (
     GENERATOR,
     alerts_yaml,
@@ -41,7 +41,7 @@ def profile_files(cfg: SiteConfig, out: Path) -> dict[Path, str]:
 
 
 def runbook_files(cfg: SiteConfig, out: Path) -> dict[Path, str]:
-    signatures = catalogue(cfg)
+    signatures = all_signatures(cfg)
     files = {out / f"{sig.alert}.md": runbook_markdown(cfg, sig) for sig in signatures}
     files[out / "README.md"] = runbook_index(cfg, signatures)
     return files

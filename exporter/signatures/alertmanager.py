@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from exporter.signatures.catalogue import catalogue
+from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.definitions import GROUPS, SEVERITIES, Severity, Signature
 from exporter.signatures.records import RecordNames
 from exporter.signatures.site import SiteConfig
@@ -163,7 +163,7 @@ def _receiver(name: str, join: Sequence[str]) -> list[str]:
 
 def alertmanager_yaml(cfg: SiteConfig) -> str:
     """``alert_rules/alertmanager.yaml``: routes, inhibitions and receivers for the pack."""
-    signatures = catalogue(cfg)
+    signatures = all_signatures(cfg)
     join = cfg.join_labels
     groups = group_labels(cfg)
     width = max(len(sig.alert) for sig in signatures)

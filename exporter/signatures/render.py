@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from exporter.config import format_duration as duration
-from exporter.signatures.catalogue import builder_path, catalogue
+from exporter.signatures.catalogue import all_signatures, builder_path
 from exporter.signatures.definitions import (
     RECORD_NAME,
     TARGET,
@@ -72,7 +72,7 @@ def recording_rules_yaml(cfg: SiteConfig) -> str:
 
 
 def alerts_yaml(cfg: SiteConfig) -> str:
-    signatures = catalogue(cfg)
+    signatures = all_signatures(cfg)
     out = _header(cfg.profile.name, "Alerting rules")
     out.append("groups:")
     for group, meta in ALERT_GROUPS:

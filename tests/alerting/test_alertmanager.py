@@ -41,7 +41,7 @@ from support.promstack import (
     wait_until,
 )
 
-from exporter.signatures import catalogue, parse_config
+from exporter.signatures import all_signatures, parse_config
 from exporter.signatures.alertmanager import alertmanager_yaml
 from exporter.signatures.definitions import GROUPS
 from exporter.signatures.records import RecordNames
@@ -49,7 +49,7 @@ from exporter.signatures.render import runbook_url
 
 CONFIG = RULES / "alertmanager.yaml"
 CFG = parse_config({})
-SIGNATURES = catalogue(CFG)
+SIGNATURES = all_signatures(CFG)
 RECEIVER = {"critical": "pagerduty", "warning": "pagerduty-low-urgency", "info": "null"}
 STARVED = "InferenceGPUStarvedQueueGrowing"
 LOST = "InferenceGPULost"

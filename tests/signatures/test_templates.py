@@ -9,7 +9,7 @@ import tomllib
 import pytest
 from support.paths import ROOT
 
-from exporter.signatures import catalogue, parse_config
+from exporter.signatures import all_signatures, parse_config
 from exporter.signatures import templates as tpl
 from exporter.signatures.catalogue import BUILDERS, builder_path
 from exporter.signatures.definitions import Check, Fix
@@ -44,7 +44,7 @@ A second paragraph.
 
 
 def test_every_alert_has_a_template_and_every_template_an_alert() -> None:
-    alerts = sorted(sig.alert for sig in catalogue(parse_config({})))
+    alerts = sorted(sig.alert for sig in all_signatures(parse_config({})))
     assert template_names() == alerts
 
 
@@ -156,7 +156,7 @@ def test_a_template_edit_with_an_unknown_placeholder_stops_the_catalogue(
         monkeypatch, UNDERUSED, "## On the node", "Below {{utilisation_typo}} %.\n\n## On the node"
     )
     with pytest.raises(RunbookTemplateError, match=r"\{\{utilisation_typo\}\} has no value"):
-        catalogue(parse_config({}))
+        all_signatures(parse_config({}))
 
 
 def test_a_template_that_drops_a_builders_value_stops_the_catalogue(
@@ -164,7 +164,7 @@ def test_a_template_that_drops_a_builders_value_stops_the_catalogue(
 ) -> None:
     _edited(monkeypatch, UNDERUSED, "{{utilization_below}}", "30")
     with pytest.raises(RunbookTemplateError, match="never used: utilization_below"):
-        catalogue(parse_config({}))
+        all_signatures(parse_config({}))
 
 
 def test_site_config_values_reach_the_prose() -> None:
@@ -178,7 +178,7 @@ def test_site_config_values_reach_the_prose() -> None:
             },
         }
     )
-    books = {sig.alert: sig.runbook for sig in catalogue(cfg)}
+    books = {sig.alert: sig.runbook for sig in all_signatures(cfg)}
     assert "Sustained utilisation below 25 % with requests" in books[UNDERUSED].meaning
     assert "(default 48, 79)." in books["InferenceGPUXidErrors"].meaning
     hbm = " ".join(books["InferenceHBMBandwidthSaturated"].caveats)
@@ -189,7 +189,7 @@ def test_site_config_values_reach_the_prose() -> None:
 
 def test_each_family_module_builds_its_own_signature_label() -> None:
     """``builder_path(group)``, quoted on every runbook page, is where the builder lives."""
-    signatures = catalogue(parse_config({}))
+    signatures = all_signatures(parse_config({}))
     assert len(BUILDERS) == len(signatures)
     for build, sig in zip(BUILDERS, signatures, strict=True):
         assert build.__module__ == f"exporter.signatures.catalogue.{sig.group}", sig.alert

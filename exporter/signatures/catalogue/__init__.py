@@ -57,11 +57,11 @@ def builder_path(group: str) -> str:
     return f"exporter/signatures/catalogue/{group}_signatures.py"
 
 
-def catalogue(cfg: SiteConfig) -> tuple[Signature, ...]:
+def all_signatures(cfg: SiteConfig) -> tuple[Signature, ...]:
     """Every signature of the pack, in the order of :data:`BUILDERS`, each rule behind the
     cold-start guard of the windows it reads (:meth:`Context.guarded`)."""
     ctx = Context(cfg)
     return tuple(ctx.guarded(build(ctx)) for build in BUILDERS)
 
 
-__all__ = ["BUILDERS", "Context", "builder_path", "catalogue"]
+__all__ = ["BUILDERS", "Context", "all_signatures", "builder_path"]
