@@ -139,7 +139,7 @@ def as_json(report: Report) -> dict[str, Any]:
                 "alert": f.sig.alert,
                 "status": f.status,
                 "severity": f.rule.severity,
-                "signature": f.sig.group,
+                "signature": f.sig.family,
                 "target": f.target,
                 "labels": dict(f.instance.labels),
                 "summary": summary,
@@ -223,7 +223,7 @@ def as_text(report: Report) -> str:
         lines += [
             "",
             f"{rank}. {f.status.upper():<6} {f.rule.severity:<8} {f.sig.alert} "
-            f"[{f.sig.group}]{state}",
+            f"[{f.sig.family}]{state}",
             f"   {summary}",
             f"   {description}",
         ]

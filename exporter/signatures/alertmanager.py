@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 
 from exporter.signatures.catalogue import all_signatures
-from exporter.signatures.definitions import GROUPS, SEVERITIES, Severity, Signature
+from exporter.signatures.definitions import FAMILIES, SEVERITIES, Severity, Signature
 from exporter.signatures.records import RecordNames
 from exporter.signatures.site import SiteConfig
 
@@ -106,13 +106,13 @@ def summary_template() -> str:
 
 
 def _queue_readers(cfg: SiteConfig, signatures: Sequence[Signature]) -> list[str]:
-    """Alerts outside the ``queue`` group whose condition reads the engine's queue."""
+    """Alerts outside the ``queue`` family whose condition reads the engine's queue."""
     records = RecordNames.of(cfg)
     queue_records = (records.queue_depth, records.queue_trend, records.queue_wait_share)
     return [
         sig.alert
         for sig in signatures
-        if sig.group != "queue"
+        if sig.family != "queue"
         and any(record in rule.expr for rule in sig.rules for record in queue_records)
     ]
 
@@ -180,10 +180,10 @@ def alertmanager_yaml(cfg: SiteConfig) -> str:
         "# still show it).",
         "#",
     ]
-    group_width = max(len(group) for group in GROUPS)
+    family_width = max(len(family) for family in FAMILIES)
     for sig in signatures:
         receivers = ", ".join(f"{s} -> {RECEIVER_OF[s]}" for s in sig.severities)
-        out.append(f"#   {sig.alert:<{width}}  {sig.group:<{group_width}}  {receivers}")
+        out.append(f"#   {sig.alert:<{width}}  {sig.family:<{family_width}}  {receivers}")
     out += [
         "#",
         "# Grouping: one notification group per alert name and scrape target",
@@ -220,7 +220,7 @@ def alertmanager_yaml(cfg: SiteConfig) -> str:
                 f"          group_interval: {interval}",
                 f"          repeat_interval: {repeat}",
             ]
-    signatures_only = "|".join(g for g in GROUPS if g != "meta")
+    signatures_only = "|".join(family for family in FAMILIES if family != "meta")
     readers = _queue_readers(cfg, signatures)
     equal = f"[{', '.join(join)}]"
     lost = "alertname=" + _q(GPU_LOST)

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 Severity = Literal["critical", "warning", "info"]
-Group = Literal["cpu", "queue", "network", "memory", "gpu", "roofline", "meta"]
+Family = Literal["cpu", "queue", "network", "memory", "gpu", "roofline", "meta"]
 Effort = Literal["minutes", "hours", "days", "weeks"]
 
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
-GROUPS: tuple[Group, ...] = ("cpu", "queue", "network", "memory", "gpu", "roofline", "meta")
+FAMILIES: tuple[Family, ...] = ("cpu", "queue", "network", "memory", "gpu", "roofline", "meta")
 EFFORTS: tuple[Effort, ...] = ("minutes", "hours", "days", "weeks")
 
 TARGET = "{target}"
@@ -136,7 +136,7 @@ class Signature:
     """One alert name of the catalogue."""
 
     alert: str
-    group: Group
+    family: Family
     title: str
     rules: tuple[AlertRule, ...]
     runbook: Runbook

@@ -43,7 +43,7 @@ from support.promstack import (
 
 from exporter.signatures import all_signatures, parse_config
 from exporter.signatures.alertmanager import alertmanager_yaml
-from exporter.signatures.definitions import GROUPS
+from exporter.signatures.definitions import FAMILIES
 from exporter.signatures.records import RecordNames
 from exporter.signatures.render import runbook_url
 
@@ -137,7 +137,7 @@ ROUTED = [
         {
             "alertname": sig.alert,
             "severity": rule.severity,
-            "signature": sig.group,
+            "signature": sig.family,
             **dict(rule.labels),
             "instance": "10.0.0.7:10960",
             "job": JOB,
@@ -204,7 +204,7 @@ def test_inhibitions_name_the_catalogue() -> None:
             for matcher in rule[side]:
                 if matcher.startswith("signature"):
                     values = re.fullmatch(r'signature=~?"([^"]*)"', matcher)
-                    assert values and set(values[1].split("|")) <= set(GROUPS), matcher
+                    assert values and set(values[1].split("|")) <= set(FAMILIES), matcher
         assert rule["equal"][-len(CFG.join_labels) :] == list(CFG.join_labels)
     by_source = {tuple(r["source_matchers"]): r for r in rules}
     lost = by_source[(f'alertname="{LOST}"',)]
@@ -223,7 +223,7 @@ def test_inhibitions_name_the_catalogue() -> None:
         sig.alert
         for sig in SIGNATURES
         for rule in sig.rules
-        if sig.group != "queue" and any(record in rule.expr for record in queue_records)
+        if sig.family != "queue" and any(record in rule.expr for record in queue_records)
     }
     assert readers == {STARVED, "InferenceGPUContended"} and readers <= covered
 

@@ -582,7 +582,7 @@ def test_a_cause_ranks_above_where_the_time_goes() -> None:
 
     host = finding("InferenceHostLatencyShareHigh", 2.9, "firing")
     frontend = finding("InferenceFrontendCPUSaturated", 0.04, "pending")
-    assert sigs["InferenceHostLatencyShareHigh"].group == "roofline"
+    assert sigs["InferenceHostLatencyShareHigh"].family == "roofline"
     assert host.rule.severity == frontend.rule.severity
     assert sorted([host, frontend], key=Finding.sort_key) == [frontend, host]
     # within one kind, firing still ranks above pending

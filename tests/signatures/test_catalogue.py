@@ -10,7 +10,7 @@ from support.paths import ROOT
 
 from exporter.collectors.nvml import CLOCK_EVENT_REASONS
 from exporter.signatures import all_signatures, parse_config, recording_rules
-from exporter.signatures.definitions import EFFORTS, GROUPS, SEVERITIES
+from exporter.signatures.definitions import EFFORTS, FAMILIES, SEVERITIES
 from exporter.signatures.params import CLOCK_EVENT_BITS, PARAMS
 from exporter.signatures.render import alerts_yaml, recording_rules_yaml
 
@@ -45,9 +45,9 @@ def test_catalogue_matches_the_contract() -> None:
     sigs = all_signatures(parse_config({}))
     assert [s.alert for s in sigs] == list(CONTRACT)
     for sig in sigs:
-        severities, group = CONTRACT[sig.alert]
+        severities, family = CONTRACT[sig.alert]
         assert set(sig.severities) == severities, sig.alert
-        assert sig.group == group, sig.alert
+        assert sig.family == family, sig.alert
         assert set(PARAMS[sig.alert]) and PARAMS[sig.alert][0].name == "for"
 
 
@@ -96,7 +96,7 @@ def test_rendered_alerts(profile: str) -> None:
     for rule in rules:
         assert re.fullmatch(r"Inference[A-Z][A-Za-z]+", rule["alert"])
         labels, notes = rule["labels"], rule["annotations"]
-        assert labels["severity"] in SEVERITIES and labels["signature"] in GROUPS
+        assert labels["severity"] in SEVERITIES and labels["signature"] in FAMILIES
         assert set(notes) == {"summary", "description", "runbook_url"}
         assert notes["runbook_url"].endswith(f"/docs/runbooks/{rule['alert']}.md")
         # Two rules of one alert never share their label set.

@@ -188,10 +188,12 @@ def test_site_config_values_reach_the_prose() -> None:
 
 
 def test_each_family_module_builds_its_own_signature_label() -> None:
-    """``builder_path(group)``, quoted on every runbook page, is where the builder lives."""
+    """``builder_path(family)``, quoted on every runbook page, is where the builder lives."""
     signatures = all_signatures(parse_config({}))
     assert len(BUILDERS) == len(signatures)
     for build, sig in zip(BUILDERS, signatures, strict=True):
-        assert build.__module__ == f"exporter.signatures.catalogue.{sig.group}", sig.alert
-        assert (ROOT / builder_path(sig.group)).is_file()
+        assert build.__module__ == f"exporter.signatures.catalogue.{sig.family}_signatures", (
+            sig.alert
+        )
+        assert (ROOT / builder_path(sig.family)).is_file()
         assert (ROOT / tpl.template_path(sig.alert)).is_file()

@@ -52,9 +52,9 @@ BUILDERS: tuple[Callable[[Context], Signature], ...] = (
 )
 
 
-def builder_path(group: str) -> str:
+def builder_path(family: str) -> str:
     """The module that builds the signatures of one ``signature`` label value."""
-    return f"exporter/signatures/catalogue/{group}_signatures.py"
+    return f"exporter/signatures/catalogue/{family}_signatures.py"
 
 
 def all_signatures(cfg: SiteConfig) -> tuple[Signature, ...]:

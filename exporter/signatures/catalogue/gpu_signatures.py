@@ -40,7 +40,7 @@ def gpu_underutilized(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="gpu",
+        family="gpu",
         title="GPU underutilised under load",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -72,7 +72,7 @@ def gpu_lost(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="gpu",
+        family="gpu",
         title="GPU lost",
         rules=(rule,),
         runbook=ctx.runbook(alert, queries=(("Xids on the same GPU", ctx.records.xid_new),)),
@@ -116,7 +116,7 @@ def gpu_xid_errors(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="gpu",
+        family="gpu",
         title="GPU Xid errors",
         rules=(critical_rule, warning_rule),
         runbook=ctx.runbook(
@@ -162,7 +162,7 @@ def gpu_throttled(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="gpu",
+        family="gpu",
         title="GPU clocks throttled by hardware or heat",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -251,7 +251,7 @@ def gpu_contended(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="gpu",
+        family="gpu",
         title="GPU contended by other tenants",
         rules=(rule,),
         runbook=ctx.runbook(

@@ -58,7 +58,7 @@ def hbm_bandwidth_saturated(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="memory",
+        family="memory",
         title="HBM bandwidth wall: too many concurrent decodes",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -120,7 +120,7 @@ def gpu_memory_headroom_low(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="memory",
+        family="memory",
         title="GPU memory headroom low",
         rules=(kv_rule, fb_rule),
         runbook=ctx.runbook(

@@ -72,7 +72,7 @@ def decode_overhead_bound(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="roofline",
+        family="roofline",
         title="Decode bound by overhead, not by memory",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -119,7 +119,7 @@ def gpu_busy_sms_idle(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="roofline",
+        family="roofline",
         title="GPU-Util high, SMs idle",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -163,7 +163,7 @@ def host_latency_share_high(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="roofline",
+        family="roofline",
         title="Host work dominates request latency",
         rules=(rule,),
         runbook=ctx.runbook(
