@@ -30,7 +30,7 @@ from exporter.signatures.site import PROFILES, SignatureConfigError, SiteConfig,
 ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_OUT = ROOT / "alert_rules"
 DEFAULT_RUNBOOKS = ROOT / "docs" / "runbooks"
-PROG = "python -m exporter.signatures"
+PROG = GENERATOR
 
 
 def profile_files(cfg: SiteConfig, out: Path) -> dict[Path, str]:

@@ -146,10 +146,10 @@ class Signature:
         return tuple(dict.fromkeys(rule.severity for rule in self.rules))
 
 
-def fill(template: str, values: Mapping[str, str]) -> str:
+def fill_placeholders(template: str, values: Mapping[str, str]) -> str:
     """Replace the ``{name}`` placeholders found in ``values``; leave the others.
 
     How ``diagnose`` prints a summary or description with its own numbers: ``values`` holds
     the evidence keys, ``target`` and ``labels.<name>``.
     """
-    return _PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), template)
+    return _PLACEHOLDER.sub(lambda match: values.get(match[1], match[0]), template)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter.config import format_duration
-from exporter.signatures import templates
+from exporter.signatures import runbook_templates
 from exporter.signatures.definitions import (
     RECORD_NAME,
     TARGET,
@@ -21,9 +21,6 @@ from exporter.signatures.definitions import (
 from exporter.signatures.promql_text import by, on, selector
 from exporter.signatures.records import RecordNames, record_windows
 from exporter.signatures.site import SiteConfig
-
-# Labels of a per-GPU series, besides the join labels of the target.
-GPU_LABELS = ("gpu", "uuid")
 
 
 class Context:
@@ -90,7 +87,7 @@ class Context:
         """The alert's runbook prose (``exporter/signatures/runbooks/<alert>.md``) with its
         ``{{name}}`` placeholders filled from ``values``, and the PromQL ``queries`` that
         confirm it."""
-        return templates.runbook(alert, queries, **values)
+        return runbook_templates.runbook(alert, queries, **values)
 
 
 def percent(key: str, label: str, record: str, fmt: str = "%.0f") -> Evidence:

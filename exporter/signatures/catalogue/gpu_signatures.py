@@ -6,7 +6,8 @@ Alerts carry ``signature="gpu"``.
 
 from __future__ import annotations
 
-from exporter.signatures.catalogue.context import GPU_LABELS, Context, percent
+from exporter.metrics import GPU_LABELS
+from exporter.signatures.catalogue.context import Context, percent
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, on, pct, regex_alternatives
 

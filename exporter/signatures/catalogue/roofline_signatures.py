@@ -17,7 +17,7 @@ MODEL = ("model",)
 TARGET_ONLY: tuple[str, ...] = ()
 
 
-def _ms(key: str, label: str, record: str) -> Evidence:
+def _milliseconds(key: str, label: str, record: str) -> Evidence:
     return Evidence(key, label, f"1000 * {record}{TARGET}", "ms", "%.1f")
 
 
@@ -46,8 +46,8 @@ def decode_overhead_bound(ctx: Context) -> Signature:
         scope=MODEL,
         evidence=(
             percent("eff", "decode roofline efficiency", records.decode_efficiency),
-            _ms("itl", "mean inter-token latency", records.inter_token_mean),
-            _ms("floor", "HBM floor of a decode step", records.decode_floor),
+            _milliseconds("itl", "mean inter-token latency", records.inter_token_mean),
+            _milliseconds("floor", "HBM floor of a decode step", records.decode_floor),
             Evidence(
                 "running",
                 "requests running",
@@ -92,19 +92,20 @@ def gpu_busy_sms_idle(ctx: Context) -> Signature:
     alert = "InferenceGPUBusySMsIdle"
     records = ctx.records
     util = ctx.ratio(alert, "utilization_above")
-    sm = ctx.ratio(alert, "sm_active_below")
+    sm_active_below = ctx.ratio(alert, "sm_active_below")
     rule = AlertRule(
         severity="warning",
         expr=(
             f"{records.gpu_utilization} > {num(util)}\n"
-            f"and\n{records.sm_active} < {num(sm)}\n"
+            f"and\n{records.sm_active} < {num(sm_active_below)}\n"
             f"and\n{records.traffic}"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary="GPU busy but its SMs idle on {target}",
         description=(
             f"Mean GPU utilisation {{util}} % (above {pct(util)} %) while the SMs had work "
-            f"{{sm}} % of the time (below {pct(sm)} %), with traffic: GPU-Util counts any kernel "
+            f"{{sm}} % of the time (below {pct(sm_active_below)} %), with traffic: GPU-Util "
+            "counts any kernel "
             "running, so a stream of tiny serial kernels keeps it near 100 % while most SMs "
             "idle - launch-bound decode, small batches."
         ),
@@ -113,8 +114,8 @@ def gpu_busy_sms_idle(ctx: Context) -> Signature:
             percent("sm", "mean SM activity", records.sm_active),
         ),
         when=(
-            f"mean GPU utilisation > {pct(util)} % while mean SM activity < {pct(sm)} %, "
-            "with traffic"
+            f"mean GPU utilisation > {pct(util)} % while mean SM activity "
+            f"< {pct(sm_active_below)} %, with traffic"
         ),
     )
     return Signature(

@@ -14,6 +14,9 @@ from exporter.config import format_duration as duration
 from exporter.signatures.params import PREFILL_PRECISION
 from exporter.signatures.site import SiteConfig
 
+# The join labels of each sidecar target, one series per target.
+TARGET_INFO = "inference:exporter_build_info:group"
+
 
 @dataclass(frozen=True)
 class RecordNames:
@@ -84,7 +87,7 @@ class RecordNames:
         pulse = duration(cfg.window("pulsing"))
         xid = duration(cfg.window("xid"))
         return cls(
-            target_info="inference:exporter_build_info:group",
+            target_info=TARGET_INFO,
             gpu_utilization=f"inference:gpu_utilization:mean{rate}",
             gpu_device_utilization=f"inference_gpu:utilization:mean{rate}",
             gpu_engine_share=f"inference_gpu:engine_utilization:mean{rate}",

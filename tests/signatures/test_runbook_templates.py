@@ -9,11 +9,10 @@ import tomllib
 import pytest
 from support.paths import ROOT
 
-from exporter.signatures import all_signatures, parse_config
-from exporter.signatures import templates as tpl
+from exporter.signatures import all_signatures, parse_config, runbook_templates
 from exporter.signatures.catalogue import BUILDERS, builder_path
 from exporter.signatures.definitions import Check, Fix
-from exporter.signatures.templates import RunbookTemplateError, fill, parse, template_names
+from exporter.signatures.runbook_templates import RunbookTemplateError, fill, parse, template_names
 
 UNDERUSED = "InferenceGPUUnderutilized"
 VALID = """# InferenceGPULost
@@ -143,10 +142,10 @@ def test_missing_or_misplaced_section_fails() -> None:
 
 def _edited(monkeypatch: pytest.MonkeyPatch, alert: str, old: str, new: str) -> None:
     """Serve the real templates, with one edit in ``alert``'s."""
-    texts = {name: tpl.template_text(name) for name in template_names()}
+    texts = {name: runbook_templates.template_text(name) for name in template_names()}
     assert old in texts[alert]
     texts[alert] = texts[alert].replace(old, new)
-    monkeypatch.setattr(tpl, "template_text", lambda name: texts[name])
+    monkeypatch.setattr(runbook_templates, "template_text", lambda name: texts[name])
 
 
 def test_a_template_edit_with_an_unknown_placeholder_stops_the_catalogue(
@@ -196,4 +195,4 @@ def test_each_family_module_builds_its_own_signature_label() -> None:
             sig.alert
         )
         assert (ROOT / builder_path(sig.family)).is_file()
-        assert (ROOT / tpl.template_path(sig.alert)).is_file()
+        assert (ROOT / runbook_templates.template_path(sig.alert)).is_file()
