@@ -119,7 +119,7 @@ def _queue_readers(cfg: SiteConfig, signatures: Sequence[Signature]) -> list[str
 
 
 def _receiver(name: str, join: Sequence[str]) -> list[str]:
-    indent = "        "
+    prefix = "        "
     details = {
         "alertname": "{{ .CommonLabels.alertname }}",
         "severity": "{{ .CommonLabels.severity }}",
@@ -151,15 +151,15 @@ def _receiver(name: str, join: Sequence[str]) -> list[str]:
         if "namespace" in join
         else "",
         "        # payload.custom_details, besides Alertmanager's own firing/resolved/num_*",
-        f"{indent}details:",
+        f"{prefix}details:",
     ]
-    out += [f"{indent}  {key}: {_yaml_string(value)}" for key, value in details.items()]
+    out += [f"{prefix}  {key}: {_yaml_string(value)}" for key, value in details.items()]
     out += [
-        f"{indent}links:",
-        f"{indent}  - href: {_yaml_string('{{ .CommonAnnotations.runbook_url }}')}",
-        f"{indent}    text: {_yaml_string('Runbook: {{ .CommonLabels.alertname }}')}",
-        f"{indent}  - href: {_yaml_string('{{ (index .Alerts 0).GeneratorURL }}')}",
-        f"{indent}    text: {_yaml_string('The alert expression in Prometheus')}",
+        f"{prefix}links:",
+        f"{prefix}  - href: {_yaml_string('{{ .CommonAnnotations.runbook_url }}')}",
+        f"{prefix}    text: {_yaml_string('Runbook: {{ .CommonLabels.alertname }}')}",
+        f"{prefix}  - href: {_yaml_string('{{ (index .Alerts 0).GeneratorURL }}')}",
+        f"{prefix}    text: {_yaml_string('The alert expression in Prometheus')}",
     ]
     return [line for line in out if line]
 

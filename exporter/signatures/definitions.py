@@ -26,7 +26,9 @@ EFFORTS: tuple[Effort, ...] = ("minutes", "hours", "days", "weeks")
 TARGET = "{target}"
 # A recording rule's name: level ``inference`` (per target) or ``inference_gpu`` (per GPU).
 RECORD_NAME = re.compile(r"\binference(?:_gpu)?:[a-z0-9_]+:[a-z0-9_]+\b")
-_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_.]*)\}")
+# A ``{name}`` placeholder of a summary or description: an evidence key, ``target`` or
+# ``labels.<name>``.
+ANNOTATION_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_.]*)\}")
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ class AlertRule:
     history: float = 0.0
 
     def placeholders(self) -> set[str]:
-        return set(_PLACEHOLDER.findall(self.summary + " " + self.description))
+        return set(ANNOTATION_PLACEHOLDER.findall(self.summary + " " + self.description))
 
 
 @dataclass(frozen=True)
@@ -152,4 +154,4 @@ def fill_placeholders(template: str, values: Mapping[str, str]) -> str:
     How ``diagnose`` prints a summary or description with its own numbers: ``values`` holds
     the evidence keys, ``target`` and ``labels.<name>``.
     """
-    return _PLACEHOLDER.sub(lambda match: values.get(match[1], match[0]), template)
+    return ANNOTATION_PLACEHOLDER.sub(lambda match: values.get(match[1], match[0]), template)

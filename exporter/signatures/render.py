@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from exporter.config import format_duration
 from exporter.signatures.catalogue import all_signatures, builder_path
 from exporter.signatures.definitions import (
+    ANNOTATION_PLACEHOLDER,
     RECORD_NAME,
     TARGET,
     AlertRule,
@@ -43,9 +44,9 @@ def _scalar(text: str) -> str:
     return text if _PLAIN.match(text) else json.dumps(text, ensure_ascii=False)
 
 
-def _block(key: str, text: str, indent: str) -> list[str]:
-    lines = [f"{indent}{key}: |-"]
-    lines += [f"{indent}  {line}" if line else "" for line in text.splitlines()]
+def _block(key: str, text: str, prefix: str) -> list[str]:
+    lines = [f"{prefix}{key}: |-"]
+    lines += [f"{prefix}  {line}" if line else "" for line in text.splitlines()]
     return lines
 
 
@@ -86,21 +87,21 @@ def alerts_yaml(cfg: SiteConfig) -> str:
 
 
 def _alert(cfg: SiteConfig, sig: Signature, rule: AlertRule) -> list[str]:
-    indent = "        "
+    prefix = "        "
     out = [f"      - alert: {sig.alert}"]
-    out += _block("expr", rule.expr, indent)
+    out += _block("expr", rule.expr, prefix)
     if rule.for_seconds > 0:
-        out.append(f"{indent}for: {format_duration(rule.for_seconds)}")
-    out += [f"{indent}labels:", f"{indent}  severity: {rule.severity}"]
-    out.append(f"{indent}  signature: {sig.family}")
-    out += [f"{indent}  {key}: {_scalar(value)}" for key, value in rule.labels]
+        out.append(f"{prefix}for: {format_duration(rule.for_seconds)}")
+    out += [f"{prefix}labels:", f"{prefix}  severity: {rule.severity}"]
+    out.append(f"{prefix}  signature: {sig.family}")
+    out += [f"{prefix}  {key}: {_scalar(value)}" for key, value in rule.labels]
     annotations = {
         "summary": annotation_template(cfg, rule, rule.summary),
         "description": annotation_template(cfg, rule, rule.description),
         "runbook_url": runbook_url(cfg, sig.alert),
     }
-    out.append(f"{indent}annotations:")
-    out += [f"{indent}  {key}: {_scalar(value)}" for key, value in annotations.items()]
+    out.append(f"{prefix}annotations:")
+    out += [f"{prefix}  {key}: {_scalar(value)}" for key, value in annotations.items()]
     return out
 
 
@@ -170,7 +171,7 @@ def annotation_template(cfg: SiteConfig, rule: AlertRule, text: str) -> str:
             return f"{{{{ $labels.{label[1]} }}}}"
         raise ValueError(f"unknown placeholder {match[0]} in {text!r}")
 
-    body = re.sub(r"\{([a-z_][a-z0-9_.]*)\}", substitute, text)
+    body = ANNOTATION_PLACEHOLDER.sub(substitute, text)
     if queried:
         body = matchers_template((*cfg.join_labels, *rule.scope)) + body
     return body

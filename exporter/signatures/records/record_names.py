@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.config import format_duration as duration
+from exporter.config import format_duration
 from exporter.signatures.params import PREFILL_PRECISION
 from exporter.signatures.site import SiteConfig
 
@@ -76,16 +76,16 @@ class RecordNames:
     @staticmethod
     def history(seconds: float) -> str:
         """The record that is 1 per target once the target has ``seconds`` of history."""
-        return f"inference:exporter_build_info:history{duration(seconds)}"
+        return f"inference:exporter_build_info:history{format_duration(seconds)}"
 
     @classmethod
     def of(cls, cfg: SiteConfig) -> RecordNames:
         """The record names of ``cfg``: its windows, and its profile's source of GPU series."""
-        rate = duration(cfg.window("rate"))
-        latency = duration(cfg.window("latency"))
-        trend = duration(cfg.window("queue_trend"))
-        pulse = duration(cfg.window("pulsing"))
-        xid = duration(cfg.window("xid"))
+        rate = format_duration(cfg.window("rate"))
+        latency = format_duration(cfg.window("latency"))
+        trend = format_duration(cfg.window("queue_trend"))
+        pulse = format_duration(cfg.window("pulsing"))
+        xid = format_duration(cfg.window("xid"))
         return cls(
             target_info=TARGET_INFO,
             gpu_utilization=f"inference:gpu_utilization:mean{rate}",
