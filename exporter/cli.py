@@ -1,5 +1,8 @@
-"""Command line: ``serve`` (the default), ``record``.
+"""Command line: one table of commands (:data:`COMMANDS`), ``serve`` when none is named.
 
+``serve`` runs the exporter; ``record`` writes an NVML replay trace; ``diagnose`` gives the
+verdict from a Prometheus or a sidecar; ``load`` and ``demo`` come from the lab (a source
+checkout only). ``--help`` lists every command in one line each; an unknown command is an error.
 Errors the user can cause end in one line on stderr and exit code 2; no traceback.
 """
 
@@ -14,7 +17,8 @@ import platform
 import re
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -34,9 +38,6 @@ if TYPE_CHECKING:
     from exporter.server.app import Exporter
 
 PROG = "inference-bottleneck-exporter"
-SUBCOMMANDS = ("serve", "record", "diagnose", "load", "demo")
-# Subcommands whose code is in the lab (not installed in the sidecar's image): module names.
-LAB_COMMANDS = {"load": "loadgen", "demo": "demo"}
 # The flags of ``serve`` that are not options (no environment variable, no config file key).
 VERSION_HELP = "Print the version and exit."
 CONFIG_FILE_HELP = (
@@ -60,6 +61,8 @@ def _serve_parser(options: tuple[Option, ...]) -> ArgumentParser:
     parser = ArgumentParser(
         prog=PROG,
         description="Prometheus exporter that finds what a GPU LLM inference server waits for.",
+        epilog=commands_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         argument_default=argparse.SUPPRESS,
     )
     parser.add_argument("--version", action="version", version=version_text(), help=VERSION_HELP)
@@ -303,12 +306,12 @@ def record(argv: Sequence[str], env: Mapping[str, str]) -> int:
     )
 
 
-def _lab(command: str, args: list[str]) -> int:
+def _lab(module_name: str, command: str, args: Sequence[str]) -> int:
     """``load`` and ``demo`` live in the lab, which the sidecar's image does not install."""
     import importlib  # noqa: PLC0415
 
     try:
-        module = importlib.import_module(f"exporter.lab.{LAB_COMMANDS[command]}")
+        module = importlib.import_module(f"exporter.lab.{module_name}")
     except ModuleNotFoundError as err:
         if err.name is None or not err.name.startswith("exporter.lab"):
             raise
@@ -316,26 +319,67 @@ def _lab(command: str, args: list[str]) -> int:
             f"{command} needs the lab (exporter.lab), which this installation leaves out: run "
             "it from a source checkout (make demo)"
         )
-    result: int = module.main(args)
+    result: int = module.main(list(args))
     return result
+
+
+def _diagnose(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    from exporter.diagnose.cli import main as diagnose  # noqa: PLC0415
+
+    return diagnose(list(argv))
+
+
+def _load(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    return _lab("loadgen", "load", argv)
+
+
+def _demo(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    return _lab("demo", "demo", argv)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command of the CLI: its name, the one line ``--help`` shows, and what runs it."""
+
+    name: str
+    summary: str
+    run: Callable[[Sequence[str], Mapping[str, str]], int]
+
+
+# Every command, in the order ``--help`` lists them; ``serve`` runs when none is named.
+COMMANDS: tuple[Command, ...] = (
+    Command("serve", "run the exporter (the default command; its flags are above)", serve),
+    Command("record", "record an NVML replay trace from this machine's GPUs", record),
+    Command("diagnose", "name the bottleneck from a Prometheus or a sidecar", _diagnose),
+    Command("load", "drive an engine with an open-loop load (lab, source checkout)", _load),
+    Command("demo", "the whole pipeline live on this machine (lab, source checkout)", _demo),
+)
+BY_COMMAND = {command.name: command for command in COMMANDS}
+
+
+def commands_help() -> str:
+    """The ``Commands:`` block of ``--help``: one line per command, as git and kubectl show."""
+    width = max(len(command.name) for command in COMMANDS)
+    lines = [f"  {command.name.ljust(width)}  {command.summary}" for command in COMMANDS]
+    return "\n".join(
+        [
+            "commands:",
+            *lines,
+            "",
+            f"'{PROG} COMMAND --help' shows a command's flags.",
+        ]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ)
-    if args and args[0] in SUBCOMMANDS:
-        command, args = args[0], args[1:]
-    else:
-        command = "serve"
-    if command == "record":
-        return record(args, env)
-    if command == "diagnose":
-        from exporter.diagnose.cli import main as diagnose  # noqa: PLC0415
-
-        return diagnose(args)
-    if command in LAB_COMMANDS:
-        return _lab(command, args)
-    return serve(args, env)
+    if not args or args[0].startswith("-"):
+        return serve(args, env)
+    command = BY_COMMAND.get(args[0])
+    if command is None:
+        _fail(f"unknown command {args[0]!r} (commands: {', '.join(BY_COMMAND)}; see --help)")
+    return command.run(args[1:], env)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,9 +9,8 @@ aggregated by the dcgm join labels and then given the target's remaining join la
 
 from __future__ import annotations
 
-from exporter.metrics import GPU_LABELS
+from exporter.metrics import CLOCK_EVENT_BITS, GPU_LABELS
 from exporter.signatures.definitions import RecordingRule
-from exporter.signatures.params import CLOCK_EVENT_BITS
 from exporter.signatures.promql_text import by, num, on, selector
 from exporter.signatures.records.record_context import RecordContext
 
