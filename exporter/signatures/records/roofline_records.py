@@ -25,7 +25,7 @@ from exporter.signatures.records.record_groups import ROOFLINE_GROUP
 _REGEX_META = frozenset(".+*?()|{}^$")
 
 
-class _ByModel:
+class _PerModel:
     """PromQL over the sidecar's series, one series per target and ``model``."""
 
     def __init__(self, ctx: RecordContext) -> None:
@@ -91,38 +91,38 @@ def _peak_records(ctx: RecordContext) -> list[RecordingRule]:
 def _decode_records(ctx: RecordContext) -> list[RecordingRule]:
     """The decode floor, the decode and prefill efficiencies against the peaks."""
     records = ctx.records
-    model = _ByModel(ctx)
+    per_model = _PerModel(ctx)
     on_model = on((*ctx.join, "model"))
     to_target = f"{on(ctx.join)} group_left ()"
     usage = ctx.sidecar_series("inference_kv_cache_usage_ratio")
-    prompt = model.rate("inference_prompt_tokens_total")
-    cached = model.rate("inference_prompt_tokens_cached_total")
+    prompt = per_model.rate("inference_prompt_tokens_total")
+    cached = per_model.rate("inference_prompt_tokens_cached_total")
     return [
         RecordingRule(
             records.kv_cache_bytes,
-            f"max {model.by_model} (avg_over_time({usage}[{model.latency}]))\n"
-            f"* {on_model}\n{model.max('inference_kv_cache_capacity_tokens')}\n"
-            f"* {on_model}\n{model.max('inference_model_kv_cache_bytes_per_token')}",
+            f"max {per_model.by_model} (avg_over_time({usage}[{per_model.latency}]))\n"
+            f"* {on_model}\n{per_model.max('inference_kv_cache_capacity_tokens')}\n"
+            f"* {on_model}\n{per_model.max('inference_model_kv_cache_bytes_per_token')}",
             "live KV-cache bytes one GPU of the engine reads per decode step: usage x "
             "capacity (tokens) x bytes per token on one GPU, mean over the window",
         ),
         RecordingRule(
             records.decode_floor,
-            f"(\n{model.max('inference_model_weight_bytes')}\n+ {on_model}\n"
+            f"(\n{per_model.max('inference_model_weight_bytes')}\n+ {on_model}\n"
             f"{records.kv_cache_bytes}\n)\n/ {to_target}\n{records.peak_bandwidth}",
             "the HBM floor of one decode step: (weight bytes + live KV bytes) / peak "
             "bandwidth, seconds",
         ),
         RecordingRule(
             records.inter_token_mean,
-            f"{model.rate('inference_inter_token_latency_seconds_sum')}\n/\n"
-            f"({model.rate('inference_inter_token_latency_seconds_count')} > 0)",
+            f"{per_model.rate('inference_inter_token_latency_seconds_sum')}\n/\n"
+            f"({per_model.rate('inference_inter_token_latency_seconds_count')} > 0)",
             "mean inter-token latency, the decode step a request sees, seconds",
         ),
         RecordingRule(
             records.decode_efficiency,
             f"(\n{records.decode_floor}\n/\n{records.inter_token_mean}\n)\nor\n(\n"
-            f"({model.rate('inference_estimated_read_bytes_total')} > 0)\n"
+            f"({per_model.rate('inference_estimated_read_bytes_total')} > 0)\n"
             f"/ {to_target}\n{records.peak_bandwidth}\n)",
             "decode roofline efficiency (0-1): the HBM floor of a step / the mean "
             "inter-token latency; without the model facts, the engine's estimated read "
@@ -130,21 +130,21 @@ def _decode_records(ctx: RecordContext) -> list[RecordingRule]:
         ),
         RecordingRule(
             records.roofline_tokens,
-            f"{model.mean('inference_requests_running')}\n/\n{records.decode_floor}",
+            f"{per_model.mean('inference_requests_running')}\n/\n{records.decode_floor}",
             "tokens per second the running batch would generate with every step at its "
             "HBM floor (mean requests running / floor)",
         ),
         RecordingRule(
             records.roofline_throughput,
-            f"{model.rate('inference_generation_tokens_total')}\n/\n"
+            f"{per_model.rate('inference_generation_tokens_total')}\n/\n"
             f"({records.roofline_tokens} > 0)",
             "generated tokens per second as a share of the roofline's at the current batch",
         ),
         RecordingRule(
             records.prefill_efficiency,
-            f"{model.max('inference_model_flops_per_token')}\n* {on_model}\n"
+            f"{per_model.max('inference_model_flops_per_token')}\n* {on_model}\n"
             f"(\n{prompt}\n-\n({cached}\nor\n0 * {prompt})\n)\n"
-            f"/ {on_model}\n({model.rate('inference_prefill_time_seconds_sum')} > 0)\n"
+            f"/ {on_model}\n({per_model.rate('inference_prefill_time_seconds_sum')} > 0)\n"
             f"/ {to_target}\n{records.peak_flops}",
             "prefill compute efficiency (0-1): FLOPs of the prompt tokens computed (cached "
             "ones left out) per second of prefill / the tensor peak; prompts prefilled "
@@ -156,10 +156,10 @@ def _decode_records(ctx: RecordContext) -> list[RecordingRule]:
 def _latency_budget_records(ctx: RecordContext) -> list[RecordingRule]:
     """Where a request's end-to-end latency goes, and the workload's shape."""
     records = ctx.records
-    model = _ByModel(ctx)
-    e2e = model.rate("inference_e2e_request_latency_seconds_sum")
-    requests = model.rate("inference_e2e_request_latency_seconds_count")
-    prompt = model.rate("inference_prompt_tokens_total")
+    per_model = _PerModel(ctx)
+    e2e = per_model.rate("inference_e2e_request_latency_seconds_sum")
+    requests = per_model.rate("inference_e2e_request_latency_seconds_count")
+    prompt = per_model.rate("inference_prompt_tokens_total")
     return [
         RecordingRule(
             records.e2e_mean,
@@ -168,17 +168,17 @@ def _latency_budget_records(ctx: RecordContext) -> list[RecordingRule]:
         ),
         RecordingRule(
             records.budget_queue,
-            model.share_of_e2e("inference_queue_time_seconds_sum"),
+            per_model.share_of_e2e("inference_queue_time_seconds_sum"),
             "latency budget: share of end-to-end latency waiting in the engine's queue",
         ),
         RecordingRule(
             records.budget_prefill,
-            model.share_of_e2e("inference_prefill_time_seconds_sum"),
+            per_model.share_of_e2e("inference_prefill_time_seconds_sum"),
             "latency budget: share of end-to-end latency in prefill",
         ),
         RecordingRule(
             records.budget_decode,
-            model.share_of_e2e("inference_decode_time_seconds_sum"),
+            per_model.share_of_e2e("inference_decode_time_seconds_sum"),
             "latency budget: share of end-to-end latency in decode",
         ),
         RecordingRule(
@@ -195,7 +195,7 @@ def _latency_budget_records(ctx: RecordContext) -> list[RecordingRule]:
         ),
         RecordingRule(
             records.output_tokens,
-            f"{model.rate('inference_generation_tokens_total')}\n/\n({requests} > 0)",
+            f"{per_model.rate('inference_generation_tokens_total')}\n/\n({requests} > 0)",
             "workload shape: mean generated tokens per finished request",
         ),
     ]
