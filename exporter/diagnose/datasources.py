@@ -212,7 +212,7 @@ async def sample_target(url: str, span: float, interval: float, timeout: float) 
 
 def target_evaluator(scrapes: Sequence[Scrape], cfg: SiteConfig) -> Evaluator:
     """An evaluator over ``scrapes`` holding the pack's recording rules computed from them."""
-    baseline = cfg.window("baseline")
+    baseline = cfg.window_seconds("baseline")
     evaluator = Evaluator(
         scrapes,
         ignored_labels=target_labels(cfg),

@@ -199,7 +199,7 @@ class SiteConfig:
             overrides=self.overrides,
         )
 
-    def window(self, name: str) -> float:
+    def window_seconds(self, name: str) -> float:
         """A window in seconds after the profile's time scale."""
         return float(getattr(self.windows, name)) * self.profile.time_scale
 

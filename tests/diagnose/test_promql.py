@@ -224,7 +224,7 @@ def test_the_sidecar_recording_rules_over_samples() -> None:
     ev = Evaluator(
         scrapes(*((1000 + 10 * k, _sidecar_scrape(1000 + 10 * k, k)) for k in range(4))),
         ignored_labels=frozenset(cfg.join_labels),
-        needs_history=lambda seconds: seconds == cfg.window("baseline"),
+        needs_history=lambda seconds: seconds == cfg.window_seconds("baseline"),
     )
     for rule in recording_rules(cfg):
         ev.record(rule.record, rule.expr)

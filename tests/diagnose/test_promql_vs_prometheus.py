@@ -712,7 +712,7 @@ def expressions(cfg: SiteConfig) -> list[str]:
     for sig in all_signatures(cfg):
         for alert in sig.rules:
             texts += subexpressions(alert.expr)
-    window = format_duration(cfg.window("rate"))
+    window = format_duration(cfg.window_seconds("rate"))
     texts += [text.replace("[W]", f"[{window}]") for text in EXTRA]
     return list(dict.fromkeys(texts))
 
@@ -980,7 +980,7 @@ def evaluated(evaluator: Evaluator, text: str) -> dict[Labels, float] | float:
 
 # Sub-expressions that read the baseline window, which samples cannot reach.
 def needs_history(text: str, cfg: SiteConfig) -> bool:
-    return f"offset {format_duration(cfg.window('baseline'))}" in text
+    return f"offset {format_duration(cfg.window_seconds('baseline'))}" in text
 
 
 @pytest.mark.timeout(240)

@@ -45,10 +45,10 @@ class Context:
 
     def window(self, name: str) -> str:
         """A look-back window as PromQL writes it (``5m``)."""
-        return format_duration(self.cfg.window(name))
+        return format_duration(self.cfg.window_seconds(name))
 
     def window_seconds(self, name: str) -> float:
-        return self.cfg.window(name)
+        return self.cfg.window_seconds(name)
 
     def selector(self, metric: str, *matchers: str) -> str:
         """``metric{...}`` with the site's sidecar matchers and ``matchers``."""

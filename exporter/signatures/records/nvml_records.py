@@ -32,7 +32,7 @@ def nvml_gpu_records(ctx: RecordContext) -> list[RecordingRule]:
     xids = ctx.sidecar_series("inference_gpu_xid_errors_total")
     by_xid = by((*ctx.join, *GPU_LABELS, "xid"))
     by_reason = by((*ctx.join, *GPU_LABELS, "reason"))
-    xid_history = ctx.history_record(cfg.window("xid"))
+    xid_history = ctx.history_record(cfg.window_seconds("xid"))
     return [
         RecordingRule(
             records.gpu_utilization,

@@ -35,7 +35,7 @@ class RecordContext:
 
     def window(self, name: str) -> str:
         """A look-back window of the site config as PromQL writes it (``5m``)."""
-        return format_duration(self.cfg.window(name))
+        return format_duration(self.cfg.window_seconds(name))
 
     def sidecar_series(self, metric: str, *matchers: str) -> str:
         """``metric{...}`` with the site's sidecar matchers and ``matchers``."""

@@ -81,11 +81,11 @@ class RecordNames:
     @classmethod
     def of(cls, cfg: SiteConfig) -> RecordNames:
         """The record names of ``cfg``: its windows, and its profile's source of GPU series."""
-        rate = format_duration(cfg.window("rate"))
-        latency = format_duration(cfg.window("latency"))
-        trend = format_duration(cfg.window("queue_trend"))
-        pulse = format_duration(cfg.window("pulsing"))
-        xid = format_duration(cfg.window("xid"))
+        rate = format_duration(cfg.window_seconds("rate"))
+        latency = format_duration(cfg.window_seconds("latency"))
+        trend = format_duration(cfg.window_seconds("queue_trend"))
+        pulse = format_duration(cfg.window_seconds("pulsing"))
+        xid = format_duration(cfg.window_seconds("xid"))
         return cls(
             target_info=TARGET_INFO,
             gpu_utilization=f"inference:gpu_utilization:mean{rate}",
