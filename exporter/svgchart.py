@@ -157,7 +157,7 @@ def _y_top(chart: Chart) -> float:
         tops.append(chart.threshold)
     high = max(tops, default=1.0)
     if chart.unit == "ratio":
-        return 1.0 if high <= 1.0 else high * 1.05
+        return 1.0 if high <= 1.0 + 1e-6 else high * 1.05
     return high * 1.1 if high > 0 else 1.0
 
 
