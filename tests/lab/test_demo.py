@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import io
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
+from rich.console import Console
+from rich.text import Text
+from support.paths import ROOT
 
 from exporter.lab.processes import child_pythonpath, find_binary
+
+SHOTS = ROOT / "build" / "screenshots"
 
 
 def _started_by(workdir: Path) -> list[psutil.Process]:
@@ -76,3 +85,123 @@ def test_demo_runs_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     gone = psutil.wait_procs(children, timeout=10)[1]
     assert not gone, [p.cmdline() for p in gone]
     assert not _started_by(workdir)
+
+
+class Tmux:
+    """A tmux server of this test's own (its socket in the test's directory)."""
+
+    def __init__(self, socket: Path) -> None:
+        binary = shutil.which("tmux")
+        if binary is None:
+            pytest.fail("tmux not found: run `make tools`")
+        self.base = [binary, "-S", str(socket)]
+
+    def __call__(self, *args: str) -> str:
+        result = subprocess.run(
+            [*self.base, *args], capture_output=True, text=True, timeout=10, check=False
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def screen(self, *flags: str) -> list[str]:
+        return self("capture-pane", "-p", *flags, "-t", "demo").split("\n")[:-1]
+
+    def wait_for(self, found: Callable[[list[str]], bool], timeout: float, what: str) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lines = self.screen()
+            if found(lines):
+                return lines
+            time.sleep(0.5)
+        pytest.fail(f"{what} not on the screen after {timeout:.0f}s:\n" + "\n".join(self.screen()))
+
+    def close(self) -> None:
+        subprocess.run([*self.base, "kill-server"], capture_output=True, timeout=10, check=False)
+
+
+def _value(lines: list[str], label: str) -> str:
+    line = next((x for x in lines if x.startswith(f" {label} ")), "")
+    return line.rsplit("  ", 1)[-1].strip() if line else ""
+
+
+def _as_svg(ansi: str, path: Path) -> None:
+    """The captured screen (with its colours) through rich's SVG export."""
+    console = Console(record=True, width=80, height=24, file=io.StringIO())
+    console.print(Text.from_ansi(ansi), end="")
+    path.write_text(console.export_svg(title="make demo INJECT=frontend-gil"))
+
+
+@pytest.mark.timeout(300)
+def test_demo_screen_in_a_real_terminal(tmp_path: Path) -> None:
+    """80x24 tmux: the screen draws, fills its sparklines, `d` shows the verdict, a larger
+    window gets the full addresses, `q` quits and leaves nothing running."""
+    if not (find_binary("prometheus") and find_binary("alertmanager", "prometheus-alertmanager")):
+        pytest.fail("prometheus and alertmanager not found: run `make tools`")
+    workdir = tmp_path / "demo"
+    rc = tmp_path / "rc"
+    command = " ".join(
+        [
+            f"cd {ROOT} &&",
+            f"env PYTHONPATH={child_pythonpath()} TERM=xterm-256color",
+            sys.executable, "-m", "exporter.cli", "demo", "--inject", "frontend-gil",
+            "--refresh", "1s", "--workdir", str(workdir), "--duration", "250s",
+            f"; echo $? > {rc}; sleep 120",
+        ]
+    )  # fmt: skip
+    tmux = Tmux(tmp_path / "tmux.sock")
+    try:
+        tmux("new-session", "-d", "-s", "demo", "-x", "80", "-y", "24", command)
+        lines = tmux.wait_for(
+            lambda s: (
+                _value(s, "GPU util") not in ("", "-")
+                and _value(s, "tokenizer") not in ("", "-")
+                and _value(s, "busiest thread") not in ("", "-")
+            ),
+            150,
+            "GPU, tokenizer and busiest-thread readings",
+        )
+        assert len(lines) == 24 and all(len(line) <= 80 for line in lines)
+        assert lines[0].startswith("inference-bottleneck-exporter demo - injected: frontend-gil")
+        assert " engine 127.0.0.1:8000 · sidecar 127.0.0.1:10960" in lines[1]
+        assert any(line.startswith(" state    since     signature") for line in lines) or any(
+            "signatures: none pending or firing" in line for line in lines
+        )
+        assert lines[-2].startswith(" last page: ")
+        assert "q quits · d runs diagnose" in lines[-1]
+        # the screen redraws in place: the readings move, the layout stays
+        spark = next(x for x in lines if x.startswith(" GPU util"))
+        later = tmux.wait_for(
+            lambda s: next(x for x in s if x.startswith(" GPU util")) != spark, 30, "a redraw"
+        )
+        assert len(later) == 24 and later[0] == lines[0]
+        _as_svg("\n".join(tmux.screen("-e")), SHOTS / "demo.svg")
+        tmux("send-keys", "-t", "demo", "d")
+        verdict = tmux.wait_for(
+            lambda s: any(re.fullmatch(r" \d+ hold, \d+ nearly hold \(\d+ rules\)", x.rstrip())
+                          for x in s) or any(x.startswith(" diagnose: ") for x in s),
+            60,
+            "diagnose's verdict",
+        )  # fmt: skip
+        assert " diagnose (d):" in verdict
+        assert not any(x.startswith(" diagnose: ") for x in verdict), verdict
+        tmux("resize-window", "-t", "demo", "-x", "160", "-y", "48")
+        large = tmux.wait_for(
+            lambda s: len(s) == 48 and any(x.startswith(" engine       http://") for x in s),
+            20,
+            "the full addresses on a larger window",
+        )
+        assert all(len(line) <= 160 for line in large)
+        children = _started_by(workdir)
+        assert len(children) >= 4
+        tmux("send-keys", "-t", "demo", "q")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not rc.exists():
+            time.sleep(0.5)
+        assert rc.exists() and rc.read_text().strip() == "0", tmux.screen()
+        after = "\n".join(tmux.screen())
+        assert "stopped." in after and "firing at the end:" in after, after
+        gone = psutil.wait_procs(children, timeout=10)[1]
+        assert not gone, [p.cmdline() for p in gone]
+        assert not _started_by(workdir)
+    finally:
+        tmux.close()
