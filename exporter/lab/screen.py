@@ -343,7 +343,13 @@ class ScreenView:
         self.draw()
 
     def draw(self) -> None:
-        width, height = self.console.size
+        # The terminal's own size, read each time (a resized window redraws to fit): COLUMNS
+        # and LINES in the environment, which rich would prefer, are often stale.
+        try:
+            width, height = os.get_terminal_size(sys.stdout.fileno())
+        except (OSError, ValueError):
+            width, height = self.console.size
+        self.console.size = (width, height)
         self.live.update(renderable(self.state, width, height), refresh=True)
 
     def close(self) -> None:
