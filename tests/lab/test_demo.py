@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from playwright.sync_api import sync_playwright
 from rich.console import Console
 from rich.text import Text
 from support.paths import ROOT
@@ -22,6 +23,16 @@ from support.paths import ROOT
 from exporter.lab.processes import child_pythonpath, find_binary
 
 SHOTS = ROOT / "build" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def _started_by(workdir: Path) -> list[psutil.Process]:
@@ -135,11 +146,30 @@ def _value(lines: list[str], label: str) -> str:
     return line.rsplit("  ", 1)[-1].strip() if line else ""
 
 
-def _as_svg(ansi: str, path: Path) -> None:
-    """The captured screen (with its colours) through rich's SVG export."""
-    console = Console(record=True, width=80, height=24, file=io.StringIO())
+def _as_image(ansi: str, name: str, width: int, height: int) -> None:
+    """The captured screen (with its colours) through rich's SVG export, and that SVG as
+    Chromium shows it (a PNG for the README); the page must load without a console error."""
+    console = Console(record=True, width=width, height=height, file=io.StringIO())
     console.print(Text.from_ansi(ansi), end="")
-    path.write_text(console.export_svg(title="make demo INJECT=frontend-gil"))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    svg = SHOTS / f"{name}.svg"
+    # rich's template fetches a web font; the image uses the local monospace font instead
+    exported = console.export_svg(title="make demo INJECT=frontend-gil")
+    svg.write_text(re.sub(r"@font-face\s*\{[^}]*\}", "", exported))
+    errors: list[str] = []
+    requests: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 13 * width, "height": 28 * height})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(svg.as_uri())
+            page.locator("svg").screenshot(path=str(SHOTS / f"{name}.png"))
+        finally:
+            browser.close()
+    assert errors == []
+    assert requests == [svg.as_uri()]
 
 
 @pytest.mark.timeout(300)
@@ -187,7 +217,6 @@ def test_demo_screen_in_a_real_terminal(tmp_path: Path) -> None:
             lambda s: next(x for x in s if x.startswith(" GPU util")) != spark, 30, "a redraw"
         )
         assert len(later) == 24 and later[0] == lines[0]
-        _as_svg("\n".join(tmux.screen("-e")), SHOTS / "demo.svg")
         # a larger window: full addresses, longer sparklines
         tmux("resize-window", "-t", "demo", "-x", "160", "-y", "48")
         size = tmux("display", "-p", "-t", "demo", "#{window_width}x#{window_height}")
@@ -198,6 +227,8 @@ def test_demo_screen_in_a_real_terminal(tmp_path: Path) -> None:
             "the full addresses on a larger window",
         )
         assert all(len(line) <= 160 for line in large)
+        tmux.wait_for(lambda s: s != large, 30, "a redraw")
+        _as_image("\n".join(tmux.screen("-e")), "demo", 160, 48)
         # `d` until Prometheus holds the pack's records (their first evaluation takes a while)
         deadline = time.monotonic() + 90
         while True:
