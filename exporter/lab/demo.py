@@ -4,8 +4,9 @@ Starts the reference engine (with ``--inject`` causes), the sidecar reading it (
 this machine has an NVIDIA driver, else a replayed GPU), Prometheus with the ``fast`` rules
 and Alertmanager paging a local PagerDuty capture when their binaries are installed
 (``make tools``), and an open-loop load. The terminal shows the key numbers, the signatures
-Prometheus evaluates, the pages Alertmanager sent, and where to look. Ctrl-C stops everything
-and prints what fired.
+Prometheus evaluates, the pages Alertmanager sent, and where to look: on a terminal as one screen
+that redraws in place (:mod:`exporter.lab.screen`; ``q`` quits, ``d`` shows ``diagnose``'s
+verdict), else as blocks of lines. Ctrl-C stops everything and prints what fired.
 
 The replayed GPU: without injections the bundled showcase trace
 (``exporter/data/replay-2gpu-synthetic.jsonl``, GPU 0 pulsing around 67 %); with one, the
@@ -89,7 +90,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus")
     p.add_argument("--no-alertmanager", action="store_true", help="do not start Alertmanager")
     p.add_argument("--refresh", default="2s", help="screen refresh interval (default 2s)")
-    p.add_argument("--plain", action="store_true", help="print blocks instead of redrawing")
+    p.add_argument(
+        "--plain",
+        action="store_true",
+        help="print blocks of lines instead of the screen (so does a pipe or a log)",
+    )
     p.add_argument("--workdir", type=Path, help="keep configs and logs here (default: temporary)")
     p.add_argument("--engine-arg", action="append", default=[], help="extra engine flag")
     return p
