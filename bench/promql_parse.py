@@ -1,13 +1,13 @@
 """Parse time of the rule pack's PromQL: ``diagnose``'s own parser against ``promql-parser``.
 
 ``diagnose`` parses every recording rule, alert expression and evidence query of the pack on
-each run (:func:`exporter.diagnose.promql.parse`). The question is whether the maintained
+each run (:func:`exporter.diagnose.promql_syntax.parse`). The question is whether the maintained
 ``promql-parser`` package (Rust, via PyO3) could take that over without losing speed. Three
 ways from the texts of the ``sidecar`` and ``fast`` packs to something the evaluator can walk,
 each timed over the whole pack in this process (median CPU per pass over batches of 10, the
 three taking turns in each round, after one warm-up):
 
-* ``ours``: :func:`exporter.diagnose.promql.parse` (tokenizer and precedence climbing in
+* ``ours``: :func:`exporter.diagnose.promql_syntax.parse` (tokenizer and precedence climbing in
   Python), which also keeps each node's source span;
 * ``promql_parser.parse``: the Rust parser alone, to its Python objects;
 * ``promql_parser + conversion``: the Rust parse and a walk of its objects into the
@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from exporter.diagnose.promql import (  # noqa: E402
+from exporter.diagnose.promql_syntax import (  # noqa: E402
     SET_OPS,
     Aggregate,
     Binary,
@@ -51,7 +51,7 @@ from exporter.diagnose.promql import (  # noqa: E402
     parse,
     source,
 )
-from exporter.signatures import catalogue, parse_config, recording_rules  # noqa: E402
+from exporter.signatures import all_signatures, parse_config, recording_rules  # noqa: E402
 from exporter.signatures.promql_text import matchers  # noqa: E402
 
 try:
@@ -70,7 +70,7 @@ def pack_texts() -> list[str]:
     for profile in ("sidecar", "fast"):
         cfg = parse_config({}, profile)
         texts += [rule.expr for rule in recording_rules(cfg)]
-        for sig in catalogue(cfg):
+        for sig in all_signatures(cfg):
             for rule in sig.rules:
                 texts.append(rule.expr)
                 texts += [e.query(instance) for e in rule.evidence if e.expr is not None]
@@ -190,7 +190,7 @@ def quoted_texts() -> list[tuple[str, str]]:
         out.extend((source(text, o), str(t)) for o, t in pairs)
 
     for profile in ("sidecar", "fast"):
-        for sig in catalogue(parse_config({}, profile)):
+        for sig in all_signatures(parse_config({}, profile)):
             for rule in sig.rules:
                 walk(rule.expr, parse(rule.expr), promql_parser.parse(rule.expr))
     return out

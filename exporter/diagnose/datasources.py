@@ -2,7 +2,7 @@
 
 Both answer :meth:`Backend.value` for a sub-expression of an alert or evidence query.
 :class:`PrometheusBackend` sends its text to ``/api/v1/query``; :class:`TargetBackend`
-evaluates its syntax tree with :class:`exporter.diagnose.promql.Evaluator` over the samples
+evaluates its syntax tree with :class:`exporter.diagnose.promql_eval.Evaluator` over the samples
 :func:`sample_target` took, after :func:`target_evaluator` has computed the pack's recording
 rules from them.
 """
@@ -21,19 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.backends.http import FetchError, fetch, make_session
 from exporter.diagnose.findings import DiagnoseError
-from exporter.diagnose.promql import (
-    NAME,
-    Evaluator,
-    Labels,
-    Node,
-    PromQLError,
-    Sample,
-    Scrape,
-    Value,
-)
+from exporter.diagnose.promql_eval import NAME, Evaluator, Labels, Sample, Scrape, Value
+from exporter.diagnose.promql_syntax import Node, PromQLError
 from exporter.signatures.promql_text import split_matchers
+from exporter.signatures.records import recording_rules
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import recording_rules
 
 MAX_BODY = 16 * 1024 * 1024
 DEFAULT_METRICS_PATH = "/metrics"
@@ -188,7 +180,8 @@ def _float(text: object) -> float:
 
 
 class TargetBackend:
-    """Evaluates over scrapes of the sidecar with :class:`exporter.diagnose.promql.Evaluator`."""
+    """Evaluates over scrapes of the sidecar with
+    :class:`exporter.diagnose.promql_eval.Evaluator`."""
 
     def __init__(self, evaluator: Evaluator) -> None:
         self.evaluator = evaluator
@@ -266,7 +259,7 @@ async def sample_target(url: str, span: float, interval: float, timeout: float) 
 
 def target_evaluator(scrapes: Sequence[Scrape], cfg: SiteConfig) -> Evaluator:
     """An evaluator over ``scrapes`` holding the pack's recording rules computed from them."""
-    baseline = cfg.window("baseline")
+    baseline = cfg.window_seconds("baseline")
     evaluator = Evaluator(
         scrapes,
         ignored_labels=target_labels(cfg),

@@ -29,28 +29,30 @@ from exporter.diagnose.findings import (
     Roofline,
     format_value,
 )
-from exporter.diagnose.promql import (
-    SET_OPS,
-    Binary,
+from exporter.diagnose.promql_eval import (
     Labels,
     NeedsHistoryError,
-    Node,
-    Num,
-    PromQLError,
     Sample,
     Value,
     compare,
     match_key,
+)
+from exporter.diagnose.promql_syntax import (
+    SET_OPS,
+    Binary,
+    Node,
+    Num,
+    PromQLError,
     parse,
     source,
     unparen,
 )
 from exporter.diagnose.timeline import timeline
-from exporter.signatures.catalogue import catalogue
+from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.definitions import AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import matchers
+from exporter.signatures.records import RecordNames
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import Records
 
 ORDERED = frozenset({">", "<", ">=", "<="})
 
@@ -230,7 +232,7 @@ async def evaluate(
 ) -> None:
     """Every alert rule of the catalogue into ``report``, findings in rank order."""
     cfg = report.cfg
-    for sig in catalogue(cfg):
+    for sig in all_signatures(cfg):
         data = False
         for rule in sig.rules:
             report.checked += 1
@@ -283,7 +285,7 @@ async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) 
     """The roofline figures and latency budget of each served model, from the pack's records
     (:data:`~exporter.diagnose.findings.FIGURES`); NaN and infinities (a zero division) left out,
     and models with none of :data:`MAIN_FIGURES`. Ordered by target and model."""
-    records = Records.of(cfg)
+    records = RecordNames.of(cfg)
     found: dict[Labels, dict[str, float]] = {}
     for key, attribute in FIGURES.items():
         name = getattr(records, attribute)

@@ -22,7 +22,7 @@ from exporter.config import format_duration as duration
 from exporter.diagnose.findings import Condition, Finding, Report, format_value
 from exporter.diagnose.report import roofline_summary, texts
 from exporter.diagnose.timeline import Interval, Panel, Timeline
-from exporter.signatures.catalogue import catalogue
+from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.render import runbook_url
 from exporter.svgchart import STYLE, Band, Chart, Line, format_tick, render
 
@@ -113,7 +113,7 @@ def ruled_out(report: Report) -> list[tuple[str, str]]:
     skipped = set(report.not_evaluated) | set(report.no_data)
     return [
         (sig.alert, sig.title)
-        for sig in catalogue(report.cfg)
+        for sig in all_signatures(report.cfg)
         if sig.alert not in seen and sig.alert not in skipped
     ]
 
@@ -254,7 +254,7 @@ def _cause_html(rank: int, f: Finding, report: Report) -> str:
         f'<section class="cause" data-alert="{_e(f.sig.alert)}" data-rank="{rank}" '
         f'data-status="{f.status}">',
         f'<h3>{rank}. {_e(f.sig.alert)} <span class="status-{f.status}">{f.status}</span> '
-        f'<span class="muted">{_e(f.rule.severity)} · {_e(f.sig.group)}{_e(state)} · '
+        f'<span class="muted">{_e(f.rule.severity)} · {_e(f.sig.family)}{_e(state)} · '
         f"{_e(f.target)}</span></h3>",
         f"<p><strong>{_e(summary)}</strong></p><p>{_e(description)}</p>",
     ]

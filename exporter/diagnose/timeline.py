@@ -3,7 +3,7 @@ evaluation time, the interval where the first cause held (or its alert fired), a
 missing from the data.
 
 Read through the Prometheus HTTP API (range queries, and the raw samples of ``up`` for scrape
-gaps). The panels' queries are the pack's record names (:class:`Records`), narrowed to the
+gaps). The panels' queries are the pack's record names (:class:`RecordNames`), narrowed to the
 first finding's target, so a plot shows what the alert read.
 """
 
@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 
 from exporter.diagnose.datasources import Matrix, PrometheusBackend
 from exporter.diagnose.findings import Finding, Report
-from exporter.diagnose.promql import NAME, Labels, PromQLError
+from exporter.diagnose.promql_eval import NAME, Labels
+from exporter.diagnose.promql_syntax import PromQLError
 from exporter.signatures.promql_text import matchers, selector
+from exporter.signatures.records import RecordNames
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import Records
 
 # Points per plot: Prometheus answers at most 11,000 per series; a page needs far fewer.
 POINTS = 240
@@ -31,7 +32,7 @@ MAX_SERIES = 6
 @dataclass(frozen=True)
 class SeriesSpec:
     name: str
-    record: str  # an attribute of Records
+    record: str  # an attribute of RecordNames
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ async def _panel(
     window: tuple[float, float, float],
     scope: dict[str, str],
 ) -> Panel:
-    records = Records.of(cfg)
+    records = RecordNames.of(cfg)
     series: list[PlotSeries] = []
     missing, more = [], 0
     for item in spec.series:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.lab.processes import Server, start_prometheus
+from exporter.signatures.records import RecordNames
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import Records
 from support.promstack import binary
 
 # 2026-03-02 03:00:00 UTC: a night page.
@@ -47,7 +47,7 @@ def _ramp(minute: float, before: float, after: float, last: float | None = None)
 
 def series(cfg: SiteConfig) -> dict[str, Callable[[float], float | None]]:
     """Each record (and raw series) by name: its value at a minute, None for no sample."""
-    r = Records.of(cfg)
+    r = RecordNames.of(cfg)
     return {
         r.gpu_utilization: lambda m: _ramp(m, 0.85, 0.40),
         r.gpu_own_utilization: lambda m: _ramp(m, 0.85, 0.40),
@@ -68,10 +68,10 @@ def series(cfg: SiteConfig) -> dict[str, Callable[[float], float | None]]:
         r.hottest_thread: lambda m: _ramp(m, 0.45, 0.98),
         r.requests_running: lambda m: _ramp(m, 6.0, 4.0),
         r.traffic: lambda m: 1.0,
-        Records.history(cfg.window("rate")): lambda m: (
+        RecordNames.history(cfg.window("rate")): lambda m: (
             1.0 if m >= cfg.window("rate") / 60 else None
         ),
-        Records.history(cfg.window("queue_trend")): (
+        RecordNames.history(cfg.window("queue_trend")): (
             lambda m: 1.0 if m >= cfg.window("queue_trend") / 60 else None
         ),
         "up": lambda m: None if GAP[0] <= m < GAP[1] else 1.0,
