@@ -68,11 +68,11 @@ def series(cfg: SiteConfig) -> dict[str, Callable[[float], float | None]]:
         r.hottest_thread: lambda m: _ramp(m, 0.45, 0.98),
         r.requests_running: lambda m: _ramp(m, 6.0, 4.0),
         r.traffic: lambda m: 1.0,
-        RecordNames.history(cfg.window("rate")): lambda m: (
-            1.0 if m >= cfg.window("rate") / 60 else None
+        RecordNames.history(cfg.window_seconds("rate")): lambda m: (
+            1.0 if m >= cfg.window_seconds("rate") / 60 else None
         ),
-        RecordNames.history(cfg.window("queue_trend")): (
-            lambda m: 1.0 if m >= cfg.window("queue_trend") / 60 else None
+        RecordNames.history(cfg.window_seconds("queue_trend")): (
+            lambda m: 1.0 if m >= cfg.window_seconds("queue_trend") / 60 else None
         ),
         "up": lambda m: None if GAP[0] <= m < GAP[1] else 1.0,
         "inference_exporter_build_info": lambda m: None if GAP[0] <= m < GAP[1] else 1.0,
