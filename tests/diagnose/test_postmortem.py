@@ -14,7 +14,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -31,7 +31,8 @@ from support.incident import (
     Recorded,
     serve,
 )
-from support.paths import ROOT
+from support.paths import ROOT, TRACE
+from support.process import ExporterProcess
 
 from exporter.diagnose.timeline import PANELS
 from exporter.signatures.site import parse_config
@@ -259,3 +260,20 @@ def test_bad_flags_one_line(recorded: Recorded, args: tuple[str, ...], message: 
     assert result.returncode == 2
     assert result.stderr.startswith(f"{PROG}: error: {message}"), result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_target_mode_report_has_the_verdict_and_says_why_no_plots(
+    exporter_process: Callable[..., ExporterProcess], tmp_path: Path
+) -> None:
+    proc = exporter_process("--gpu.replay-file", str(TRACE), "--no-collector.engine")
+    proc.wait_ready()
+    out = tmp_path / "target.html"
+    result = diagnose(
+        "--target", proc.base, "--duration", "2s", "--interval", "1s", "--report", str(out)
+    )
+    assert result.returncode in (0, 1), result.stderr
+    page = out.read_text()
+    assert f"diagnose of {proc.base}/metrics at " in page
+    assert 'id="verdict"' in page and "<figure" not in page
+    assert "No time series: plots need <code>--prometheus.url</code>." in page
+    assert "<td>samples</td><td>3 over 2 s</td>" in page
