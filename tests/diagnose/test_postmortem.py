@@ -1,10 +1,10 @@
 """``diagnose --report``: the post-mortem of a recorded incident, from a real Prometheus.
 
-The incident (:mod:`support.incident`, frontend-gil-like, hand-written records backfilled
-with promtool) is diagnosed through the real CLI at its last minute; the HTML and Markdown
-reports are parsed and checked: the causes in the verdict's order, every plot drawn with
-data, the shaded windows where the cause held and where its alert fired, the data-quality
-faults, the inputs. One-line errors for bad ``--report`` paths and ``--time``.
+Each incident (:mod:`support.incident`: frontend-gil, tokenizer-slow and softirq look-alikes,
+hand-written records backfilled with promtool) is diagnosed through the real CLI at its last
+minute; the HTML and Markdown reports are parsed and checked: the causes in the verdict's
+order, every plot drawn with data, the shaded windows where the cause held and where its
+alert fired, the data-quality faults, the inputs. One-line errors for bad ``--report`` paths and ``--time``.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from support.incident import (
     COLLECTOR_FAILS,
-    FIRING_AT,
     GAP,
     INCIDENT_AT,
     LEAD,
     MINUTES,
+    SCENARIOS,
     SCRAPE_S,
     START,
     Recorded,
@@ -38,7 +38,7 @@ from exporter.diagnose.timeline import PANELS
 from exporter.signatures.site import parse_config
 
 PROG = "inference-bottleneck-exporter diagnose"
-ORDER = [LEAD, "InferenceQueueWaitDominatesLatency", "InferenceFrontendCPUSaturated"]
+ORDER = list(SCENARIOS["frontend-gil"].order)
 
 
 def diagnose(*args: str) -> subprocess.CompletedProcess[str]:
@@ -61,15 +61,32 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         rec.server.stop()
 
 
-@pytest.fixture(scope="module")
-def html_report(recorded: Recorded, tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = tmp_path_factory.mktemp("report") / "incident.html"
-    result = diagnose(
-        "--prometheus.url", recorded.url, "--time", str(recorded.end), "--report", str(out)
-    )
+def render(rec: Recorded, out: Path) -> str:
+    result = diagnose("--prometheus.url", rec.url, "--time", str(rec.end), "--report", str(out))
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr == ""
     return out.read_text()
+
+
+@pytest.fixture(scope="module")
+def html_report(recorded: Recorded, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The frontend-gil incident's report."""
+    return render(recorded, tmp_path_factory.mktemp("report") / "incident.html")
+
+
+@pytest.fixture(scope="module")
+def reports(html_report: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Every incident's report, by scenario."""
+    out = {"frontend-gil": html_report}
+    for name, scenario in SCENARIOS.items():
+        if name in out:
+            continue
+        rec = serve(parse_config({}), tmp_path_factory.mktemp(name), scenario)
+        try:
+            out[name] = render(rec, tmp_path_factory.mktemp(f"{name}-report") / "incident.html")
+        finally:
+            rec.server.stop()
+    return out
 
 
 class Elements(HTMLParser):
@@ -102,11 +119,15 @@ def at_minute(minute: float) -> float:
     return START + minute * 60
 
 
-def test_verdict_ranks_the_causes_and_comes_first(html_report: str) -> None:
-    causes = [a for t, a in parse(html_report).tags if t == "section" and "data-alert" in a]
-    assert [a["data-alert"] for a in causes] == ORDER
-    assert [a["data-rank"] for a in causes] == ["1", "2", "3"]
-    assert all(a["data-status"] == "holds" for a in causes)
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_verdict_ranks_the_causes(reports: dict[str, str], name: str) -> None:
+    causes = [a for t, a in parse(reports[name]).tags if t == "section" and "data-alert" in a]
+    held = [a["data-alert"] for a in causes if a["data-status"] == "holds"]
+    assert held == list(SCENARIOS[name].order)
+    assert [a["data-rank"] for a in causes] == [str(i) for i in range(1, len(causes) + 1)]
+
+
+def test_verdict_comes_first(html_report: str) -> None:
     assert html_report.index('id="verdict"') < html_report.index('id="plots"')
     assert html_report.index('id="plots"') < html_report.index('id="data-quality"')
     assert html_report.index('id="data-quality"') < html_report.index('id="inputs"')
@@ -134,8 +155,9 @@ def test_each_cause_shows_observed_against_threshold_and_its_promql(html_report:
     assert LEAD not in ruled
 
 
-def test_every_plot_is_drawn_with_data(html_report: str) -> None:
-    plots = figures(html_report)
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_every_plot_is_drawn_with_data(reports: dict[str, str], name: str) -> None:
+    plots = figures(reports[name])
     assert list(plots) == [p.key for p in PANELS]
     # 40 minutes in a 1h window at 15 s: about 160 points per series
     for key, body in plots.items():
@@ -145,29 +167,36 @@ def test_every_plot_is_drawn_with_data(html_report: str) -> None:
     names = {key: re.findall(r'data-series="([^"]+)"', body) for key, body in plots.items()}
     assert names["budget"] == ["queue", "prefill", "decode", "host"]
     assert names["tokenizer"] == ["tokenizer", "decode step"]
-    assert names["softirq"] == ["node"]  # the busiest-core record is absent
+    absent = "softirq_hottest_core" in SCENARIOS[name].absent
+    assert names["softirq"] == (["node"] if absent else ["node", "busiest core"])
     assert 'data-threshold="0.9"' in plots["thread"]
     assert 'data-threshold="0.33"' in plots["roofline"]
 
 
-def test_shading_where_the_cause_held_and_its_alert_fired(html_report: str) -> None:
-    for key, body in figures(html_report).items():
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_shading_where_the_cause_held_and_its_alert_fired(
+    reports: dict[str, str], name: str
+) -> None:
+    scenario = SCENARIOS[name]
+    for key, body in figures(reports[name]).items():
         bands = {
             kind: (float(a), float(b))
             for kind, a, b in re.findall(
                 r'<rect class="(\w+)" data-start="([\d.]+)" data-end="([\d.]+)"', body
             )
         }
-        assert set(bands) == {"baseline", "incident", "firing"}, key
-        # The condition held from the incident's start (within one plot step and the
-        # 5m windows of the records it reads), the alert fired from FIRING_AT (ALERTS).
+        fired = scenario.firing_at is not None
+        assert set(bands) == {"baseline", "incident", *(["firing"] if fired else [])}, key
+        # The condition held from the incident's start (within one plot step: the records
+        # change at minute 20), the alert fired from when ALERTS says so.
         held_from, held_to = bands["incident"]
         assert at_minute(INCIDENT_AT) <= held_from <= at_minute(INCIDENT_AT) + 60, key
         assert held_to >= at_minute(MINUTES) - SCRAPE_S
-        fired_from, fired_to = bands["firing"]
-        assert abs(fired_from - at_minute(FIRING_AT)) <= SCRAPE_S, key
-        assert fired_to >= at_minute(MINUTES) - SCRAPE_S
-        assert bands["baseline"][1] == held_from
+        if scenario.firing_at is not None:
+            fired_from, fired_to = bands["firing"]
+            assert abs(fired_from - at_minute(scenario.firing_at)) <= SCRAPE_S, key
+            assert fired_to >= at_minute(MINUTES) - SCRAPE_S
+        assert bands["baseline"] == (at_minute(-20), held_from)
 
 
 def test_baseline_and_incident_means_tell_the_story(html_report: str) -> None:
