@@ -177,6 +177,10 @@ def parser() -> ArgumentParser:
     return p
 
 
+def _slashed(name: str) -> str:
+    return name if name.startswith("/") else "/" + name
+
+
 def _write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -221,8 +225,8 @@ def run(argv: Sequence[str]) -> int:
                 difflib.unified_diff(
                     source.text.splitlines(keepends=True),
                     text.splitlines(keepends=True),
-                    f"a/{source.name}",
-                    f"b/{source.name}",
+                    "a" + _slashed(source.name),
+                    "b" + _slashed(source.name),
                 )
             )
         return 0

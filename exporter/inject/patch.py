@@ -146,6 +146,14 @@ def plan(doc: Any, place: Place, values: Values, options: Options = Options()) -
     operations and a note, unless an engine URL is given."""
     if not isinstance(get(doc, place.spec), Mapping):
         raise PlacementError(f"{place.name}: no pod spec at {pointer(place.spec)}")
+    for key in (place.containers, "initContainers"):
+        found = get(doc, (*place.spec, key))
+        if found is not None and not (
+            isinstance(found, list) and all(isinstance(c, Mapping) for c in found)
+        ):
+            raise PlacementError(
+                f"{place.name}: {pointer((*place.spec, key))} is not a list of containers"
+            )
     endpoint = _endpoint(doc, place, values, options)
     result = Plan(place, endpoint)
     if endpoint is None:

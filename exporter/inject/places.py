@@ -46,7 +46,7 @@ def get(doc: Any, path: Path) -> Any:
 
 
 def _containers(path: Path) -> Callable[[Any], list[Any]]:
-    return lambda doc: list(get(doc, path) or [])
+    return lambda doc: list(found) if isinstance(found := get(doc, path), list) else []
 
 
 @dataclass(frozen=True)
