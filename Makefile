@@ -8,14 +8,19 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TRACE := exporter/data/replay-2gpu-synthetic.jsonl
 LISTEN ?= 127.0.0.1:10960
 
+# The one place that knows how to install Debian packages (as root, or through sudo).
+APT_INSTALL = $(SUDO) apt-get update -qq && \
+  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends
+# $(call need,COMMANDS,PACKAGES): install PACKAGES unless every one of COMMANDS is on PATH.
+need = missing=; for c in $(1); do command -v $$c >/dev/null 2>&1 || missing=1; done; \
+  if [ -n "$$missing" ]; then $(APT_INSTALL) $(2) >/dev/null; fi
+
 .PHONY: venv install install-dev tools run test test-lowest lint docs bench soak demo drills
 
 # Debian's python3 makes virtualenvs only with python3-venv installed; install it when missing.
 $(PY):
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV) && \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-	    python3-venv >/dev/null && $(PYTHON) -m venv $(VENV); }
+	  $(APT_INSTALL) python3-venv >/dev/null && $(PYTHON) -m venv $(VENV); }
 
 venv: $(PY)
 
@@ -28,28 +33,14 @@ install-dev: $(PY)
 
 # promtool (Prometheus) and Alertmanager for the tests that use the real tools.
 tools:
-	@command -v promtool >/dev/null 2>&1 || { \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-	    prometheus prometheus-alertmanager >/dev/null; }
+	@$(call need,promtool prometheus prometheus-alertmanager,prometheus prometheus-alertmanager)
 	@# curl and openssl s_client: real TLS clients for tests/server/test_websec.py.
-	@command -v curl >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1 || { \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-	    curl openssl >/dev/null; }
+	@$(call need,curl openssl,curl openssl)
 	@# victoria-metrics (VictoriaMetrics, vmalert, vmagent): the pack on a second engine and
 	@# the multi-cluster paths (tests/signatures/test_vmalert.py, test_multicluster.py).
-	@command -v victoria-metrics >/dev/null 2>&1 && command -v vmalert >/dev/null 2>&1 && \
-	  command -v vmagent >/dev/null 2>&1 || { \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-	    victoria-metrics >/dev/null; }
+	@$(call need,victoria-metrics vmalert vmagent,victoria-metrics)
 	@# buildah, podman (run with runc) and debootstrap: tests/image builds and runs the image.
-	@command -v buildah >/dev/null 2>&1 && command -v podman >/dev/null 2>&1 && \
-	  command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 || { \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-	    buildah podman runc debootstrap >/dev/null; }
+	@$(call need,buildah podman runc debootstrap,buildah podman runc debootstrap)
 
 # The main job: real NVML when this machine has an NVIDIA driver, else the bundled trace.
 run: install
@@ -68,10 +59,7 @@ run: install
 # DEMO_ARGS passes more flags, e.g. DEMO_ARGS="--duration 3m --plain".
 demo: $(PY)
 	$(PY) -m pip install -q -e '.[reference]' 'torch==2.13.0'
-	@command -v prometheus >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1 || \
-	  { $(SUDO) apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-	      prometheus prometheus-alertmanager >/dev/null; } || \
+	@{ $(call need,prometheus prometheus-alertmanager,prometheus prometheus-alertmanager); } || \
 	  echo "Prometheus and Alertmanager could not be installed: the demo runs without them."
 	$(PY) -m exporter.cli demo $(if $(INJECT),--inject $(INJECT)) $(DEMO_ARGS)
 
@@ -112,10 +100,7 @@ soak: install-dev
 # The overhead suite, a few minutes: the exporter side by side with Debian's
 # node_exporter; JSON in bench/results/, tables regenerated in docs/performance.md.
 bench: install
-	@command -v prometheus-node-exporter >/dev/null 2>&1 || { \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-	    prometheus-node-exporter >/dev/null; }
+	@$(call need,prometheus-node-exporter,prometheus-node-exporter)
 	$(PY) bench/run_all.py
 	$(PY) bench/engine_poll.py
 

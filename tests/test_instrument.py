@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from support.clock import FakeClock
 
 from exporter.instrument import InferenceMetrics, torch_h2d
 from exporter.instrument.torch_h2d import H2DTimer
@@ -19,18 +20,6 @@ from exporter.metrics import BY_NAME
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = "inference_tokenizer_latency_seconds"
 ENGINE_SOURCE = {"source": "engine"}
-
-
-class FakeClock:
-    """Advances by ``step`` seconds on every read."""
-
-    def __init__(self, step: float = 0.25) -> None:
-        self.now = 0.0
-        self.step = step
-
-    def __call__(self) -> float:
-        self.now += self.step
-        return self.now
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
@@ -130,7 +119,7 @@ def test_default_registry_is_prometheus_default() -> None:
 
 def test_tokenizer_timer_as_context_manager() -> None:
     registry = CollectorRegistry()
-    metrics = InferenceMetrics("m", registry=registry, clock=FakeClock(0.25))
+    metrics = InferenceMetrics("m", registry=registry, clock=FakeClock(0.0, step=0.25))
     with metrics.tokenizer_timer():
         pass
     assert value(registry, f"{TOKENIZER}_count", ENGINE_SOURCE) == 1.0
@@ -141,7 +130,7 @@ def test_tokenizer_timer_as_context_manager() -> None:
 
 def test_tokenizer_timer_as_sync_decorator() -> None:
     registry = CollectorRegistry()
-    metrics = InferenceMetrics("m", registry=registry, clock=FakeClock(0.5))
+    metrics = InferenceMetrics("m", registry=registry, clock=FakeClock(0.0, step=0.5))
 
     @metrics.tokenizer_timer()
     def tokenize(text: str) -> list[int]:
@@ -157,7 +146,7 @@ def test_tokenizer_timer_as_sync_decorator() -> None:
 
 async def test_tokenizer_timer_as_async_decorator() -> None:
     registry = CollectorRegistry()
-    metrics = InferenceMetrics("m", registry=registry, clock=FakeClock(0.5))
+    metrics = InferenceMetrics("m", registry=registry, clock=FakeClock(0.0, step=0.5))
 
     @metrics.tokenizer_timer()
     async def tokenize(text: str) -> list[int]:
@@ -170,7 +159,7 @@ async def test_tokenizer_timer_as_async_decorator() -> None:
 
 async def test_tokenizer_timer_async_with_and_failures() -> None:
     registry = CollectorRegistry()
-    metrics = InferenceMetrics("m", registry=registry, clock=FakeClock(0.25))
+    metrics = InferenceMetrics("m", registry=registry, clock=FakeClock(0.0, step=0.25))
     async with metrics.tokenizer_timer():
         pass
 
@@ -186,7 +175,7 @@ async def test_tokenizer_timer_async_with_and_failures() -> None:
 
 def test_one_timer_nests() -> None:
     registry = CollectorRegistry()
-    metrics = InferenceMetrics("m", registry=registry, clock=FakeClock(1.0))
+    metrics = InferenceMetrics("m", registry=registry, clock=FakeClock(0.0, step=1.0))
     timer = metrics.tokenizer_timer()
     with timer, timer:  # starts 1, 2; ends 3 (observes 1), 4 (observes 3)
         pass
@@ -308,7 +297,7 @@ def test_h2d_pending_is_bounded(gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch) -
 def test_h2d_without_cuda_times_on_the_host(gpu: FakeGpu) -> None:
     gpu.available = False
     registry = CollectorRegistry()
-    timer = H2DTimer("m", registry=registry, clock=FakeClock(0.125))
+    timer = H2DTimer("m", registry=registry, clock=FakeClock(0.0, step=0.125))
     moved = timer.copy(FakeTensor(gpu), "cpu")
     assert moved.device == "cpu"
     assert gpu.events == []

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
+from support.clock import FakeClock
 from support.paths import ROOT, TRACE
 
 from exporter.backends.pidns import FixedPids
@@ -32,14 +33,6 @@ LAG_S = 0.05
 # later reads: GPM supplies PCIe, so 9 fields + the GPM sample.
 FIRST_READ_CALLS = 14
 LATER_READ_CALLS = 10
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(scope="module")

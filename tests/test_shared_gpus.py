@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
+from support.clock import FakeClock
 from support.metrics import registry_of
 from support.paths import ROOT
 from support.synthetic_shared import (
@@ -46,14 +47,6 @@ GIB = 1024**3
 MIB = 1024**2
 # Polls at these trace times (the first one when the collector starts).
 POLLS = (0.0, 1.0, 2.5, 4.0, 7.0)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.clock import FakeClock
 
 import exporter
 from exporter.backends.gpu_reader import GpuReader, read_identity, read_mig_slices
@@ -38,17 +39,6 @@ WALL0 = 1_700_000_000_000_000  # epoch µs at init
 GPU_IS_LOST_CODE = 15
 NOT_SUPPORTED_CODE = 3
 UNINITIALIZED_CODE = 1
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def header(gpus: int = 1, **extra: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.clock import FakeClock
 from support.metrics import registry_of
 
 from exporter.backends.procfs import MODES, CpuTimes
@@ -14,14 +15,6 @@ from exporter.collectors.cpu import CpuCollector, hottest_softirq_ratio
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "proc"
 HOTTEST = "inference_cpu_softirq_hottest_core_ratio"
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def use(proc: Path, fixture: str) -> None:

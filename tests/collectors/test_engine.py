@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
+from support.clock import FakeClock
 from support.fakeengine import DEFAULT_METRICS, FakeEngine, gzip_bomb, unused_port
 from support.metrics import registry_of
 from support.paths import FIXTURES as ALL_FIXTURES
@@ -30,14 +31,6 @@ def scrape(collector: EngineCollector) -> tuple[CollectorRegistry, Collection]:
     return registry_of(collection), collection
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 async def engine() -> AsyncIterator[FakeEngine]:
     async with FakeEngine() as fake:
@@ -50,13 +43,13 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-def make(url: str, clock: Clock | None = None, **kw: object) -> EngineCollector:
+def make(url: str, clock: FakeClock | None = None, **kw: object) -> EngineCollector:
     return EngineCollector(
         EngineHub(configured=str(kw.pop("engine_type", "auto"))),
         url,
         poll_interval=5.0,
         timeout=0.5,
-        clock=clock or Clock(),
+        clock=clock or FakeClock(100.0),
         **kw,  # type: ignore[arg-type]
     )
 
@@ -96,7 +89,7 @@ async def test_configured_type_wins_over_detection(
 async def test_series_go_stale_after_three_intervals(
     engine: FakeEngine, session: aiohttp.ClientSession
 ) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     collector = make(engine.url + "/metrics", clock)
     await collector.tick(session)
     engine.set_mode("500", route="metrics")

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from support.clock import FakeClock
 from support.metrics import registry_of
 from support.nvml import FaultyApi
 
@@ -30,14 +31,6 @@ from exporter.config import ConfigError
 GIB = 1024**3
 U0 = "GPU-00000000-0000-0000-0000-000000000000"
 U1 = "GPU-11111111-1111-1111-1111-111111111111"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def trace_lines(records: list[dict[str, Any]], *, gpm1: bool = False) -> list[str]:

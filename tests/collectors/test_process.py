@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 import pytest
 from prometheus_client import CollectorRegistry
+from support.clock import FakeClock
 from support.metrics import registry_of
 
 from exporter.collectors import process as process_module
@@ -24,14 +25,6 @@ CPU = "inference_engine_process_cpu_seconds_total"
 COUNT = "inference_engine_processes"
 HOTTEST = "inference_engine_hottest_thread_cpu_ratio"
 SELF_PID = 4242
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FakeProcess:

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
+from support.clock import FakeClock
 
 from exporter.collectors.base import Collection, Collector
 from exporter.server.scrape import ScrapeCoordinator
@@ -17,22 +18,6 @@ from exporter.server.scrape import ScrapeCoordinator
 DEADLINE = 0.2
 # Thread start-up and scheduling on a loaded CI machine; far below any deadline we test.
 SLACK = 0.15
-
-
-class FakeClock:
-    """Monotonic seconds that only collectors advance, so durations are exact."""
-
-    def __init__(self) -> None:
-        self.now = 500.0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self.now
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.now += seconds
 
 
 def value_family(name: str, value: float) -> GaugeMetricFamily:
@@ -133,7 +118,7 @@ def duration(registry: CollectorRegistry, name: str) -> float | None:
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(500.0)
 
 
 @pytest.fixture
