@@ -335,6 +335,12 @@ def _inject(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return run(argv)
 
 
+def _webhook(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    from exporter.inject.webhook import run  # noqa: PLC0415
+
+    return run(argv)
+
+
 def _load(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return _lab("loadgen", "load", argv)
 
@@ -358,6 +364,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("record", "record an NVML replay trace from this machine's GPUs", record),
     Command("diagnose", "name the bottleneck from a Prometheus or a sidecar", _diagnose),
     Command("inject", "add the sidecar to the pods of Kubernetes manifests", _inject),
+    Command("webhook", "the admission webhook that adds the sidecar to pods", _webhook),
     Command("load", "drive an engine with an open-loop load (lab, source checkout)", _load),
     Command("demo", "the whole pipeline live on this machine (lab, source checkout)", _demo),
 )

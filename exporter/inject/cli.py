@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from exporter.config import ArgumentParser
+from exporter.config import ArgumentParser, usage_error
 from exporter.inject.patch import Options, PlacementError, apply, plan
 from exporter.inject.places import places
 from exporter.inject.sidecar import Values, ValuesError, native_default
@@ -37,8 +37,7 @@ class InjectError(Exception):
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    usage_error(PROG, message)
 
 
 @dataclass
