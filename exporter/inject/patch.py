@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.inject.engine import Endpoint, find_engine
+from exporter.inject.endpoint import Endpoint, find_engine
 from exporter.inject.places import Path, Place, get
 from exporter.inject.sidecar import Values, build_container
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from support.paths import ROOT
 
-from exporter.inject.engine import find_engine
+from exporter.inject.endpoint import find_engine
 
 SIDECAR = "inference-bottleneck-exporter"
 
