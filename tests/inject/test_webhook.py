@@ -3,7 +3,6 @@ bundle, AdmissionReview v1 in and out; the patch applied by an RFC 6902 library 
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import re
@@ -11,18 +10,15 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 from support.paths import ROOT
-from support.tls import Pki
+from support.webhook import Webhook, patched, review
 
 from exporter.inject.patch import ANNOTATION_ENGINE_URL, ANNOTATION_INJECT
 
@@ -51,82 +47,6 @@ POD: dict[str, Any] = {
 }
 
 
-class Webhook:
-    """The real ``webhook`` command on a free loopback port."""
-
-    def __init__(self, tmp: Path, *args: str) -> None:
-        self.pki = Pki(tmp)
-        config = tmp / "web.yml"
-        config.write_text(
-            f"tls_server_config:\n  cert_file: {tmp}/server.crt\n  key_file: {tmp}/server.key\n"
-        )
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "exporter.cli",
-                "webhook",
-                "--web.listen-address=127.0.0.1:0",
-                f"--web.config.file={config}",
-                "--review.timeout=1s",
-                *args,
-            ],
-            cwd=ROOT,
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self.port = 0
-        seen = threading.Event()
-
-        def read() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                self.lines.append(line)
-                if (m := _LISTEN.search(line)) and not self.port:
-                    self.port = int(m.group(1))
-                    seen.set()
-
-        self.reader = threading.Thread(target=read, daemon=True)
-        self.reader.start()
-        assert seen.wait(30), self.lines
-
-    def connection(self) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection(
-            "127.0.0.1", self.port, context=self.pki.client(), timeout=10
-        )
-
-    def post(self, body: bytes, path: str = "/mutate") -> tuple[int, dict[str, Any], float]:
-        conn = self.connection()
-        started = time.monotonic()
-        try:
-            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
-            response = conn.getresponse()
-            return response.status, json.loads(response.read()), time.monotonic() - started
-        finally:
-            conn.close()
-
-    def metrics(self) -> dict[tuple[str, str], float]:
-        conn = self.connection()
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-        conn.close()
-        out = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                if s.name == "inference_webhook_reviews_total":
-                    out[(s.labels["webhook"], s.labels["result"])] = s.value
-        return out
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
-        self.reader.join(10)
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
-
-
 @pytest.fixture
 def webhook(tmp_path: Path) -> Iterator[Webhook]:
     hook = Webhook(tmp_path)
@@ -134,37 +54,11 @@ def webhook(tmp_path: Path) -> Iterator[Webhook]:
     hook.close()
 
 
-def review(pod: Any, uid: str = "b6c4f0e2-1a2b-4c3d-9e8f-0123456789ab", kind: str = "Pod") -> bytes:
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": uid,
-                "kind": {"group": "", "version": "v1", "kind": kind},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "namespace": "inference",
-                "operation": "CREATE",
-                "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
-                "object": pod,
-                "dryRun": False,
-            },
-        }
-    ).encode()
-
-
 def _valid(answer: dict[str, Any], uid: str) -> dict[str, Any]:
     assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
     response: dict[str, Any] = answer["response"]
     assert response["uid"] == uid and response["allowed"] is True
     return response
-
-
-def patched(pod: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
-    assert response["patchType"] == "JSONPatch"
-    patch = json.loads(base64.b64decode(response["patch"]))
-    result: dict[str, Any] = jsonpatch.JsonPatch(patch).apply(pod)
-    return result
 
 
 def inject_cli(pod: dict[str, Any], *args: str) -> dict[str, Any]:
