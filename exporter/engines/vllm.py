@@ -138,5 +138,12 @@ SPEC = EngineSpec(
     preallocates_memory=True,
     process="vllm",
     version=Version(path="/version"),
-    serving=Serving(images=(r"vllm-openai", r"(^|/)vllm/", r"llm-d/llm-d"), port=8000),
+    serving=Serving(
+        images=(
+            r"vllm-openai",
+            r"(^|/)vllm/",
+            r"llm-d/llm-d(-(cuda|rocm|xpu|cpu|gaudi|hpu))?(:|@|$)",
+        ),
+        port=8000,
+    ),
 )

@@ -54,6 +54,16 @@ def _image_path(image: str) -> str:
     return image
 
 
+def from_annotations(annotations: Mapping[str, Any]) -> str | None:
+    """The metrics URL KServe's annotations give (``prometheus.kserve.io/port`` and ``/path``:
+    its serving runtimes name their engine's metrics so)."""
+    port = str(annotations.get("prometheus.kserve.io/port", ""))
+    if not port.isdigit():
+        return None
+    path = str(annotations.get("prometheus.kserve.io/path") or "/metrics")
+    return f"http://127.0.0.1:{port}{path if path.startswith('/') else '/' + path}"
+
+
 def _engine_of(container: Mapping[str, Any]) -> EngineSpec | None:
     command = " ".join(tokens(container))
     for spec in _SERVED:
@@ -102,8 +112,18 @@ def _port(serving: Serving, container: Mapping[str, Any]) -> int:
     return serving.port
 
 
-def find_engine(containers: Sequence[Mapping[str, Any]], *, skip: str) -> Endpoint | None:
-    """The first container (other than ``skip``, the sidecar) that runs a known engine."""
+def _declares(container: Mapping[str, Any], port: int) -> bool:
+    return any(
+        isinstance(p, Mapping) and p.get("containerPort") == port
+        for p in container.get("ports") or []
+    )
+
+
+def find_engine(
+    containers: Sequence[Mapping[str, Any]], *, skip: str, declared_port: bool = False
+) -> Endpoint | None:
+    """The first container (other than ``skip``, the sidecar) that runs a known engine; with
+    ``declared_port``, only one that declares the port it serves on."""
     for container in containers:
         if not isinstance(container, Mapping) or container.get("name") == skip:
             continue
@@ -111,6 +131,8 @@ def find_engine(containers: Sequence[Mapping[str, Any]], *, skip: str) -> Endpoi
         if spec is None or spec.serving is None:
             continue
         port = _port(spec.serving, container)
+        if declared_port and not _declares(container, port):
+            continue
         url = f"http://127.0.0.1:{port}{spec.metrics_path}"
         return Endpoint(str(container.get("name") or ""), spec.name, url)
     return None

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.inject.endpoint import Endpoint, find_engine
+from exporter.inject.endpoint import Endpoint, find_engine, from_annotations
 from exporter.inject.places import Path, Place, get
 from exporter.inject.sidecar import Values, build_container
 
@@ -67,7 +67,13 @@ def _find(doc: Any, spec: Path, name: str, lists: tuple[str, ...]) -> tuple[str,
 def _endpoint(doc: Any, place: Place, values: Values, options: Options) -> Endpoint | None:
     configured = values.sidecar.get("config") or {}
     url = options.engine_url or configured.get("engine.url")
-    found = find_engine(place.engines(doc), skip=values.container_name)
+    found = find_engine(
+        place.engines(doc), skip=values.container_name, declared_port=place.declared_port
+    )
+    if not url and found is None and place.annotations is not None:
+        annotations = get(doc, place.annotations)
+        if isinstance(annotations, Mapping):
+            url = from_annotations(annotations)
     if url:
         return Endpoint(found.container if found else "", found.engine if found else "", str(url))
     return found
@@ -78,9 +84,7 @@ def _container(values: Values, place: Place, endpoint: Endpoint, native: bool) -
     if not place.share_pid:
         flags["collector.process"] = False  # the engine's processes are out of its sight
     container = build_container(values.with_config(**flags), native=native)
-    if place.fields is not None:
-        container = {k: v for k, v in container.items() if k in place.fields}
-    return container
+    return place.shape(container) if place.shape is not None else container
 
 
 def _check_ports(doc: Any, place: Place, values: Values) -> None:

@@ -30,6 +30,23 @@ Path = tuple[str | int, ...]
 
 # What a NIMService's sidecarContainers keep of a container.
 NIM_FIELDS = frozenset({"name", "image", "command", "args", "env"})
+Shape = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def nim_sidecar(container: dict[str, Any]) -> dict[str, Any]:
+    """A container as a NIMService's ``sidecarContainers`` take it: its image as the operator's
+    ``{repository, tag, pullPolicy}``, and only the fields it keeps."""
+    out = {k: v for k, v in container.items() if k in NIM_FIELDS}
+    reference = str(container["image"])
+    name, _, digest = reference.partition("@")
+    repository, colon, tag = name.rpartition(":")
+    if not colon or "/" in tag:
+        repository, tag = name, "latest"
+    image = {"repository": repository, "tag": f"{tag}@{digest}" if digest else tag}
+    if "imagePullPolicy" in container:
+        image["pullPolicy"] = container["imagePullPolicy"]
+    out["image"] = image
+    return out
 
 
 def get(doc: Any, path: Path) -> Any:
@@ -66,9 +83,16 @@ class Place:
     init: bool = True
     share_pid: bool = True
     fields: frozenset[str] | None = field(default=None)
+    shape: Shape | None = None
+    # Worker templates of a multi-node engine: only a container that declares the engine's
+    # port serves its API (the others run the engine's workers: Ray, vLLM --headless).
+    declared_port: bool = False
+    # Annotations of the pod (KServe's prometheus.kserve.io/port and /path name the engine's
+    # metrics where its container does not say).
+    annotations: Path | None = None
 
 
-def _template(name: str, template: Path) -> Place:
+def _template(name: str, template: Path, *, declared_port: bool = False) -> Place:
     spec = (*template, "spec")
     return Place(
         name,
@@ -76,11 +100,36 @@ def _template(name: str, template: Path) -> Place:
         "containers",
         (*template, "metadata", "labels"),
         _containers((*spec, "containers")),
+        declared_port=declared_port,
+        annotations=(*template, "metadata", "annotations"),
     )
 
 
 def _podspec(name: str, spec: Path, labels: Path | None) -> Place:
     return Place(name, spec, "containers", labels, _containers((*spec, "containers")))
+
+
+# KServe's base LLMInferenceServiceConfig (config/llmisvcconfig/config-llm-template.yaml) runs
+# the container named main as `vllm serve ... --port 8000` in llm-d's image; a
+# LLMInferenceService's own `main` only adds to it.
+LLMISVC_MAIN: dict[str, Any] = {
+    "image": "ghcr.io/llm-d/llm-d-cuda",
+    "command": ["vllm", "serve"],
+    "args": ["--port", "8000"],
+    "ports": [{"containerPort": 8000, "protocol": "TCP"}],
+}
+
+
+def _llmisvc_engines(spec: Path) -> Callable[[Any], list[Any]]:
+    def engines(doc: Any) -> list[Any]:
+        found = get(doc, (*spec, "containers"))
+        out = []
+        for container in found if isinstance(found, list) else []:
+            main = isinstance(container, Mapping) and container.get("name") == "main"
+            out.append({**LLMISVC_MAIN, **container} if main else container)
+        return out
+
+    return engines
 
 
 def _nim_engine(doc: Any) -> list[Any]:
@@ -141,14 +190,34 @@ def _lws(doc: Any, name: str) -> Iterator[Place]:
     base = ("spec", "leaderWorkerTemplate")
     for key in ("leaderTemplate", "workerTemplate"):
         if isinstance(get(doc, (*base, key)), Mapping):
-            yield _template(f"{name} {key}", (*base, key))
+            yield _template(f"{name} {key}", (*base, key), declared_port=key == "workerTemplate")
 
 
 def _llmisvc(doc: Any, name: str) -> Iterator[Place]:
-    for path in (("template",), ("worker",), ("prefill", "template"), ("prefill", "worker")):
+    paths: tuple[tuple[str, ...], ...] = (
+        ("template",),
+        ("worker",),
+        ("prefill", "template"),
+        ("prefill", "worker"),
+    )
+    for path in paths:
         spec = ("spec", *path)
         if isinstance(get(doc, spec), Mapping):
-            yield _podspec(f"{name} {'.'.join(path)}", spec, None)
+            worker = path[-1] == "worker"
+            engines = _containers((*spec, "containers")) if worker else _llmisvc_engines(spec)
+            yield Place(
+                f"{name} {'.'.join(path)}", spec, "containers", None, engines, declared_port=worker
+            )
+
+
+# LeaderWorkerSet labels each pod of a group with its index; the leader is 0 (LLMInferenceService
+# runs its multi-node pods on LeaderWorkerSet too).
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def _lws_worker(doc: Any) -> bool:
+    index = get(doc, ("metadata", "labels", LWS_WORKER_INDEX))
+    return index is not None and str(index) != "0"
 
 
 def places(doc: Mapping[str, Any]) -> list[Place] | None:
@@ -159,7 +228,17 @@ def places(doc: Mapping[str, Any]) -> list[Place] | None:
     )
     found: Sequence[Place]
     if kind == "Pod":
-        found = [_podspec(name, ("spec",), ("metadata", "labels"))]
+        found = [
+            Place(
+                name,
+                ("spec",),
+                "containers",
+                ("metadata", "labels"),
+                _containers(("spec", "containers")),
+                annotations=("metadata", "annotations"),
+                declared_port=_lws_worker(doc),
+            )
+        ]
     elif kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"):
         found = [_template(name, ("spec", "template"))]
     elif kind == "CronJob":
@@ -168,7 +247,16 @@ def places(doc: Mapping[str, Any]) -> list[Place] | None:
         found = list(_lws(doc, name))
     elif kind == "InferenceService":
         predictor = ("spec", "predictor")
-        found = [Place(name, predictor, "containers", (*predictor, "labels"), _kserve_predictor)]
+        found = [
+            Place(
+                name,
+                predictor,
+                "containers",
+                (*predictor, "labels"),
+                _kserve_predictor,
+                annotations=(*predictor, "annotations"),
+            )
+        ]
     elif kind in ("ServingRuntime", "ClusterServingRuntime"):
         spec = ("spec",)
         found = [
@@ -179,6 +267,7 @@ def places(doc: Mapping[str, Any]) -> list[Place] | None:
                 ("spec", "labels"),
                 _containers(("spec", "containers")),
                 share_pid=False,
+                annotations=("spec", "annotations"),
             )
         ]
     elif kind == "LLMInferenceService":
@@ -194,6 +283,7 @@ def places(doc: Mapping[str, Any]) -> list[Place] | None:
                 init=False,
                 share_pid=False,
                 fields=NIM_FIELDS,
+                shape=nim_sidecar,
             )
         ]
     elif kind == "DynamoGraphDeployment":

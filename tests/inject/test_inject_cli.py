@@ -267,7 +267,7 @@ def test_gpu_all_gives_the_sidecar_nvml() -> None:
                 "command": ["python3", "-m", "dynamo.vllm", "--model", "Qwen/Qwen3-0.6B"],
             },
             "dynamo",
-            "http://127.0.0.1:8081/metrics",
+            "http://127.0.0.1:9090/metrics",
         ),
         (
             {
