@@ -112,8 +112,20 @@ def inject_source(source: Source, values: Values, options: Options) -> tuple[str
         if new == doc and source.chunks is not None:
             out.append(source.chunks[index].strip("\n") + "\n")
         else:
-            out.append(_dump(new))
+            head = _leading_comments(source.chunks[index]) if source.chunks else ""
+            out.append(head + _dump(new))
     return _join(out, source.text), placed, notes
+
+
+def _leading_comments(chunk: str) -> str:
+    """The comment lines a document opens with (its title, where it came from): kept when the
+    document is written anew. Comments inside it are not."""
+    lines = []
+    for line in chunk.lstrip("\n").splitlines(keepends=True):
+        if not line.startswith("#"):
+            break
+        lines.append(line)
+    return "".join(lines)
 
 
 def _join(documents: list[str], original: str) -> str:

@@ -2,8 +2,9 @@
 
 Read from the containers alone (their command line, image, environment and ports), with each
 engine's :class:`~exporter.engines.snapshot.Serving`: an engine's command line (its spec's
-``process`` expression) is the strongest sign, its image the next; engines that wrap others
-(Dynamo, Triton) are tried first, as when reading their metrics.
+``process`` expression) is the strongest sign; its image counts only for a container that runs
+the image's own entrypoint (no ``command``). Engines that wrap others (Dynamo, Triton) are
+tried first, as when reading their metrics.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ def _engine_of(container: Mapping[str, Any]) -> EngineSpec | None:
     for spec in _SERVED:
         if command and re.search(spec.process, command, re.IGNORECASE):
             return spec
+    if container.get("command"):
+        # A command of its own that runs no engine: another program in an engine's image (a
+        # Dynamo planner, a router, a model downloader).
+        return None
     path = _image_path(str(container.get("image") or ""))
     for spec in _SERVED:
         assert spec.serving is not None

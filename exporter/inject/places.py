@@ -182,8 +182,15 @@ def _dynamo(doc: Any, name: str) -> Iterator[Place]:
             main = get(d, (*extra, "mainContainer"))
             return [main, *(get(d, (*extra, "containers")) or [])] if main else []
 
-        labels = ("spec", "services", service, "extraPodMetadata", "labels")
-        yield Place(f"{name} service {service}", extra, "containers", labels, engines)
+        metadata = ("spec", "services", service, "extraPodMetadata")
+        yield Place(
+            f"{name} service {service}",
+            extra,
+            "containers",
+            (*metadata, "labels"),
+            engines,
+            annotations=(*metadata, "annotations"),
+        )
 
 
 def _lws(doc: Any, name: str) -> Iterator[Place]:
@@ -284,6 +291,7 @@ def places(doc: Mapping[str, Any]) -> list[Place] | None:
                 share_pid=False,
                 fields=NIM_FIELDS,
                 shape=nim_sidecar,
+                annotations=("spec", "annotations"),
             )
         ]
     elif kind == "DynamoGraphDeployment":

@@ -181,6 +181,8 @@ def test_the_rendered_webhook_answers_over_the_rendered_certificate(tmp_path: Pa
         ]
     )
     assert "--engine.url=http://127.0.0.1:30000/metrics" in sidecar["args"]
+    # No GPU access by default: the node agent or dcgm-exporter gives the GPU series.
+    assert "--no-collector.nvml" in sidecar["args"] and "env" not in sidecar
     assert (
         load_values(values).tree["sidecar"]
         == yaml.safe_load((ROOT / "helm/inference-bottleneck-exporter/values.yaml").read_text())[

@@ -305,6 +305,19 @@ def test_the_engine_is_found_from_image_command_env_and_ports(
     assert (found.container, found.engine, found.url) == ("engine", engine, url)
 
 
+def test_another_program_in_an_engines_image_is_no_engine() -> None:
+    planner = {
+        "name": "planner",
+        "image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.6.1",
+        "command": ["python3", "-m", "dynamo.planner.planner_sla"],
+        "ports": [{"name": "metrics", "containerPort": 9085}],
+    }
+    assert find_engine([planner], skip=SIDECAR) is None
+    frontend = {"name": "main", "image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.6.1"}
+    found = find_engine([planner, frontend], skip=SIDECAR)
+    assert found is not None and found.container == "main"
+
+
 def test_no_engine_in_a_router_or_the_sidecar_itself() -> None:
     router = {
         "name": "router",

@@ -18,15 +18,15 @@ import yaml
 from support.chart import KUBE_LATEST, crd_validators_from
 from support.paths import FIXTURES
 from support.podsecurity import restricted_violations
+from support.stacks import SIDECAR, operator_pod
 
 from exporter.inject.cli import run
-from exporter.inject.patch import ANNOTATION_INJECT, Options
-from exporter.inject.places import LWS_WORKER_INDEX, get, places
+from exporter.inject.patch import Options
+from exporter.inject.places import get, places
 from exporter.inject.sidecar import Values
 from exporter.inject.webhook import Settings, decide
 
 STACKS = FIXTURES / "stacks"
-SIDECAR = "inference-bottleneck-exporter"
 CORE = {"Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod", "Service"}
 
 # Per fixture: the pod template (as inject names it) -> the engine URL its sidecar reads; a
@@ -209,35 +209,6 @@ def test_the_result_validates(
                     kubernetes_validate.validate(pod, KUBE_LATEST, strict=True)
 
 
-def _operator_pod(doc: dict[str, Any], place: Any) -> dict[str, Any]:
-    """The pod the stack's operator makes of a place (its engine containers, its labels), as the
-    webhook would see it at admission, annotated to opt in."""
-    spec = {
-        k: v
-        for k, v in (get(doc, place.spec) or {}).items()
-        if k
-        in ("containers", "initContainers", "shareProcessNamespace", "securityContext", "volumes")
-    }
-    # Operators name the containers they make (Dynamo's main container is "main").
-    engines = [{"name": "main", **c} for c in place.engines(doc)]
-    spec["containers"] = [c for c in engines if c["name"] != SIDECAR]
-    labels = dict(get(doc, place.labels) or {}) if place.labels else {}
-    annotations = dict(get(doc, place.annotations) or {}) if place.annotations else {}
-    annotations[ANNOTATION_INJECT] = "true"
-    if place.declared_port:  # a worker of a LeaderWorkerSet group, as LWS labels it
-        labels[LWS_WORKER_INDEX] = "1"
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "engine-0",
-            "labels": labels,
-            "annotations": annotations,
-        },
-        "spec": spec,
-    }
-
-
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_the_webhook_gives_the_stacks_pods_the_same_sidecar(
     name: str, outputs: dict[str, tuple[str, str]]
@@ -247,7 +218,7 @@ def test_the_webhook_gives_the_stacks_pods_the_same_sidecar(
     seen = 0
     for doc in _docs(outputs[name][0]):
         for place in places(doc) or []:
-            pod = _operator_pod(doc, place)
+            pod = operator_pod(doc, place)
             review = {"request": {"uid": "u", "kind": {"kind": "Pod"}, "object": pod}}
             uid, result, patch, _ = decide(review, "annotation", settings)
             if place.name not in EXPECTED[name]:
