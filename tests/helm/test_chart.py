@@ -28,7 +28,7 @@ from support.podsecurity import restricted_violations
 
 from exporter.cli import load_settings
 from exporter.collectors import COLLECTORS, serve_options
-from exporter.collectors.nvml import visible_device_uuids
+from exporter.collectors.nvml_devices import visible_device_uuids
 
 MONITORING = ("monitoring.coreos.com/v1", "monitoring.coreos.com/v1alpha1", "cert-manager.io/v1")
 CLUSTER_SCOPED = ("MutatingWebhookConfiguration",)
