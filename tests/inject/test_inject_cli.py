@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
+from support.chart import KUBE_LATEST
 from support.paths import ROOT
 
 from exporter.inject.endpoint import find_engine
@@ -326,3 +328,102 @@ def test_no_engine_in_a_router_or_the_sidecar_itself() -> None:
     }
     assert find_engine([router], skip=SIDECAR) is None
     assert find_engine([{"name": SIDECAR, "image": "vllm/vllm-openai"}], skip=SIDECAR) is None
+
+
+ENGINE = {"name": "sglang", "image": "lmsysorg/sglang:v0.5.2-cu126", "args": ["--port=30000"]}
+
+
+@pytest.mark.parametrize(
+    ("doc", "template"),
+    [
+        (
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "p"},
+                "spec": {"containers": [ENGINE]},
+            },
+            (),
+        ),
+        (
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": {"name": "s"},
+                "spec": {
+                    "serviceName": "s",
+                    "selector": {"matchLabels": {"a": "b"}},
+                    "template": {
+                        "metadata": {"labels": {"a": "b"}},
+                        "spec": {"containers": [ENGINE]},
+                    },
+                },
+            },
+            ("spec", "template"),
+        ),
+        (
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": "d"},
+                "spec": {
+                    "selector": {"matchLabels": {"a": "b"}},
+                    "template": {"spec": {"containers": [ENGINE]}},
+                },
+            },
+            ("spec", "template"),
+        ),
+        (
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "j"},
+                "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [ENGINE]}}},
+            },
+            ("spec", "template"),
+        ),
+        (
+            {
+                "apiVersion": "batch/v1",
+                "kind": "CronJob",
+                "metadata": {"name": "c"},
+                "spec": {
+                    "schedule": "@daily",
+                    "jobTemplate": {
+                        "spec": {
+                            "template": {"spec": {"restartPolicy": "Never", "containers": [ENGINE]}}
+                        }
+                    },
+                },
+            },
+            ("spec", "jobTemplate", "spec", "template"),
+        ),
+    ],
+)
+def test_every_workload_kind_gets_the_sidecar_in_its_pod_template(
+    doc: dict[str, Any], template: tuple[str, ...]
+) -> None:
+    result = run(stdin=yaml.safe_dump(doc, sort_keys=False))
+    assert result.returncode == 0, result.stderr
+    out = yaml.safe_load(result.stdout)
+    kubernetes_validate.validate(out, KUBE_LATEST, strict=True)
+    node = out
+    for step in template:
+        node = node[step]
+    sidecar = node["spec"]["containers"][1]
+    assert "--engine.url=http://127.0.0.1:30000/metrics" in sidecar["args"]
+    assert node["metadata"]["labels"]["inference-bottleneck-exporter/sidecar"] == "true"
+
+
+def test_bad_values_are_one_line(tmp_path: Path) -> None:
+    for text, message in (
+        ("sidecar: {port: 70000}\n", "sidecar.port"),
+        ("mode: node\n", "mode"),
+        ("gpu: {hostProcfs: true}\n", "gpu.hostProcfs"),
+        ("[1, 2]\n", "not a mapping"),
+    ):
+        values = tmp_path / "values.yaml"
+        values.write_text(text)
+        result = run("--values", str(values), stdin=DEPLOYMENT)
+        assert result.returncode == 2 and result.stdout == ""
+        assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
