@@ -74,7 +74,10 @@ DEFAULTS: dict[str, Any] = {
 # The top-level keys of the chart's values this module reads; others are ignored (a values
 # file of the whole chart is welcome).
 KEYS = tuple(DEFAULTS)
-Mode = Literal["sidecar", "dcgm"]
+# The chart's modes: only `sidecar` gives the sidecar NVML; in the others (GPU series from
+# dcgm-exporter or from the node agent) it reads no GPU.
+Mode = Literal["sidecar", "dcgm", "node"]
+MODES = ("sidecar", "dcgm", "node")
 # Native sidecars (init containers with restartPolicy: Always) are on by default from 1.29.
 NATIVE_SIDECAR_MINOR = 29
 
@@ -133,10 +136,8 @@ class Values:
         return bool(self.sidecar["native"])
 
     def check(self) -> None:
-        if self.tree["mode"] not in ("sidecar", "dcgm"):
-            raise ValuesError(
-                f"mode: {self.tree['mode']!r}: a sidecar is injected in mode sidecar or dcgm"
-            )
+        if self.tree["mode"] not in MODES:
+            raise ValuesError(f"mode: {self.tree['mode']!r} is not one of {', '.join(MODES)}")
         if self.tree["gpu"].get("hostProcfs"):
             raise ValuesError(
                 "gpu.hostProcfs: a hostPath volume is not injected (Pod Security refuses it); "
@@ -188,7 +189,7 @@ def args(values: Values) -> list[str]:
     sidecar = values.sidecar
     out = [f"--web.listen-address=:{sidecar['port']}"]
     out += [_flag(k, v) for k, v in sorted((sidecar.get("config") or {}).items())]
-    if values.mode == "dcgm":
+    if values.mode != "sidecar":
         out.append("--no-collector.nvml")
     out += [str(a) for a in sidecar.get("extraArgs") or []]
     return out
@@ -211,7 +212,7 @@ def build_container(values: Values, *, native: bool | None = None) -> dict[str, 
     container["args"] = args(values)
     gpu = values.tree["gpu"]
     env: list[Any] = []
-    if values.mode != "dcgm" and gpu.get("visibleDevices"):
+    if values.mode == "sidecar" and gpu.get("visibleDevices"):
         env += [
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": str(gpu["visibleDevices"])},
             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": str(gpu["driverCapabilities"])},

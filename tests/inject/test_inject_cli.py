@@ -418,7 +418,7 @@ def test_every_workload_kind_gets_the_sidecar_in_its_pod_template(
 def test_bad_values_are_one_line(tmp_path: Path) -> None:
     for text, message in (
         ("sidecar: {port: 70000}\n", "sidecar.port"),
-        ("mode: node\n", "mode"),
+        ("mode: agent\n", "mode"),
         ("gpu: {hostProcfs: true}\n", "gpu.hostProcfs"),
         ("[1, 2]\n", "not a mapping"),
     ):

@@ -261,3 +261,23 @@ def test_without_tls_it_refuses_to_start(tmp_path: Path) -> None:
         check=False,
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--review.timeout" in bad.stderr
+
+
+def test_a_partial_sidecar_is_completed(webhook: Webhook) -> None:
+    """A NIMService's sidecarContainers keep only name, image, args and env: the webhook
+    replaces such a container with the whole sidecar (ports, probes, securityContext)."""
+    pod = json.loads(json.dumps(POD))
+    pod["spec"]["containers"][0]["image"] = "nvcr.io/nim/meta/llama-3.2-1b-instruct:1.12.0"
+    pod["spec"]["containers"][0]["args"] = []
+    partial = {
+        "name": SIDECAR,
+        "image": "inference-bottleneck-exporter/inference-bottleneck-exporter:0.1.0",
+        "args": ["--web.listen-address=:10960", "--engine.url=http://127.0.0.1:8000/v1/metrics"],
+    }
+    pod["spec"]["containers"].append(partial)
+    _, answer, _ = webhook.post(review(pod, "nim-1"))
+    out = patched(pod, _valid(answer, "nim-1"))
+    (sidecar,) = [c for c in out["spec"]["containers"] if c["name"] == SIDECAR]
+    assert out["spec"]["containers"].index(sidecar) == 1
+    assert sidecar["ports"][0]["name"] == "metrics" and sidecar["securityContext"]["runAsNonRoot"]
+    assert "--engine.url=http://127.0.0.1:8000/v1/metrics" in sidecar["args"]
