@@ -24,8 +24,8 @@ from exporter.diagnose.findings import DiagnoseError
 from exporter.diagnose.promql_eval import NAME, Evaluator, Labels, Sample, Scrape, Value
 from exporter.diagnose.promql_syntax import Node, PromQLError
 from exporter.signatures.promql_text import split_matchers
+from exporter.signatures.records import recording_rules
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import recording_rules
 
 MAX_BODY = 16 * 1024 * 1024
 DEFAULT_METRICS_PATH = "/metrics"
@@ -205,7 +205,7 @@ async def sample_target(url: str, span: float, interval: float, timeout: float) 
 
 def target_evaluator(scrapes: Sequence[Scrape], cfg: SiteConfig) -> Evaluator:
     """An evaluator over ``scrapes`` holding the pack's recording rules computed from them."""
-    baseline = cfg.window("baseline")
+    baseline = cfg.window_seconds("baseline")
     evaluator = Evaluator(
         scrapes,
         ignored_labels=target_labels(cfg),

@@ -47,11 +47,11 @@ from exporter.diagnose.promql_syntax import (
     source,
     unparen,
 )
-from exporter.signatures.catalogue import catalogue
+from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.definitions import AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import matchers
+from exporter.signatures.records import RecordNames
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import Records
 
 ORDERED = frozenset({">", "<", ">=", "<="})
 
@@ -231,7 +231,7 @@ async def evaluate(
 ) -> None:
     """Every alert rule of the catalogue into ``report``, findings in rank order."""
     cfg = report.cfg
-    for sig in catalogue(cfg):
+    for sig in all_signatures(cfg):
         data = False
         for rule in sig.rules:
             report.checked += 1
@@ -284,7 +284,7 @@ async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) 
     """The roofline figures and latency budget of each served model, from the pack's records
     (:data:`~exporter.diagnose.findings.FIGURES`); NaN and infinities (a zero division) left out,
     and models with none of :data:`MAIN_FIGURES`. Ordered by target and model."""
-    records = Records.of(cfg)
+    records = RecordNames.of(cfg)
     found: dict[Labels, dict[str, float]] = {}
     for key, attribute in FIGURES.items():
         name = getattr(records, attribute)

@@ -113,7 +113,7 @@ class Finding:
             # the time goes (the roofline group: a host-latency share, a decode far from its
             # floor, which a saturated thread or a flooded core explains), then an alert
             # already firing before a pending one before none, then by margin.
-            measure = 1.0 if self.sig.group == "roofline" else 0.0
+            measure = 1.0 if self.sig.family == "roofline" else 0.0
             persisted = float(_STATE_RANK.get(self.state or "", len(_STATE_RANK)))
             margins = [c.gap for c in conditions if c.holds and c.gap is not None]
             return (0.0, severity, measure, persisted, -min(margins, default=math.inf))
@@ -122,7 +122,7 @@ class Finding:
 
 
 # The roofline figures diagnose shows, by key, and the record of the pack each comes from
-# (:class:`exporter.signatures.sources.Records` attribute names).
+# (:class:`exporter.signatures.records.RecordNames` attribute names).
 FIGURES: dict[str, str] = {
     "floor": "decode_floor",
     "itl": "inter_token_mean",

@@ -15,7 +15,7 @@ from exporter.diagnose.findings import (
     json_number,
     workload_advice,
 )
-from exporter.signatures.definitions import fill
+from exporter.signatures.definitions import fill_placeholders
 from exporter.signatures.params import PREFILL_PRECISION
 from exporter.signatures.promql_text import num
 from exporter.signatures.render import runbook_url
@@ -30,7 +30,9 @@ def _texts(finding: Finding) -> tuple[str, str]:
     values = {"target": finding.target}
     values.update({f"labels.{k}": v for k, v in finding.instance.labels})
     values.update({e.key: e.text for e in finding.evidence})
-    return fill(finding.rule.summary, values), fill(finding.rule.description, values)
+    return fill_placeholders(finding.rule.summary, values), fill_placeholders(
+        finding.rule.description, values
+    )
 
 
 # --- roofline and latency budget --------------------------------------------------------------
@@ -139,7 +141,7 @@ def as_json(report: Report) -> dict[str, Any]:
                 "alert": f.sig.alert,
                 "status": f.status,
                 "severity": f.rule.severity,
-                "signature": f.sig.group,
+                "signature": f.sig.family,
                 "target": f.target,
                 "labels": dict(f.instance.labels),
                 "summary": summary,
@@ -223,7 +225,7 @@ def as_text(report: Report) -> str:
         lines += [
             "",
             f"{rank}. {f.status.upper():<6} {f.rule.severity:<8} {f.sig.alert} "
-            f"[{f.sig.group}]{state}",
+            f"[{f.sig.family}]{state}",
             f"   {summary}",
             f"   {description}",
         ]

@@ -52,7 +52,7 @@ from exporter.lab.processes import (
 __all__ = ["JOB", "TARGET_LABELS", "PagerDutyCapture", "Stack", "StackConfig", "StackError"]
 
 # The reference engine's front-end process, not its worker or injection helpers.
-PROCESS_MATCH = r"-m exporter\.lab\.engine(?:\s|$)"
+PROCESS_MATCH = r"-m exporter\.lab\.refengine(?:\s|$)"
 ENGINE_LISTEN = re.compile(r"listening on http://(\S+):(\d+)")
 SIDECAR_LISTEN = re.compile(r"listening on (127\.0\.0\.1|\[::1\]):(\d+)")
 JOB = "inference-bottleneck-exporter"
