@@ -92,23 +92,45 @@ def _dump(doc: Any) -> str:
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1 << 16)
 
 
+def inject_object(
+    doc: Any, values: Values, options: Options, name: str
+) -> tuple[Any, int, list[str]]:
+    """One object with the sidecar in its pod templates (each item of a ``List``, as ``kubectl
+    get -o yaml`` writes several), the number placed, notes."""
+    if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+        items, placed, notes = [], 0, []
+        for item in doc["items"]:
+            new_item, count, more = (
+                inject_object(item, values, options, name)
+                if isinstance(item, dict)
+                else (item, 0, [])
+            )
+            items.append(new_item)
+            placed += count
+            notes += more
+        return ({**doc, "items": items} if placed else doc), placed, notes
+    new, placed, notes = doc, 0, []
+    for place in places(doc) or []:
+        try:
+            result = plan(new, place, values, options)
+        except PlacementError as err:
+            raise InjectError(f"{name}: {err}") from None
+        notes += result.notes
+        if result.endpoint is not None:
+            placed += 1
+        new = apply(new, result.operations)
+    return new, placed, notes
+
+
 def inject_source(source: Source, values: Values, options: Options) -> tuple[str, int, list[str]]:
     """The new text of one input, the number of pod templates with the sidecar, notes."""
     out: list[str] = []
     placed = 0
     notes: list[str] = []
     for index, doc in enumerate(source.docs):
-        found = places(doc) or []
-        new = doc
-        for place in found:
-            try:
-                result = plan(new, place, values, options)
-            except PlacementError as err:
-                raise InjectError(f"{source.name}: {err}") from None
-            notes += result.notes
-            if result.endpoint is not None:
-                placed += 1
-            new = apply(new, result.operations)
+        new, count, more = inject_object(doc, values, options, source.name)
+        placed += count
+        notes += more
         if new == doc and source.chunks is not None:
             out.append(source.chunks[index].strip("\n") + "\n")
         else:
@@ -230,7 +252,20 @@ def run(argv: Sequence[str]) -> int:
     for _, _, notes in results:
         for note in notes:
             print(f"{PROG}: {note}", file=sys.stderr)
-    if args.dry_run:
+    if args.in_place:
+        for source, text, _ in results:
+            if source.path is not None and text != source.text:
+                _write(source.path, text)
+        return 0
+    try:
+        _print(results, diff=args.dry_run)
+    except BrokenPipeError:  # `inject ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _print(results: list[tuple[Source, str, list[str]]], *, diff: bool) -> None:
+    if diff:
         for source, text, _ in results:
             sys.stdout.writelines(
                 difflib.unified_diff(
@@ -240,14 +275,10 @@ def run(argv: Sequence[str]) -> int:
                     "b" + _slashed(source.name),
                 )
             )
-        return 0
-    if args.in_place:
-        for source, text, _ in results:
-            if source.path is not None and text != source.text:
-                _write(source.path, text)
-        return 0
+        sys.stdout.flush()
+        return
     for number, (_, text, _) in enumerate(results):
         if number and not text.startswith("---"):
             sys.stdout.write("---\n")
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    return 0
+    sys.stdout.flush()

@@ -427,3 +427,16 @@ def test_bad_values_are_one_line(tmp_path: Path) -> None:
         result = run("--values", str(values), stdin=DEPLOYMENT)
         assert result.returncode == 2 and result.stdout == ""
         assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+def test_a_list_of_objects_gets_the_sidecar_in_each_item() -> None:
+    docs = list(yaml.safe_load_all(DEPLOYMENT))
+    listed = {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": docs}
+    result = run(stdin=yaml.safe_dump(listed, sort_keys=False))
+    assert result.returncode == 0, result.stderr
+    out = yaml.safe_load(result.stdout)
+    assert out["items"][0] == docs[0]
+    assert [c["name"] for c in out["items"][1]["spec"]["template"]["spec"]["containers"]] == [
+        "vllm",
+        SIDECAR,
+    ]
