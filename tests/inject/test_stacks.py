@@ -20,6 +20,7 @@ from support.paths import FIXTURES
 from support.podsecurity import restricted_violations
 from support.stacks import SIDECAR, operator_pod
 
+from exporter.cli import load_settings
 from exporter.inject.cli import run
 from exporter.inject.patch import Options
 from exporter.inject.places import get, places
@@ -260,3 +261,15 @@ def test_a_runtime_without_shared_processes_gets_no_process_collector() -> None:
     ((_, sidecar),) = _sidecars(_docs(text)).items()
     assert "--no-collector.process" in sidecar["args"]
     assert "shareProcessNamespace" not in _docs(text)[0]["spec"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_exporter_takes_the_sidecars_arguments(
+    name: str, outputs: dict[str, tuple[str, str]]
+) -> None:
+    """What the real CLI makes of each injected sidecar's arguments (the NIMService's too)."""
+    for place, sidecar in _sidecars(_docs(outputs[name][1])).items():
+        env = {e["name"]: e["value"] for e in sidecar.get("env", []) if "value" in e}
+        settings, _ = load_settings(sidecar["args"], env)
+        assert list(settings.values["engine.url"]) == [EXPECTED[name][place]]
+        assert settings.listen[1] == 10960
