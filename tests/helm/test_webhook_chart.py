@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 from cryptography import x509
-from support.chart import NAMESPACE, SCENARIOS, of_kind, render
+from support.chart import NAMESPACE, SCENARIOS, of_kind, render, render_manifests
 from support.paths import ROOT
 from support.webhook import Webhook, patched, review
 
@@ -190,3 +190,15 @@ def test_the_rendered_webhook_answers_over_the_rendered_certificate(tmp_path: Pa
         ]
     )
     assert json.dumps(answer).count("patch") == 2  # patchType and patch
+
+
+def test_notes_say_how_pods_opt_in() -> None:
+    notes = render_manifests(SCENARIOS["webhook"])[
+        "inference-bottleneck-exporter/templates/NOTES.txt"
+    ]
+    assert 'inference-bottleneck-exporter.io/inject: "true"' in notes
+    assert "kubectl label namespace NAME inference-bottleneck-exporter.io/inject=enabled" in notes
+    assert (
+        "webhook.enabled=true"
+        in render_manifests()["inference-bottleneck-exporter/templates/NOTES.txt"]
+    )
