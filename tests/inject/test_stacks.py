@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from support.chart import KUBE_LATEST, crd_validators_from
 from support.paths import FIXTURES
 from support.podsecurity import restricted_violations
 from support.stacks import SIDECAR, operator_pod
+from support.webhook import Webhook, patched, review
 
 from exporter.cli import load_settings
 from exporter.inject.cli import run
@@ -273,3 +275,34 @@ def test_the_exporter_takes_the_sidecars_arguments(
         settings, _ = load_settings(sidecar["args"], env)
         assert list(settings.values["engine.url"]) == [EXPECTED[name][place]]
         assert settings.listen[1] == 10960
+
+
+@pytest.fixture(scope="module")
+def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    hook = Webhook(tmp_path_factory.mktemp("pki"))
+    yield hook
+    hook.close()
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_webhook_over_https_answers_the_stacks_pods_alike(name: str, webhook: Webhook) -> None:
+    """The stacks' pods sent as the API server sends them: the same answers as in process."""
+    settings = Settings(Values.of({"mode": "dcgm"}), Options(), 2.0, 1 << 20)
+    for number, doc in enumerate(_docs((STACKS / name).read_text())):
+        for place in places(doc) or []:
+            pod = operator_pod(doc, place)
+            uid = f"{name}-{number}"
+            status, answer, _ = webhook.post(review(pod, uid))
+            assert status == 200
+            _, result, patch, _ = decide(
+                {"request": {"uid": uid, "kind": {"kind": "Pod"}, "object": pod}},
+                "annotation",
+                settings,
+            )
+            response = answer["response"]
+            assert response["uid"] == uid and response["allowed"] is True
+            assert result == ("injected" if place.name in EXPECTED[name] else "no_engine")
+            if patch is None:
+                assert "patch" not in response
+            else:
+                assert patched(pod, response) == jsonpatch.JsonPatch(patch).apply(pod)
