@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exporter.diagnose.promql_eval import Labels
 from exporter.signatures.definitions import AlertRule, Signature
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS
 from exporter.signatures.site import SiteConfig
+
+if TYPE_CHECKING:
+    from exporter.diagnose.timeline import Timeline
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 # Among signatures that hold, an alert already firing (it held for its whole `for`) ranks
@@ -225,6 +228,8 @@ class Report:
     samples: int = 0
     span: float = 0.0
     roofline: list[Roofline] = field(default_factory=list)
+    # The window around the evaluation time (``--report``, Prometheus only).
+    timeline: Timeline | None = None
 
     @property
     def found(self) -> bool:

@@ -25,7 +25,7 @@ def _iso(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, dt.UTC).isoformat(timespec="seconds")
 
 
-def _texts(finding: Finding) -> tuple[str, str]:
+def texts(finding: Finding) -> tuple[str, str]:
     """The alert's summary and description, filled in as Alertmanager would show them."""
     values = {"target": finding.target}
     values.update({f"labels.{k}": v for k, v in finding.instance.labels})
@@ -134,7 +134,7 @@ def _roofline_json(r: Roofline) -> dict[str, Any]:
 def as_json(report: Report) -> dict[str, Any]:
     findings = []
     for rank, f in enumerate(report.findings, 1):
-        summary, description = _texts(f)
+        summary, description = texts(f)
         findings.append(
             {
                 "rank": rank,
@@ -220,7 +220,7 @@ def as_text(report: Report) -> str:
         f"threshold); {report.checked} alert rules checked.",
     ]
     for rank, f in enumerate(report.findings, 1):
-        summary, description = _texts(f)
+        summary, description = texts(f)
         state = f", alert {f.state}" if f.state else ""
         lines += [
             "",
