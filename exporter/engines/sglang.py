@@ -74,7 +74,7 @@ series (tokens, TTFT, ITL, e2e) are per request already. SGLang's version comes 
 from __future__ import annotations
 
 from exporter.engines.rules import LabelMatcher, Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, RoleLabel, Tokenize, Version
+from exporter.engines.snapshot import EngineSpec, RoleLabel, Serving, Tokenize, Version
 
 PREFIX = "sglang:"
 MODEL_LABELS = ("model_name", "name")
@@ -206,4 +206,5 @@ SPEC = EngineSpec(
     process="sglang",
     version=Version(path="/get_server_info"),
     role=ROLE,
+    serving=Serving(images=(r"lmsysorg/sglang",), port=30000),
 )

@@ -94,10 +94,10 @@ from exporter.metrics import BY_NAME, TOKENIZER_BUCKETS, UTILIZATION_BUCKETS
 from exporter.metrics import counter as counter_family
 from exporter.metrics import gauge as gauge_family
 from exporter.metrics import histogram as histogram_family
-from exporter.signatures import catalogue, parse_config, recording_rules
+from exporter.signatures import all_signatures, parse_config, recording_rules
 from exporter.signatures.promql_text import matchers
+from exporter.signatures.records.record_groups import POOL_GROUP
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import POOL_GROUP
 
 REL = 1e-9
 # 2024-01-01T00:00:00Z; sets lie two hours apart, so no window or offset reaches another set.
@@ -718,12 +718,12 @@ def expressions(cfg: SiteConfig) -> list[str]:
         if rule.group == POOL_GROUP:
             continue
         texts += [rule.record, *subexpressions(rule.expr)]
-    for sig in catalogue(cfg):
-        if sig.group == "pool":
+    for sig in all_signatures(cfg):
+        if sig.family == "pool":
             continue
         for alert in sig.rules:
             texts += subexpressions(alert.expr)
-    window = format_duration(cfg.window("rate"))
+    window = format_duration(cfg.window_seconds("rate"))
     texts += [text.replace("[W]", f"[{window}]") for text in EXTRA]
     return list(dict.fromkeys(texts))
 
@@ -735,8 +735,8 @@ def evidence_queries(
     instances, not only those that hold): for Prometheus with the target's labels, for the
     evaluator with the instance's (which have none of them)."""
     out = []
-    for sig in catalogue(cfg):
-        if sig.group == "pool":  # across targets: see expressions()
+    for sig in all_signatures(cfg):
+        if sig.family == "pool":  # across targets: see expressions()
             continue
         for rule in sig.rules:
             try:
@@ -993,7 +993,7 @@ def evaluated(evaluator: Evaluator, text: str) -> dict[Labels, float] | float:
 
 # Sub-expressions that read the baseline window, which samples cannot reach.
 def needs_history(text: str, cfg: SiteConfig) -> bool:
-    return f"offset {format_duration(cfg.window('baseline'))}" in text
+    return f"offset {format_duration(cfg.window_seconds('baseline'))}" in text
 
 
 @pytest.mark.timeout(240)
@@ -1066,8 +1066,8 @@ def test_every_rule_and_alert_returns_data_in_some_set(
         }
         texts |= {
             f"alert {sig.alert} {i}": a.expr
-            for sig in catalogue(p.cfg)
-            if sig.group != "pool"
+            for sig in all_signatures(p.cfg)
+            if sig.family != "pool"
             for i, a in enumerate(sig.rules)
         }
         for name, text in texts.items():

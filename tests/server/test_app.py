@@ -266,3 +266,25 @@ async def test_custom_telemetry_path(serve: ClientFactory) -> None:
     assert (await client.get("/metrics")).status == 404
     _, _, page = await get_text(client, "/")
     assert '<a href="/probe">/probe</a>' in page
+
+
+class Gpu(Collector):
+    """Emits the GPU utilisation the landing page's history tracks."""
+
+    name = "gpu"
+
+    def collect(self) -> Collection:
+        gauge = GaugeMetricFamily("inference_gpu_utilization_ratio", "GPU busy.", labels=["gpu"])
+        gauge.add_metric(["0"], 0.75)
+        return Collection(metrics=[gauge])
+
+
+async def test_landing_page_charts_the_last_minutes(serve: ClientFactory) -> None:
+    exporter, client = await serve([Gpu()])
+    await wait_ready(exporter)
+    await get_text(client, "/metrics")
+    _, _, page = await get_text(client, "/")
+    assert '<table id="history"' in page
+    assert '<tr data-series="inference_gpu_utilization_ratio">' in page
+    assert 'class="spark"' in page and "<td>75 %</td>" in page
+    assert "default-src 'none'" in page and "<script" not in page

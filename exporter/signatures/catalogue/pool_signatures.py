@@ -11,13 +11,13 @@ from __future__ import annotations
 from exporter.signatures.catalogue.context import Context, percent
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, on, pct
-from exporter.signatures.sources import Records
+from exporter.signatures.records import RecordNames
 
 _POOL_TARGET = "{labels.model}"
 
 
 def _of(template: str, role: str) -> str:
-    return Records.of_role(template, role)
+    return RecordNames.of_role(template, role)
 
 
 def kv_transfer_bound(ctx: Context) -> Signature:
@@ -53,7 +53,7 @@ def kv_transfer_bound(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="pool",
+        family="pool",
         title="KV-cache transfer bound",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -88,7 +88,7 @@ def kv_transfer_failing(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="pool",
+        family="pool",
         title="KV-cache transfers failing",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -150,7 +150,7 @@ def _pool_short(ctx: Context, alert: str, short: str, other: str) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="pool",
+        family="pool",
         title=f"{short.capitalize()} pool short",
         rules=(rule,),
         runbook=ctx.runbook(
