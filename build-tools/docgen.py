@@ -50,6 +50,7 @@ _COLLECTOR_TITLES = {
     "tokenizer": "Collector `tokenizer`",
     "process": "Collector `process`",
     "model": "Collector `model`",
+    "podresources": "Collector `podresources` (the node agent: which pod holds each GPU)",
 }
 
 

@@ -418,6 +418,37 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         gpus=_ALL + "; " + _SHARES,
     ),
     MetricSpec(
+        "inference_gpu_pod_info",
+        "gauge",
+        "podresources",
+        (*GPU_LABELS, "namespace", "pod", "container"),
+        "The container the kubelet gave the GPU, MIG device or time-sliced replica to; "
+        "constant 1, one series per container holding the device (the node agent's; "
+        "Prometheus must keep these labels: honorLabels).",
+        source="kubelet PodResources v1 List, device IDs matched to NVML's UUIDs and indices",
+        gpus=_ALL + " a pod holds through a device plugin (nvidia.com/ resources)",
+    ),
+    MetricSpec(
+        "inference_gpu_pods",
+        "gauge",
+        "podresources",
+        GPU_LABELS,
+        "Distinct pods holding the GPU or MIG device: 1 for a pod's own, more where "
+        "time-slicing or MPS replicas share it (its utilisation is then theirs together).",
+        source="kubelet PodResources v1 List",
+        gpus=_ALL + " a pod holds through a device plugin",
+    ),
+    MetricSpec(
+        "inference_podresources_devices",
+        "gauge",
+        "podresources",
+        ("state",),
+        "Devices by attribution state: attributed (held by a pod), unallocated (offered, held "
+        "by none), unknown_to_kubelet (NVML shows it, no device plugin offers it), "
+        "unknown_to_nvml (the kubelet names it, NVML does not show it: never attributed).",
+        source="kubelet PodResources v1 List and GetAllocatableResources, NVML's devices",
+    ),
+    MetricSpec(
         "inference_gpu_engine_utilization_ratio",
         "gauge",
         "nvml",

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from exporter.collectors import cpu, engine, model_facts, nvml, process, tokenizer
+from exporter.collectors import (
+    cpu,
+    engine,
+    model_facts,
+    nvml,
+    podresources,
+    process,
+    tokenizer,
+)
 from exporter.collectors.base import Collection, Collector, Shared
 from exporter.config import CORE_OPTIONS, Option, Settings, collector_option
 
@@ -46,6 +54,9 @@ COLLECTORS: dict[str, CollectorEntry] = {
     "process": CollectorEntry(process, True, "CPU of the engine's processes and hottest thread"),
     "model": CollectorEntry(
         model_facts, True, "the served model's weight and KV bytes, FLOPs per token"
+    ),
+    "podresources": CollectorEntry(
+        podresources, False, "which pod holds each GPU, from the kubelet (the node agent)"
     ),
 }
 

@@ -17,6 +17,7 @@ from prometheus_client.metrics_core import Metric
 from exporter.config import Settings
 
 if TYPE_CHECKING:
+    from exporter.backends.gpu_reader import GpuIdentity
     from exporter.collectors.engine import EngineHub
 
 T = TypeVar("T")
@@ -53,6 +54,24 @@ class EnginePids:
             return self._pids
 
 
+class GpuDevices:
+    """The GPUs and MIG devices the ``nvml`` collector watches, as its last NVML session
+    enumerated them; the ``podresources`` collector matches the kubelet's device IDs to them."""
+
+    def __init__(self) -> None:
+        self._devices: tuple[GpuIdentity, ...] | None = None
+        self._lock = threading.Lock()
+
+    def publish(self, devices: tuple[GpuIdentity, ...]) -> None:
+        with self._lock:
+            self._devices = devices
+
+    def get(self) -> tuple[GpuIdentity, ...] | None:
+        """None until NVML has been initialised once."""
+        with self._lock:
+            return self._devices
+
+
 @dataclass
 class Shared:
     """State that the collectors of one exporter share (built once per build)."""
@@ -60,6 +79,7 @@ class Shared:
     settings: Settings
     _hub: EngineHub | None = field(default=None, repr=False)
     engine_pids: EnginePids = field(default_factory=EnginePids)
+    gpu_devices: GpuDevices = field(default_factory=GpuDevices)
 
     @property
     def engine_hub(self) -> EngineHub:

@@ -84,7 +84,7 @@ from exporter.backends.nvml_api import (
     NvmlError,
 )
 from exporter.backends.pidns import EngineProcesses, FixedPids, HostPids, is_host_procfs
-from exporter.collectors.base import Collection, Collector, Shared
+from exporter.collectors.base import Collection, Collector, GpuDevices, Shared
 from exporter.config import DEFAULT_SCRAPE_TIMEOUT, ConfigError, Option, Settings, section
 from exporter.hardware.gpus import Peaks, peaks_of, slice_peaks
 from exporter.priority import SCRAPES
@@ -268,8 +268,11 @@ class NvmlCollector(Collector):
         max_backoff: float = 60.0,
         devices: Iterable[str] = (),
         engine: EngineProcesses | None = None,
+        published: GpuDevices | None = None,
     ) -> None:
         self._api_factory = api_factory
+        # Where each session's devices are published for other collectors (podresources).
+        self._published = published
         self.poll_interval = poll_interval
         self.deadline = deadline
         self._clock = clock
@@ -361,6 +364,8 @@ class NvmlCollector(Collector):
             self._states = states
             self._by_uuid.update({s.identity.uuid: s for s in states.values()})
             self._up = True
+        if self._published is not None:
+            self._published.publish(tuple(s.identity for s in states.values()))
         self._last_init_error = ""
         log.info(
             "NVML initialised: driver %s, %d device(s): %s",
@@ -864,4 +869,5 @@ def build(settings: Settings, shared: Shared) -> NvmlCollector:
         deadline=settings.scrape_timeout,
         devices=devices,
         engine=engine,
+        published=shared.gpu_devices,
     )

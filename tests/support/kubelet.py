@@ -4,7 +4,8 @@ It speaks the real protocol: a grpcio server with the vendored ``.proto``'s mess
 method paths a kubelet serves (``/v1.PodResourcesLister/List``, ``GetAllocatableResources``,
 ``Get``). Pods are plain data the test changes while it runs (a pod ends: ``end_pod``); faults
 are switches: ``hang`` (answers after the client's deadline), ``fail`` (a gRPC status code),
-``without_get`` (a kubelet before 1.27, or with the ``KubeletPodResourcesGet`` gate off).
+``without_get`` (a kubelet before 1.27, or with the ``KubeletPodResourcesGet`` gate off),
+``without_allocatable`` (before 1.23).
 
 :func:`device_plugin_node` is a realistic node: device IDs as the NVIDIA device plugin names
 them (``GPU-<uuid>`` for whole GPUs, ``GPU-<uuid>::<n>`` for time-slicing replicas,
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,8 +28,10 @@ import grpc
 import pynvml
 
 from exporter.backends.kubelet import podresources_v1_pb2 as pb
+from exporter.backends.nvml_api import NvmlError
+from exporter.backends.nvml_library import PynvmlApi
 from exporter.backends.podresources import SERVICE
-from support.pynvml_fake import H100_SXM, FakeGpu, FakeMig
+from support.pynvml_fake import H100_SXM, FakeGpu, FakeMig, fake_pynvml
 
 
 @dataclass
@@ -88,6 +91,17 @@ def node_gpus() -> list[FakeGpu]:
     return gpus
 
 
+class NodeNvml(PynvmlApi):
+    """The stand-in NVML of the node: nvidia-ml-py's adapter over :func:`node_gpus`. The fake
+    C library has no event sets, so Xid events answer NOT_SUPPORTED, as on a vGPU guest."""
+
+    def __init__(self) -> None:
+        super().__init__(library=fake_pynvml(node_gpus()))
+
+    def register_xid_events(self, handles: Sequence[object]) -> None:
+        raise NvmlError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+
 def pynvml_not_supported() -> Any:
     from support.pynvml_fake import Error  # noqa: PLC0415
 
@@ -145,6 +159,7 @@ class FakeKubelet:
         self.hang: float = 0.0  # seconds each answer is held back
         self.fail: grpc.StatusCode | None = None
         self.without_get = False
+        self.without_allocatable = False  # a kubelet before 1.23 (or its gate off)
         self._lock = threading.Lock()
 
     def end_pod(self, namespace: str, name: str) -> None:
@@ -181,6 +196,8 @@ class FakeKubelet:
             return pb.ListPodResourcesResponse(pod_resources=[self._pod(p) for p in self.pods])
 
     def allocatable(self, request: pb.AllocatableResourcesRequest, context: Any) -> Any:
+        if self.without_allocatable:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "method not implemented")
         self._serve("GetAllocatableResources", context)
         return pb.AllocatableResourcesResponse(
             devices=[
