@@ -4,7 +4,7 @@ The message classes (``*_pb2.py``) and their type stubs (``*_pb2.pyi``) are gene
 grpcio-tools from ``exporter/backends/kubelet/podresources_v1.proto`` and committed: the image
 and a plain install then need only the protobuf runtime, never the compiler. No ``_pb2_grpc``
 module is generated: the client and the test kubelet name the three method paths themselves
-(``exporter/backends/podresources.py``), typed, where grpcio-tools' service module is not.
+(``exporter/backends/podresources_client.py``), typed, where grpcio-tools' service module is not.
 
     python build-tools/protos.py           # regenerate (``make protos``)
     python build-tools/protos.py --check   # exit 1 when a committed module differs (CI)

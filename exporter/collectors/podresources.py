@@ -35,7 +35,7 @@ from pathlib import Path
 
 from exporter import metrics as m
 from exporter.backends.gpu_reader import GpuIdentity
-from exporter.backends.podresources import (
+from exporter.backends.podresources_client import (
     DEFAULT_SOCKET,
     Assignment,
     Device,

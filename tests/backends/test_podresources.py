@@ -22,7 +22,7 @@ from support.kubelet import (
     serve,
 )
 
-from exporter.backends.podresources import (
+from exporter.backends.podresources_client import (
     Assignment,
     Device,
     PodResourcesClient,
@@ -155,7 +155,7 @@ def test_permission_denied_names_the_socket(kubelet: tuple[FakeKubelet, Path]) -
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from exporter.backends.podresources import PodResourcesClient, PodResourcesError\n"
+        "from exporter.backends.podresources_client import PodResourcesClient, PodResourcesError\n"
         "try:\n"
         f"    PodResourcesClient(Path({str(socket)!r}), deadline=2.0).list_devices()\n"
         "except PodResourcesError as err:\n"

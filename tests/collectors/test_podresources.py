@@ -3,6 +3,8 @@ stand-in NVML with the same UUIDs, one device-plugin node (tests/support/kubelet
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,7 +31,7 @@ from support.kubelet import (
 )
 
 from exporter.backends.gpu_reader import GpuIdentity, MigSlice
-from exporter.backends.podresources import PodResourcesClient
+from exporter.backends.podresources_client import PodResourcesClient
 from exporter.collectors import default_settings
 from exporter.collectors.base import GpuDevices
 from exporter.collectors.nvml import NvmlCollector
@@ -260,3 +262,19 @@ def test_device_plugin_ids(device_id: str, label: str | None) -> None:
 def test_deadline_must_fit_the_interval() -> None:
     with pytest.raises(ConfigError, match=r"podresources\.deadline"):
         check(default_settings(podresources_interval=2.0, podresources_deadline=2.0))
+
+
+def test_the_sidecar_runs_without_grpc() -> None:
+    """grpc comes with the node extra: a sidecar's collectors, even with podresources built,
+    import it only when the kubelet is first asked."""
+    code = (
+        "import sys\n"
+        "from exporter.collectors import build_collectors, default_settings\n"
+        "built = build_collectors(default_settings(collector_podresources=True))\n"
+        "assert 'podresources' in [c.name for c in built]\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'google')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

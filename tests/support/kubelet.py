@@ -30,7 +30,7 @@ import pynvml
 from exporter.backends.kubelet import podresources_v1_pb2 as pb
 from exporter.backends.nvml_api import NvmlError
 from exporter.backends.nvml_library import PynvmlApi
-from exporter.backends.podresources import SERVICE
+from exporter.backends.podresources_client import SERVICE
 from support.pynvml_fake import H100_SXM, FakeGpu, FakeMig, fake_pynvml
 
 
