@@ -10,6 +10,11 @@ sidecar's scrape target (their ``instance`` and ``job`` are dcgm-exporter's). Th
 aggregated by the dcgm join labels and then given the target's remaining join labels from
 ``inference:exporter_build_info:group``, one series per sidecar target.
 
+The node agent's series (profile ``node``) belong to the node: ``inference_gpu_pod_info``
+names the pod holding each GPU (``namespace``, ``pod``, kept by ``honorLabels``). Each GPU
+series is joined to it by the agent's ``instance`` and the GPU, aggregated by pod, and then
+given the sidecar target's remaining join labels the same way (:meth:`_Builder.node_attr`).
+
 The roofline records (:meth:`_Builder.roofline`, ``docs/roofline.md``) are per target and
 served ``model``: the decode floor and efficiency, the prefill efficiency, the latency budget
 and the workload shape. Their GPU peaks are the sidecar's; the dcgm profile falls back to the
@@ -29,7 +34,7 @@ from exporter.metrics import CLOCK_EVENT_BITS
 from exporter.signatures.definitions import RECORD_NAME, RecordingRule
 from exporter.signatures.params import PREFILL_PRECISION
 from exporter.signatures.promql_text import by, num, on, regex_alternatives, selector
-from exporter.signatures.site import SiteConfig
+from exporter.signatures.site import CLUSTER, SiteConfig
 
 GPU_LABELS = ("gpu", "uuid")
 PROBE = 'source="probe"'
@@ -137,12 +142,12 @@ class Records:
             # them where an alert needs them, instead of a record of every GPU every time.
             temperature=(
                 "inference_gpu:temperature_celsius:max"
-                if cfg.profile.source == "dcgm"
+                if cfg.profile.source != "sidecar"
                 else "inference_gpu_temperature_celsius"
             ),
             sm_clock=(
                 "inference_gpu:sm_clock_hertz:max"
-                if cfg.profile.source == "dcgm"
+                if cfg.profile.source != "sidecar"
                 else "inference_gpu_sm_clock_hertz"
             ),
             dcgm_idle_sample="inference_gpu:gpu_utilization_idle_sample:bool",
@@ -250,6 +255,38 @@ class _Builder:
             expr = f'label_replace({expr}, "uuid", "$1", "UUID", "(.*)")'
         return expr
 
+    @property
+    def pod_labels(self) -> tuple[str, ...]:
+        """The labels naming the pod that holds a GPU (node profile)."""
+        return tuple(label for label in (CLUSTER, "namespace", "pod") if label in self.join)
+
+    @property
+    def agent_gpu(self) -> tuple[str, ...]:
+        """The labels naming one GPU of one node agent (node profile)."""
+        agent = tuple(label for label in (CLUSTER, "instance") if label in self.join)
+        return (*agent, *GPU_LABELS)
+
+    def node_attr(self, inner: str, keep: tuple[str, ...] = ()) -> str:
+        """Per-GPU value of the node agent's series ``inner`` (one per agent and GPU, and per
+        ``keep`` label), for each pod that holds the GPU, with the pod's target join labels.
+
+        A GPU time-sliced between pods is every holder's. Where ``inner`` has several series
+        per GPU (``keep``: an Xid, a clock event reason), PromQL cannot match them to several
+        holders at once: those go to a GPU's only holder, and a shared GPU's stay the node's.
+        """
+        pj, agent = self.pod_labels, self.agent_gpu
+        rest = [label for label in self.join if label not in pj]
+        info = self.s("inference_gpu_pod_info", 'namespace!=""', 'pod!=""')
+        holders = f"max {by((*agent, *pj))} ({info})"
+        if keep:
+            shared = f"({self.s('inference_gpu_pods')} > 1)"
+            holders = f"(\n{holders}\nunless {on(agent)}\n{shared}\n)"
+            attributed = f"({inner})\n* {on(agent)} group_left ({', '.join(pj)})\n{holders}"
+        else:
+            attributed = f"({inner})\n* {on(agent)} group_right ()\n{holders}"
+        grouped = f"max {by((*pj, *GPU_LABELS, *keep))} (\n{attributed}\n)"
+        return f"{grouped}\n* {on(pj)} group_left ({', '.join(rest)})\n{self.r.target_info}"
+
     def dcgm_target(self, inner: str, aggregation: str = "avg") -> str:
         """Per-target value from dcgm series ``inner`` (a range function over one metric)."""
         dj = self.cfg.dcgm.target_labels
@@ -295,13 +332,17 @@ class _Builder:
         ]
 
     def rules(self) -> list[RecordingRule]:
-        dcgm = self.cfg.profile.source == "dcgm"
-        # The join labels of each target, for dcgm-exporter series: the sidecar profile has
-        # nothing to join and does not record it.
-        out = [self.target_info()] if dcgm else []
+        source = self.cfg.profile.source
+        # The join labels of each target, for dcgm-exporter's and the node agent's series: the
+        # sidecar profile has nothing to join and does not record it.
+        out = [self.target_info()] if source != "sidecar" else []
         out += self.common()
         out += [replace(rule, group=ROOFLINE_GROUP) for rule in self.roofline()]
-        gpu = self.dcgm_gpu_rules() if dcgm else self.sidecar_gpu()
+        gpu = {
+            "dcgm": self.dcgm_gpu_rules,
+            "node": self.node_gpu_rules,
+            "sidecar": self.sidecar_gpu,
+        }[source]()
         gpu += self.shared_gpu()
         r = self.r
         state = {
@@ -335,16 +376,27 @@ class _Builder:
         r, bt, bg = self.r, self.by_target, self.by_gpu
         rate = duration(self.cfg.window("rate"))
         on_gpu = on((*self.join, *GPU_LABELS))
-        if self.cfg.profile.source == "dcgm":
-            device = RecordingRule(
-                r.gpu_device_utilization,
-                self.dcgm_gpu(f"avg_over_time({self.d('DCGM_FI_DEV_GPU_UTIL')}[{rate}]) / 100"),
-                "mean utilisation (0-1) of each GPU (DCGM_FI_DEV_GPU_UTIL, %)",
+        if self.cfg.profile.source != "sidecar":
+            busy = self.s("inference_gpu_busy_seconds_total")
+            device = (
+                RecordingRule(
+                    r.gpu_device_utilization,
+                    self.dcgm_gpu(f"avg_over_time({self.d('DCGM_FI_DEV_GPU_UTIL')}[{rate}]) / 100"),
+                    "mean utilisation (0-1) of each GPU (DCGM_FI_DEV_GPU_UTIL, %)",
+                )
+                if self.cfg.profile.source == "dcgm"
+                else RecordingRule(
+                    r.gpu_device_utilization,
+                    self.node_attr(f"rate({busy}[{rate}])"),
+                    "mean utilisation (0-1) of each GPU the target's pod holds, every "
+                    "holder's work together (the node agent's)",
+                )
             )
             share = RecordingRule(
                 r.gpu_engine_share,
                 f"{r.gpu_device_utilization} unless {r.gpu_device_utilization}",
-                "none: dcgm-exporter does not tell the engine's processes from other tenants'",
+                "none: neither dcgm-exporter nor the node agent's attribution by pod tells the "
+                "engine's processes from other tenants'",
             )
             own = RecordingRule(
                 r.gpu_own_utilization,
@@ -546,6 +598,103 @@ class _Builder:
             ),
         ]
 
+    def node_gpu_rules(self) -> list[RecordingRule]:
+        """GPU records from the node agent's series, each GPU given to the pod holding it."""
+        cfg, r, bt, a = self.cfg, self.r, self.by_target, self.node_attr
+        rate = duration(cfg.window("rate"))
+        pulse = duration(cfg.window("pulsing"))
+        xid = duration(cfg.window("xid"))
+        idle = num(cfg.ratio("InferenceGPUUtilizationPulsing", "idle_sample_at_most"))
+        busy = num(cfg.ratio("InferenceGPUUtilizationPulsing", "busy_sample_above"))
+        reasons = regex_alternatives(cfg.names("InferenceGPUThrottled", "reasons"))
+        samples = "inference_gpu_utilization_samples"
+        idle_bucket = self.s(f"{samples}_bucket", f'le="{idle}"')
+        busy_bucket = self.s(f"{samples}_bucket", f'le="{busy}"')
+        throttled = self.s("inference_gpu_clock_event_active", f'reason=~"{reasons}"')
+        xids = self.s("inference_gpu_xid_errors_total")
+        build = self.s("inference_exporter_build_info")
+        busy_seconds = self.s("inference_gpu_busy_seconds_total")
+        count = self.s(f"{samples}_count")
+        dram = self.s("inference_gpu_dram_active_seconds_total")
+        sm_active = self.s("inference_gpu_sm_active_ratio")
+
+        def over(aggregation: str, inner: str) -> str:
+            return f"{aggregation} {bt} (\n{a(inner)}\n)"
+
+        agent = by(tuple(label for label in self.agent_gpu if label not in GPU_LABELS))
+        agent_history = f"group {agent} (max_over_time({build}[{xid}] offset {xid}))"
+        new_xids = (
+            f"(increase({xids}[{xid}]) > 0 and {xids} offset {xid})\n"
+            f"or\n(({xids} unless {xids} offset {xid}) and {on(self.agent_gpu[:-2])} "
+            f"{agent_history})"
+        )
+        return [
+            RecordingRule(
+                r.gpu_utilization,
+                over("avg", f"rate({busy_seconds}[{rate}])"),
+                "mean GPU utilisation (0-1) over the GPUs the target's pod holds (the node "
+                "agent's, from every driver sample)",
+            ),
+            RecordingRule(
+                r.utilization_samples,
+                over("sum", f"increase({count}[{pulse}])"),
+                "driver utilisation samples in the window, the two shares' denominator",
+            ),
+            RecordingRule(
+                r.idle_samples,
+                f"{over('sum', f'increase({idle_bucket}[{pulse}])')}\n/\n{r.utilization_samples}",
+                f"share of driver utilisation samples at or below {idle}",
+            ),
+            RecordingRule(
+                r.busy_samples,
+                f"1 - (\n{over('sum', f'increase({busy_bucket}[{pulse}])')}\n/\n"
+                f"{r.utilization_samples}\n)",
+                f"share of driver utilisation samples above {busy}",
+            ),
+            RecordingRule(
+                r.hbm_bandwidth,
+                over("avg", f"rate({dram}[{rate}])"),
+                "mean HBM bandwidth utilisation (0-1) over the pod's GPUs (GPM, Hopper+)",
+            ),
+            RecordingRule(
+                r.sm_active,
+                over("avg", f"avg_over_time({sm_active}[{rate}])"),
+                "mean share of time the SMs had a warp resident (0-1) over the pod's GPUs "
+                "(GPM, Hopper+)",
+            ),
+            RecordingRule(
+                r.memory_used,
+                a(
+                    f"{self.s('inference_gpu_memory_used_bytes')}\n/\n"
+                    f"{self.s('inference_gpu_memory_total_bytes')}"
+                ),
+                "framebuffer used / total per GPU the pod holds",
+            ),
+            RecordingRule(
+                r.xid_new,
+                a(new_xids, keep=("xid",)),
+                "Xid errors in the window per GPU and Xid (as in the sidecar profile, the node "
+                "agent's counters and its own history), for the GPU's only holder",
+                window=0.0,
+            ),
+            RecordingRule(
+                r.clock_events,
+                a(f"{throttled} > 0", keep=("reason",)),
+                "1 per GPU and reason while a hardware or thermal clock event reason holds "
+                "the clocks down (the GPU's only holder); absent otherwise",
+            ),
+            RecordingRule(
+                r.temperature,
+                self.held_down(a(self.s("inference_gpu_temperature_celsius"))),
+                "GPU temperature (°C) of throttled GPUs: the throttling alert's evidence",
+            ),
+            RecordingRule(
+                r.sm_clock,
+                self.held_down(a(self.s("inference_gpu_sm_clock_hertz"))),
+                "SM clock (Hz) of throttled GPUs: the throttling alert's evidence",
+            ),
+        ]
+
     def held_down(self, per_gpu: str) -> str:
         """``per_gpu`` only for the GPUs with a clock event reason active: the throttling
         alert's evidence, one series per throttled GPU instead of one per GPU (filtered before
@@ -702,6 +851,17 @@ class _Builder:
             f"min {bt} ({self.s('inference_gpu_peak_memory_bandwidth_bytes_per_second')})"
         )
         peak_flops = f"min {bt} ({self.s('inference_gpu_peak_flops', precision)})"
+        if self.cfg.profile.source == "node":
+            peak_bandwidth = (
+                f"min {bt} (\n"
+                + self.node_attr(self.s("inference_gpu_peak_memory_bandwidth_bytes_per_second"))
+                + "\n)"
+            )
+            peak_flops = (
+                f"min {bt} (\n"
+                + self.node_attr(self.s("inference_gpu_peak_flops", precision))
+                + "\n)"
+            )
         if self.cfg.profile.source == "dcgm":
             # The sidecar's own figures where its nvml collector runs; else the product table's
             # by the name dcgm-exporter gives each GPU.
