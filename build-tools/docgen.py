@@ -3,7 +3,7 @@
 * ``docs/metrics.md`` (the whole file) from the metric catalogue;
 * the flag table of ``README.md`` from the ``serve`` options;
 * the web-config field tables of ``SECURITY.md`` and ``docs/deployment.md`` from
-  :data:`exporter.server.websec.FIELDS`;
+  :data:`exporter.server.websec.fields.FIELDS`;
 * in ``docs/architecture.md``: every module of ``exporter/`` with the first line of its
   docstring (read with :mod:`ast`, nothing imported), the engine table from
   :data:`exporter.engines.SPECS` and the collector table from
