@@ -138,6 +138,18 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         gpus=_ALL,
     ),
     MetricSpec(
+        "inference_gpu_attribution_info",
+        "gauge",
+        "nvml",
+        ("method",),
+        "How the exporter knows the GPUs it reads are the engine's: visible-devices (the UUIDs "
+        "of NVIDIA_VISIBLE_DEVICES), devices-flag (--gpu.devices), dra or whole-node (declared "
+        "with --gpu.attribution), replay, or all-visible (every GPU NVML shows, which is the "
+        "engine's only when it holds them all); constant 1.",
+        source="--gpu.attribution, --gpu.devices, NVIDIA_VISIBLE_DEVICES",
+        gpus=_ALL,
+    ),
+    MetricSpec(
         "inference_gpu_info",
         "gauge",
         "nvml",
@@ -936,7 +948,7 @@ class SeriesBudget:
 
 
 SERIES_BUDGET = SeriesBudget(
-    per_gpu=47, per_engine=192, per_engine_process=1, per_sidecar=43, max_labels=10
+    per_gpu=47, per_engine=192, per_engine_process=1, per_sidecar=44, max_labels=10
 )
 # The labels Prometheus adds to every series of a target found through the chart's PodMonitor.
 POD_MONITOR_TARGET_LABELS = ("namespace", "pod", "container", "endpoint", "instance", "job")

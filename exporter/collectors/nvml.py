@@ -260,10 +260,14 @@ class NvmlCollector(Collector):
         devices: Iterable[str] = (),
         engine: EngineProcesses | None = None,
         published: GpuDevices | None = None,
+        attribution: str = "all-visible",
     ) -> None:
         self._api_factory = api_factory
         # Where each session's devices are published for other collectors (podresources).
         self._published = published
+        # How the watched GPUs were chosen (inference_gpu_attribution_info{method}).
+        self.attribution = attribution
+        self._foreign: tuple[str, ...] = ()
         self.poll_interval = poll_interval
         self.deadline = deadline
         self._clock = clock
@@ -557,6 +561,30 @@ class NvmlCollector(Collector):
                 with state.lock:
                     state.xids[event.xid] += 1
 
+    # --- attribution -------------------------------------------------------------------------
+    def _check_foreign(self, states: Iterable[GpuState]) -> None:
+        """With every visible GPU taken for the engine's, say so once where some are plainly
+        another workload's: averaging them in would make each verdict wrong."""
+        foreign = _foreign_gpus(states) if self.attribution == "all-visible" else ()
+        if foreign and foreign != self._foreign:
+            log.warning(
+                "GPU %s: other processes compute there and none of the engine's; the exporter "
+                "sees every GPU of the node (all-visible) and cannot tell the engine's: use the "
+                "node agent (chart mode node), DRA, or --gpu.devices",
+                ", ".join(foreign),
+            )
+        self._foreign = foreign
+
+    def notices(self) -> list[str]:
+        if not self._foreign:
+            return []
+        return [
+            f"GPU {', '.join(self._foreign)} run other workloads' processes and none of the "
+            "engine's: the GPUs read here (every GPU the container sees, all-visible) are not "
+            "all the engine's, and GPU verdicts average them in. Use the node agent (chart "
+            "mode node), DRA, or --gpu.devices."
+        ]
+
     # --- scrape ------------------------------------------------------------------------------
     def collect(self) -> Collection:
         now = self._clock()
@@ -573,7 +601,10 @@ class NvmlCollector(Collector):
         # (exporter.metrics.SERIES_BUDGET) with a PodMonitor's target labels added.
         fam_driver = m.gauge("inference_nvml_driver_info")
         fam_driver.add_metric([driver], 1.0)
-        out.metrics.append(fam_driver)
+        fam_attribution = m.gauge("inference_gpu_attribution_info")
+        fam_attribution.add_metric([self.attribution], 1.0)
+        out.metrics += [fam_driver, fam_attribution]
+        self._check_foreign(states)
         f = _Families()
         stuck: list[str] = []
         stale_after = max(3 * self.poll_interval, self.deadline)
@@ -591,6 +622,17 @@ class NvmlCollector(Collector):
             out.success = False
             out.error = f"NVML call hanging for GPU {', '.join(stuck)}"
         return out
+
+
+def _foreign_gpus(states: Iterable[GpuState]) -> tuple[str, ...]:
+    """GPUs where other processes compute and none of the engine's do (per-process reads)."""
+    out = []
+    for state in states:
+        with state.lock:
+            counts = state.process_counts
+        if counts is not None and counts[0] == 0 and counts[1] > 0:
+            out.append(state.identity.label)
+    return tuple(out)
 
 
 class _Families:
@@ -779,6 +821,17 @@ OPTIONS: tuple[Option, ...] = (
         attr="devices",
     ),
     Option(
+        "gpu.attribution",
+        "choice",
+        "auto",
+        "How the pod was given the GPUs the exporter sees, where the exporter cannot tell: "
+        "dra (it shares the engine's resource claims), whole-node (the engine holds every GPU "
+        "of its node); auto: from --gpu.devices or NVIDIA_VISIBLE_DEVICES, else all-visible.",
+        choices=("auto", "dra", "whole-node"),
+        metavar="METHOD",
+        attr="attribution",
+    ),
+    Option(
         "gpu.host-procfs",
         "path",
         None,
@@ -805,6 +858,7 @@ OPTIONS: tuple[Option, ...] = (
 class NvmlOptions:
     replay_file: Path | None
     devices: str
+    attribution: str
     host_procfs: Path | None
     poll_interval: float
 
@@ -833,6 +887,17 @@ def check(settings: Settings) -> None:
             raise ConfigError("--gpu.replay-file", str(err)) from None
 
 
+def attribution_method(opts: NvmlOptions, *, replay: bool, devices: Iterable[str]) -> str:
+    """How the watched GPUs were chosen: the value of ``inference_gpu_attribution_info``."""
+    if replay:
+        return "replay"
+    if opts.attribution != "auto":
+        return opts.attribution
+    if opts.device_set:
+        return "devices-flag"
+    return "visible-devices" if any(True for _ in devices) else "all-visible"
+
+
 def build(settings: Settings, shared: Shared) -> NvmlCollector:
     opts = section(NvmlOptions, OPTIONS, settings)
     api_factory: Callable[[], NvmlApi]
@@ -856,6 +921,7 @@ def build(settings: Settings, shared: Shared) -> NvmlCollector:
             engine = HostPids(shared.engine_pids.get, host_procfs=opts.host_procfs)
     return NvmlCollector(
         api_factory,
+        attribution=attribution_method(opts, replay=opts.replay_file is not None, devices=devices),
         poll_interval=opts.poll_interval,
         deadline=settings.scrape_timeout,
         devices=devices,

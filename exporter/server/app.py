@@ -167,6 +167,10 @@ class Exporter:
                 f"<td>{status.duration * 1000:.1f} ms</td>"
                 f"<td>{html.escape(status.error)}</td></tr>"
             )
+        notes = "".join(
+            f"<p><strong>{html.escape(name)}:</strong> {html.escape(text)}</p>\n"
+            for name, text in self.coordinator.notices()
+        )
         path = html.escape(self.settings.telemetry_path)
         page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>inference-bottleneck-exporter</title></head>
@@ -174,7 +178,7 @@ class Exporter:
 <h1>inference-bottleneck-exporter {html.escape(__version__)}</h1>
 <p>What is the GPU waiting for? Metrics: <a href="{path}">{path}</a>
 &middot; <a href="/-/healthy">/-/healthy</a> &middot; <a href="/-/ready">/-/ready</a></p>
-<table border="1" cellpadding="4">
+{notes}<table border="1" cellpadding="4">
 <tr><th>collector</th><th>last scrape</th><th>duration</th><th>error</th></tr>
 {"".join(rows)}
 </table>

@@ -95,8 +95,8 @@ class NodeNvml(PynvmlApi):
     """The stand-in NVML of the node: nvidia-ml-py's adapter over :func:`node_gpus`. The fake
     C library has no event sets, so Xid events answer NOT_SUPPORTED, as on a vGPU guest."""
 
-    def __init__(self) -> None:
-        super().__init__(library=fake_pynvml(node_gpus()))
+    def __init__(self, gpus: list[FakeGpu] | None = None) -> None:
+        super().__init__(library=fake_pynvml(node_gpus() if gpus is None else gpus))
 
     def register_xid_events(self, handles: Sequence[object]) -> None:
         raise NvmlError(pynvml.NVML_ERROR_NOT_SUPPORTED)
