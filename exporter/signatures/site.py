@@ -410,14 +410,12 @@ def _dcgm(value: object, join_labels: tuple[str, ...]) -> DcgmJoin:
 
 
 def _check_node_join(join_labels: tuple[str, ...]) -> None:
-    """The node profile gives a GPU to the target of the pod that holds it (namespace, pod)
-    and tells node agents apart by instance."""
-    for label in ("namespace", "pod", "instance"):
+    """The node profile gives a GPU to the target of the pod that holds it (namespace, pod)."""
+    for label in ("namespace", "pod"):
         if label not in join_labels:
             raise SignatureConfigError(
                 "join_labels",
-                f"the node profile joins GPUs to pods by namespace, pod and the node agent's "
-                f"instance; {label!r} is missing",
+                f"the node profile joins GPUs to pods by namespace and pod; {label!r} is missing",
             )
 
 

@@ -262,8 +262,9 @@ class _Builder:
 
     @property
     def agent_gpu(self) -> tuple[str, ...]:
-        """The labels naming one GPU of one node agent (node profile)."""
-        agent = tuple(label for label in (CLUSTER, "instance") if label in self.join)
+        """The labels naming one GPU of one node agent (node profile): its scrape target's
+        ``instance``, whatever the join labels are."""
+        agent = (CLUSTER, "instance") if CLUSTER in self.join else ("instance",)
         return (*agent, *GPU_LABELS)
 
     def node_attr(self, inner: str, keep: tuple[str, ...] = ()) -> str:
