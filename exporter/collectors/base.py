@@ -9,16 +9,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import aiohttp
 from prometheus_client.metrics_core import Metric
-
-from exporter.config import Settings
-
-if TYPE_CHECKING:
-    from exporter.backends.gpu_reader import GpuIdentity
-    from exporter.collectors.engine import EngineHub
 
 T = TypeVar("T")
 
@@ -34,65 +28,6 @@ class Collection:
     metrics: list[Metric] = field(default_factory=list)
     success: bool = True
     error: str = ""
-
-
-class EnginePids:
-    """The engine's PIDs as the ``process`` collector last found them, in the sidecar's PID
-    namespace; the ``nvml`` collector matches them to the host PIDs NVML reports."""
-
-    def __init__(self) -> None:
-        self._pids: frozenset[int] | None = None
-        self._lock = threading.Lock()
-
-    def publish(self, pids: frozenset[int]) -> None:
-        with self._lock:
-            self._pids = pids
-
-    def get(self) -> frozenset[int] | None:
-        """None until the first scan."""
-        with self._lock:
-            return self._pids
-
-
-class GpuDevices:
-    """The GPUs and MIG devices the ``nvml`` collector watches, as its last NVML session
-    enumerated them; the ``podresources`` collector matches the kubelet's device IDs to them."""
-
-    def __init__(self) -> None:
-        self._devices: tuple[GpuIdentity, ...] | None = None
-        self._lock = threading.Lock()
-
-    def publish(self, devices: tuple[GpuIdentity, ...]) -> None:
-        with self._lock:
-            self._devices = devices
-
-    def get(self) -> tuple[GpuIdentity, ...] | None:
-        """None until NVML has been initialised once."""
-        with self._lock:
-            return self._devices
-
-
-@dataclass
-class Shared:
-    """State that the collectors of one exporter share (built once per build)."""
-
-    settings: Settings
-    _hub: EngineHub | None = field(default=None, repr=False)
-    engine_pids: EnginePids = field(default_factory=EnginePids)
-    gpu_devices: GpuDevices = field(default_factory=GpuDevices)
-
-    @property
-    def engine_hub(self) -> EngineHub:
-        """The engine type as the engine collector last recognised it (the tokenizer probe
-        follows it)."""
-        if self._hub is None:
-            from exporter.collectors.engine import OPTIONS as ENGINE_OPTIONS  # noqa: PLC0415
-            from exporter.collectors.engine import EngineHub, EngineOptions  # noqa: PLC0415
-            from exporter.config import section  # noqa: PLC0415
-
-            configured = section(EngineOptions, ENGINE_OPTIONS, self.settings).type
-            self._hub = EngineHub(configured=configured)
-        return self._hub
 
 
 class Collector:

@@ -42,8 +42,9 @@ from exporter.backends.podresources_client import (
     PodResourcesClient,
     PodResourcesError,
 )
-from exporter.collectors.base import BackgroundThread, Collection, Collector, GpuDevices, Shared
-from exporter.config import ConfigError, Option, Settings, section
+from exporter.collectors.base import BackgroundThread, Collection, Collector
+from exporter.collectors.shared_state import GpuDevices, Shared
+from exporter.config import ConfigError, Settings, flag, section
 
 log = logging.getLogger(__name__)
 
@@ -261,49 +262,40 @@ class PodResourcesCollector(Collector, BackgroundThread):
 
 # --- flags and construction -------------------------------------------------------------------
 
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "podresources.socket",
-        "path",
-        DEFAULT_SOCKET,
-        "The kubelet's PodResources socket (mount the host's /var/lib/kubelet/pod-resources).",
-        metavar="PATH",
-        attr="socket",
-    ),
-    Option(
-        "podresources.interval",
-        "duration",
-        DEFAULT_INTERVAL,
-        "How often the kubelet is asked which pod holds which GPU (List and "
-        "GetAllocatableResources, one call each).",
-        minimum=1.0,
-        maximum=600.0,
-        metavar="DURATION",
-        attr="interval",
-    ),
-    Option(
-        "podresources.deadline",
-        "duration",
-        DEFAULT_DEADLINE,
-        "Deadline of each call to the kubelet.",
-        minimum=0.05,
-        maximum=60.0,
-        metavar="DURATION",
-        attr="deadline",
-    ),
-)
-
 
 @dataclass(frozen=True)
 class PodResourcesOptions:
-    socket: Path
-    interval: float
-    deadline: float
+    """The flags of the ``podresources`` collector."""
+
+    socket: Path = flag(
+        "podresources.socket",
+        DEFAULT_SOCKET,
+        "The kubelet's PodResources socket (mount the host's /var/lib/kubelet/pod-resources).",
+        kind="path",
+        metavar="PATH",
+    )
+    interval: float = flag(
+        "podresources.interval",
+        DEFAULT_INTERVAL,
+        "How often the kubelet is asked which pod holds which GPU (List and "
+        "GetAllocatableResources, one call each).",
+        kind="duration",
+        bounds=(1.0, 600.0),
+        metavar="DURATION",
+    )
+    deadline: float = flag(
+        "podresources.deadline",
+        DEFAULT_DEADLINE,
+        "Deadline of each call to the kubelet.",
+        kind="duration",
+        bounds=(0.05, 60.0),
+        metavar="DURATION",
+    )
 
 
 def check(settings: Settings) -> None:
     """The deadline must fit in the interval (one call in flight at a time)."""
-    opts = section(PodResourcesOptions, OPTIONS, settings)
+    opts = section(PodResourcesOptions, settings)
     if opts.deadline >= opts.interval:
         raise ConfigError(
             "--podresources.deadline",
@@ -312,6 +304,6 @@ def check(settings: Settings) -> None:
 
 
 def build(settings: Settings, shared: Shared) -> PodResourcesCollector:
-    opts = section(PodResourcesOptions, OPTIONS, settings)
+    opts = section(PodResourcesOptions, settings)
     client = PodResourcesClient(opts.socket, deadline=opts.deadline)
     return PodResourcesCollector(client, shared.gpu_devices, interval=opts.interval)

@@ -10,8 +10,7 @@ import pytest
 from support.kubelet import NodeNvml, node_gpus
 
 from exporter.backends.pidns import FixedPids
-from exporter.collectors import default_settings
-from exporter.collectors.base import Shared
+from exporter.collectors import build_shared, default_settings
 from exporter.collectors.nvml import NvmlCollector, build
 
 
@@ -21,7 +20,7 @@ def method_of(monkeypatch: pytest.MonkeyPatch, visible: str | None, **overrides:
     else:
         monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", visible)
     settings = default_settings(**overrides)
-    return build(settings, Shared(settings)).attribution
+    return build(settings, build_shared(settings)).attribution.method
 
 
 def test_the_method_follows_how_the_devices_were_given(monkeypatch: pytest.MonkeyPatch) -> None:

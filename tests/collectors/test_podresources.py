@@ -33,7 +33,6 @@ from support.kubelet import (
 from exporter.backends.gpu_reader import GpuIdentity, MigSlice
 from exporter.backends.podresources_client import PodResourcesClient
 from exporter.collectors import default_settings
-from exporter.collectors.base import GpuDevices
 from exporter.collectors.nvml import NvmlCollector
 from exporter.collectors.podresources import (
     STALE_INTERVALS,
@@ -41,6 +40,7 @@ from exporter.collectors.podresources import (
     check,
     device_of,
 )
+from exporter.collectors.shared_state import GpuDevices
 from exporter.config import ConfigError
 
 INTERVAL = 10.0

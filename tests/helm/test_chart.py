@@ -27,7 +27,7 @@ from support.chart import (
 
 from exporter.cli import load_settings
 from exporter.collectors import COLLECTORS, serve_options
-from exporter.collectors.nvml import visible_device_uuids
+from exporter.collectors.nvml_devices import visible_device_uuids
 
 MONITORING = ("monitoring.coreos.com/v1", "monitoring.coreos.com/v1alpha1")
 
