@@ -286,7 +286,9 @@ class _Builder:
         else:
             attributed = f"({inner})\n* {on(agent)} group_right ()\n{holders}"
         grouped = f"max {by((*pj, *GPU_LABELS, *keep))} (\n{attributed}\n)"
-        return f"{grouped}\n* {on(pj)} group_left ({', '.join(rest)})\n{self.r.target_info}"
+        # Static targets (no pod) would all meet in one empty match group: only pods join.
+        pods = selector(self.r.target_info, 'namespace!=""', 'pod!=""')
+        return f"{grouped}\n* {on(pj)} group_left ({', '.join(rest)})\n{pods}"
 
     def dcgm_target(self, inner: str, aggregation: str = "avg") -> str:
         """Per-target value from dcgm series ``inner`` (a range function over one metric)."""
