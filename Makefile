@@ -41,6 +41,9 @@ tools:
 	@$(call need,victoria-metrics vmalert vmagent,victoria-metrics)
 	@# buildah, podman (run with runc) and debootstrap: tests/image builds and runs the image.
 	@$(call need,buildah podman runc debootstrap,buildah podman runc debootstrap)
+	@# chromium: the browser tests (tests/test_browser.py) load the report and the landing
+	@# page through Playwright; tmux: the demo's screen in a real terminal (tests/lab).
+	@$(call need,chromium tmux,chromium tmux)
 
 # The main job: real NVML when this machine has an NVIDIA driver, else the bundled trace.
 run: install

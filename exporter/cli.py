@@ -316,6 +316,18 @@ def _diagnose(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return diagnose(list(argv))
 
 
+def _inject(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    from exporter.inject.cli import run  # noqa: PLC0415
+
+    return run(argv)
+
+
+def _webhook(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    from exporter.inject.webhook import run  # noqa: PLC0415
+
+    return run(argv)
+
+
 def _load(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return _lab("loadgen", "load", argv)
 
@@ -338,6 +350,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("serve", "run the exporter (the default command; its flags are above)", serve),
     Command("record", "record an NVML replay trace from this machine's GPUs", record),
     Command("diagnose", "name the bottleneck from a Prometheus or a sidecar", _diagnose),
+    Command("inject", "add the sidecar to the pods of Kubernetes manifests", _inject),
+    Command("webhook", "the admission webhook that adds the sidecar to pods", _webhook),
     Command("load", "drive an engine with an open-loop load (lab, source checkout)", _load),
     Command("demo", "the whole pipeline live on this machine (lab, source checkout)", _demo),
 )

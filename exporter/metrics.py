@@ -908,6 +908,26 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         unit="ratio",
         source="psutil Process.threads(), difference between two reads",
     ),
+    # --- webhook (the admission webhook process, not the sidecar) -----------------------------
+    MetricSpec(
+        "inference_webhook_reviews_total",
+        "counter",
+        "webhook",
+        ("webhook", "result"),
+        "Admission reviews answered, by webhook path (annotation: opt-in pods; namespace: pods "
+        "of labelled namespaces) and result (injected, unchanged, not_requested, no_engine, "
+        "refused, not_a_pod, malformed, oversized, timeout). Every answer allows the pod.",
+        source="the webhook's own count",
+    ),
+    MetricSpec(
+        "inference_webhook_review_duration_seconds",
+        "histogram",
+        "webhook",
+        (),
+        "Time from a review's arrival to its answer.",
+        unit="seconds",
+        source="the webhook's own clock",
+    ),
 )
 
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in CATALOGUE}

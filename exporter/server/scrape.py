@@ -55,8 +55,10 @@ class ScrapeCoordinator(PromCollector):
         *,
         deadline: float,
         clock: Callable[[], float] = time.monotonic,
+        watch: Callable[[Metric], None] | None = None,
     ) -> None:
         self.deadline = deadline
+        self._watch = watch  # sees every family collected (the landing page's history)
         self._clock = clock
         self._slots = [_Slot(c) for c in collectors]
         self._lock = threading.Lock()
@@ -90,7 +92,10 @@ class ScrapeCoordinator(PromCollector):
                 success.add_metric([slot.collector.name], 1.0 if ok else 0.0)
                 duration.add_metric([slot.collector.name], took)
                 if result is not None:
-                    yield from result.metrics
+                    for family in result.metrics:
+                        if self._watch is not None:
+                            self._watch(family)
+                        yield family
         yield success
         yield duration
 

@@ -213,7 +213,7 @@ class SiteConfig:
             overrides=self.overrides,
         )
 
-    def window(self, name: str) -> float:
+    def window_seconds(self, name: str) -> float:
         """A window in seconds after the profile's time scale."""
         return float(getattr(self.windows, name)) * self.profile.time_scale
 
@@ -352,14 +352,14 @@ def _join_labels(value: object) -> tuple[str, ...]:
     if not value:
         raise SignatureConfigError("join_labels", "must list at least one label")
     labels: list[str] = []
-    for i, item in enumerate(value):
-        label = _label_name(item, f"join_labels[{i}]")
+    for index, item in enumerate(value):
+        label = _label_name(item, f"join_labels[{index}]")
         if label in RESERVED_LABELS:
             raise SignatureConfigError(
-                f"join_labels[{i}]", f"{label!r} is a label the rules use themselves"
+                f"join_labels[{index}]", f"{label!r} is a label the rules use themselves"
             )
         if label in labels:
-            raise SignatureConfigError(f"join_labels[{i}]", f"{label!r} is listed twice")
+            raise SignatureConfigError(f"join_labels[{index}]", f"{label!r} is listed twice")
         labels.append(label)
     return tuple(labels)
 
@@ -518,24 +518,24 @@ def _param(spec: Param, value: object, where: str) -> ParamValue:
     items = _list(value, where)
     if kind == "xids":
         xids: list[int] = []
-        for i, item in enumerate(items):
+        for index, item in enumerate(items):
             if isinstance(item, bool) or not isinstance(item, int) or item <= 0:
                 raise SignatureConfigError(
-                    f"{where}[{i}]", f"must be a positive Xid number, got {_kind(item)}"
+                    f"{where}[{index}]", f"must be a positive Xid number, got {_kind(item)}"
                 )
             xids.append(item)
         return tuple(sorted(set(xids)))
     names: list[str] = []
-    for i, item in enumerate(items):
+    for index, item in enumerate(items):
         if not isinstance(item, str):
-            raise SignatureConfigError(f"{where}[{i}]", f"must be a string, got {_kind(item)}")
+            raise SignatureConfigError(f"{where}[{index}]", f"must be a string, got {_kind(item)}")
         if kind == "reasons" and item not in CLOCK_EVENT_BITS:
             raise SignatureConfigError(
-                f"{where}[{i}]",
+                f"{where}[{index}]",
                 f"unknown clock event reason {item!r} (known: {', '.join(CLOCK_EVENT_BITS)})",
             )
         if kind == "names" and not _is_engine_name(item):
-            raise SignatureConfigError(f"{where}[{i}]", f"{item!r} is not an engine name")
+            raise SignatureConfigError(f"{where}[{index}]", f"{item!r} is not an engine name")
         if item not in names:
             names.append(item)
     return tuple(names)

@@ -94,7 +94,7 @@ from exporter.metrics import BY_NAME, TOKENIZER_BUCKETS, UTILIZATION_BUCKETS
 from exporter.metrics import counter as counter_family
 from exporter.metrics import gauge as gauge_family
 from exporter.metrics import histogram as histogram_family
-from exporter.signatures import catalogue, parse_config, recording_rules
+from exporter.signatures import all_signatures, parse_config, recording_rules
 from exporter.signatures.promql_text import matchers
 from exporter.signatures.site import SiteConfig
 
@@ -734,10 +734,10 @@ def expressions(cfg: SiteConfig) -> list[str]:
     texts: list[str] = []
     for rule in recording_rules(cfg):
         texts += [rule.record, *subexpressions(rule.expr)]
-    for sig in catalogue(cfg):
+    for sig in all_signatures(cfg):
         for alert in sig.rules:
             texts += subexpressions(alert.expr)
-    window = format_duration(cfg.window("rate"))
+    window = format_duration(cfg.window_seconds("rate"))
     texts += [text.replace("[W]", f"[{window}]") for text in EXTRA]
     return list(dict.fromkeys(texts))
 
@@ -749,7 +749,7 @@ def evidence_queries(
     instances, not only those that hold): for Prometheus with the target's labels, for the
     evaluator with the instance's (which have none of them)."""
     out = []
-    for sig in catalogue(cfg):
+    for sig in all_signatures(cfg):
         for rule in sig.rules:
             try:
                 found = asyncio.run(
@@ -1005,7 +1005,7 @@ def evaluated(evaluator: Evaluator, text: str) -> dict[Labels, float] | float:
 
 # Sub-expressions that read the baseline window, which samples cannot reach.
 def needs_history(text: str, cfg: SiteConfig) -> bool:
-    return f"offset {format_duration(cfg.window('baseline'))}" in text
+    return f"offset {format_duration(cfg.window_seconds('baseline'))}" in text
 
 
 @pytest.mark.timeout(240)
@@ -1074,7 +1074,7 @@ def test_every_rule_and_alert_returns_data_in_some_set(
         texts = {f"record {r.record}": r.expr for r in recording_rules(p.cfg)}
         texts |= {
             f"alert {sig.alert} {i}": a.expr
-            for sig in catalogue(p.cfg)
+            for sig in all_signatures(p.cfg)
             for i, a in enumerate(sig.rules)
         }
         for name, text in texts.items():

@@ -25,9 +25,9 @@ import pytest
 import yaml
 from support.paths import ROOT
 
-from exporter.signatures.catalogue import catalogue
+from exporter.signatures import all_signatures as catalogue
+from exporter.signatures.records import recording_rules
 from exporter.signatures.site import parse_config
-from exporter.signatures.sources import recording_rules
 
 SIDECAR_TESTS = ROOT / "tests" / "promtool" / "sidecar"
 RULES = ROOT / "alert_rules" / "node"

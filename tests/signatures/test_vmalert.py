@@ -196,9 +196,9 @@ def test_the_same_alerts_fire_as_in_prometheus(
         checked += 1
     assert not mismatches, "\n".join(mismatches)
     # Every signature's firing case and near miss went through vmalert.
-    from exporter.signatures import catalogue, parse_config  # noqa: PLC0415
+    from exporter.signatures import all_signatures, parse_config  # noqa: PLC0415
 
-    every = {sig.alert for sig in catalogue(parse_config({}))}
+    every = {sig.alert for sig in all_signatures(parse_config({}))}
     assert firing == every and quiet == every, (every - firing, every - quiet)
     assert checked >= 2 * len(every)
 

@@ -1,6 +1,7 @@
 """Rendering the chart with the Helm v4 SDK (helm-python-sdk, no helm binary) and validating
 what it renders: kubernetes-validate for built-in kinds, the prometheus-operator CRDs'
-openAPIV3Schema (from ``tests/fixtures/crds/``) for the custom resources."""
+openAPIV3Schema (from ``tests/fixtures/crds/``) for the custom resources (prometheus-operator's,
+cert-manager's)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "serviceMonitor": {"enabled": True},
         "alertmanagerConfig": PAGERDUTY,
         "prometheusRule": {"profile": "fast"},
+    },
+    "webhook": {"webhook": {"enabled": True}},
+    "webhook-cert-manager": {
+        "mode": "dcgm",
+        "webhook": {"enabled": True, "certManager": {"enabled": True}},
+        "sidecar": {"native": True},
     },
 }
 

@@ -41,7 +41,7 @@ def exporter_down(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="meta",
+        family="meta",
         title="Exporter down or not discovered",
         rules=(down, absent),
         runbook=ctx.runbook(alert, queries=(("scrape health of the sidecars", up),)),
@@ -76,7 +76,7 @@ def collector_failing(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="meta",
+        family="meta",
         title="A collector keeps failing",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -119,7 +119,7 @@ def engine_metrics_down(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="meta",
+        family="meta",
         title="Engine metrics unreadable",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -151,7 +151,7 @@ def nvml_unavailable(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="meta",
+        family="meta",
         title="NVML unavailable",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -184,7 +184,7 @@ def gpu_attribution_uncertain(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="meta",
+        family="meta",
         title="GPUs not the engine's",
         rules=(rule,),
         runbook=ctx.runbook(
