@@ -245,6 +245,11 @@ def _diagnose(stack: Stack, result: DrillResult) -> None:
         *(["--config", str(stack.cfg.rules_config)] if stack.cfg.rules_config else []),
         "--output",
         "json",
+        # The post-mortem the on-call would attach, from the drill's own Prometheus.
+        "--report",
+        str(Path(result.workdir) / POSTMORTEM),
+        "--report.range",
+        "15m",
     ]
     env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False, env=env)
@@ -255,6 +260,10 @@ def _diagnose(stack: Stack, result: DrillResult) -> None:
         result.diagnose = json.loads(proc.stdout)
     except json.JSONDecodeError:
         result.diagnose_error = f"not JSON: {proc.stdout[:200]!r}"
+
+
+# The HTML post-mortem `diagnose --report` writes in each drill's work directory.
+POSTMORTEM = "postmortem.html"
 
 
 def has_gpu() -> bool:

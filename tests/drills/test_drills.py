@@ -11,9 +11,10 @@ import re
 from pathlib import Path
 
 import pytest
-from drills.harness import DrillResult, expected_dedup_key, has_gpu, run_drill
+from drills.harness import POSTMORTEM, DrillResult, expected_dedup_key, has_gpu, run_drill
 from drills.scenarios import CPU_SCENARIOS, GPU_SCENARIOS, Scenario
 
+from exporter.diagnose.timeline import PANELS
 from exporter.signatures.render import runbook_url
 from exporter.signatures.site import load_config
 
@@ -125,6 +126,25 @@ def check_diagnose(scenario: Scenario, result: DrillResult) -> None:
     assert findings[0]["status"] == "holds", ranked
 
 
+def check_postmortem(scenario: Scenario, result: DrillResult) -> None:
+    """The drill's own `diagnose --report`: the cause first, every plot drawn from the drill's
+    data, the window where the cause held and where its alert fired shaded."""
+    page = (Path(result.workdir) / POSTMORTEM).read_text(encoding="utf-8")
+    held = re.findall(r'<section[^>]*data-alert="(\w+)"[^>]*data-status="holds"', page)
+    assert held and held[0] == scenario.expected, held
+    plots = dict(re.findall(r'<figure data-panel="([a-z]+)">(.*?)</figure>', page, re.S))
+    assert list(plots) == [panel.key for panel in PANELS]
+    for key, body in plots.items():
+        points = [int(n) for n in re.findall(r'data-points="(\d+)"', body)]
+        # a few minutes of a drill at the fast profile's scrape interval
+        assert points and max(points) >= 10, (key, points)
+        bands = set(re.findall(r'<rect class="(\w+)" data-start=', body))
+        assert {"incident", "firing"} <= bands, (key, bands)
+    copy = Path(__file__).resolve().parents[2] / "build" / "drills" / f"{scenario.name}.html"
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_text(page, encoding="utf-8")
+
+
 def run_and_check(scenario: Scenario, workdir: Path, results: dict[str, DrillResult]) -> None:
     result = run_drill(scenario, workdir, device="cuda" if scenario.gpu else "cpu")
     results[scenario.name] = result
@@ -136,6 +156,7 @@ def run_and_check(scenario: Scenario, workdir: Path, results: dict[str, DrillRes
     check_pages(scenario, result)
     check_dedup_key(scenario, result, result.instance)
     check_diagnose(scenario, result)
+    check_postmortem(scenario, result)
 
 
 @pytest.mark.timeout(DRILL_TIMEOUT_S)
