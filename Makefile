@@ -29,7 +29,7 @@ install: $(PY)
 
 # torch is pinned exactly (the `reference` extra, also here): a range pulls a newer, multi-GB build.
 install-dev: $(PY)
-	$(PY) -m pip install -q -e '.[dev,reference]' 'torch==2.13.0'
+	$(PY) -m pip install -q -e '.[dev,reference,node]' 'torch==2.13.0'
 
 # promtool (Prometheus) and Alertmanager for the tests that use the real tools.
 tools:
@@ -79,6 +79,7 @@ lint: install-dev
 	$(PY) -m mypy --strict exporter
 	$(VENV)/bin/lint-imports
 	$(PY) build-tools/docgen.py --check
+	$(PY) build-tools/protos.py --check
 	$(PY) -m exporter.signatures --check
 
 test: install-dev tools lint

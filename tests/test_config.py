@@ -68,6 +68,7 @@ def test_defaults() -> None:
         "tokenizer": True,
         "process": True,
         "model": True,
+        "podresources": False,
     }
     assert settings.values["engine.url"] == ("http://127.0.0.1:8000/metrics",)
     assert settings.values["engine.type"] == "auto"

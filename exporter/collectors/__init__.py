@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from exporter.collectors import cpu, engine, model_facts, nvml, process, tokenizer
+from exporter.collectors import (
+    cpu,
+    engine,
+    model_facts,
+    nvml,
+    podresources,
+    process,
+    tokenizer,
+)
 from exporter.collectors.base import Collection, Collector
 from exporter.collectors.shared_state import EngineHub, EngineOptions, EnginePids, Shared
 from exporter.config import (
@@ -72,6 +80,12 @@ COLLECTORS: dict[str, CollectorEntry] = {
         model_facts.ModelOptions,
         True,
         "the served model's weight and KV bytes, FLOPs per token",
+    ),
+    "podresources": CollectorEntry(
+        podresources,
+        podresources.PodResourcesOptions,
+        False,
+        "which pod holds each GPU, from the kubelet (the node agent)",
     ),
 }
 

@@ -55,6 +55,11 @@ class Collector:
     def collect(self) -> Collection:
         raise NotImplementedError
 
+    def notices(self) -> list[str]:
+        """What the landing page should tell a reader about this collector's readings (a doubt
+        about what they mean, not an error). Default: nothing."""
+        return []
+
 
 class BackgroundThread:
     """One daemon thread of a collector, started by :meth:`start_thread` and stopped by

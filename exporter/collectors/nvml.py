@@ -80,6 +80,11 @@ from exporter.backends.nvml_api import (
 )
 from exporter.backends.pidns import EngineProcesses, FixedPids, HostPids, is_host_procfs
 from exporter.collectors.base import Collection, Collector
+from exporter.collectors.nvml_attribution import (
+    ATTRIBUTION_CHOICES,
+    AttributionWatch,
+    attribution_method,
+)
 from exporter.collectors.nvml_devices import (
     DeviceFilter,
     device_peaks,
@@ -88,7 +93,7 @@ from exporter.collectors.nvml_devices import (
 )
 from exporter.collectors.nvml_families import GpuFamilies
 from exporter.collectors.nvml_state import GpuState
-from exporter.collectors.shared_state import Shared
+from exporter.collectors.shared_state import GpuDevices, Shared
 from exporter.config import ConfigError, ServerOptions, Settings, flag, section
 from exporter.hardware.gpus import Peaks
 from exporter.priority import SCRAPES
@@ -115,6 +120,16 @@ class NvmlOptions:
         "every device the sidecar sees; give it the engine's devices there or here).",
         kind="str",
         metavar="LIST",
+    )
+    attribution: str = flag(
+        "gpu.attribution",
+        "auto",
+        "How the pod was given the GPUs the exporter sees, where the exporter cannot tell: "
+        "dra (it shares the engine's resource claims), whole-node (the engine holds every GPU "
+        "of its node); auto: from --gpu.devices or NVIDIA_VISIBLE_DEVICES, else all-visible.",
+        kind="choice",
+        choices=ATTRIBUTION_CHOICES,
+        metavar="METHOD",
     )
     host_procfs: Path | None = flag(
         "gpu.host-procfs",
@@ -160,8 +175,14 @@ class NvmlCollector(Collector):
         max_backoff: float = 60.0,
         devices: Iterable[str] = (),
         engine: EngineProcesses | None = None,
+        published: GpuDevices | None = None,
+        attribution: str = "all-visible",
     ) -> None:
         self._api_factory = api_factory
+        # Where each session's devices are published for other collectors (podresources).
+        self._published = published
+        # How the watched GPUs were chosen (inference_gpu_attribution_info{method}).
+        self.attribution = AttributionWatch(attribution)
         self.poll_interval = poll_interval
         self.deadline = deadline
         self._clock = clock
@@ -253,6 +274,8 @@ class NvmlCollector(Collector):
             self._states = states
             self._by_uuid.update({s.identity.uuid: s for s in states.values()})
             self._up = True
+        if self._published is not None:
+            self._published.publish(tuple(s.identity for s in states.values()))
         self._last_init_error = ""
         log.info(
             "NVML initialised: driver %s, %d device(s): %s",
@@ -440,6 +463,9 @@ class NvmlCollector(Collector):
                     state.xids[event.xid] += 1
 
     # --- scrape ------------------------------------------------------------------------------
+    def notices(self) -> list[str]:
+        return self.attribution.notices()
+
     def collect(self) -> Collection:
         now = self._clock()
         with self._lock:
@@ -455,7 +481,10 @@ class NvmlCollector(Collector):
         # (exporter.metrics.SERIES_BUDGET) with a PodMonitor's target labels added.
         fam_driver = m.gauge("inference_nvml_driver_info")
         fam_driver.add_metric([driver], 1.0)
-        out.metrics.append(fam_driver)
+        fam_attribution = m.gauge("inference_gpu_attribution_info")
+        fam_attribution.add_metric([self.attribution.method], 1.0)
+        out.metrics += [fam_driver, fam_attribution]
+        self.attribution.check(states)
         families = GpuFamilies()
         stuck: list[str] = []
         stale_after = max(3 * self.poll_interval, self.deadline)
@@ -533,10 +562,18 @@ def build(settings: Settings, shared: Shared) -> NvmlCollector:
         devices = devices or visible_device_uuids(os.environ.get("NVIDIA_VISIBLE_DEVICES", ""))
         if settings.collectors.get("process", True):
             engine = HostPids(shared.engine_pids.get, host_procfs=opts.host_procfs)
+    method = attribution_method(
+        opts.attribution,
+        replay=opts.replay_file is not None,
+        devices_flag=bool(opts.device_set),
+        devices=devices,
+    )
     return NvmlCollector(
         api_factory,
         poll_interval=opts.poll_interval,
         deadline=settings.scrape_timeout,
         devices=devices,
         engine=engine,
+        published=shared.gpu_devices,
+        attribution=method,
     )

@@ -9,6 +9,8 @@ collectors never import each other.
   tokenizer latency, the model collector its served models.
 * :class:`EnginePids`: the engine's PIDs as the process collector last found them; the nvml
   collector tells them among the host PIDs NVML reports.
+* :class:`GpuDevices`: the devices the nvml collector enumerated; the podresources collector
+  matches the kubelet's device IDs to them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from exporter.backends.gpu_reader import GpuIdentity
 from exporter.config import flag
 from exporter.engines import ENGINES
 from exporter.engines.snapshot import ROLES, EngineSnapshot, Role
@@ -151,9 +154,28 @@ class EnginePids:
             return self._pids
 
 
+class GpuDevices:
+    """The GPUs and MIG devices the ``nvml`` collector watches, as its last NVML session
+    enumerated them; the ``podresources`` collector matches the kubelet's device IDs to them."""
+
+    def __init__(self) -> None:
+        self._devices: tuple[GpuIdentity, ...] | None = None
+        self._lock = threading.Lock()
+
+    def publish(self, devices: tuple[GpuIdentity, ...]) -> None:
+        with self._lock:
+            self._devices = devices
+
+    def get(self) -> tuple[GpuIdentity, ...] | None:
+        """None until NVML has been initialised once."""
+        with self._lock:
+            return self._devices
+
+
 @dataclass(frozen=True)
 class Shared:
     """The state the collectors of one exporter share (built once per build)."""
 
     engine_hub: EngineHub
     engine_pids: EnginePids = field(default_factory=EnginePids)
+    gpu_devices: GpuDevices = field(default_factory=GpuDevices)

@@ -21,7 +21,7 @@ from exporter import __version__
 
 # The chart's values.yaml, the keys the sidecar is built from.
 DEFAULTS: dict[str, Any] = {
-    "mode": "sidecar",
+    "mode": "node",
     "image": {
         "repository": "inference-bottleneck-exporter/inference-bottleneck-exporter",
         "tag": "",

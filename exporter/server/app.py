@@ -172,6 +172,10 @@ class Exporter:
                 f"<td>{status.duration * 1000:.1f} ms</td>"
                 f"<td>{html.escape(status.error)}</td></tr>"
             )
+        notes = "".join(
+            f"<p><strong>{html.escape(name)}:</strong> {html.escape(text)}</p>\n"
+            for name, text in self.coordinator.notices()
+        )
         path = html.escape(self.settings.telemetry_path)
         recent = self.history.rows()
         charts = (
@@ -190,7 +194,7 @@ class Exporter:
 <h1>inference-bottleneck-exporter {html.escape(__version__)}</h1>
 <p>What is the GPU waiting for? Metrics: <a href="{path}">{path}</a>
 &middot; <a href="/-/healthy">/-/healthy</a> &middot; <a href="/-/ready">/-/ready</a></p>
-{charts}
+{notes}{charts}
 <h2>Collectors</h2>
 <table border="1" cellpadding="4">
 <tr><th>collector</th><th>last scrape</th><th>duration</th><th>error</th></tr>

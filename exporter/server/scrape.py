@@ -67,6 +67,10 @@ class ScrapeCoordinator(PromCollector):
     def statuses(self) -> dict[str, CollectorStatus]:
         return {s.collector.name: s.status for s in self._slots}
 
+    def notices(self) -> list[tuple[str, str]]:
+        """Each collector's notices for the landing page, as (collector, text)."""
+        return [(s.collector.name, text) for s in self._slots for text in s.collector.notices()]
+
     def collect(self) -> Iterator[Metric]:
         started = self._clock()
         success = m.gauge("inference_scrape_collector_success")

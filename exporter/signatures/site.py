@@ -9,6 +9,11 @@ pack. A profile picks where the GPU signals come from and how time is scaled:
 ``dcgm``
     GPU utilisation, HBM activity, framebuffer, Xids and clock events from an existing
     dcgm-exporter (``DCGM_FI_*``), joined to the sidecar's engine/CPU metrics by pod.
+``node``
+    GPU signals from the node agent (a DaemonSet: the ``nvml`` and ``podresources``
+    collectors), whose ``inference_gpu_pod_info`` names the pod holding each GPU; joined to
+    the sidecars (no NVML) by ``namespace`` and ``pod``, as the dcgm profile joins
+    dcgm-exporter.
 ``fast``
     the sidecar profile with every window and ``for`` scaled by 1/10, for drills and
     end-to-end tests.
@@ -33,7 +38,7 @@ from exporter.metrics import CLOCK_EVENT_BITS, UTILIZATION_BUCKETS
 from exporter.signatures.params import PARAMS, Param, ParamValue
 from exporter.signatures.promql_text import LABEL_NAME, split_matchers
 
-Source = Literal["sidecar", "dcgm"]
+Source = Literal["sidecar", "dcgm", "node"]
 
 DEFAULT_RUNBOOK_URL = (
     "https://github.com/inference-bottleneck-exporter/inference-bottleneck-exporter"
@@ -98,6 +103,13 @@ PROFILES: dict[str, Profile] = {
         "dcgm",
         1.0,
         "GPU signals from dcgm-exporter (DCGM_FI_*), joined to the sidecar by pod",
+    ),
+    "node": Profile(
+        "node",
+        "node",
+        1.0,
+        "GPU signals from the node agent, attributed to pods by the kubelet "
+        "(inference_gpu_pod_info), joined to the sidecar by pod",
     ),
     "fast": Profile(
         "fast", "sidecar", 0.1, "the sidecar profile with windows and `for` scaled by 1/10"
@@ -191,6 +203,8 @@ class SiteConfig:
         profile = _profile(name)
         if profile.source == "dcgm":
             _check_dcgm_join(self.dcgm, self.join_labels)
+        if profile.source == "node":
+            _check_node_join(self.join_labels)
         return SiteConfig(
             profile=profile,
             runbook_url=self.runbook_url,
@@ -395,6 +409,16 @@ def _dcgm(value: object, join_labels: tuple[str, ...]) -> DcgmJoin:
             )
         pairs.append((target, _label_name(dcgm_label, where)))
     return DcgmJoin(tuple(pairs))
+
+
+def _check_node_join(join_labels: tuple[str, ...]) -> None:
+    """The node profile gives a GPU to the target of the pod that holds it (namespace, pod)."""
+    for label in ("namespace", "pod"):
+        if label not in join_labels:
+            raise SignatureConfigError(
+                "join_labels",
+                f"the node profile joins GPUs to pods by namespace and pod; {label!r} is missing",
+            )
 
 
 def _check_dcgm_join(dcgm: DcgmJoin, join_labels: tuple[str, ...]) -> None:

@@ -193,6 +193,10 @@ class Sidecar:
     # tenants' processes on it (None: the sidecar cannot tell processes apart)
     engine_share: tuple[float, ...] | None = None
     other_processes: int = 0
+    # the engine's processes on each GPU (read with the shares above)
+    engine_processes: tuple[int, ...] = (1,)
+    # how the sidecar chose its GPUs (inference_gpu_attribution_info): every GPU it sees
+    attribution: str = "all-visible"
 
 
 def _elapsed(restart: int | None, times: list[float], k: int, uptime: float) -> float:
@@ -219,6 +223,8 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
         out["inference_cpu_softirq_hottest_core_ratio"][()] = s.softirq_core
         out["inference_engine_hottest_thread_cpu_ratio"][()] = s.thread
     out["inference_nvml_up"][()] = float(s.nvml)
+    if s.nvml:  # as the nvml collector says how it chose its GPUs whenever NVML is up
+        out["inference_gpu_attribution_info"][(s.attribution,)] = 1.0
     for i in range(s.gpus if s.nvml else 0):
         if not s.shows(f"gpu{i}", k):
             continue
@@ -248,7 +254,8 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
             out["inference_gpu_engine_utilization_ratio"][key] = s.engine_share[
                 i % len(s.engine_share)
             ]
-            out["inference_gpu_processes"][(*key, "engine")] = 1.0
+            engine_processes = s.engine_processes[i % len(s.engine_processes)]
+            out["inference_gpu_processes"][(*key, "engine")] = float(engine_processes)
             out["inference_gpu_processes"][(*key, "other")] = float(s.other_processes)
         for reason in ("hw_slowdown", "sw_thermal", "sw_power_cap"):
             active = float(i == 0 and reason in s.clock_events)
@@ -458,7 +465,23 @@ SETS: tuple[SeriesSet, ...] = (
         every(5, 13, jitter=1.7, seed=7),
         replace(STEADY, queue=lambda t: 3 - 0.01 * t * t),
     ),
-    one("no-engine", "sidecar", every(5, 10), replace(STEADY, engine=None, failing=("engine",))),
+    # no engine: with per-process reads, none of its processes on the GPUs and no share
+    one(
+        "no-engine",
+        "sidecar",
+        every(5, 10),
+        replace(
+            STEADY, engine=None, failing=("engine",), engine_share=(0.0,), engine_processes=(0,)
+        ),
+    ),
+    # every GPU of the node visible (all-visible); GPU 1 runs another pod's process and none
+    # of the engine's: it is not the engine's
+    one(
+        "all-visible-foreign-gpu",
+        "sidecar",
+        every(5, 13),
+        replace(STEADY, engine_share=(0.6, 0.0), engine_processes=(1, 0), other_processes=1),
+    ),
     one(
         "engine-down",
         "fast",

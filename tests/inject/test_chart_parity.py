@@ -90,7 +90,10 @@ def test_builder_defaults_are_the_charts() -> None:
 
 
 def test_the_chart_pod_labels_are_what_the_podmonitor_selects() -> None:
-    (monitor,) = of_kind(render(), "PodMonitor")
+    # The sidecars' PodMonitor (node mode adds the node agents' own, "<release>-node").
+    (monitor,) = [
+        m for m in of_kind(render(), "PodMonitor") if not m["metadata"]["name"].endswith("-node")
+    ]
     assert monitor["spec"]["selector"]["matchLabels"] == Values.of().pod_labels
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == Values.of().port_name
 

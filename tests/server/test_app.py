@@ -268,6 +268,20 @@ async def test_custom_telemetry_path(serve: ClientFactory) -> None:
     assert '<a href="/probe">/probe</a>' in page
 
 
+class Doubtful(Good):
+    name = "doubtful"
+
+    def notices(self) -> list[str]:
+        return ["GPU 1 is <someone else's>"]
+
+
+async def test_landing_page_shows_collector_notices_escaped(serve: ClientFactory) -> None:
+    exporter, client = await serve([Doubtful()])
+    await wait_ready(exporter)
+    _, _, page = await get_text(client, "/")
+    assert "<p><strong>doubtful:</strong> GPU 1 is &lt;someone else&#x27;s&gt;</p>" in page
+
+
 class Gpu(Collector):
     """Emits the GPU utilisation the landing page's history tracks."""
 

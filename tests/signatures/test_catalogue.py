@@ -36,6 +36,7 @@ CONTRACT = {
     "InferenceCollectorFailing": ({"warning"}, "meta"),
     "InferenceEngineMetricsDown": ({"warning"}, "meta"),
     "InferenceNVMLUnavailable": ({"warning"}, "meta"),
+    "InferenceGPUAttributionUncertain": ({"warning"}, "meta"),
     "InferenceGPULost": ({"critical"}, "gpu"),
     "InferenceGPUXidErrors": ({"critical", "warning"}, "gpu"),
     "InferenceGPUThrottled": ({"warning"}, "gpu"),

@@ -232,7 +232,9 @@ def test_cold_starts_are_quiet_in_vmalert_too(
     assert checked >= 20
 
 
-@pytest.mark.parametrize("profile", ["", "dcgm", "fast"], ids=["sidecar", "dcgm", "fast"])
+@pytest.mark.parametrize(
+    "profile", ["", "dcgm", "node", "fast"], ids=["sidecar", "dcgm", "node", "fast"]
+)
 def test_vmalert_loads_the_pack(profile: str) -> None:
     """vmalert parses every profile's rules and annotation templates (``-dryRun``)."""
     pack = RULES / profile

@@ -34,7 +34,8 @@ KUBE_LATEST = kubernetes_validate.latest_version()
 SIDECAR = "inference-bottleneck-exporter"
 PAGERDUTY = {"enabled": True, "pagerduty": {"routingKeySecret": {"name": "pagerduty"}}}
 
-# Values per scenario: the default, each mode, and everything switched on in each mode.
+# Values per scenario: the default (node mode), each mode, and everything switched on in each
+# mode.
 SCENARIOS: dict[str, dict[str, Any]] = {
     "default": {},
     "sidecar": {"mode": "sidecar", "example": {"enabled": True}},
@@ -46,7 +47,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     "dcgm": {"mode": "dcgm", "example": {"enabled": True}},
     "node": {"mode": "node", "gpu": {"runtimeClassName": "nvidia"}},
+    # The default mode with the example: the node agent and a sidecar without NVML.
+    "node-example": {"example": {"enabled": True}},
     "all-objects": {
+        "mode": "sidecar",
         "serviceMonitor": {"enabled": True},
         "alertmanagerConfig": PAGERDUTY,
         "example": {"enabled": True},

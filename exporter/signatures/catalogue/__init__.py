@@ -50,6 +50,7 @@ BUILDERS: tuple[Callable[[Context], Signature], ...] = (
     meta_signatures.collector_failing,
     meta_signatures.engine_metrics_down,
     meta_signatures.nvml_unavailable,
+    meta_signatures.gpu_attribution_uncertain,
     gpu_signatures.gpu_lost,
     gpu_signatures.gpu_xid_errors,
     gpu_signatures.gpu_throttled,

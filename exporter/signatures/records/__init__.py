@@ -9,7 +9,8 @@ records:
 - :mod:`.engine_records`: the running batch, tokens, queue and KV cache;
 - :mod:`.latency_records`: medians of the latency histograms;
 - :mod:`.cpu_records`: the engine's busiest thread, softirq load;
-- :mod:`.nvml_records` or :mod:`.dcgm_records`: the GPUs, by the profile's source;
+- :mod:`.nvml_records`, :mod:`.dcgm_records` or :mod:`.node_records`: the GPUs, by the
+  profile's source (the sidecar, dcgm-exporter, or the node agent attributed by pod);
 - :mod:`.shared_gpu_records`: the engine's own share of GPUs other tenants use too;
 - :mod:`.roofline_records`: the roofline, latency budget and workload shape (``docs/roofline.md``);
 - :mod:`.pool_records`: the pools of disaggregated serving, across targets.
@@ -30,6 +31,7 @@ from exporter.signatures.records.cpu_records import cpu_records
 from exporter.signatures.records.dcgm_records import dcgm_gpu_records
 from exporter.signatures.records.engine_records import engine_records, kv_cache_records
 from exporter.signatures.records.latency_records import latency_records
+from exporter.signatures.records.node_records import node_gpu_records
 from exporter.signatures.records.nvml_records import nvml_gpu_records
 from exporter.signatures.records.pool_records import pool_labels, pooled_records
 from exporter.signatures.records.record_context import RecordContext
@@ -69,7 +71,12 @@ def _family_records(ctx: RecordContext) -> list[RecordingRule]:
         *roofline_records(ctx),
         *pooled_records(ctx),
     ]
-    gpu = dcgm_gpu_records(ctx) if ctx.from_dcgm else nvml_gpu_records(ctx)
+    if ctx.from_dcgm:
+        gpu = dcgm_gpu_records(ctx)
+    elif ctx.from_node:
+        gpu = node_gpu_records(ctx)
+    else:
+        gpu = nvml_gpu_records(ctx)
     gpu += shared_gpu_records(ctx)
     records = ctx.records
     # Per-GPU state now (cheap, one sample a series) apart from the rates over windows.

@@ -33,6 +33,11 @@ class RecordContext:
         """Whether the profile reads its GPU series from dcgm-exporter (else the sidecar's)."""
         return self.cfg.profile.source == "dcgm"
 
+    @property
+    def from_node(self) -> bool:
+        """Whether the profile reads its GPU series from the node agent, by pod."""
+        return self.cfg.profile.source == "node"
+
     def window(self, name: str) -> str:
         """A look-back window of the site config as PromQL writes it (``5m``)."""
         return format_duration(self.cfg.window_seconds(name))

@@ -141,12 +141,12 @@ class RecordNames:
             # them where an alert needs them, instead of a record of every GPU every time.
             temperature=(
                 "inference_gpu:temperature_celsius:max"
-                if cfg.profile.source == "dcgm"
+                if cfg.profile.source != "sidecar"
                 else "inference_gpu_temperature_celsius"
             ),
             sm_clock=(
                 "inference_gpu:sm_clock_hertz:max"
-                if cfg.profile.source == "dcgm"
+                if cfg.profile.source != "sidecar"
                 else "inference_gpu_sm_clock_hertz"
             ),
             dcgm_idle_sample="inference_gpu:gpu_utilization_idle_sample:bool",

@@ -19,6 +19,7 @@ from exporter.signatures.definitions import RecordingRule
 from exporter.signatures.params import PREFILL_PRECISION
 from exporter.signatures.promql_text import by, num, on
 from exporter.signatures.records.dcgm_records import dcgm_per_target, dcgm_series
+from exporter.signatures.records.node_records import node_peaks
 from exporter.signatures.records.record_context import RecordContext
 from exporter.signatures.records.record_groups import ROOFLINE_GROUP
 
@@ -67,6 +68,8 @@ def _peak_records(ctx: RecordContext) -> list[RecordingRule]:
     peak_bandwidth = f"min {ctx.by_target} ({bandwidth})"
     flops = ctx.sidecar_series("inference_gpu_peak_flops", precision)
     peak_flops = f"min {ctx.by_target} ({flops})"
+    if ctx.from_node:
+        peak_bandwidth, peak_flops = node_peaks(ctx, precision)
     if ctx.from_dcgm:
         # The sidecar's own figures where its nvml collector runs; else the product table's
         # by the name dcgm-exporter gives each GPU.

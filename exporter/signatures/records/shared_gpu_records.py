@@ -1,8 +1,9 @@
 """The engine's own share of GPUs it shares with other tenants (time-slicing, MPS).
 
 A GPU counts as shared while other processes hold a compute context on it; the sidecar's NVML
-collector tells them apart. dcgm-exporter does not, so in the dcgm profile no GPU counts as
-shared and the target's own utilisation is the GPUs'.
+collector tells them apart. dcgm-exporter and the node agent's attribution by pod do not, so
+in the dcgm and node profiles no GPU counts as shared and the target's own utilisation is the
+GPUs'.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from exporter.metrics import GPU_LABELS
 from exporter.signatures.definitions import RecordingRule
 from exporter.signatures.promql_text import on
 from exporter.signatures.records.dcgm_records import dcgm_per_gpu, dcgm_series
+from exporter.signatures.records.node_records import node_shares
 from exporter.signatures.records.record_context import RecordContext
 
 
@@ -19,7 +21,12 @@ def shared_gpu_records(ctx: RecordContext) -> list[RecordingRule]:
     target's own utilisation over its GPUs."""
     records = ctx.records
     on_gpu = on((*ctx.join, *GPU_LABELS))
-    device, engine_share, own = _dcgm_shares(ctx) if ctx.from_dcgm else _nvml_shares(ctx)
+    if ctx.from_dcgm:
+        device, engine_share, own = _dcgm_shares(ctx)
+    elif ctx.from_node:
+        device, engine_share, own = node_shares(ctx)
+    else:
+        device, engine_share, own = _nvml_shares(ctx)
     others_share = RecordingRule(
         records.gpu_other_tenants,
         f"clamp(\n{records.gpu_device_utilization}\n- {on_gpu}\n"

@@ -13,9 +13,9 @@ BUILD_INFO = "inference_exporter_build_info"
 
 
 def join_records(ctx: RecordContext) -> list[RecordingRule]:
-    """The join labels of each target, for dcgm-exporter series; the sidecar's profiles have
-    nothing to join and do not record them."""
-    if not ctx.from_dcgm:
+    """The join labels of each target, for dcgm-exporter's and the node agent's series; the
+    sidecar's profiles have nothing to join and do not record them."""
+    if not (ctx.from_dcgm or ctx.from_node):
         return []
     return [
         RecordingRule(
