@@ -405,9 +405,13 @@ class _Builder:
             RecordingRule(
                 r.traffic,
                 f"clamp({r.requests_running} > 0, 1, 1)\n"
-                f"or\nclamp({r.generation_tokens} > 0, 1, 1)",
-                "1 while the target has traffic (requests running or tokens generated); "
-                "absent when idle",
+                f"or\nclamp({r.generation_tokens} > 0, 1, 1)\n"
+                # Engines that count neither running requests nor tokens (Triton) still
+                # count the requests they finish.
+                f"or\nclamp(sum {bt} (rate({self.s('inference_e2e_request_latency_seconds_count')}"
+                f"[{rate}])) > 0, 1, 1)",
+                "1 while the target has traffic (requests running, tokens generated or "
+                "requests finished); absent when idle",
             ),
             RecordingRule(
                 r.queue_depth,
