@@ -44,7 +44,8 @@ from exporter.lab.loadgen import (
     run,
 )
 from exporter.lab.refengine import gputrace, inject
-from exporter.lab.stack import PagerDutyCapture, Stack, StackConfig, StackError
+from exporter.lab.stack import OUTSIDE, PagerDutyCapture, Stack, StackConfig, StackError
+from exporter.lab.thirdparty import ENGINE_INJECTIONS
 from exporter.signatures.promql_text import pct
 
 PROG = "inference-bottleneck-exporter demo"
@@ -87,6 +88,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plain", action="store_true", help="print blocks instead of redrawing")
     p.add_argument("--workdir", type=Path, help="keep configs and logs here (default: temporary)")
     p.add_argument("--engine-arg", action="append", default=[], help="extra engine flag")
+    p.add_argument(
+        "--engine",
+        choices=("reference", *ENGINE_INJECTIONS),
+        default="reference",
+        help="the engine: the reference engine, or llama.cpp's llama-server or Triton as they "
+        "ship (make thirdparty builds them)",
+    )
     return p
 
 
@@ -294,13 +302,16 @@ async def _live(args: argparse.Namespace, stack: Stack, view: View) -> Summary |
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     duration = parse_duration(args.duration) if args.duration else 7 * 86400.0
+    triton = stack.cfg.engine == "triton"
     cfg = LoadConfig(
-        url=completions_url(stack.engine_url),
+        url=stack.engine_url if triton else completions_url(stack.engine_url),
         rate=args.rate,
         prompt_tokens=args.prompt_tokens,
         output_tokens=args.output_tokens,
         duration=duration,
         drain=0.0,
+        api="triton" if triton else "openai",
+        model="tiny" if triton else "",
     )
     state = LiveState()
     load = asyncio.create_task(run(cfg, None, stop=stop, state=state))
@@ -345,12 +356,20 @@ def main(argv: Sequence[str]) -> int:
         _fail(str(err))
     if not 0 < args.rate <= 1000:
         _fail("--rate: must be more than 0 and at most 1000")
+    reference = args.engine == "reference"
     missing = [m for m in ("torch", "tokenizers") if importlib.util.find_spec(m) is None]
-    if missing:
+    if missing and reference:
         _fail(
             f"the demo needs {' and '.join(missing)}: pip install "
             "'inference-bottleneck-exporter[reference]' (make demo does it)"
         )
+    if not reference:
+        allowed = OUTSIDE | set(ENGINE_INJECTIONS[args.engine])
+        if injections - allowed:
+            _fail(
+                f"--inject: {args.engine} takes only {', '.join(sorted(allowed))}, not "
+                f"{', '.join(sorted(injections - allowed))}"
+            )
     if injections & inject.CUDA_ONLY and not _has_gpu():
         _fail(f"{', '.join(sorted(injections & inject.CUDA_ONLY))} needs an NVIDIA GPU")
     keep = args.workdir is not None
@@ -361,7 +380,10 @@ def main(argv: Sequence[str]) -> int:
         StackConfig(
             workdir=workdir,
             injections=sorted(injections),
-            engine_args=["--device", args.device, *args.engine_arg],
+            engine_args=["--device", args.device, *args.engine_arg]
+            if reference
+            else list(args.engine_arg),
+            engine=args.engine,
             trace=trace,
             prometheus=not args.no_prometheus,
             alertmanager=not args.no_alertmanager,
@@ -372,7 +394,7 @@ def main(argv: Sequence[str]) -> int:
             target_labels=dict(DEMO_LABELS),
         )
     )
-    parts = ["the reference engine", "the sidecar"]
+    parts = [ENGINE_NAMES[args.engine], "the sidecar"]
     if stack.prometheus_bin:
         parts.append("Prometheus")
     if stack.alertmanager_bin:
@@ -387,7 +409,7 @@ def main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         stack.stop()
         return 130
-    header = _header(stack, injections, gpu_text)
+    header = _header(stack, injections, gpu_text, args.engine)
     redraw = sys.stdout.isatty() and not args.plain
     if not redraw:
         print("\n".join(header), flush=True)
@@ -404,11 +426,25 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _header(stack: Stack, injections: frozenset[str], gpu_text: str) -> list[str]:
+ENGINE_NAMES = {
+    "reference": "the reference engine",
+    "llamacpp": "llama.cpp's llama-server",
+    "triton": "Triton (PyTriton)",
+}
+ENGINE_APIS = {
+    "reference": "/v1/completions, /tokenize, /metrics",
+    "llamacpp": "/v1/completions, /tokenize, /slots, /metrics",
+    "triton": "/v2/models/tiny/generate; metrics on their own port",
+}
+
+
+def _header(
+    stack: Stack, injections: frozenset[str], gpu_text: str, engine: str = "reference"
+) -> list[str]:
     what = ", ".join(sorted(injections)) or "nothing (a healthy server)"
     lines = [
         f"inference-bottleneck-exporter demo - injected: {what}    (Ctrl-C stops everything)",
-        f" engine     {stack.engine_url}  (/v1/completions, /tokenize, /metrics)",
+        f" engine     {ENGINE_NAMES[engine]} at {stack.engine_url}  ({ENGINE_APIS[engine]})",
         f" sidecar    {stack.sidecar_url}/  and  {stack.sidecar_url}/metrics",
     ]
     if stack.prometheus_url:

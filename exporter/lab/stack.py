@@ -48,6 +48,7 @@ from exporter.lab.processes import (
     start_prometheus,
     wait_until,
 )
+from exporter.lab.refengine.inject import Helpers
 
 __all__ = ["JOB", "TARGET_LABELS", "PagerDutyCapture", "Stack", "StackConfig", "StackError"]
 
@@ -56,6 +57,8 @@ PROCESS_MATCH = r"-m exporter\.lab\.engine(?:\s|$)"
 ENGINE_LISTEN = re.compile(r"listening on http://(\S+):(\d+)")
 SIDECAR_LISTEN = re.compile(r"listening on (127\.0\.0\.1|\[::1\]):(\d+)")
 JOB = "inference-bottleneck-exporter"
+# Injections that act on the node, not inside the engine: any engine can be drilled with them.
+OUTSIDE = frozenset({"cpu-contention", "softirq"})
 TARGET_LABELS = {"namespace": "drill", "pod": "reference-0"}
 
 
@@ -151,6 +154,10 @@ class StackConfig:
     alertmanager_port: int = 0
     start_timeout: float = 240.0
     target_labels: dict[str, str] = field(default_factory=lambda: dict(TARGET_LABELS))
+    # "reference", or a third-party engine of :mod:`exporter.lab.thirdparty` ("llamacpp",
+    # "triton"): its ``engine_args`` are that server's flags, and injections that act from
+    # outside an engine (cpu-contention, softirq) run as this process's helpers.
+    engine: str = "reference"
 
 
 class Stack:
@@ -161,6 +168,8 @@ class Stack:
         self.children: list[Child] = []
         self.capture: PagerDutyCapture | None = None
         self.engine_url = ""
+        self.metrics_url = ""  # the engine's Prometheus endpoint (Triton: a port of its own)
+        self.helpers: Helpers | None = None
         self.sidecar_url = ""
         self.prometheus_url = ""
         self.alertmanager_url = ""
@@ -205,6 +214,9 @@ class Stack:
 
     def _start_engine(self) -> None:
         cfg = self.cfg
+        if cfg.engine != "reference":
+            self._start_thirdparty()
+            return
         cmd = [
             sys.executable,
             "-m",
@@ -227,6 +239,32 @@ class Stack:
         match = log_match(engine, ENGINE_LISTEN)
         assert match is not None
         self.engine_url = f"http://{match.group(1)}:{match.group(2)}"
+        self.metrics_url = self.engine_url + "/metrics"
+
+    def _start_thirdparty(self) -> None:
+        from exporter.lab import thirdparty  # noqa: PLC0415
+
+        cfg = self.cfg
+        own = thirdparty.ENGINE_INJECTIONS.get(cfg.engine, {})
+        inside = set(cfg.injections) - OUTSIDE - set(own)
+        if inside:
+            raise StackError(
+                f"{cfg.engine} takes only injections from outside the engine "
+                f"({', '.join(sorted(OUTSIDE))}), not {', '.join(sorted(inside))}"
+            )
+        launched = thirdparty.start(
+            cfg.engine,
+            cfg.workdir,
+            cfg.engine_args,
+            injections=cfg.injections,
+            port=cfg.engine_port,
+        )
+        self.children += launched.children
+        self.engine_url = launched.api_url
+        self.metrics_url = launched.metrics_url
+        outside = frozenset(cfg.injections) & OUTSIDE
+        if outside:
+            self.helpers = Helpers.start(outside, duration=3600.0)
 
     def _start_sidecar(self) -> None:
         cfg = self.cfg
@@ -238,19 +276,19 @@ class Stack:
             "--web.listen-address",
             f"127.0.0.1:{port}",
             "--engine.url",
-            f"{self.engine_url}/metrics",
+            self.metrics_url,
             # The reference engine under an injected bottleneck may answer a poll slowly:
             # a 1 s poll with the default 2 s timeouts.
             *fast_sidecar_flags(
                 engine_poll="1s", engine_timeout="2s", probe=cfg.probe_interval, scrape_timeout="2s"
             ),
-            "--process.match",
-            PROCESS_MATCH,
-            "--model.path",
-            str(self.model_dir),
             "--log.format",
             "json",
         ]
+        if cfg.engine == "reference":
+            # A third-party engine's processes are found by the default --process.match (every
+            # engine's process regex) and it has no Hugging Face model directory.
+            cmd += ["--process.match", PROCESS_MATCH, "--model.path", str(self.model_dir)]
         if cfg.trace is not None:
             cmd += ["--gpu.replay-file", str(cfg.trace)]
         sidecar = spawn("sidecar", cmd, cfg.workdir)
@@ -294,6 +332,9 @@ class Stack:
         return server.url
 
     def stop(self) -> None:
+        if self.helpers is not None:
+            self.helpers.stop()
+            self.helpers = None
         for child in reversed(self.children):
             with contextlib.suppress(OSError):
                 child.stop()
