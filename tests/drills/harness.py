@@ -45,6 +45,7 @@ class DrillResult:
     scenario: str
     expected: str | None
     started: str
+    engine: str = "reference"
     duration_s: float = 0.0
     alerts: dict[str, AlertSeen] = field(default_factory=dict)
     pages: list[dict[str, Any]] = field(default_factory=list)
@@ -107,6 +108,7 @@ def machine() -> str:
 def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> DrillResult:
     workdir.mkdir(parents=True, exist_ok=True)
     result = DrillResult(
+        engine=scenario.engine,
         scenario=scenario.name,
         expected=scenario.expected,
         started=time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -114,6 +116,8 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
     )
     trace = write_trace(scenario.look, workdir / "trace.jsonl") if scenario.look else None
     engine_args = [*ENGINE_ARGS, *scenario.engine_args, "--device", device]
+    if scenario.engine != "reference":
+        engine_args = list(scenario.engine_args)  # the third-party server's own flags
     rules_config = None
     site_config = scenario.site_config()
     if site_config:
@@ -125,6 +129,7 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
         engine_args=engine_args,
         trace=trace,
         rules_config=rules_config,
+        engine=scenario.engine,
     )
     began = time.monotonic()
     with Stack(cfg) as stack:
@@ -175,6 +180,8 @@ def _start_load(stack: Stack, scenario: Scenario, workdir: Path) -> subprocess.P
         "--output",
         "json",
     ]
+    if scenario.engine == "triton":
+        cmd += ["--api", "triton", "--model", "tiny"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": child_pythonpath()}
     with (workdir / "load.json").open("wb") as out, (workdir / "load.log").open("wb") as err:
         return subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
