@@ -89,6 +89,7 @@ lint: install-dev
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy --strict exporter
+	$(VENV)/bin/lint-imports
 	$(PY) build-tools/docgen.py --check
 	$(PY) -m exporter.signatures --check
 

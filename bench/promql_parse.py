@@ -1,13 +1,13 @@
 """Parse time of the rule pack's PromQL: ``diagnose``'s own parser against ``promql-parser``.
 
 ``diagnose`` parses every recording rule, alert expression and evidence query of the pack on
-each run (:func:`exporter.diagnose.promql.parse`). The question is whether the maintained
+each run (:func:`exporter.diagnose.promql_syntax.parse`). The question is whether the maintained
 ``promql-parser`` package (Rust, via PyO3) could take that over without losing speed. Three
 ways from the texts of the ``sidecar`` and ``fast`` packs to something the evaluator can walk,
 each timed over the whole pack in this process (median CPU per pass over batches of 10, the
 three taking turns in each round, after one warm-up):
 
-* ``ours``: :func:`exporter.diagnose.promql.parse` (tokenizer and precedence climbing in
+* ``ours``: :func:`exporter.diagnose.promql_syntax.parse` (tokenizer and precedence climbing in
   Python), which also keeps each node's source span;
 * ``promql_parser.parse``: the Rust parser alone, to its Python objects;
 * ``promql_parser + conversion``: the Rust parse and a walk of its objects into the
@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from exporter.diagnose.promql import (  # noqa: E402
+from exporter.diagnose.promql_syntax import (  # noqa: E402
     SET_OPS,
     Aggregate,
     Binary,

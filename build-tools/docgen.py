@@ -3,7 +3,11 @@
 * ``docs/metrics.md`` (the whole file) from the metric catalogue;
 * the flag table of ``README.md`` from the ``serve`` options;
 * the web-config field tables of ``SECURITY.md`` and ``docs/deployment.md`` from
-  :data:`exporter.server.websec.FIELDS`.
+  :data:`exporter.server.websec.fields.FIELDS`;
+* in ``docs/architecture.md``: every module of ``exporter/`` with the first line of its
+  docstring (read with :mod:`ast`, nothing imported), the engine table from
+  :data:`exporter.engines.SPECS` and the collector table from
+  :data:`exporter.collectors.COLLECTORS`, so the architecture cannot drift from the tree.
 
 A table inside a hand-written file sits between ``<!-- NAME: generated ... -->`` and
 ``<!-- /NAME -->`` markers; the rest of the file is left as it is.
@@ -14,6 +18,7 @@ one differs (``make lint`` runs the check).
 
 from __future__ import annotations
 
+import ast
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -177,6 +182,60 @@ def render_flags() -> str:
     return "\n".join(out) + "\n"
 
 
+PACKAGE = ROOT / "exporter"
+
+
+def _summary(path: Path) -> str:
+    """The first sentence of a module's docstring (its first paragraph, whitespace folded)."""
+    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+    if not docstring:
+        raise ValueError(f"{path}: a module without a docstring")
+    paragraph = " ".join(docstring.strip().split("\n\n")[0].split())
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[: end + 1]
+
+
+def render_modules(package: Path = PACKAGE) -> str:
+    """Every module and package of ``exporter/``, indented by depth, with its summary (the
+    docs say "module docstrings first": a module without one fails here)."""
+    out = ["```"]
+    for path in sorted(package.rglob("*.py"), key=lambda p: p.relative_to(package).parts):
+        relative = path.relative_to(package.parent)
+        if path.name == "__main__.py":
+            continue
+        depth = len(relative.parts) - 1
+        if path.name == "__init__.py":
+            name, depth = f"{relative.parent.name}/", depth - 1
+        else:
+            name = relative.name
+        out.append(f"{'  ' * depth}{name:<{max(1, 36 - 2 * depth)}} {_summary(path)}")
+    out.append("```")
+    return "\n".join(out) + "\n"
+
+
+def render_engines() -> str:
+    """The engine table: one row per :class:`EngineSpec`, in auto-detection order."""
+    from exporter.engines import SPECS  # noqa: PLC0415
+
+    out = ["| engine | metric prefixes | metrics path | tokenize probe |", "|---|---|---|---|"]
+    for spec in SPECS:
+        prefixes = ", ".join(f"`{prefix}`" for prefix in spec.prefixes) or "-"
+        probe = f"`{spec.tokenize.path}`" if spec.tokenize else "none"
+        out.append(f"| `{spec.name}` | {prefixes} | `{spec.metrics_path}` | {probe} |")
+    return "\n".join(out) + "\n"
+
+
+def render_collectors() -> str:
+    """The collector table: one row per registered collector, in table order."""
+    from exporter.collectors import COLLECTORS  # noqa: PLC0415
+
+    out = ["| collector | default | what it reads |", "|---|---|---|"]
+    for name, entry in COLLECTORS.items():
+        state = "on" if entry.enabled_by_default else "off"
+        out.append(f"| `{name}` | {state} | {_cell(entry.help)} |")
+    return "\n".join(out) + "\n"
+
+
 def with_section(text: str, name: str, body: str) -> str:
     """``text`` with what stands between the markers of ``name`` replaced by ``body``."""
     begin_text, end_text = begin_marker(name), end_marker(name)
@@ -194,6 +253,11 @@ def _sections() -> dict[str, tuple[tuple[str, Callable[[], str]], ...]]:
         "README.md": (("flags", render_flags),),
         "SECURITY.md": fields,
         "docs/deployment.md": fields,
+        "docs/architecture.md": (
+            ("modules", render_modules),
+            ("engines", render_engines),
+            ("collectors", render_collectors),
+        ),
     }
 
 

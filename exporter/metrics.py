@@ -27,6 +27,21 @@ UTILIZATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.6, 0.75, 0.9, 0.95, 1.0)
 # source="probe" and source="engine" series can be compared bucket by bucket.
 TOKENIZER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
+# NVML clock event reason bits (nvml.h nvmlClocksEventReason*) and the label values
+# ``inference_gpu_clock_event_active{reason}`` takes; the dcgm profile decodes the same bits
+# from DCGM's bitmask field.
+CLOCK_EVENT_BITS: dict[str, int] = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "hw_power_brake": 0x80,
+    "display_clock_setting": 0x100,
+}
+
 
 @dataclass(frozen=True)
 class MetricSpec:

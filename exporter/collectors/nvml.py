@@ -87,24 +87,15 @@ from exporter.backends.pidns import EngineProcesses, FixedPids, HostPids, is_hos
 from exporter.collectors.base import Collection, Collector, Shared
 from exporter.config import DEFAULT_SCRAPE_TIMEOUT, ConfigError, Option, Settings, section
 from exporter.hardware.gpus import Peaks, peaks_of, slice_peaks
+from exporter.metrics import CLOCK_EVENT_BITS
 from exporter.priority import SCRAPES
 
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_INTERVAL = 3.0
 
-# Clock event reason bits (nvml.h nvmlClocksEventReason*), exported as label values.
-CLOCK_EVENT_REASONS = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal"),
-    (0x40, "hw_thermal"),
-    (0x80, "hw_power_brake"),
-    (0x100, "display_clock_setting"),
-)
+# (bit, label value) of every clock event reason, from the metric catalogue's one table.
+CLOCK_EVENT_REASONS = tuple((bit, reason) for reason, bit in CLOCK_EVENT_BITS.items())
 
 # A driver sample stands for the period since the one before it. Periods longer than this
 # (samples lost while the GPU was unreachable) are not credited beyond it.

@@ -10,7 +10,7 @@ Two sources, one verdict:
 ``--target URL``
     no Prometheus: samples the sidecar's ``/metrics`` every ``--interval`` over
     ``--duration`` and evaluates the pack's recording rules and alert expressions itself
-    (:mod:`exporter.diagnose.promql`): rates, ratios, derivatives and histogram medians come
+    (:mod:`exporter.diagnose.promql_eval`): rates, ratios, derivatives and histogram medians come
     from the samples, every window is the sampling span. Signatures that compare with the
     past (the HBM signature's 1h baseline) need Prometheus history and are listed as such.
 
@@ -35,7 +35,7 @@ connection error (one line on stderr).
 
 Modules: :mod:`~exporter.diagnose.cli` (flags, exit codes), :mod:`~exporter.diagnose.evaluate`
 (conditions, evidence, ranking, the two modes), :mod:`~exporter.diagnose.datasources` (Prometheus
-HTTP API, sidecar sampling), :mod:`~exporter.diagnose.promql` (the evaluator behind
-``--target``), :mod:`~exporter.diagnose.findings` (results), :mod:`~exporter.diagnose.report`
-(text and JSON).
+HTTP API, sidecar sampling), :mod:`~exporter.diagnose.promql_syntax` (the PromQL parser, with
+source spans), :mod:`~exporter.diagnose.promql_eval` (the evaluator behind ``--target``),
+:mod:`~exporter.diagnose.findings` (results), :mod:`~exporter.diagnose.report` (text and JSON).
 """

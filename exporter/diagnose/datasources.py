@@ -2,7 +2,7 @@
 
 Both answer :meth:`Backend.value` for a sub-expression of an alert or evidence query.
 :class:`PrometheusBackend` sends its text to ``/api/v1/query``; :class:`TargetBackend`
-evaluates its syntax tree with :class:`exporter.diagnose.promql.Evaluator` over the samples
+evaluates its syntax tree with :class:`exporter.diagnose.promql_eval.Evaluator` over the samples
 :func:`sample_target` took, after :func:`target_evaluator` has computed the pack's recording
 rules from them.
 """
@@ -21,16 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.backends.http import FetchError, fetch, make_session
 from exporter.diagnose.findings import DiagnoseError
-from exporter.diagnose.promql import (
-    NAME,
-    Evaluator,
-    Labels,
-    Node,
-    PromQLError,
-    Sample,
-    Scrape,
-    Value,
-)
+from exporter.diagnose.promql_eval import NAME, Evaluator, Labels, Sample, Scrape, Value
+from exporter.diagnose.promql_syntax import Node, PromQLError
 from exporter.signatures.promql_text import split_matchers
 from exporter.signatures.site import SiteConfig
 from exporter.signatures.sources import recording_rules
@@ -134,7 +126,8 @@ def _float(text: object) -> float:
 
 
 class TargetBackend:
-    """Evaluates over scrapes of the sidecar with :class:`exporter.diagnose.promql.Evaluator`."""
+    """Evaluates over scrapes of the sidecar with
+    :class:`exporter.diagnose.promql_eval.Evaluator`."""
 
     def __init__(self, evaluator: Evaluator) -> None:
         self.evaluator = evaluator

@@ -29,18 +29,20 @@ from exporter.diagnose.findings import (
     Roofline,
     format_value,
 )
-from exporter.diagnose.promql import (
-    SET_OPS,
-    Binary,
+from exporter.diagnose.promql_eval import (
     Labels,
     NeedsHistoryError,
-    Node,
-    Num,
-    PromQLError,
     Sample,
     Value,
     compare,
     match_key,
+)
+from exporter.diagnose.promql_syntax import (
+    SET_OPS,
+    Binary,
+    Node,
+    Num,
+    PromQLError,
     parse,
     source,
     unparen,

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.diagnose.promql import Labels
+from exporter.diagnose.promql_eval import Labels
 from exporter.signatures.definitions import AlertRule, Signature
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS
 from exporter.signatures.site import SiteConfig

@@ -1,1 +1,1 @@
-"""exporter/server"""
+"""The HTTP side of the sidecar: the app, scrape coordination, exposition and web security."""

@@ -19,20 +19,6 @@ from exporter.engines import SPECS
 ParamKind = Literal["ratio", "number", "factor", "duration", "bucket", "xids", "names", "reasons"]
 ParamValue = float | tuple[int, ...] | tuple[str, ...]
 
-# NVML clock event reason bits (nvml.h nvmlClocksEventReason*), with the label values the
-# sidecar exports; the dcgm profile decodes the same bits from DCGM's bitmask field.
-CLOCK_EVENT_BITS: dict[str, int] = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
-    "power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal": 0x20,
-    "hw_thermal": 0x40,
-    "hw_power_brake": 0x80,
-    "display_clock_setting": 0x100,
-}
-
 
 @dataclass(frozen=True)
 class Param:

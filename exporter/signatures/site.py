@@ -29,8 +29,8 @@ from typing import Any, Literal
 import yaml
 
 from exporter.config import parse_duration
-from exporter.metrics import UTILIZATION_BUCKETS
-from exporter.signatures.params import CLOCK_EVENT_BITS, PARAMS, Param, ParamValue
+from exporter.metrics import CLOCK_EVENT_BITS, UTILIZATION_BUCKETS
+from exporter.signatures.params import PARAMS, Param, ParamValue
 from exporter.signatures.promql_text import LABEL_NAME, split_matchers
 
 Source = Literal["sidecar", "dcgm"]

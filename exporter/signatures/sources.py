@@ -25,8 +25,9 @@ from dataclasses import dataclass, replace
 from exporter.config import format_duration as duration
 from exporter.config import parse_duration
 from exporter.hardware.gpus import PRODUCTS, GpuFacts, Peaks, peaks_of
+from exporter.metrics import CLOCK_EVENT_BITS
 from exporter.signatures.definitions import RECORD_NAME, RecordingRule
-from exporter.signatures.params import CLOCK_EVENT_BITS, PREFILL_PRECISION
+from exporter.signatures.params import PREFILL_PRECISION
 from exporter.signatures.promql_text import by, num, on, regex_alternatives, selector
 from exporter.signatures.site import SiteConfig
 

@@ -7,20 +7,15 @@ import math
 
 import pytest
 
-from exporter.diagnose.promql import (
-    Binary,
+from exporter.diagnose.promql_eval import (
     Evaluator,
     Labels,
     NeedsHistoryError,
-    PromQLError,
     Sample,
     Scrape,
-    Selector,
     bucket_quantile,
-    parse,
-    source,
-    unparen,
 )
+from exporter.diagnose.promql_syntax import Binary, PromQLError, Selector, parse, source, unparen
 from exporter.signatures import catalogue, parse_config, recording_rules
 from exporter.signatures.promql_text import matchers
 

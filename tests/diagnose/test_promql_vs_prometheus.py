@@ -5,7 +5,7 @@ query of the pack, for each profile ``diagnose --target`` evaluates (those whose
 sidecar: ``sidecar`` and ``fast``), plus the rest of the evaluator's subset (:data:`EXTRA`),
 is evaluated twice for each of the series sets in :data:`SETS` (counter resets, missing and
 appearing series, stale series, gaps, histograms, NaN, infinities, zero divisions, several
-targets and GPUs, irregular scrape intervals): by :mod:`exporter.diagnose.promql`, fed the
+targets and GPUs, irregular scrape intervals): by :mod:`exporter.diagnose.promql_eval`, fed the
 way ``diagnose`` feeds it, and by Prometheus over TSDB blocks that ``promtool tsdb
 create-blocks-from openmetrics`` wrote from the same pages. Both must give the same label
 sets with values equal to 1e-9 relative (NaN equals NaN), or both refuse the expression.
@@ -71,18 +71,20 @@ from support.promstack import binary
 from exporter.config import format_duration
 from exporter.diagnose.datasources import TargetBackend, scrape_samples, target_evaluator
 from exporter.diagnose.evaluate import instances
-from exporter.diagnose.promql import (
+from exporter.diagnose.promql_eval import (
     NAME,
     Evaluator,
     Labels,
     NeedsHistoryError,
+    Sample,
+    Scrape,
+)
+from exporter.diagnose.promql_syntax import (
     Node,
     Num,
     Paren,
     PromQLError,
     Range,
-    Sample,
-    Scrape,
     Str,
     parse,
     source,

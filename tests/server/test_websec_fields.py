@@ -1,5 +1,5 @@
 """Every field of exporter-toolkit's web config is exercised by a test against the real CLI or
-refused there: a field added to exporter/server/websec.py without either fails here."""
+refused there: a field added to exporter/server/websec/fields.py without either fails here."""
 
 from __future__ import annotations
 

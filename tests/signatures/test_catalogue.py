@@ -8,10 +8,9 @@ import pytest
 import yaml
 from support.paths import ROOT
 
-from exporter.collectors.nvml import CLOCK_EVENT_REASONS
 from exporter.signatures import catalogue, parse_config, recording_rules
 from exporter.signatures.definitions import EFFORTS, GROUPS, SEVERITIES
-from exporter.signatures.params import CLOCK_EVENT_BITS, PARAMS
+from exporter.signatures.params import PARAMS
 from exporter.signatures.render import alerts_yaml, recording_rules_yaml
 
 # Names, severities and signature groups are a fixed contract: Alertmanager routes, the
@@ -188,10 +187,6 @@ def test_starved_description_quotes_live_values() -> None:
     text = alerts_yaml(parse_config({}))
     assert "Mean GPU utilisation {{ with printf `100 * inference:gpu_own_utilization:mean5m" in text
     assert "requests in 10m to {{ with printf `inference:queue_depth:sum" in text
-
-
-def test_clock_event_bits_match_the_nvml_collector() -> None:
-    assert {name: bit for bit, name in CLOCK_EVENT_REASONS} == CLOCK_EVENT_BITS
 
 
 def test_runbooks_are_generated_for_every_alert() -> None:

@@ -1,7 +1,7 @@
 """The generated rule pack against the real promtool.
 
 ``promtool check rules`` (every lint, fatal) on every generated file; ``promtool test rules``
-on every unit-test file under ``alert_rules/tests/`` and on the site-config fixtures under
+on every unit-test file under ``tests/promtool/`` and on the site-config fixtures under
 ``tests/fixtures/rules/``; coverage of those unit tests (every alert has a near miss and a
 firing case in each profile it depends on, the healthy baselines assert every alert silent);
 the committed files equal a fresh generation; the test series use the exporter's real names
@@ -28,13 +28,10 @@ from exporter.signatures.__main__ import DEFAULT_OUT, DEFAULT_RUNBOOKS, main, pa
 from exporter.signatures.promql_text import matchers
 
 RULES = ROOT / "alert_rules"
-UNIT_TESTS = sorted((RULES / "tests").rglob("*.yaml"))
-# Rule files; alert_rules/alertmanager.yaml is Alertmanager's (tests/alerting/ checks it).
-GENERATED = sorted(
-    p
-    for p in RULES.rglob("*.yaml")
-    if "tests" not in p.relative_to(RULES).parts and p.name != "alertmanager.yaml"
-)
+PROMTOOL_TESTS = ROOT / "tests" / "promtool"
+UNIT_TESTS = sorted(PROMTOOL_TESTS.rglob("*.yaml"))
+# Rule files; alert_rules/alertmanager.yaml is Alertmanager's (tests/signatures/test_alertmanager.py checks it).
+GENERATED = sorted(p for p in RULES.rglob("*.yaml") if p.name != "alertmanager.yaml")
 SITE_FIXTURES = sorted(p.parent for p in (FIXTURES / "rules").glob("*/config.yaml"))
 PROFILE_OF_FIXTURE = {"dcgm-exported-labels": "dcgm", "cluster-join": "sidecar"}
 # Labels Prometheus adds to a target: a PodMonitor's, and a static config's (instance, job).
@@ -82,7 +79,7 @@ def test_promtool_check_rules(promtool: str, path: Path) -> None:
     assert len(lines) == 2, output
 
 
-@pytest.mark.parametrize("path", UNIT_TESTS, ids=lambda p: p.relative_to(RULES).as_posix())
+@pytest.mark.parametrize("path", UNIT_TESTS, ids=lambda p: p.relative_to(PROMTOOL_TESTS).as_posix())
 def test_promtool_unit_tests(promtool: str, path: Path) -> None:
     result = run(promtool, "test", "rules", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -214,7 +211,7 @@ def test_healthy_baseline_asserts_every_alert_silent(profile: str) -> None:
     assert all(str(s["values"]).endswith("x240") for s in group["input_series"])
 
 
-COLD_START = RULES / "tests" / "sidecar" / "coldstart.yaml"
+COLD_START = ROOT / "tests" / "promtool" / "sidecar" / "coldstart.yaml"
 # Guarded signatures that cannot hold during a cold start anyway, and why.
 COLD_BY_DESIGN = {
     "InferenceHBMBandwidthSaturated": "compares with its value one baseline (1h) earlier",

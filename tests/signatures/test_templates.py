@@ -192,6 +192,6 @@ def test_each_family_module_builds_its_own_signature_label() -> None:
     signatures = catalogue(parse_config({}))
     assert len(BUILDERS) == len(signatures)
     for build, sig in zip(BUILDERS, signatures, strict=True):
-        assert build.__module__ == f"exporter.signatures.catalogue.{sig.group}", sig.alert
+        assert build.__module__ == f"exporter.signatures.catalogue.{sig.group}_signatures", sig.alert
         assert (ROOT / builder_path(sig.group)).is_file()
         assert (ROOT / tpl.template_path(sig.alert)).is_file()

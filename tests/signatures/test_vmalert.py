@@ -46,10 +46,10 @@ from exporter.signatures.definitions import RECORD_NAME
 
 RULES = ROOT / "alert_rules"
 TESTS = [
-    RULES / "tests" / "sidecar" / name
+    ROOT / "tests" / "promtool" / "sidecar" / name
     for name in ("signatures.yaml", "meta.yaml", "baseline.yaml", "shared.yaml")
 ]
-COLD_START = RULES / "tests" / "sidecar" / "coldstart.yaml"
+COLD_START = ROOT / "tests" / "promtool" / "sidecar" / "coldstart.yaml"
 # Between two test groups: longer than any window, offset (the 1h baseline) and lookback.
 GAP_S = 2 * 3600
 HOUR = 3600

@@ -1,5 +1,4 @@
-"""A small PromQL: the subset the generated rule pack uses, parsed, and evaluated over a few
-scrapes of one target.
+"""A small PromQL evaluator: the rule pack's subset, over a few scrapes of one target.
 
 ``diagnose --target`` has no Prometheus: it samples the sidecar's ``/metrics`` a few times
 and evaluates the pack's own recording rules and alert expressions here, so its verdict
@@ -25,14 +24,7 @@ on purpose:
 recording rule, alert expression, sub-expression and evidence query of the pack (and the
 rest of the subset) on the same samples, with every window set to the sampling span.
 
-The parser keeps each node's source span, so ``diagnose --prometheus.url`` can send the same
-sub-expressions to a real Prometheus, and the report quotes them as the rules write them.
-That is why parsing is not handed to the ``promql-parser`` package (Rust), although it is
-faster (``bench/promql_parse.py``: the whole pack in 2.9-3.9 ms converted to these nodes,
-against 5.9-8.3 ms here): it keeps no source positions, and printed back by it 84 of the 136
-sub-expressions ``diagnose`` quotes change (``name`` becomes ``name{}``); 4 ms once per run
-is not worth changed reports and a 4.7 MiB native extension in the sidecar image
-(``docs/performance.md``). Nothing here does I/O.
+The syntax tree comes from :mod:`exporter.diagnose.promql_syntax`. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -44,14 +36,28 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.config import parse_duration
+from exporter.config import format_duration
+from exporter.diagnose.promql_syntax import (
+    COMPARISONS,
+    SET_OPS,
+    Aggregate,
+    Binary,
+    Call,
+    Matcher,
+    Negate,
+    Node,
+    Num,
+    Paren,
+    PromQLError,
+    Range,
+    Selector,
+    Str,
+    parse,
+    unparen,
+)
 
 Labels = tuple[tuple[str, str], ...]
 NAME = "__name__"
-
-
-class PromQLError(ValueError):
-    """An expression outside the supported subset, or not PromQL at all."""
 
 
 class NeedsHistoryError(Exception):
@@ -80,367 +86,6 @@ Point = tuple[int, float]  # milliseconds since the epoch, value
 
 def labels_of(mapping: Mapping[str, str]) -> Labels:
     return tuple(sorted((k, v) for k, v in mapping.items() if v != ""))
-
-
-# --- syntax -----------------------------------------------------------------------------------
-
-_TOKEN = re.compile(
-    r"""
-    (?P<ws>\s+|\#[^\n]*)
-    |(?P<duration>(?:\d+(?:ms|[smhdwy]))+)(?![A-Za-z0-9_.])
-    |(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|(?i:inf|nan)(?![A-Za-z0-9_:]))
-    |(?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)
-    |(?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)
-    |(?P<op>==|!=|>=|<=|=~|!~|[-+*/%^<>=(){}\[\],])
-    """,
-    re.VERBOSE,
-)
-AGGREGATIONS = frozenset({"sum", "avg", "min", "max", "count", "group"})
-COMPARISONS = frozenset({"==", "!=", ">", "<", ">=", "<="})
-SET_OPS = frozenset({"and", "or", "unless"})
-_PRECEDENCE = {
-    "or": 1,
-    "and": 2,
-    "unless": 2,
-    "==": 3,
-    "!=": 3,
-    ">": 3,
-    "<": 3,
-    ">=": 3,
-    "<=": 3,
-    "+": 4,
-    "-": 4,
-    "*": 5,
-    "/": 5,
-    "%": 5,
-    "^": 6,
-}
-
-
-@dataclass(frozen=True)
-class Token:
-    kind: str
-    text: str
-    start: int
-    end: int
-
-
-def tokenize(text: str) -> list[Token]:
-    tokens: list[Token] = []
-    pos = 0
-    while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        if match is None:
-            raise PromQLError(f"unexpected character {text[pos]!r} at {pos}")
-        kind = match.lastgroup or ""
-        if kind != "ws":
-            tokens.append(Token(kind, match.group(), match.start(), match.end()))
-        pos = match.end()
-    return tokens
-
-
-@dataclass(frozen=True)
-class Matcher:
-    label: str
-    op: str
-    value: str
-
-    def matches(self, value: str) -> bool:
-        if self.op == "=":
-            return value == self.value
-        if self.op == "!=":
-            return value != self.value
-        found = re.fullmatch(self.value, value) is not None
-        return found if self.op == "=~" else not found
-
-
-@dataclass(frozen=True)
-class Node:
-    span: tuple[int, int]
-
-
-@dataclass(frozen=True)
-class Num(Node):
-    value: float
-
-
-@dataclass(frozen=True)
-class Str(Node):
-    value: str
-
-
-@dataclass(frozen=True)
-class Selector(Node):
-    name: str | None
-    matchers: tuple[Matcher, ...]
-    offset: float = 0.0
-
-
-@dataclass(frozen=True)
-class Range(Node):
-    selector: Selector
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Call(Node):
-    func: str
-    args: tuple[Node, ...]
-
-
-@dataclass(frozen=True)
-class Aggregate(Node):
-    op: str
-    arg: Node
-    grouping: tuple[str, ...] | None  # None: all labels away
-    without: bool = False
-
-
-@dataclass(frozen=True)
-class Paren(Node):
-    expr: Node
-
-
-@dataclass(frozen=True)
-class Negate(Node):
-    expr: Node
-
-
-@dataclass(frozen=True)
-class Binary(Node):
-    op: str
-    lhs: Node
-    rhs: Node
-    bool_: bool = False
-    on: tuple[str, ...] | None = None
-    ignoring: tuple[str, ...] = ()
-    group: str | None = None  # "left" or "right"
-    include: tuple[str, ...] = ()
-
-    @property
-    def is_filter(self) -> bool:
-        """A comparison that filters (no ``bool``)."""
-        return self.op in COMPARISONS and not self.bool_
-
-
-@dataclass
-class _Parser:
-    text: str
-    tokens: list[Token]
-    pos: int = 0
-
-    def peek(self, offset: int = 0) -> Token | None:
-        index = self.pos + offset
-        return self.tokens[index] if index < len(self.tokens) else None
-
-    def next(self) -> Token:
-        token = self.peek()
-        if token is None:
-            raise PromQLError("unexpected end of expression")
-        self.pos += 1
-        return token
-
-    def expect(self, text: str) -> Token:
-        token = self.next()
-        if token.text != text:
-            raise PromQLError(f"expected {text!r} at {token.start}, got {token.text!r}")
-        return token
-
-    def at(self, text: str) -> bool:
-        token = self.peek()
-        return token is not None and token.text == text
-
-    def binary_op(self) -> str | None:
-        token = self.peek()
-        if token is None:
-            return None
-        if token.kind == "op" and token.text in _PRECEDENCE:
-            return token.text
-        if token.kind == "ident" and token.text in SET_OPS:
-            return token.text
-        return None
-
-    def expr(self, min_prec: int = 1) -> Node:
-        lhs = self.unary()
-        while True:
-            op = self.binary_op()
-            if op is None or _PRECEDENCE[op] < min_prec:
-                return lhs
-            self.next()
-            modifiers = self.modifiers(op)
-            prec = _PRECEDENCE[op]
-            rhs = self.expr(prec if op == "^" else prec + 1)
-            lhs = Binary((lhs.span[0], rhs.span[1]), op, lhs, rhs, **modifiers)  # type: ignore[arg-type]
-
-    def modifiers(self, op: str) -> dict[str, object]:
-        out: dict[str, object] = {}
-        if self.at("bool"):
-            if op not in COMPARISONS:
-                raise PromQLError("bool modifier on a non-comparison")
-            self.next()
-            out["bool_"] = True
-        if self.at("on") or self.at("ignoring"):
-            kind = self.next().text
-            names = self.label_list()
-            if kind == "on":
-                out["on"] = names
-            else:
-                out["ignoring"] = names
-        if self.at("group_left") or self.at("group_right"):
-            out["group"] = self.next().text.removeprefix("group_")
-            out["include"] = self.label_list() if self.at("(") else ()
-        return out
-
-    def label_list(self) -> tuple[str, ...]:
-        self.expect("(")
-        names: list[str] = []
-        while not self.at(")"):
-            token = self.next()
-            if token.kind != "ident":
-                raise PromQLError(f"expected a label name at {token.start}")
-            names.append(token.text)
-            if not self.at(")"):
-                self.expect(",")
-        self.expect(")")
-        return tuple(names)
-
-    def unary(self) -> Node:
-        token = self.peek()
-        if token is not None and token.text in ("-", "+"):
-            self.next()
-            inner = self.unary()
-            span = (token.start, inner.span[1])
-            return Negate(span, inner) if token.text == "-" else inner
-        return self.postfix(self.primary())
-
-    def postfix(self, node: Node) -> Node:
-        if self.at("["):
-            if not isinstance(node, Selector):
-                raise PromQLError("a range needs a plain selector (subqueries are not supported)")
-            self.next()
-            seconds = self.duration()
-            end = self.expect("]").end
-            node = Range((node.span[0], end), node, seconds)
-        if self.at("offset"):
-            self.next()
-            token = self.peek()
-            seconds = self.duration()
-            end = token.end if token is not None else node.span[1]
-            if isinstance(node, Selector):
-                node = Selector((node.span[0], end), node.name, node.matchers, seconds)
-            elif isinstance(node, Range):
-                sel = node.selector
-                node = Range(
-                    (node.span[0], end),
-                    Selector(sel.span, sel.name, sel.matchers, seconds),
-                    node.seconds,
-                )
-            else:
-                raise PromQLError("offset needs a selector")
-        return node
-
-    def duration(self) -> float:
-        token = self.next()
-        if token.kind != "duration":
-            raise PromQLError(f"expected a duration at {token.start}, got {token.text!r}")
-        return parse_duration(token.text)
-
-    def primary(self) -> Node:
-        token = self.next()
-        if token.kind == "number":
-            return Num((token.start, token.end), float(token.text))
-        if token.kind == "string":
-            return Str((token.start, token.end), _unquote(token.text))
-        if token.text == "(":
-            inner = self.expr()
-            end = self.expect(")").end
-            return Paren((token.start, end), inner)
-        if token.text == "{":
-            self.pos -= 1
-            return self.selector(None, token.start)
-        if token.kind != "ident":
-            raise PromQLError(f"unexpected {token.text!r} at {token.start}")
-        name = token.text
-        if name in AGGREGATIONS and (self.at("(") or self.at("by") or self.at("without")):
-            return self.aggregate(token)
-        if self.at("("):
-            self.next()
-            args: list[Node] = []
-            while not self.at(")"):
-                args.append(self.expr())
-                if not self.at(")"):
-                    self.expect(",")
-            end = self.expect(")").end
-            return Call((token.start, end), name, tuple(args))
-        return self.selector(name, token.start, token.end)
-
-    def aggregate(self, token: Token) -> Node:
-        grouping: tuple[str, ...] | None = None
-        without = False
-        if self.at("by") or self.at("without"):
-            without = self.next().text == "without"
-            grouping = self.label_list()
-        self.expect("(")
-        arg = self.expr()
-        end = self.expect(")").end
-        if self.at("by") or self.at("without"):
-            without = self.next().text == "without"
-            grouping = self.label_list()
-            end = self.tokens[self.pos - 1].end
-        return Aggregate((token.start, end), token.text, arg, grouping, without)
-
-    def selector(self, name: str | None, start: int, end: int = 0) -> Selector:
-        matchers: list[Matcher] = []
-        if self.at("{"):
-            self.next()
-            while not self.at("}"):
-                label = self.next()
-                if label.kind != "ident":
-                    raise PromQLError(f"expected a label name at {label.start}")
-                op = self.next()
-                if op.text not in ("=", "!=", "=~", "!~"):
-                    raise PromQLError(f"expected a matcher operator at {op.start}")
-                value = self.next()
-                if value.kind != "string":
-                    raise PromQLError(f"expected a quoted value at {value.start}")
-                matchers.append(Matcher(label.text, op.text, _unquote(value.text)))
-                if not self.at("}"):
-                    self.expect(",")
-            end = self.expect("}").end
-        if name is None and not matchers:
-            raise PromQLError(f"empty selector at {start}")
-        return Selector((start, end), name, tuple(matchers))
-
-
-def _unquote(text: str) -> str:
-    if text[0] == "`":
-        return text[1:-1]
-    body = text[1:-1]
-    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m[1], m[1]), body)
-
-
-def parse(text: str) -> Node:
-    """The syntax tree of ``text``; :class:`PromQLError` outside the supported subset."""
-    parser = _Parser(text, tokenize(text))
-    node = parser.expr()
-    if parser.peek() is not None:
-        token = parser.next()
-        raise PromQLError(f"unexpected {token.text!r} at {token.start}")
-    return node
-
-
-def source(text: str, node: Node) -> str:
-    """The text of ``node`` in the expression it was parsed from."""
-    return text[node.span[0] : node.span[1]]
-
-
-def unparen(node: Node) -> Node:
-    while isinstance(node, Paren):
-        node = node.expr
-    return node
-
-
-# --- evaluation -------------------------------------------------------------------------------
 
 
 @dataclass
@@ -521,7 +166,7 @@ class Evaluator:
 
     def instant(self, sel: Selector) -> Vector:
         if sel.offset and self.needs_history(sel.offset):
-            raise NeedsHistoryError(f"offset {_duration(sel.offset)}")
+            raise NeedsHistoryError(f"offset {format_duration(sel.offset)}")
         name = sel.name
         if name is not None and name in self.records:
             if sel.offset:
@@ -552,7 +197,7 @@ class Evaluator:
         if sel.name is not None and sel.name in self.records:
             raise NeedsHistoryError(f"a range of the recording rule {sel.name}")
         if sel.offset and self.needs_history(sel.offset):
-            raise NeedsHistoryError(f"offset {_duration(sel.offset)}")
+            raise NeedsHistoryError(f"offset {format_duration(sel.offset)}")
         out: dict[Labels, list[Point]] = defaultdict(list)
         for ms, scrape in zip(self._ms, self.scrapes, strict=True):
             for labels, value in scrape.samples.items():
@@ -577,8 +222,8 @@ class Evaluator:
                     out.append(Sample(_drop_name(labels), value))
             return out
         if func == "histogram_quantile":
-            q = self._scalar(args[0])
-            return histogram_quantile(q, self._vector(args[1]))
+            quantile = self._scalar(args[0])
+            return histogram_quantile(quantile, self._vector(args[1]))
         if func == "clamp":
             vector = self._vector(args[0])
             lo, hi = self._scalar(args[1]), self._scalar(args[2])
@@ -608,14 +253,14 @@ class Evaluator:
         pattern = re.compile(regex)
         template = re.sub(r"\$\{?(\w+)\}?", r"\\g<\1>", repl)
         out: Vector = []
-        for s in vector:
-            match = pattern.fullmatch(s.get(src))
+        for sample in vector:
+            match = pattern.fullmatch(sample.get(src))
             if match is None:
-                out.append(s)
+                out.append(sample)
                 continue
-            values = dict(s.labels)
+            values = dict(sample.labels)
             values[dst] = match.expand(template)
-            out.append(Sample(labels_of(values), s.value))
+            out.append(Sample(labels_of(values), sample.value))
         return out
 
     def _string(self, node: Node) -> str:
@@ -639,8 +284,8 @@ class Evaluator:
 
     def aggregate(self, node: Aggregate) -> Vector:
         groups: dict[Labels, list[float]] = defaultdict(list)
-        for s in self._vector(node.arg):
-            groups[_group_key(s.labels, node.grouping, node.without)].append(s.value)
+        for sample in self._vector(node.arg):
+            groups[_group_key(sample.labels, node.grouping, node.without)].append(sample.value)
         fn = _AGGREGATIONS[node.op]
         return [Sample(key, fn(values)) for key, values in groups.items()]
 
@@ -671,23 +316,17 @@ class Evaluator:
         scalar = lhs if scalar_left else rhs
         assert isinstance(scalar, float)
         out: Vector = []
-        for s in vector:
-            a, b = (scalar, s.value) if scalar_left else (s.value, scalar)
+        for sample in vector:
+            left, right = (scalar, sample.value) if scalar_left else (sample.value, scalar)
             if op in COMPARISONS:
-                hit = compare(op, a, b)
+                hit = compare(op, left, right)
                 if node.bool_:
-                    out.append(Sample(s.without_name(), 1.0 if hit else 0.0))
+                    out.append(Sample(sample.without_name(), 1.0 if hit else 0.0))
                 elif hit:
-                    out.append(s)
+                    out.append(sample)
             else:
-                out.append(Sample(s.without_name(), arithmetic(op, a, b)))
+                out.append(Sample(sample.without_name(), arithmetic(op, left, right)))
         return out
-
-
-def _duration(seconds: float) -> str:
-    from exporter.config import format_duration as duration  # noqa: PLC0415
-
-    return duration(seconds)
 
 
 def _drop_name(labels: Labels) -> Labels:
@@ -709,65 +348,66 @@ def match_key(labels: Labels, on: tuple[str, ...] | None, ignoring: tuple[str, .
     return tuple(item for item in labels if item[0] != NAME and item[0] not in ignoring)
 
 
-def compare(op: str, a: float, b: float) -> bool:
+def compare(op: str, left: float, right: float) -> bool:
     if op == "==":
-        return a == b
+        return left == right
     if op == "!=":
-        return a != b
+        return left != right
     if op == ">":
-        return a > b
+        return left > right
     if op == "<":
-        return a < b
+        return left < right
     if op == ">=":
-        return a >= b
-    return a <= b
+        return left >= right
+    return left <= right
 
 
-def arithmetic(op: str, a: float, b: float) -> float:
-    """``a op b`` as Go's float64 (IEEE 754) arithmetic gives it: no exceptions."""
+def arithmetic(op: str, left: float, right: float) -> float:
+    """``left op right`` as Go's float64 (IEEE 754) arithmetic gives it: no exceptions."""
     if op == "+":
-        return a + b
+        return left + right
     if op == "-":
-        return a - b
+        return left - right
     if op == "*":
-        return a * b
+        return left * right
     if op == "/":
-        return _divide(a, b)
+        return _divide(left, right)
     if op == "%":
-        return _mod(a, b)
-    return _pow(a, b)
+        return _mod(left, right)
+    return _pow(left, right)
 
 
-def _divide(a: float, b: float) -> float:
-    if b != 0:
-        return a / b
-    if a == 0 or math.isnan(a):
+def _divide(dividend: float, divisor: float) -> float:
+    if divisor != 0:
+        return dividend / divisor
+    if dividend == 0 or math.isnan(dividend):
         return math.nan
-    return math.copysign(math.inf, a) * math.copysign(1.0, b)
+    return math.copysign(math.inf, dividend) * math.copysign(1.0, divisor)
 
 
-def _mod(a: float, b: float) -> float:
-    """Go's ``math.Mod``: NaN for an infinite ``a`` or a zero ``b``, ``a`` for an infinite ``b``."""
-    if math.isnan(a) or math.isnan(b) or math.isinf(a) or b == 0:
+def _mod(dividend: float, divisor: float) -> float:
+    """Go's ``math.Mod``: NaN for an infinite dividend or a zero divisor, the dividend for an
+    infinite divisor."""
+    if math.isnan(dividend) or math.isnan(divisor) or math.isinf(dividend) or divisor == 0:
         return math.nan
-    if math.isinf(b):
-        return a
-    return math.fmod(a, b)
+    if math.isinf(divisor):
+        return dividend
+    return math.fmod(dividend, divisor)
 
 
-def _pow(a: float, b: float) -> float:
+def _pow(base: float, exponent: float) -> float:
     """Go's ``math.Pow``: NaN for a negative base and a fractional exponent, infinities on
     overflow."""
     try:
-        return math.pow(a, b)
+        return math.pow(base, exponent)
     except ValueError:
-        if a == 0:  # 0 ** negative: an infinity with the sign of a for odd integer exponents
-            odd = b == math.floor(b) and math.fmod(b, 2) != 0
-            return math.copysign(math.inf, a) if odd else math.inf
+        if base == 0:  # 0 ** negative: an infinity with the base's sign for odd integer exponents
+            odd = exponent == math.floor(exponent) and math.fmod(exponent, 2) != 0
+            return math.copysign(math.inf, base) if odd else math.inf
         return math.nan
     except OverflowError:
-        odd = b == math.floor(b) and math.fmod(b, 2) != 0
-        return -math.inf if a < 0 and odd else math.inf
+        odd = exponent == math.floor(exponent) and math.fmod(exponent, 2) != 0
+        return -math.inf if base < 0 and odd else math.inf
 
 
 def set_operation(node: Binary, lhs: Vector, rhs: Vector) -> Vector:
@@ -805,28 +445,30 @@ def vector_binary(node: Binary, lhs: Vector, rhs: Vector) -> Vector:
     # The "many" side is walked, the "one" side looked up (for one-to-one, the right side).
     many, one = (rhs, lhs) if node.group == "right" else (lhs, rhs)
     index: dict[Labels, Sample] = {}
-    for s in one:
-        key = match_key(s.labels, node.on, node.ignoring)
+    for sample in one:
+        key = match_key(sample.labels, node.on, node.ignoring)
         if key in index:
             raise PromQLError("many-to-many matching: the 'one' side has duplicate series")
-        index[key] = s
+        index[key] = sample
     out: Vector = []
     matched: dict[Labels, set[Labels]] = {}
-    for s in many:
-        key = match_key(s.labels, node.on, node.ignoring)
+    for sample in many:
+        key = match_key(sample.labels, node.on, node.ignoring)
         other = index.get(key)
         if other is None:
             continue
-        a, b = (other.value, s.value) if node.group == "right" else (s.value, other.value)
+        left, right = (
+            (other.value, sample.value) if node.group == "right" else (sample.value, other.value)
+        )
         if node.op in COMPARISONS:
-            hit = compare(node.op, a, b)
+            hit = compare(node.op, left, right)
             if not hit and not node.bool_:
                 continue
             # A filter keeps the left operand's value, whichever side is the "many" one.
-            value = (1.0 if hit else 0.0) if node.bool_ else a
+            value = (1.0 if hit else 0.0) if node.bool_ else left
         else:
-            value = arithmetic(node.op, a, b)
-        labels = _result_labels(node, s.labels, other.labels)
+            value = arithmetic(node.op, left, right)
+        labels = _result_labels(node, sample.labels, other.labels)
         if node.group is None:
             if key in matched:
                 raise PromQLError("multiple matches for labels: use group_left or group_right")
@@ -839,44 +481,46 @@ def vector_binary(node: Binary, lhs: Vector, rhs: Vector) -> Vector:
     return out
 
 
-def histogram_quantile(q: float, buckets: Vector) -> Vector:
+def histogram_quantile(quantile: float, buckets: Vector) -> Vector:
     """Prometheus' ``histogram_quantile`` over classic buckets (``le`` labels)."""
     groups: dict[Labels, list[tuple[float, float]]] = defaultdict(list)
-    for s in buckets:
+    for sample in buckets:
         try:
-            bound = float(s.get("le"))
+            bound = float(sample.get("le"))
         except ValueError:
             continue  # no bucket label, or not a number: Prometheus skips the sample too
         # Grouped with the name, which the result drops.
-        groups[tuple(item for item in s.labels if item[0] != "le")].append((bound, s.value))
+        groups[tuple(item for item in sample.labels if item[0] != "le")].append(
+            (bound, sample.value)
+        )
     out: Vector = []
     for key, points in groups.items():
         labels = _drop_name(key)
         if any(s.labels == labels for s in out):
             raise PromQLError("histogram_quantile: duplicate series after dropping the name")
-        out.append(Sample(labels, bucket_quantile(q, points)))
+        out.append(Sample(labels, bucket_quantile(quantile, points)))
     return out
 
 
-def _search(n: int, found: Callable[[int], bool]) -> int:
+def _search(count: int, found: Callable[[int], bool]) -> int:
     """Go's ``sort.Search``: the binary search Prometheus uses, also where ``found`` is not
     monotonic (a NaN count)."""
-    i, j = 0, n
-    while i < j:
-        h = (i + j) // 2
-        if not found(h):
-            i = h + 1
+    low, high = 0, count
+    while low < high:
+        middle = (low + high) // 2
+        if not found(middle):
+            low = middle + 1
         else:
-            j = h
-    return i
+            high = middle
+    return low
 
 
-def bucket_quantile(q: float, points: list[tuple[float, float]]) -> float:
-    if math.isnan(q):
+def bucket_quantile(quantile: float, points: list[tuple[float, float]]) -> float:
+    if math.isnan(quantile):
         return math.nan
-    if q < 0:
+    if quantile < 0:
         return -math.inf
-    if q > 1:
+    if quantile > 1:
         return math.inf
     ordered = sorted(points, key=lambda point: point[0])
     if not math.isinf(ordered[-1][0]) or ordered[-1][0] < 0:
@@ -901,17 +545,17 @@ def bucket_quantile(q: float, points: list[tuple[float, float]]) -> float:
     total = fixed[-1][1]
     if total == 0:
         return math.nan
-    rank = q * total
-    b = _search(len(fixed) - 1, lambda i: fixed[i][1] >= rank)
-    if b == len(fixed) - 1:
+    rank = quantile * total
+    index = _search(len(fixed) - 1, lambda bucket: fixed[bucket][1] >= rank)
+    if index == len(fixed) - 1:
         return fixed[-2][0]
-    if b == 0 and fixed[0][0] <= 0:
+    if index == 0 and fixed[0][0] <= 0:
         return fixed[0][0]
-    start, end, count = 0.0, fixed[b][0], fixed[b][1]
-    if b > 0:
-        start = fixed[b - 1][0]
-        count -= fixed[b - 1][1]
-        rank -= fixed[b - 1][1]
+    start, end, count = 0.0, fixed[index][0], fixed[index][1]
+    if index > 0:
+        start = fixed[index - 1][0]
+        count -= fixed[index - 1][1]
+        rank -= fixed[index - 1][1]
     return start + (end - start) * _divide(rank, count)
 
 
@@ -926,14 +570,14 @@ class Window:
     end: int
 
 
-def _kahan(inc: float, total: float, c: float) -> tuple[float, float]:
+def _kahan(inc: float, total: float, compensation: float) -> tuple[float, float]:
     """One step of Kahan-Babuska summation, as Prometheus' ``kahanSumInc``."""
-    t = total + inc
+    summed = total + inc
     if abs(total) >= abs(inc):
-        c += (total - t) + inc
+        compensation += (total - summed) + inc
     else:
-        c += (inc - t) + total
-    return t, c
+        compensation += (inc - summed) + total
+    return summed, compensation
 
 
 def _extrapolated(points: list[Point], window: Window, *, rate: bool) -> float | None:
@@ -977,28 +621,28 @@ def _deriv(points: list[Point], window: Window) -> float | None:
     if len(points) < 2:
         return None
     t0, first = points[0]
-    n = sum_x = c_x = sum_y = c_y = sum_xy = c_xy = sum_x2 = c_x2 = 0.0
+    count = sum_x = c_x = sum_y = c_y = sum_xy = c_xy = sum_x2 = c_x2 = 0.0
     constant = True
-    for t, y in points:
-        constant = constant and y == first
-        n += 1.0
-        x = (t - t0) / 1e3
-        sum_x, c_x = _kahan(x, sum_x, c_x)
-        sum_y, c_y = _kahan(y, sum_y, c_y)
-        sum_xy, c_xy = _kahan(x * y, sum_xy, c_xy)
-        sum_x2, c_x2 = _kahan(x * x, sum_x2, c_x2)
+    for stamp, value in points:
+        constant = constant and value == first
+        count += 1.0
+        seconds = (stamp - t0) / 1e3
+        sum_x, c_x = _kahan(seconds, sum_x, c_x)
+        sum_y, c_y = _kahan(value, sum_y, c_y)
+        sum_xy, c_xy = _kahan(seconds * value, sum_xy, c_xy)
+        sum_x2, c_x2 = _kahan(seconds * seconds, sum_x2, c_x2)
     if constant:
         return math.nan if math.isinf(first) else 0.0
     sum_x, sum_y, sum_xy, sum_x2 = sum_x + c_x, sum_y + c_y, sum_xy + c_xy, sum_x2 + c_x2
-    cov_xy = sum_xy - sum_x * sum_y / n
-    var_x = sum_x2 - sum_x * sum_x / n
+    cov_xy = sum_xy - sum_x * sum_y / count
+    var_x = sum_x2 - sum_x * sum_x / count
     return _divide(cov_xy, var_x)
 
 
 def _mean(values: Iterable[float], *, kahan: bool) -> float:
     """Prometheus' running mean (``avg_over_time`` compensates it, ``avg`` does not); an
     infinite mean stays infinite unless the other infinity or a NaN comes along."""
-    mean = c = count = 0.0
+    mean = compensation = count = 0.0
     for value in values:
         count += 1
         if math.isinf(mean):
@@ -1008,10 +652,10 @@ def _mean(values: Iterable[float], *, kahan: bool) -> float:
                 continue
         step = value / count - mean / count
         if kahan:
-            mean, c = _kahan(step, mean, c)
+            mean, compensation = _kahan(step, mean, compensation)
         else:
             mean += step
-    return mean if math.isinf(mean) else mean + c
+    return mean if math.isinf(mean) else mean + compensation
 
 
 def _avg(points: list[Point], window: Window) -> float | None:
@@ -1059,13 +703,13 @@ def _ceil(value: float) -> float:
 _ELEMENTWISE: dict[str, Callable[[float], float]] = {"floor": _floor, "ceil": _ceil, "abs": abs}
 
 
-def _go_max(a: float, b: float) -> float:
+def _go_max(left: float, right: float) -> float:
     """Go's ``math.Max``: NaN when either is NaN."""
-    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
+    return math.nan if math.isnan(left) or math.isnan(right) else max(left, right)
 
 
-def _go_min(a: float, b: float) -> float:
-    return math.nan if math.isnan(a) or math.isnan(b) else min(a, b)
+def _go_min(left: float, right: float) -> float:
+    return math.nan if math.isnan(left) or math.isnan(right) else min(left, right)
 
 
 def _extreme(pick: Callable[[float, float], bool]) -> Callable[[list[float]], float]:
