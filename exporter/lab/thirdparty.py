@@ -1,6 +1,8 @@
-"""Engines someone else wrote, for the drills and the demo: llama.cpp's ``llama-server`` and
-Triton Inference Server (through PyTriton), built or installed from the package registries
-into a cache that outlives a checkout, and started with a tiny model.
+"""Engines someone else wrote, for the drills and the demo: llama-server and Triton.
+
+llama.cpp's ``llama-server`` and Triton Inference Server (through PyTriton) are built or
+installed from the package registries into a cache that outlives a checkout, and started with
+a tiny model.
 
 ``llama-server``: its C++ source ships inside the ``llama-cpp-python`` source distribution
 (``vendor/llama.cpp``). :func:`build_llama_server` downloads that sdist with pip, builds the
