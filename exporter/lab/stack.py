@@ -266,6 +266,33 @@ class Stack:
         if outside:
             self.helpers = Helpers.start(outside, duration=3600.0)
 
+    def restart_engine(self) -> None:
+        """Kill llama-server (SIGKILL, whatever it was doing) and start it again on the same
+        port, its counters from zero: what an engine crash and its restart look like to the
+        sidecar. Only for an engine whose metrics share its serving port."""
+        from exporter.lab import thirdparty  # noqa: PLC0415
+
+        cfg = self.cfg
+        if cfg.engine != "llamacpp":
+            raise StackError(f"restart_engine: not for {cfg.engine}")
+        old = self.child("engine")
+        old.proc.kill()
+        old.stop()
+        self.children.remove(old)
+        old.log_path.replace(cfg.workdir / "engine-killed.log")
+        port = urllib.parse.urlsplit(self.engine_url).port or 0
+        launched = thirdparty.start(
+            cfg.engine,
+            cfg.workdir,
+            cfg.engine_args,
+            injections=cfg.injections,
+            port=port,
+            exact_port=True,
+        )
+        self.children[:0] = launched.children  # stopped last, as at the start
+        if launched.metrics_url != self.metrics_url:
+            raise StackError(f"the restarted engine came up at {launched.metrics_url}")
+
     def _start_sidecar(self) -> None:
         cfg = self.cfg
         port = free_port(cfg.sidecar_port) if cfg.sidecar_port else 0

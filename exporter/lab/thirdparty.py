@@ -278,22 +278,36 @@ class Launched:
     metrics_url: str
 
 
-# The slot count, threads and context of the drills' llama-server: 4 slots share the
-# continuous batch (a request beyond them waits: llamacpp:requests_deferred), 2 threads.
+# The drills' llama-server: 4 slots share the continuous batch (a request beyond them waits:
+# llamacpp:requests_deferred); one thread at nice 10: on a CPU its compute stands in for the
+# GPU's, which takes nothing from the host's processes (at nice 5 the contended engine still
+# got about as much CPU as the drills' load needs). Not two threads: ggml's threads spin at
+# each step's barrier, and on a busy 2-CPU machine a step then took 120 ms instead of 0.7 ms.
 LLAMA_PARALLEL = 4
-LLAMA_THREADS = 2
+LLAMA_THREADS = 1
+LLAMA_NICE = 10
 
 
 def start_llama_server(
-    workdir: Path, args: Sequence[str] = (), *, port: int = 0, timeout: float = 120.0
+    workdir: Path,
+    args: Sequence[str] = (),
+    *,
+    port: int = 0,
+    exact_port: bool = False,
+    timeout: float = 120.0,
 ) -> Launched:
     """``llama-server --metrics`` on 127.0.0.1 with the tiny model; waits for ``/health``.
-    ``args`` come last (a later ``--parallel`` wins)."""
+    ``args`` come last (a later ``--parallel`` wins). ``port`` is taken when free, else
+    another; with ``exact_port`` it is taken as it is (a restart on the port a killed server
+    left, whose old connections may still hold it for a plain bind; the server reuses it)."""
     binary = llama_server_binary()
     if not binary.exists():
         raise StackError(f"no llama-server at {binary}: run make thirdparty")
-    port = free_port(port)
+    port = port if exact_port and port else free_port(port)
     cmd = [
+        "nice",
+        "-n",
+        str(LLAMA_NICE),
         str(binary),
         "--model",
         str(tiny_model()),
@@ -422,14 +436,16 @@ def start(
     *,
     injections: Sequence[str] = (),
     port: int = 0,
+    exact_port: bool = False,
 ) -> Launched:
     """Start ``engine`` ("llamacpp" or "triton") with the engine-side ``injections``."""
     own = ENGINE_INJECTIONS.get(engine)
     if own is None:
         raise StackError(f"unknown third-party engine {engine!r} (one of: {', '.join(ENGINES)})")
     extra = [arg for name in injections if name in own for arg in own[name]]
-    launch = start_llama_server if engine == "llamacpp" else start_triton
-    return launch(workdir, [*args, *extra], port=port)
+    if engine == "llamacpp":
+        return start_llama_server(workdir, [*args, *extra], port=port, exact_port=exact_port)
+    return start_triton(workdir, [*args, *extra], port=port)
 
 
 # --- command line ----------------------------------------------------------------------------

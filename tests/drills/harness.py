@@ -56,6 +56,7 @@ class DrillResult:
     error: str = ""
     workdir: str = ""
     instance: str = ""  # the sidecar's scrape address, Prometheus's ``instance`` label
+    restarted_at: float | None = None  # when the engine was killed and started again
 
     def fired(self) -> dict[str, float]:
         return {a: s.firing_at for a, s in self.alerts.items() if s.firing_at is not None}
@@ -198,8 +199,13 @@ def _stop_load(proc: subprocess.Popen[bytes], summary: Path) -> dict[str, Any] |
 
 def _observe(stack: Stack, scenario: Scenario, result: DrillResult, t0: float) -> None:
     deadline = t0 + scenario.deadline_s
+    restart = scenario.restart_at_s
     while time.monotonic() < deadline:
         now = time.monotonic() - t0
+        if restart is not None and now >= restart:
+            stack.restart_engine()
+            result.restarted_at = round(now, 1)
+            restart = None
         for alert in stack.alerts():
             name = alert["labels"]["alertname"]
             seen = result.alerts.setdefault(name, AlertSeen())

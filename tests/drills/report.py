@@ -9,7 +9,7 @@ from drills.harness import DrillResult
 from drills.scenarios import (
     BLIND,
     EXTERNAL_ENGINES,
-    EXTERNAL_LOAD,
+    EXTERNAL_LOADS,
     EXTERNAL_SCENARIOS,
     LOAD,
     SCENARIOS,
@@ -308,16 +308,19 @@ def _external_section(results: Mapping[str, DrillResult]) -> list[str]:
         "(`exporter/lab/thirdparty.py`): llama.cpp's `llama-server` built from the "
         "`llama-cpp-python` source distribution, serving a tiny Llama-shaped GGUF (2 layers, "
         "width 64, random weights, LLaMA's real 32,000-token SentencePiece vocabulary) with 4 "
-        "slots on 2 threads; and Triton Inference Server from the `nvidia-pytriton` wheel "
+        "slots on 1 thread at nice 10 (its compute stands in for a GPU's); and Triton Inference Server from the `nvidia-pytriton` wheel "
         "serving a small Python model (4 instances; a step is 4 float32 matrix-vector products "
         "of width 256 on the host and 3 ms of device wait). The sidecar recognises each engine "
         "by its metric names (no `--engine.type`) and finds its process with the default "
         "`--process.match`. Only the causes that act from outside the engine, or through "
         "its own configuration, are injected: `queue-flood` is one slot (`--parallel 1`) or "
         "one model instance. The two engines of a scenario run side by side. Load: "
-        f"{EXTERNAL_LOAD.rate:g} requests/s, {EXTERNAL_LOAD.prompt_tokens} prompt tokens, "
-        f"{EXTERNAL_LOAD.output_tokens} output tokens (Triton: `--api triton`, one answer "
-        "per request).",
+        + "; ".join(
+            f"{ENGINE_TITLES[e]} {load.rate:g} requests/s, {load.prompt_tokens} prompt tokens, "
+            f"{load.output_tokens} output tokens"
+            for e, load in EXTERNAL_LOADS.items()
+        )
+        + " (Triton: `--api triton`, one answer per request).",
         "",
         "| engine | scenario | injected | expected alert | fired? | time to fire | drill "
         "| also fired | `diagnose` rank 1 |",

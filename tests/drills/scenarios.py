@@ -61,6 +61,7 @@ class Scenario:
     load: Load = LOAD
     load_why: str = ""  # why a drill runs another load than LOAD
     engine: str = "reference"  # or a third-party engine (EXTERNAL_ENGINES)
+    restart_at_s: float | None = None  # the engine is killed and started again then
 
     def site_config(self) -> str:
         """The rule pack's site config this drill runs with (empty: the defaults)."""
@@ -312,8 +313,16 @@ BLIND: dict[str, dict[str, str]] = {
     },
 }
 
-# One load for both engines: 2 requests/s, short prompts, 192 output tokens.
-EXTERNAL_LOAD = Load(rate=2.0, prompt_tokens=64, output_tokens=192)
+LLAMA_RESTART_S = 50.0
+
+# Short prompts; llama-server at 3 requests/s of 128 tokens (384 tokens/s: its tiny model
+# decodes a token in under a millisecond, so the healthy engine needs a fraction of a core,
+# more than the contended one gets), Triton at 2 requests/s of 192 tokens (one instance then
+# falls behind in queue-flood, four keep up).
+EXTERNAL_LOADS = {
+    "llamacpp": Load(rate=3.0, prompt_tokens=64, output_tokens=128),
+    "triton": Load(rate=2.0, prompt_tokens=64, output_tokens=192),
+}
 
 
 def _external(
@@ -327,23 +336,35 @@ def _external(
         deadline_s=float(kw.get("deadline_s", base.deadline_s)),  # type: ignore[arg-type]
         look=base.look,
         allowed=dict(kw.get("allowed", {})),  # type: ignore[call-overload]
-        load=EXTERNAL_LOAD,
+        load=EXTERNAL_LOADS[engine],
         engine=engine,
+        restart_at_s=kw.get("restart_at_s"),  # type: ignore[arg-type]
     )
 
 
 def _external_matrix() -> tuple[Scenario, ...]:
     base = {s.name: s for s in SCENARIOS}
     return (
-        _external("llamacpp", base["healthy"], None, "nothing injected", deadline_s=120.0),
+        _external(
+            "llamacpp",
+            base["healthy"],
+            None,
+            (
+                f"nothing injected; {LLAMA_RESTART_S:.0f} s into the load llama-server is "
+                "killed (SIGKILL) and started again on the same port: its counters start from "
+                "zero, the polls fail for a few seconds, and nothing may fire"
+            ),
+            deadline_s=120.0,
+            restart_at_s=LLAMA_RESTART_S,
+        ),
         _external("triton", base["healthy"], None, "nothing injected", deadline_s=120.0),
         _external(
             "llamacpp",
             base["queue-flood"],
             None,
             (
-                "one slot (--parallel 1) below the offered load: llamacpp:requests_deferred "
-                "grows, but llama-server exports no queue time, so "
+                "one slot (--parallel 1): a request that arrives while it is busy is deferred "
+                "(llamacpp:requests_deferred), but llama-server exports no queue time, so "
                 "InferenceQueueWaitDominatesLatency cannot fire, and on the busy GPU nothing "
                 "else may"
             ),

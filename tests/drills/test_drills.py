@@ -145,6 +145,8 @@ def run_and_check(scenario: Scenario, workdir: Path, results: dict[str, DrillRes
 
 def check_result(scenario: Scenario, result: DrillResult) -> None:
     assert not result.error, result.error + _explain(result)
+    if scenario.restart_at_s is not None:
+        assert result.restarted_at is not None, "the engine was not restarted"
     if scenario.expected is None:
         check_quiet(result)
         return
