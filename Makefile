@@ -43,8 +43,9 @@ tools:
 	@$(call need,buildah podman runc debootstrap,buildah podman runc debootstrap)
 
 # Third-party engines for the drills and `make demo ENGINE=...`: llama.cpp's llama-server built
-# from the llama-cpp-python source distribution (CMake, g++, Ninja; about 25 minutes on 2 cores,
-# once per machine and version) and PyTriton in a virtualenv of Debian's python3, whose
+# from the llama-cpp-python source distribution (CMake, g++, Ninja; 34 minutes measured on 2
+# CPUs shared with other jobs, load average 10-15; once per machine and version) and PyTriton
+# (1.5 minutes) in a virtualenv of Debian's python3, whose
 # libpython3.11 its Triton stub links; both in ~/.cache/inference-bottleneck-exporter
 # (python -m exporter.lab.thirdparty).
 thirdparty: $(PY)

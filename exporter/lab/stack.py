@@ -48,7 +48,6 @@ from exporter.lab.processes import (
     start_prometheus,
     wait_until,
 )
-from exporter.lab.refengine.inject import Helpers
 
 __all__ = ["JOB", "TARGET_LABELS", "PagerDutyCapture", "Stack", "StackConfig", "StackError"]
 
@@ -57,7 +56,8 @@ PROCESS_MATCH = r"-m exporter\.lab\.engine(?:\s|$)"
 ENGINE_LISTEN = re.compile(r"listening on http://(\S+):(\d+)")
 SIDECAR_LISTEN = re.compile(r"listening on (127\.0\.0\.1|\[::1\]):(\d+)")
 JOB = "inference-bottleneck-exporter"
-# Injections that act on the node, not inside the engine: any engine can be drilled with them.
+# Injections that act on the node, not inside the engine: any engine can be drilled with them
+# (a third-party engine's helpers run in its session: exporter.lab.thirdparty.with_helpers).
 OUTSIDE = frozenset({"cpu-contention", "softirq"})
 TARGET_LABELS = {"namespace": "drill", "pod": "reference-0"}
 
@@ -156,7 +156,7 @@ class StackConfig:
     target_labels: dict[str, str] = field(default_factory=lambda: dict(TARGET_LABELS))
     # "reference", or a third-party engine of :mod:`exporter.lab.thirdparty` ("llamacpp",
     # "triton"): its ``engine_args`` are that server's flags, and injections that act from
-    # outside an engine (cpu-contention, softirq) run as this process's helpers.
+    # outside an engine (cpu-contention, softirq) run in its session (thirdparty.with_helpers).
     engine: str = "reference"
 
 
@@ -169,7 +169,6 @@ class Stack:
         self.capture: PagerDutyCapture | None = None
         self.engine_url = ""
         self.metrics_url = ""  # the engine's Prometheus endpoint (Triton: a port of its own)
-        self.helpers: Helpers | None = None
         self.sidecar_url = ""
         self.prometheus_url = ""
         self.alertmanager_url = ""
@@ -262,9 +261,6 @@ class Stack:
         self.children += launched.children
         self.engine_url = launched.api_url
         self.metrics_url = launched.metrics_url
-        outside = frozenset(cfg.injections) & OUTSIDE
-        if outside:
-            self.helpers = Helpers.start(outside, duration=3600.0)
 
     def restart_engine(self) -> None:
         """Kill llama-server (SIGKILL, whatever it was doing) and start it again on the same
@@ -359,9 +355,6 @@ class Stack:
         return server.url
 
     def stop(self) -> None:
-        if self.helpers is not None:
-            self.helpers.stop()
-            self.helpers = None
         for child in reversed(self.children):
             with contextlib.suppress(OSError):
                 child.stop()

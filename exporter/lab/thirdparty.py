@@ -279,13 +279,15 @@ class Launched:
 
 
 # The drills' llama-server: 4 slots share the continuous batch (a request beyond them waits:
-# llamacpp:requests_deferred); one thread at nice 10: on a CPU its compute stands in for the
-# GPU's, which takes nothing from the host's processes (at nice 5 the contended engine still
-# got about as much CPU as the drills' load needs). Not two threads: ggml's threads spin at
-# each step's barrier, and on a busy 2-CPU machine a step then took 120 ms instead of 0.7 ms.
+# llamacpp:requests_deferred); one thread at nice 5, as the reference engine's model worker:
+# on a CPU its compute stands in for the GPU's (at nice 10 among the contention drill's
+# busy-loopers it got 0.6 % of a core and could not even answer /metrics). Not two threads:
+# ggml's threads spin at each step's barrier, and on a busy 2-CPU machine a step then took
+# 120 ms instead of 0.7 ms.
 LLAMA_PARALLEL = 4
 LLAMA_THREADS = 1
-LLAMA_NICE = 10
+LLAMA_NICE = 5
+LLAMA_HTTP_THREADS = 256
 
 
 def start_llama_server(
@@ -294,6 +296,7 @@ def start_llama_server(
     *,
     port: int = 0,
     exact_port: bool = False,
+    injections: Sequence[str] = (),
     timeout: float = 120.0,
 ) -> Launched:
     """``llama-server --metrics`` on 127.0.0.1 with the tiny model; waits for ``/health``.
@@ -323,12 +326,22 @@ def start_llama_server(
         str(LLAMA_THREADS),
         "--ctx-size",
         str(LLAMA_PARALLEL * 1024),
+        # Every open request holds one of its HTTP threads (by default the slots + 2): with a
+        # deep queue /metrics waited for one past the sidecar's deadline.
+        "--threads-http",
+        str(LLAMA_HTTP_THREADS),
         "--no-webui",
         *args,
     ]
-    child = spawn("engine", cmd, workdir)
+    child = spawn("engine", with_helpers(cmd, injections), workdir)
     url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: http_get(url + "/health", 2)[0] == 200, timeout, "/health 200", child=child)
+    try:
+        wait_until(
+            lambda: http_get(url + "/health", 2)[0] == 200, timeout, "/health 200", child=child
+        )
+    except StackError:
+        child.stop()
+        raise
     return Launched([child], url, url + "/metrics")
 
 
@@ -362,7 +375,12 @@ TRITON_INSTANCES = 4
 
 
 def start_triton(
-    workdir: Path, args: Sequence[str] = (), *, port: int = 0, timeout: float = 180.0
+    workdir: Path,
+    args: Sequence[str] = (),
+    *,
+    port: int = 0,
+    injections: Sequence[str] = (),
+    timeout: float = 180.0,
 ) -> Launched:
     """Triton (PyTriton) serving :mod:`exporter.lab.tritonmodel` on 127.0.0.1; waits until
     the model is ready. ``args`` are the model script's flags (a later one wins)."""
@@ -374,7 +392,9 @@ def start_triton(
     # start is the remedy (it was needed 1 time in 6 here).
     for attempt in range(TRITON_STARTS):
         try:
-            return _start_triton_once(python, workdir, args, port=port, timeout=timeout)
+            return _start_triton_once(
+                python, workdir, args, port=port, injections=injections, timeout=timeout
+            )
         except StackError:
             if attempt == TRITON_STARTS - 1:
                 raise
@@ -386,7 +406,13 @@ TRITON_STARTS = 3
 
 
 def _start_triton_once(
-    python: Path, workdir: Path, args: Sequence[str], *, port: int, timeout: float
+    python: Path,
+    workdir: Path,
+    args: Sequence[str],
+    *,
+    port: int,
+    injections: Sequence[str],
+    timeout: float,
 ) -> Launched:
     http, grpc, metrics = free_port(port), free_port(), free_port()
     cmd = [
@@ -404,7 +430,12 @@ def _start_triton_once(
         *args,
     ]
     # PyTriton keeps its workspace under $HOME unless told: one per drill, in its work dir.
-    child = spawn("engine", cmd, workdir, env={"PYTRITON_HOME": str(workdir / "pytriton")})
+    child = spawn(
+        "engine",
+        with_helpers(cmd, injections),
+        workdir,
+        env={"PYTRITON_HOME": str(workdir / "pytriton")},
+    )
     url = f"http://127.0.0.1:{http}"
     ready = f"{url}/v2/health/ready" if "--no-model" in args else f"{url}/v2/models/tiny/ready"
     try:
@@ -443,9 +474,41 @@ def start(
     if own is None:
         raise StackError(f"unknown third-party engine {engine!r} (one of: {', '.join(ENGINES)})")
     extra = [arg for name in injections if name in own for arg in own[name]]
+    workdir.mkdir(parents=True, exist_ok=True)
     if engine == "llamacpp":
-        return start_llama_server(workdir, [*args, *extra], port=port, exact_port=exact_port)
-    return start_triton(workdir, [*args, *extra], port=port)
+        return start_llama_server(
+            workdir, [*args, *extra], port=port, exact_port=exact_port, injections=injections
+        )
+    return start_triton(workdir, [*args, *extra], port=port, injections=injections)
+
+
+# --- injections from outside the engine, in the engine's own session ----------------------------
+
+#: Injections that act on the node, not inside the engine.
+OUTSIDE = frozenset({"cpu-contention", "softirq"})
+
+
+def with_helpers(cmd: Sequence[str], injections: Sequence[str]) -> list[str]:
+    """``cmd`` started through :func:`run_with_helpers` when it has ``injections`` from
+    outside the engine: the helper processes then share the engine's session. With the
+    kernel's autogroup scheduling (on by default) CPU time is shared between sessions first:
+    busy-loopers in another session than the engine's would take only their own session's
+    share, and a contended node would not contend."""
+    outside = sorted(set(injections) & OUTSIDE)
+    if not outside:
+        return list(cmd)
+    flags = [arg for name in outside for arg in ("--inject", name)]
+    return [sys.executable, "-m", "exporter.lab.thirdparty", "run", *flags, "--", *cmd]
+
+
+def run_with_helpers(injections: Sequence[str], cmd: Sequence[str]) -> int:
+    """Start the injections' helpers (bounded: they end with this process), then become
+    ``cmd``: the same process, so the helpers' parent-death watch follows the engine."""
+    from exporter.lab.refengine.inject import Helpers  # noqa: PLC0415
+
+    Helpers.start(frozenset(injections), duration=3600.0)
+    os.execvp(cmd[0], list(cmd))
+    return 127  # not reached: execvp returns only by raising
 
 
 # --- command line ----------------------------------------------------------------------------
@@ -456,9 +519,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m exporter.lab.thirdparty",
         description="Build llama-server and install PyTriton into the lab's cache.",
     )
-    parser.add_argument("command", choices=("build", "where"))
+    parser.add_argument("command", choices=("build", "where", "run"))
     parser.add_argument("--jobs", type=int, default=2, help="parallel compile jobs (2)")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--inject", action="append", default=[], choices=sorted(OUTSIDE), help="run: helpers"
+    )
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # run's engine command line follows "--", whatever flags it has.
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    if args.command == "run":
+        cmd = argv[cut + 1 :]
+        if not cmd:
+            parser.error("run needs the engine's command line after --")
+        return run_with_helpers(args.inject, cmd)
     if args.command == "where":
         print(f"llama-server {llama_server_binary()}\npytriton {pytriton_python()}")
         return 0
