@@ -15,13 +15,15 @@ WORKDIR /src
 RUN python3 -m venv /opt/exporter
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
-# Install non-editable, then drop the installers: the runtime venv needs neither pip nor
-# setuptools, and bytecode is compiled here because the root filesystem is read-only at run time.
+# Install non-editable with the `node` extra (gRPC for the node agent's PodResources client: one
+# image serves the sidecar and the node agent), then drop the installers: the runtime venv needs
+# neither pip nor setuptools, and bytecode is compiled here because the root filesystem is
+# read-only at run time.
 # The optional secret `pip-cert` is a CA bundle for networks whose TLS to PyPI is intercepted
 # (`--secret id=pip-cert,src=/etc/ssl/certs/ca-certificates.crt`); it never enters a layer.
 RUN --mount=type=secret,id=pip-cert \
     if [ -s /run/secrets/pip-cert ]; then export PIP_CERT=/run/secrets/pip-cert; fi \
-    && /opt/exporter/bin/pip install --no-cache-dir . \
+    && /opt/exporter/bin/pip install --no-cache-dir ".[node]" \
     && /opt/exporter/bin/pip uninstall --yes pip setuptools \
     && /opt/exporter/bin/python -m compileall -q /opt/exporter/lib \
     && /opt/exporter/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)"

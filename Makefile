@@ -29,7 +29,7 @@ install: $(PY)
 
 # torch is pinned exactly (the `reference` extra, also here): a range pulls a newer, multi-GB build.
 install-dev: $(PY)
-	$(PY) -m pip install -q -e '.[dev,reference]' 'torch==2.13.0'
+	$(PY) -m pip install -q -e '.[dev,reference,node]' 'torch==2.13.0'
 
 # promtool (Prometheus) and Alertmanager for the tests that use the real tools.
 tools:
@@ -41,6 +41,9 @@ tools:
 	@$(call need,victoria-metrics vmalert vmagent,victoria-metrics)
 	@# buildah, podman (run with runc) and debootstrap: tests/image builds and runs the image.
 	@$(call need,buildah podman runc debootstrap,buildah podman runc debootstrap)
+	@# chromium: the browser tests (tests/test_browser.py) load the report and the landing
+	@# page through Playwright; tmux: the demo's screen in a real terminal (tests/lab).
+	@$(call need,chromium tmux,chromium tmux)
 
 # Third-party engines for the drills and `make demo ENGINE=...`: llama.cpp's llama-server built
 # from the llama-cpp-python source distribution (CMake, g++, Ninja; 34 minutes measured on 2
@@ -92,6 +95,7 @@ lint: install-dev
 	$(PY) -m mypy --strict exporter
 	$(VENV)/bin/lint-imports
 	$(PY) build-tools/docgen.py --check
+	$(PY) build-tools/protos.py --check
 	$(PY) -m exporter.signatures --check
 
 test: install-dev tools thirdparty lint

@@ -51,7 +51,7 @@ from exporter.diagnose.promql_syntax import (  # noqa: E402
     parse,
     source,
 )
-from exporter.signatures import catalogue, parse_config, recording_rules  # noqa: E402
+from exporter.signatures import all_signatures, parse_config, recording_rules  # noqa: E402
 from exporter.signatures.promql_text import matchers  # noqa: E402
 
 try:
@@ -70,7 +70,7 @@ def pack_texts() -> list[str]:
     for profile in ("sidecar", "fast"):
         cfg = parse_config({}, profile)
         texts += [rule.expr for rule in recording_rules(cfg)]
-        for sig in catalogue(cfg):
+        for sig in all_signatures(cfg):
             for rule in sig.rules:
                 texts.append(rule.expr)
                 texts += [e.query(instance) for e in rule.evidence if e.expr is not None]
@@ -190,7 +190,7 @@ def quoted_texts() -> list[tuple[str, str]]:
         out.extend((source(text, o), str(t)) for o, t in pairs)
 
     for profile in ("sidecar", "fast"):
-        for sig in catalogue(parse_config({}, profile)):
+        for sig in all_signatures(parse_config({}, profile)):
             for rule in sig.rules:
                 walk(rule.expr, parse(rule.expr), promql_parser.parse(rule.expr))
     return out

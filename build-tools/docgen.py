@@ -55,6 +55,8 @@ _COLLECTOR_TITLES = {
     "tokenizer": "Collector `tokenizer`",
     "process": "Collector `process`",
     "model": "Collector `model`",
+    "podresources": "Collector `podresources` (the node agent: which pod holds each GPU)",
+    "webhook": "The admission webhook (`webhook` command; its own process)",
 }
 
 

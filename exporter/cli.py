@@ -14,7 +14,6 @@ import gc
 import logging
 import os
 import platform
-import re
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +30,7 @@ from exporter.config import (
     parse_duration,
     read_config_file,
     resolve,
+    section,
     usage_error,
 )
 
@@ -45,6 +45,15 @@ CONFIG_FILE_HELP = (
     "[env INFERENCE_EXPORTER_CONFIG_FILE]."
 )
 CONFIG_CHECK_HELP = "Validate the configuration, print each value and where it came from, exit."
+#: The serve options ``record`` takes too: how the GPUs are read, where the engine's processes
+#: are found, the log level.
+RECORD_OPTIONS = (
+    "gpu.poll-interval",
+    "gpu.replay-file",
+    "process.match",
+    "gpu.host-procfs",
+    "log.level",
+)
 
 log = logging.getLogger("exporter")
 
@@ -55,6 +64,43 @@ def _fail(message: str) -> NoReturn:
 
 def version_text() -> str:
     return f"{PROG}, version {__version__} (python {platform.python_version()})"
+
+
+def _add_option(parser: argparse.ArgumentParser, opt: Option, *, env: bool = True) -> None:
+    """The flag of an option (``--no-<name>`` too for a boolean), its help from the declaration;
+    ``env``: the help names the environment variable, which the command reads."""
+    env_help = f" [env {opt.env}]" if env else ""
+    if opt.kind == "bool":
+        state = "enabled" if opt.default else "disabled"
+        parser.add_argument(
+            f"--{opt.name}",
+            dest=opt.dest,
+            action="store_const",
+            const=True,
+            help=f"{opt.help} (default: {state}; --no-{opt.name} turns it off){env_help}",
+        )
+        parser.add_argument(
+            f"--no-{opt.name}",
+            dest=opt.dest,
+            action="store_const",
+            const=False,
+            help=argparse.SUPPRESS,
+        )
+        return
+    default = "" if opt.default in (None, "") else f" (default: {opt.show(opt.default)})"
+    parser.add_argument(
+        f"--{opt.name}",
+        dest=opt.dest,
+        metavar=opt.metavar or opt.kind.upper(),
+        help=f"{opt.help}{default}{env_help}",
+        action="append" if opt.multiple else "store",
+    )
+
+
+def _given(options: Sequence[Option], namespace: argparse.Namespace) -> dict[str, Any]:
+    """The options given as flags, by name (the parser's ``argument_default`` is SUPPRESS)."""
+    parsed = vars(namespace)
+    return {o.name: parsed[o.dest] for o in options if o.dest in parsed}
 
 
 def _serve_parser(options: tuple[Option, ...]) -> ArgumentParser:
@@ -71,32 +117,7 @@ def _serve_parser(options: tuple[Option, ...]) -> ArgumentParser:
         "--config.check", dest="config_check", action="store_true", help=CONFIG_CHECK_HELP
     )
     for opt in options:
-        env_help = f" [env {opt.env}]"
-        if opt.kind == "bool":
-            state = "enabled" if opt.default else "disabled"
-            parser.add_argument(
-                f"--{opt.name}",
-                dest=opt.dest,
-                action="store_const",
-                const=True,
-                help=f"{opt.help} (default: {state}; --no-{opt.name} turns it off){env_help}",
-            )
-            parser.add_argument(
-                f"--no-{opt.name}",
-                dest=opt.dest,
-                action="store_const",
-                const=False,
-                help=argparse.SUPPRESS,
-            )
-            continue
-        default = "" if opt.default in (None, "") else f" (default: {opt.show(opt.default)})"
-        parser.add_argument(
-            f"--{opt.name}",
-            dest=opt.dest,
-            metavar=opt.metavar or opt.kind.upper(),
-            help=f"{opt.help}{default}{env_help}",
-            action="append" if opt.multiple else "store",
-        )
+        _add_option(parser, opt)
     return parser
 
 
@@ -105,11 +126,11 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings
     from exporter.collectors import check_settings, serve_options  # noqa: PLC0415
 
     options = serve_options()
-    namespace = vars(_serve_parser(options).parse_args(list(argv)))
-    flags: dict[str, Any] = {o.name: namespace[o.dest] for o in options if o.dest in namespace}
+    args = _serve_parser(options).parse_args(list(argv))
+    namespace = vars(args)
     config_path = namespace.get("config_file") or env.get("INFERENCE_EXPORTER_CONFIG_FILE")
     file_values = read_config_file(Path(config_path)) if config_path else {}
-    values, sources = resolve(options, flags, env, file_values)
+    values, sources = resolve(options, _given(options, args), env, file_values)
     settings = Settings.of(values, sources)
     check_settings(settings)
     if settings.web_config_file is not None:
@@ -231,78 +252,44 @@ def _duration(flag: str, text: str) -> float:
 
 
 def record(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """``record``: its own ``--duration`` and ``--out``, and the serve options it shares
+    (:data:`RECORD_OPTIONS`) from their one declaration, checked as ``serve`` checks them.
+    Flags only: the sidecar's environment variables are not read."""
+    from exporter.collectors import default_settings, nvml, serve_options  # noqa: PLC0415
+    from exporter.collectors.process import ProcessOptions  # noqa: PLC0415
+
+    by_name = {option.name: option for option in serve_options()}
+    options = tuple(by_name[name] for name in RECORD_OPTIONS)
     parser = ArgumentParser(
         prog=f"{PROG} record",
         description="Record an NVML replay trace (JSON lines) from the GPUs of this machine.",
+        argument_default=argparse.SUPPRESS,
     )
     parser.add_argument("--duration", default="60s", help="How long to record (default 60s).")
     parser.add_argument("--out", required=True, type=Path, help="Trace file to write.")
-    parser.add_argument(
-        "--gpu.poll-interval",
-        dest="interval",
-        default="1s",
-        help="Time between reads of each GPU (default 1s).",
-    )
-    parser.add_argument(
-        "--gpu.replay-file",
-        dest="replay",
-        type=Path,
-        default=None,
-        help="Record from a replay trace instead of NVML (for tests).",
-    )
-    parser.add_argument(
-        "--process.match",
-        dest="match",
-        default=None,
-        help="Regular expression for the engine's processes, whose host PIDs the trace "
-        "records as engine_pids (default: the processes of every supported engine).",
-    )
-    parser.add_argument(
-        "--gpu.host-procfs",
-        dest="host_procfs",
-        type=Path,
-        default=None,
-        help="The host's /proc, where it is not this process's (see the serve flag).",
-    )
-    parser.add_argument("--log.level", dest="log_level", default="info", choices=logs.LEVEL_NAMES)
+    for option in options:
+        _add_option(parser, option, env=False)
     args = parser.parse_args(list(argv))
     duration = _duration("--duration", args.duration)
-    interval = _duration("--gpu.poll-interval", args.interval)
     if not 0 < duration <= 86400:
         _fail(f"--duration: {args.duration} must be more than 0 and at most 24h")
-    if not 0.1 <= interval <= 60:
-        _fail(f"--gpu.poll-interval: {args.interval} must be between 100ms and 1m")
-    if args.replay is not None:
-        from exporter.backends.replay import TraceError, load_trace  # noqa: PLC0415
-
-        try:
-            load_trace(args.replay)
-        except TraceError as err:
-            _fail(f"--gpu.replay-file: {err}")
-    match = args.match
-    if match is None:
-        from exporter.engines import process_match  # noqa: PLC0415
-
-        match = process_match()
     try:
-        re.compile(match)
-    except re.error as err:
-        _fail(f"--process.match: {match!r} is not a regular expression ({err})")
-    if args.host_procfs is not None:
-        from exporter.backends.pidns import is_host_procfs  # noqa: PLC0415
-
-        if not is_host_procfs(args.host_procfs):
-            _fail(f"--gpu.host-procfs: {args.host_procfs} is not the host's /proc")
-    logs.setup(args.log_level, "logfmt")
+        values, _ = resolve(options, _given(options, args), {}, {})
+        settings = default_settings(**{by_name[name].dest: v for name, v in values.items()})
+        nvml.check(settings)
+    except ConfigError as err:
+        _fail(str(err))
+    gpu = section(nvml.NvmlOptions, settings)
+    logs.setup(settings.log_level, "logfmt")
     from exporter.recorder import record_trace  # noqa: PLC0415
 
     return record_trace(
         args.out,
         duration=duration,
-        interval=interval,
-        replay=args.replay,
-        match=match,
-        host_procfs=args.host_procfs,
+        interval=gpu.poll_interval,
+        replay=gpu.replay_file,
+        match=section(ProcessOptions, settings).match,
+        host_procfs=gpu.host_procfs,
     )
 
 
@@ -329,6 +316,18 @@ def _diagnose(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return diagnose(list(argv))
 
 
+def _inject(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    from exporter.inject.cli import run  # noqa: PLC0415
+
+    return run(argv)
+
+
+def _webhook(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    from exporter.inject.webhook import run  # noqa: PLC0415
+
+    return run(argv)
+
+
 def _load(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return _lab("loadgen", "load", argv)
 
@@ -351,6 +350,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("serve", "run the exporter (the default command; its flags are above)", serve),
     Command("record", "record an NVML replay trace from this machine's GPUs", record),
     Command("diagnose", "name the bottleneck from a Prometheus or a sidecar", _diagnose),
+    Command("inject", "add the sidecar to the pods of Kubernetes manifests", _inject),
+    Command("webhook", "the admission webhook that adds the sidecar to pods", _webhook),
     Command("load", "drive an engine with an open-loop load (lab, source checkout)", _load),
     Command("demo", "the whole pipeline live on this machine (lab, source checkout)", _demo),
 )

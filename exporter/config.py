@@ -1,4 +1,9 @@
-"""Configuration: one table of options, read from flags, environment and a YAML file.
+"""Configuration: options declared once, read from flags, environment and a YAML file.
+
+An option is a field of an options dataclass, declared with :func:`flag` (name, default,
+bounds, help); the dataclass is the table. The server's own options are :class:`ServerOptions`,
+each collector's its own dataclass, and ``--help``, the environment variables, the config-file
+keys, :class:`Settings` and the README's flag table are all derived from those fields.
 
 Precedence is flag > environment (``INFERENCE_EXPORTER_<FLAG>``, dots and dashes as ``_``)
 > ``--config.file`` > default. Every value is parsed and range-checked here; a bad one raises
@@ -12,8 +17,8 @@ import argparse
 import math
 import re
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
@@ -21,12 +26,8 @@ from urllib.parse import urlsplit
 import yaml
 
 ENV_PREFIX = "INFERENCE_EXPORTER_"
-# Port 10960: the Prometheus default-port list (9100-9999) has been full since 2023 and newer
-# exporters take ports from 10000 up; 10960 was free in it when this was written.
-DEFAULT_PORT = 10960
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("logfmt", "json")
-DEFAULT_SCRAPE_TIMEOUT = 2.0
 #: Exit code of every usage or configuration error, in every command.
 EXIT_USAGE = 2
 
@@ -139,11 +140,12 @@ def parse_bytes(text: str) -> int:
     return int(match.group(1)) * _BYTE_UNITS[match.group(2) or "B"]
 
 
-def format_bytes(n: int) -> str:
+def format_bytes(size: int) -> str:
+    """Bytes in the largest unit that divides them (``16777216`` -> ``16MiB``)."""
     for unit in ("GiB", "MiB", "KiB"):
-        if n % _BYTE_UNITS[unit] == 0:
-            return f"{n // _BYTE_UNITS[unit]}{unit}"
-    return f"{n}B"
+        if size % _BYTE_UNITS[unit] == 0:
+            return f"{size // _BYTE_UNITS[unit]}{unit}"
+    return f"{size}B"
 
 
 def parse_url(text: str) -> str:
@@ -169,7 +171,8 @@ def parse_bool(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Option:
-    """One configuration option. ``kind`` picks the parser; bounds apply to numbers.
+    """One configuration option, as :func:`flag` declares it on its options dataclass.
+    ``kind`` picks the parser; bounds apply to numbers.
 
     A ``multiple`` option takes one or more values, as a tuple: the flag given several times,
     a comma-separated environment variable, or a YAML list (or one value) in the file."""
@@ -183,7 +186,6 @@ class Option:
     minimum: float | None = None
     maximum: float | None = None
     metavar: str = ""
-    attr: str = ""  # the Settings field it fills
     multiple: bool = False
 
     @property
@@ -298,55 +300,108 @@ class Option:
         return text
 
 
-#: The options of the server itself; each collector declares its own (``OPTIONS`` in its
-#: module) and :mod:`exporter.collectors` adds them and the ``--collector.<name>`` toggles.
-CORE_OPTIONS: tuple[Option, ...] = (
-    Option(
+# The key of an option in its dataclass field's metadata.
+_OPTION = "option"
+_Value = TypeVar("_Value")
+_Options = TypeVar("_Options")
+
+
+def flag(
+    name: str,
+    default: _Value,
+    help: str,
+    *,
+    kind: str,
+    choices: tuple[str, ...] = (),
+    bounds: tuple[float | None, float | None] = (None, None),
+    metavar: str = "",
+    multiple: bool = False,
+) -> _Value:
+    """Declare an option as a field of its options dataclass: the one place its name, default,
+    bounds (``(minimum, maximum)``, either ``None``) and help are written."""
+    minimum, maximum = bounds
+    option = Option(
+        name,
+        kind,
+        default,
+        help,
+        choices=choices,
+        minimum=minimum,
+        maximum=maximum,
+        metavar=metavar,
+        multiple=multiple,
+    )
+    declared: _Value = field(default=default, metadata={_OPTION: option})
+    return declared
+
+
+def options_of(cls: type) -> tuple[Option, ...]:
+    """The options an options dataclass declares, in field order."""
+    return tuple(f.metadata[_OPTION] for f in fields(cls) if _OPTION in f.metadata)
+
+
+def _by_field(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of the options ``cls`` declares, by field name."""
+    return {f.name: values[f.metadata[_OPTION].name] for f in fields(cls) if _OPTION in f.metadata}
+
+
+def options_from(cls: type[_Options], values: Mapping[str, Any]) -> _Options:
+    """An options dataclass filled from resolved values by option name."""
+    return cls(**_by_field(cls, values))
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """The options of the server itself; each collector declares its own (an options dataclass
+    in its module) and :mod:`exporter.collectors` adds them and the ``--collector.<name>``
+    toggles."""
+
+    # Port 10960: the Prometheus default-port list (9100-9999) has been full since 2023 and
+    # newer exporters take ports from 10000 up; 10960 was free in it when this was written.
+    listen_address: str = flag(
         "web.listen-address",
-        "address",
-        f":{DEFAULT_PORT}",
+        ":10960",
         "Address of /metrics, /, /-/healthy and /-/ready; 127.0.0.1:0 picks a free port and "
         "logs it.",
+        kind="address",
         metavar="HOST:PORT",
-        attr="listen_address",
-    ),
-    Option(
+    )
+    telemetry_path: str = flag(
         "web.telemetry-path",
-        "url-path",
         "/metrics",
         "Path under which to expose metrics.",
+        kind="url-path",
         metavar="PATH",
-        attr="telemetry_path",
-    ),
-    Option(
+    )
+    web_config_file: Path | None = flag(
         "web.config.file",
-        "path",
         None,
         "Web config in exporter-toolkit's format: TLS, client certificates, basic auth users "
         "(bcrypt) and response headers; SECURITY.md lists every field.",
+        kind="path",
         metavar="PATH",
-        attr="web_config_file",
-    ),
-    Option(
+    )
+    web_protect_health: bool = flag(
         "web.protect-health",
-        "bool",
         False,
         "Require basic auth on /-/healthy and /-/ready too (default: they stay open for probes).",
-        attr="web_protect_health",
-    ),
-    Option(
+        kind="bool",
+    )
+    scrape_timeout: float = flag(
         "scrape.timeout",
-        "duration",
-        DEFAULT_SCRAPE_TIMEOUT,
+        2.0,
         "Deadline for one collector in a scrape, and after which an NVML call counts as hung.",
-        minimum=0.1,
-        maximum=60.0,
+        kind="duration",
+        bounds=(0.1, 60.0),
         metavar="DURATION",
-        attr="scrape_timeout",
-    ),
-    Option("log.level", "choice", "info", "Log level.", choices=LOG_LEVELS, attr="log_level"),
-    Option("log.format", "choice", "logfmt", "Log format.", choices=LOG_FORMATS, attr="log_format"),
-)
+    )
+    log_level: str = flag("log.level", "info", "Log level.", kind="choice", choices=LOG_LEVELS)
+    log_format: str = flag(
+        "log.format", "logfmt", "Log format.", kind="choice", choices=LOG_FORMATS
+    )
+
+
+CORE_OPTIONS: tuple[Option, ...] = options_of(ServerOptions)
 
 
 def collector_option(name: str, enabled: bool, help_text: str) -> Option:
@@ -355,23 +410,16 @@ def collector_option(name: str, enabled: bool, help_text: str) -> Option:
     )
 
 
-@dataclass(frozen=True)
-class Settings:
+@dataclass(frozen=True, kw_only=True)
+class Settings(ServerOptions):
     """Resolved, validated configuration of ``serve``.
 
-    The server's own options are typed fields (one per :data:`CORE_OPTIONS` entry, named by its
-    ``attr``); ``values`` holds every option by name, the collectors' too, which each collector
-    reads through its own typed section (:func:`section`). Defaults live in the options alone:
-    build one with :func:`exporter.collectors.default_settings` or from resolved values.
+    The server's own options are its typed fields (:class:`ServerOptions`); ``values`` holds
+    every option by name, the collectors' too, which each collector reads through its own
+    options dataclass (:func:`section`). Build one with
+    :func:`exporter.collectors.default_settings` or from resolved values (:meth:`of`).
     """
 
-    listen_address: str
-    telemetry_path: str
-    web_config_file: Path | None
-    web_protect_health: bool
-    scrape_timeout: float
-    log_level: str
-    log_format: str
     values: Mapping[str, Any]
     collectors: Mapping[str, bool]
     sources: Mapping[str, str]
@@ -388,20 +436,21 @@ class Settings:
             for name, v in values.items()
             if name.startswith("collector.")
         }
-        core = {o.attr: values[o.name] for o in CORE_OPTIONS}
-        settings = cls(**core, values=dict(values), collectors=collectors, sources=dict(sources))
+        settings = cls(
+            **_by_field(ServerOptions, values),
+            values=dict(values),
+            collectors=collectors,
+            sources=dict(sources),
+        )
         if settings.telemetry_path in {"/-/healthy", "/-/ready"}:
             raise ConfigError("--web.telemetry-path", "collides with a health endpoint")
         return settings
 
 
-_Section = TypeVar("_Section")
-
-
-def section(cls: type[_Section], options: Sequence[Option], settings: Settings) -> _Section:
-    """A collector's typed view of its options: ``cls``'s fields are the options' ``attr``."""
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    return cls(**{o.attr: settings.values[o.name] for o in options if o.attr in names})
+def section(cls: type[_Options], settings: Settings) -> _Options:
+    """A collector's typed view of its options: its options dataclass, filled from
+    ``settings``."""
+    return options_from(cls, settings.values)
 
 
 def flatten_file(data: Any, prefix: str = "") -> dict[str, Any]:

@@ -138,6 +138,18 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         gpus=_ALL,
     ),
     MetricSpec(
+        "inference_gpu_attribution_info",
+        "gauge",
+        "nvml",
+        ("method",),
+        "How the exporter knows the GPUs it reads are the engine's: visible-devices (the UUIDs "
+        "of NVIDIA_VISIBLE_DEVICES), devices-flag (--gpu.devices), dra or whole-node (declared "
+        "with --gpu.attribution), replay, or all-visible (every GPU NVML shows, which is the "
+        "engine's only when it holds them all); constant 1.",
+        source="--gpu.attribution, --gpu.devices, NVIDIA_VISIBLE_DEVICES",
+        gpus=_ALL,
+    ),
+    MetricSpec(
         "inference_gpu_info",
         "gauge",
         "nvml",
@@ -431,6 +443,37 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine's own) or other (other tenants sharing it by time-slicing or MPS).",
         source="nvmlDeviceGetComputeRunningProcesses, host PIDs matched to the engine's",
         gpus=_ALL + "; " + _SHARES,
+    ),
+    MetricSpec(
+        "inference_gpu_pod_info",
+        "gauge",
+        "podresources",
+        (*GPU_LABELS, "namespace", "pod", "container"),
+        "The container the kubelet gave the GPU, MIG device or time-sliced replica to; "
+        "constant 1, one series per container holding the device (the node agent's; "
+        "Prometheus must keep these labels: honorLabels).",
+        source="kubelet PodResources v1 List, device IDs matched to NVML's UUIDs and indices",
+        gpus=_ALL + " a pod holds through a device plugin (nvidia.com/ resources)",
+    ),
+    MetricSpec(
+        "inference_gpu_pods",
+        "gauge",
+        "podresources",
+        GPU_LABELS,
+        "Distinct pods holding the GPU or MIG device: 1 for a pod's own, more where "
+        "time-slicing or MPS replicas share it (its utilisation is then theirs together).",
+        source="kubelet PodResources v1 List",
+        gpus=_ALL + " a pod holds through a device plugin",
+    ),
+    MetricSpec(
+        "inference_podresources_devices",
+        "gauge",
+        "podresources",
+        ("state",),
+        "Devices by attribution state: attributed (held by a pod), unallocated (offered, held "
+        "by none), unknown_to_kubelet (NVML shows it, no device plugin offers it), "
+        "unknown_to_nvml (the kubelet names it, NVML does not show it: never attributed).",
+        source="kubelet PodResources v1 List and GetAllocatableResources, NVML's devices",
     ),
     MetricSpec(
         "inference_gpu_engine_utilization_ratio",
@@ -867,6 +910,26 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         unit="ratio",
         source="psutil Process.threads(), difference between two reads",
     ),
+    # --- webhook (the admission webhook process, not the sidecar) -----------------------------
+    MetricSpec(
+        "inference_webhook_reviews_total",
+        "counter",
+        "webhook",
+        ("webhook", "result"),
+        "Admission reviews answered, by webhook path (annotation: opt-in pods; namespace: pods "
+        "of labelled namespaces) and result (injected, unchanged, not_requested, no_engine, "
+        "refused, not_a_pod, malformed, oversized, timeout). Every answer allows the pod.",
+        source="the webhook's own count",
+    ),
+    MetricSpec(
+        "inference_webhook_review_duration_seconds",
+        "histogram",
+        "webhook",
+        (),
+        "Time from a review's arrival to its answer.",
+        unit="seconds",
+        source="the webhook's own clock",
+    ),
 )
 
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in CATALOGUE}
@@ -907,7 +970,7 @@ class SeriesBudget:
 
 
 SERIES_BUDGET = SeriesBudget(
-    per_gpu=47, per_engine=192, per_engine_process=1, per_sidecar=43, max_labels=10
+    per_gpu=47, per_engine=192, per_engine_process=1, per_sidecar=44, max_labels=10
 )
 # The labels Prometheus adds to every series of a target found through the chart's PodMonitor.
 POD_MONITOR_TARGET_LABELS = ("namespace", "pod", "container", "endpoint", "instance", "job")

@@ -40,8 +40,8 @@ from exporter.backends.replay import (
 log = logging.getLogger(__name__)
 
 
-def _record_line(t: float, ident: GpuIdentity, reading: GpuReading, t0_us: int) -> dict[str, Any]:
-    rec: dict[str, Any] = {"t": round(t, 3), "gpu": ident.index}
+def _record_line(at: float, ident: GpuIdentity, reading: GpuReading, t0_us: int) -> dict[str, Any]:
+    rec: dict[str, Any] = {"t": round(at, 3), "gpu": ident.index}
     if ident.mig is not None:
         rec["mig"] = ident.mig.slot
     if reading.has_samples:
@@ -187,19 +187,19 @@ def record_with(
         while time.monotonic() - start < duration:
             tick = time.monotonic()
             for reader in readers:
-                t = time.monotonic() - start
+                at = time.monotonic() - start
                 calls_before = reader.calls
                 before = time.perf_counter()
                 ident = reader.identity
                 try:
                     reading = reader.read()
                 except NvmlError as err:
-                    rec: dict[str, Any] = {"t": round(t, 3), "gpu": ident.index}
+                    rec: dict[str, Any] = {"t": round(at, 3), "gpu": ident.index}
                     if ident.mig is not None:
                         rec["mig"] = ident.mig.slot
                     rec["error"] = err.name
                 else:
-                    rec = _record_line(t, ident, reading, t0_us)
+                    rec = _record_line(at, ident, reading, t0_us)
                     engine_pids |= _engine_of(engine, reading)
                 made = reader.calls - calls_before
                 if made:

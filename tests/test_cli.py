@@ -36,7 +36,7 @@ def test_help_lists_every_command_in_one_line() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["inject"], ["inject", "--help"], ["frobnicate", "--version"], ["Serve"], ["diagnos", "-h"]],
+    [["injekt"], ["injekt", "--help"], ["frobnicate", "--version"], ["Serve"], ["diagnos", "-h"]],
 )
 def test_an_unknown_command_is_one_line_and_exit_2(argv: list[str]) -> None:
     result = run_cli(*argv)

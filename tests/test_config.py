@@ -68,6 +68,7 @@ def test_defaults() -> None:
         "tokenizer": True,
         "process": True,
         "model": True,
+        "podresources": False,
     }
     assert settings.values["engine.url"] == ("http://127.0.0.1:8000/metrics",)
     assert settings.values["engine.type"] == "auto"
@@ -304,3 +305,13 @@ def test_lab_commands_say_when_the_lab_is_left_out(
         f"inference-bottleneck-exporter: error: {command} needs the lab (exporter.lab), which "
         "this installation leaves out: run it from a source checkout (make demo)\n"
     )
+
+
+def test_each_flag_is_declared_once() -> None:
+    """Every option is one field of an options dataclass; record takes serve's declarations."""
+    from exporter.cli import RECORD_OPTIONS  # noqa: PLC0415
+    from exporter.collectors import serve_options  # noqa: PLC0415
+
+    names = [option.name for option in serve_options()]
+    assert len(names) == len(set(names))
+    assert set(RECORD_OPTIONS) <= set(names)

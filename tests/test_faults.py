@@ -32,9 +32,10 @@ from exporter.backends.replay import ReplayApi, load_trace
 from exporter.collectors import default_settings
 from exporter.collectors.base import Collector
 from exporter.collectors.cpu import CpuCollector
-from exporter.collectors.engine import EngineCollector, EngineHub
+from exporter.collectors.engine import EngineCollector
 from exporter.collectors.nvml import NvmlCollector
 from exporter.collectors.process import ProcessCollector
+from exporter.collectors.shared_state import EngineHub
 from exporter.collectors.tokenizer import TokenizerCollector
 from exporter.server.app import Exporter
 

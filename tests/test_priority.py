@@ -15,9 +15,10 @@ from exporter.backends.replay import ReplayApi, load_trace
 from exporter.collectors import engine as engine_module
 from exporter.collectors import nvml as nvml_module
 from exporter.collectors import process as process_module
-from exporter.collectors.engine import EngineCollector, EngineHub
+from exporter.collectors.engine import EngineCollector
 from exporter.collectors.nvml import NvmlCollector
 from exporter.collectors.process import ProcessCollector
+from exporter.collectors.shared_state import EngineHub
 from exporter.engines import select_families
 from exporter.engines.parse import parse_exposition
 from exporter.priority import ScrapeGate

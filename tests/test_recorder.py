@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -359,3 +360,35 @@ def test_cli_record_bad_engine_flags_exit_2(tmp_path: Path, flags: list[str], pr
     )
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and problem in result.stderr
+
+
+def test_cli_record_takes_the_gpu_flags_as_serve_declares_them(tmp_path: Path) -> None:
+    """One declaration of --gpu.poll-interval: record has the server's bounds and default."""
+    command = [sys.executable, "-m", "exporter.cli", "record", "--out", str(tmp_path / "x")]
+    result = subprocess.run(
+        [*command, "--gpu.poll-interval", "100ms"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        "inference-bottleneck-exporter: error: --gpu.poll-interval: 100ms is below the "
+        "minimum 500ms\n"
+    )
+    helped = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "record", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={**os.environ, "COLUMNS": "1000"},
+    )
+    assert helped.returncode == 0
+    assert (
+        "How often each GPU is read (about 10 NVML calls per read). (default: 3s)\n"
+        in helped.stdout
+    )

@@ -28,7 +28,7 @@ from dashboards.common import (
     warn,
 )
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS, PREFILL_PRECISION
-from exporter.signatures.sources import Records
+from exporter.signatures.records import RecordNames
 
 TITLE = "Roofline and latency budget"
 
@@ -37,9 +37,9 @@ SMS_IDLE = "InferenceGPUBusySMsIdle"
 HOST = "InferenceHostLatencyShareHigh"
 
 
-def records() -> Records:
+def records() -> RecordNames:
     """The record names of the site's pack (its windows are in the names)."""
-    return Records.of(site())
+    return RecordNames.of(site())
 
 
 def model_legend() -> str:

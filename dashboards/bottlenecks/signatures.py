@@ -19,12 +19,12 @@ from dashboards.common import (
     stat_panel,
     table_panel,
 )
-from exporter.signatures import catalogue
-from exporter.signatures.definitions import GROUPS, Group
+from exporter.signatures import all_signatures
+from exporter.signatures.definitions import FAMILIES, Family
 
 TITLE = "Active signatures"
 
-FAMILY_TITLES: dict[Group, str] = {
+FAMILY_TITLES: dict[Family, str] = {
     "cpu": "CPU side: GPU not fed",
     "queue": "Queue",
     "network": "Network / softirq",
@@ -35,10 +35,10 @@ FAMILY_TITLES: dict[Group, str] = {
 }
 
 
-def _alerts_by_family() -> dict[Group, list[str]]:
-    families: dict[Group, list[str]] = {group: [] for group in GROUPS}
-    for signature in catalogue(site()):
-        families[signature.group].append(f"{signature.alert} ({signature.title})")
+def _alerts_by_family() -> dict[Family, list[str]]:
+    families: dict[Family, list[str]] = {family: [] for family in FAMILIES}
+    for signature in all_signatures(site()):
+        families[signature.family].append(f"{signature.alert} ({signature.title})")
     return families
 
 
@@ -48,12 +48,12 @@ def family_spans(count: int, width: int = 24) -> list[int]:
     return [base + 1 if index < wider else base for index in range(count)]
 
 
-def family_stat(group: Group, alerts: Sequence[str], span: int = 4) -> AnyPanel:
-    firing = series("ALERTS", 'alertstate="firing"', f'signature="{group}"')
+def family_stat(family: Family, alerts: Sequence[str], span: int = 4) -> AnyPanel:
+    firing = series("ALERTS", 'alertstate="firing"', f'signature="{family}"')
     expr = f"count({firing}) or vector(0)"
     return stat_panel(
-        FAMILY_TITLES[group],
-        f"Alerts of the `{group}` signature family firing now for the selected pods: "
+        FAMILY_TITLES[family],
+        f"Alerts of the `{family}` signature family firing now for the selected pods: "
         + "; ".join(alerts)
         + ". Bad: anything above 0 - open the alert's runbook from the table below.",
         [Query(expr, instant=True)],
@@ -83,8 +83,9 @@ def alerts_table() -> AnyPanel:
 
 def panels() -> Sequence[AnyPanel]:
     families = _alerts_by_family()
-    spans = family_spans(len(GROUPS))
+    spans = family_spans(len(FAMILIES))
     stats = [
-        family_stat(group, families[group], span) for group, span in zip(GROUPS, spans, strict=True)
+        family_stat(family, families[family], span)
+        for family, span in zip(FAMILIES, spans, strict=True)
     ]
     return [*stats, alerts_table()]

@@ -16,7 +16,7 @@ from dashboards.common import (
     timeseries,
     warn,
 )
-from exporter.config import DEFAULT_SCRAPE_TIMEOUT
+from exporter.config import ServerOptions
 
 TITLE = "Collectors"
 
@@ -39,7 +39,7 @@ def success() -> AnyPanel:
 
 
 def duration() -> AnyPanel:
-    deadline = DEFAULT_SCRAPE_TIMEOUT
+    deadline = ServerOptions.scrape_timeout
     return timeseries(
         "Collector duration",
         "Time each collector took in the scrape. Collectors read state that background "

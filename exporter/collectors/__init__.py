@@ -1,10 +1,11 @@
-"""The collector table: ``name -> (module, enabled by default, help)``.
+"""The collector table: ``name -> (module, options, enabled by default, help)``.
 
-Each collector module declares its own flags (``OPTIONS``), checks them across fields
-(``check(settings)``) and builds its collector (``build(settings, shared)``), as node_exporter's
-collectors register theirs. The CLI derives every serve flag from :func:`serve_options`: the
-server's own options, each collector's, and ``--collector.<name>`` / ``--no-collector.<name>``
-from this table; a new collector is one module plus one row here.
+Each collector module declares its own flags (an options dataclass whose fields are declared
+with :func:`exporter.config.flag`), checks them across fields (``check(settings)``) and builds
+its collector (``build(settings, shared)``), as node_exporter's collectors register theirs. The
+CLI derives every serve flag from :func:`serve_options`: the server's own options, each
+collector's, and ``--collector.<name>`` / ``--no-collector.<name>`` from this table; a new
+collector is one module plus one row here.
 """
 
 from __future__ import annotations
@@ -14,21 +15,38 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from exporter.collectors import cpu, engine, model_facts, nvml, process, tokenizer
-from exporter.collectors.base import Collection, Collector, Shared
-from exporter.config import CORE_OPTIONS, Option, Settings, collector_option
+from exporter.collectors import (
+    cpu,
+    engine,
+    model_facts,
+    nvml,
+    podresources,
+    process,
+    tokenizer,
+)
+from exporter.collectors.base import Collection, Collector
+from exporter.collectors.shared_state import EngineHub, EngineOptions, EnginePids, Shared
+from exporter.config import (
+    CORE_OPTIONS,
+    Option,
+    Settings,
+    collector_option,
+    options_of,
+    section,
+)
 
 
 @dataclass(frozen=True)
 class CollectorEntry:
     module: ModuleType
+    #: The collector's options dataclass: its flags.
+    options_class: type
     enabled_by_default: bool
     help: str
 
     @property
     def options(self) -> tuple[Option, ...]:
-        options: tuple[Option, ...] = self.module.OPTIONS
-        return options
+        return options_of(self.options_class)
 
     def check(self, settings: Settings) -> None:
         self.module.check(settings)
@@ -39,13 +57,35 @@ class CollectorEntry:
 
 
 COLLECTORS: dict[str, CollectorEntry] = {
-    "nvml": CollectorEntry(nvml, True, "GPU utilisation, HBM bandwidth, power, clocks, Xids"),
-    "cpu": CollectorEntry(cpu, True, "node CPU time by mode, softirq share, softirq vectors"),
-    "engine": CollectorEntry(engine, True, "the engine's queue, batch, KV cache and latencies"),
-    "tokenizer": CollectorEntry(tokenizer, True, "active probe of the engine's tokenizer"),
-    "process": CollectorEntry(process, True, "CPU of the engine's processes and hottest thread"),
+    "nvml": CollectorEntry(
+        nvml, nvml.NvmlOptions, True, "GPU utilisation, HBM bandwidth, power, clocks, Xids"
+    ),
+    "cpu": CollectorEntry(
+        cpu, cpu.CpuOptions, True, "node CPU time by mode, softirq share, softirq vectors"
+    ),
+    "engine": CollectorEntry(
+        engine, EngineOptions, True, "the engine's queue, batch, KV cache and latencies"
+    ),
+    "tokenizer": CollectorEntry(
+        tokenizer, tokenizer.TokenizerOptions, True, "active probe of the engine's tokenizer"
+    ),
+    "process": CollectorEntry(
+        process,
+        process.ProcessOptions,
+        True,
+        "CPU of the engine's processes and hottest thread",
+    ),
     "model": CollectorEntry(
-        model_facts, True, "the served model's weight and KV bytes, FLOPs per token"
+        model_facts,
+        model_facts.ModelOptions,
+        True,
+        "the served model's weight and KV bytes, FLOPs per token",
+    ),
+    "podresources": CollectorEntry(
+        podresources,
+        podresources.PodResourcesOptions,
+        False,
+        "which pod holds each GPU, from the kubelet (the node agent)",
     ),
 }
 
@@ -81,9 +121,16 @@ def default_settings(**overrides: Any) -> Settings:
     return Settings.of(values, sources)
 
 
+def build_shared(settings: Settings) -> Shared:
+    """The state the collectors share: the engine hub starts from the configured engine type
+    (``--engine.type``), the engine's PIDs unknown until the process collector's first scan."""
+    configured = section(EngineOptions, settings).type
+    return Shared(engine_hub=EngineHub(configured=configured), engine_pids=EnginePids())
+
+
 def build_collectors(settings: Settings) -> list[Collector]:
-    """The enabled collectors, in table order."""
-    shared = Shared(settings)
+    """The enabled collectors, in table order, sharing one :class:`Shared`."""
+    shared = build_shared(settings)
     return [
         entry.build(settings, shared)
         for name, entry in COLLECTORS.items()
@@ -97,6 +144,7 @@ __all__ = [
     "Collector",
     "CollectorEntry",
     "build_collectors",
+    "build_shared",
     "check_settings",
     "default_settings",
     "serve_options",

@@ -9,15 +9,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import aiohttp
 from prometheus_client.metrics_core import Metric
-
-from exporter.config import Settings
-
-if TYPE_CHECKING:
-    from exporter.collectors.engine import EngineHub
 
 T = TypeVar("T")
 
@@ -33,46 +28,6 @@ class Collection:
     metrics: list[Metric] = field(default_factory=list)
     success: bool = True
     error: str = ""
-
-
-class EnginePids:
-    """The engine's PIDs as the ``process`` collector last found them, in the sidecar's PID
-    namespace; the ``nvml`` collector matches them to the host PIDs NVML reports."""
-
-    def __init__(self) -> None:
-        self._pids: frozenset[int] | None = None
-        self._lock = threading.Lock()
-
-    def publish(self, pids: frozenset[int]) -> None:
-        with self._lock:
-            self._pids = pids
-
-    def get(self) -> frozenset[int] | None:
-        """None until the first scan."""
-        with self._lock:
-            return self._pids
-
-
-@dataclass
-class Shared:
-    """State that the collectors of one exporter share (built once per build)."""
-
-    settings: Settings
-    _hub: EngineHub | None = field(default=None, repr=False)
-    engine_pids: EnginePids = field(default_factory=EnginePids)
-
-    @property
-    def engine_hub(self) -> EngineHub:
-        """The engine type as the engine collector last recognised it (the tokenizer probe
-        follows it)."""
-        if self._hub is None:
-            from exporter.collectors.engine import OPTIONS as ENGINE_OPTIONS  # noqa: PLC0415
-            from exporter.collectors.engine import EngineHub, EngineOptions  # noqa: PLC0415
-            from exporter.config import section  # noqa: PLC0415
-
-            configured = section(EngineOptions, ENGINE_OPTIONS, self.settings).type
-            self._hub = EngineHub(configured=configured)
-        return self._hub
 
 
 class Collector:
@@ -99,6 +54,11 @@ class Collector:
 
     def collect(self) -> Collection:
         raise NotImplementedError
+
+    def notices(self) -> list[str]:
+        """What the landing page should tell a reader about this collector's readings (a doubt
+        about what they mean, not an error). Default: nothing."""
+        return []
 
 
 class BackgroundThread:

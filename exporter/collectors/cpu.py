@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.metrics_core import Metric
@@ -36,8 +37,23 @@ from prometheus_client.metrics_core import Metric
 from exporter import metrics as m
 from exporter.backends import procfs
 from exporter.backends.procfs import CpuStat, CpuTimes, ProcfsError, Softirqs
-from exporter.collectors.base import Collection, Collector, Shared, WindowHistory
-from exporter.config import Option, Settings
+from exporter.collectors.base import Collection, Collector, WindowHistory
+from exporter.collectors.shared_state import Shared
+from exporter.config import Settings, flag, section
+
+
+@dataclass(frozen=True)
+class CpuOptions:
+    """The flags of the ``cpu`` collector."""
+
+    procfs: Path = flag(
+        "path.procfs",
+        Path("/proc"),
+        "procfs mount point (in a container /proc/stat still shows the whole node, which is "
+        "what the cpu collector reads).",
+        kind="path",
+        metavar="PATH",
+    )
 
 
 def hottest_softirq_ratio(
@@ -71,7 +87,7 @@ class CpuCollector(Collector):
 
     def __init__(
         self,
-        proc_path: Path = Path("/proc"),
+        proc_path: Path = CpuOptions.procfs,
         *,
         clock: Callable[[], float] = time.monotonic,
         min_window: float = 1.0,
@@ -128,19 +144,7 @@ def _softirq_metric(softirqs: Softirqs) -> Metric:
     return family
 
 
-# --- flags and construction -------------------------------------------------------------------
-
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "path.procfs",
-        "path",
-        Path("/proc"),
-        "procfs mount point (in a container /proc/stat still shows the whole node, which is "
-        "what the cpu collector reads).",
-        metavar="PATH",
-        attr="procfs",
-    ),
-)
+# --- construction -----------------------------------------------------------------------------
 
 
 def check(settings: Settings) -> None:
@@ -148,4 +152,4 @@ def check(settings: Settings) -> None:
 
 
 def build(settings: Settings, shared: Shared) -> CpuCollector:
-    return CpuCollector(settings.values["path.procfs"])
+    return CpuCollector(section(CpuOptions, settings).procfs)

@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -51,23 +50,23 @@ from typing import get_args
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter import metrics as m
 from exporter.backends.http import FetchError, FetchReason, fetch
-from exporter.collectors.base import Collection, HttpPollingCollector, Shared
-from exporter.config import ConfigError, Option, Settings, section
+from exporter.collectors.base import Collection, HttpPollingCollector
+from exporter.collectors.engine_families import add_series
+from exporter.collectors.shared_state import STALE_INTERVALS, EngineHub, EngineOptions, Shared
+from exporter.config import ConfigError, Settings, section
 from exporter.engines import (
     BY_ENGINE,
-    ENGINES,
     UnrecognisedError,
     digest,
     layered,
     load_mapping,
     poll_keys,
 )
-from exporter.engines.snapshot import EngineSnapshot, Series
+from exporter.engines.snapshot import EngineSnapshot
 from exporter.priority import SCRAPES
 
 log = logging.getLogger(__name__)
@@ -77,46 +76,7 @@ log = logging.getLogger(__name__)
 FOREIGN = frozenset({"inference_tokenizer_latency_seconds"})
 #: Every reason of inference_engine_poll_failures_total: the fetch's and the body's.
 REASONS: tuple[str, ...] = (*get_args(FetchReason), "parse", "unrecognised")
-STALE_INTERVALS = 3
-DEFAULT_POLL_INTERVAL = 5.0
-DEFAULT_TIMEOUT = 2.0
-DEFAULT_MAX_BODY = 16 * 1024**2
-DEFAULT_MAX_SERIES = 1000
-DEFAULT_URL = "http://127.0.0.1:8000/metrics"
 MAX_VERSION_BODY = 1024 * 1024
-
-
-@dataclass
-class EngineHub:
-    """What the engine collector learned of one endpoint; the first endpoint's is shared with
-    the tokenizer collector."""
-
-    configured: str
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    detected: str | None = None
-    snapshot: EngineSnapshot | None = None
-    snapshot_at: float = 0.0
-    last_success_wall: float | None = None
-    up: bool = False
-    version: str = ""
-
-    @property
-    def engine(self) -> str:
-        """The engine label: the configured type, else the detected one, else ``unknown``."""
-        if self.configured != "auto":
-            return self.configured
-        return self.detected or "unknown"
-
-    def models(self) -> list[str]:
-        with self.lock:
-            snap = self.snapshot
-        return sorted({s.model for s in snap.series if s.model}) if snap else []
-
-    def fresh(self, now: float, max_age: float) -> EngineSnapshot | None:
-        with self.lock:
-            if self.snapshot is not None and now - self.snapshot_at <= max_age:
-                return self.snapshot
-        return None
 
 
 @dataclass
@@ -150,46 +110,10 @@ def endpoint_labels(urls: Sequence[str]) -> list[str]:
         s if short.count(s) == 1 else s + (urlsplit(url).path or "/")
         for s, url in zip(short, urls, strict=True)
     ]
-    for i, label in enumerate(labels):
-        if label in labels[:i]:
-            raise ValueError(f"{urls[i]!r} is given twice")
+    for index, label in enumerate(labels):
+        if label in labels[:index]:
+            raise ValueError(f"{urls[index]!r} is given twice")
     return labels
-
-
-def add_series(
-    families: dict[str, Metric],
-    engine: str,
-    series: Series,
-    extra: str,
-    endpoint: str | None = None,
-) -> None:
-    """Add one normalised series to its family (created from the catalogue on first use).
-
-    ``extra`` is the second label's value: the model for engine metrics, the source for the
-    tokenizer latency; the series' own labels follow, then ``endpoint`` when given.
-    """
-    labels = [engine, extra, *(value for _, value in series.labels)]
-    optional: tuple[str, ...] = ()
-    if endpoint is not None:
-        labels.append(endpoint)
-        optional = ("endpoint",)
-    fam = families.get(series.name)
-    if series.kind == "histogram":
-        hist = fam if isinstance(fam, HistogramMetricFamily) else m.histogram(series.name, optional)
-        hist.add_metric(labels, [(_bound(le), c) for le, c in series.buckets], series.sum)
-        families[series.name] = hist
-    elif series.kind == "counter":
-        counter = fam if isinstance(fam, CounterMetricFamily) else m.counter(series.name, optional)
-        counter.add_metric(labels, series.value)
-        families[series.name] = counter
-    else:
-        gauge = fam if isinstance(fam, GaugeMetricFamily) else m.gauge(series.name, optional)
-        gauge.add_metric(labels, series.value)
-        families[series.name] = gauge
-
-
-def _bound(le: float) -> str:
-    return "+Inf" if le == float("inf") else repr(float(le))
 
 
 def version_of(body: bytes, keys: Sequence[str]) -> str:
@@ -221,10 +145,10 @@ class EngineCollector(HttpPollingCollector):
         url: str,
         *,
         more_urls: Sequence[str] = (),
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-        timeout: float = DEFAULT_TIMEOUT,
-        max_body: int = DEFAULT_MAX_BODY,
-        max_series: int = DEFAULT_MAX_SERIES,
+        poll_interval: float = EngineOptions.poll_interval,
+        timeout: float = EngineOptions.timeout,
+        max_body: int = EngineOptions.max_body,
+        max_series: int = EngineOptions.max_series,
         mapping_file: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -395,96 +319,13 @@ class EngineCollector(HttpPollingCollector):
         return built
 
 
-# --- flags and construction -------------------------------------------------------------------
-
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "engine.url",
-        "url",
-        (DEFAULT_URL,),
-        "The engine's own Prometheus endpoint (configuration only, never taken from a request); "
-        "give it several times (or comma-separated) to poll several endpoints, e.g. a Dynamo "
-        "frontend and its worker or disaggregated prefill and decode servers (docs/engines.md).",
-        metavar="URL",
-        attr="url",
-        multiple=True,
-    ),
-    Option(
-        "engine.type",
-        "choice",
-        "auto",
-        "Engine whose metric names to read; auto recognises it from the names (each endpoint "
-        "on its own).",
-        choices=("auto", *ENGINES),
-        attr="type",
-    ),
-    Option(
-        "engine.mapping-file",
-        "path",
-        None,
-        "YAML mapping of an in-house server's metrics to the normalised names (engine.type "
-        "custom; docs/engines.md).",
-        metavar="PATH",
-        attr="mapping_file",
-    ),
-    Option(
-        "engine.poll-interval",
-        "duration",
-        DEFAULT_POLL_INTERVAL,
-        "How often the engine's metrics are polled (off the scrape path).",
-        minimum=0.5,
-        maximum=300.0,
-        metavar="DURATION",
-        attr="poll_interval",
-    ),
-    Option(
-        "engine.timeout",
-        "duration",
-        DEFAULT_TIMEOUT,
-        "Deadline of one engine poll, body included (slow-drip bodies are cut).",
-        minimum=0.1,
-        maximum=60.0,
-        metavar="DURATION",
-        attr="timeout",
-    ),
-    Option(
-        "engine.max-body",
-        "bytes",
-        DEFAULT_MAX_BODY,
-        "Largest engine response read; a larger one is a failed poll.",
-        minimum=1024,
-        maximum=1024**3,
-        metavar="SIZE",
-        attr="max_body",
-    ),
-    Option(
-        "engine.max-series",
-        "int",
-        DEFAULT_MAX_SERIES,
-        "Most normalised series kept per metric; the rest are dropped and counted.",
-        minimum=1,
-        maximum=1_000_000,
-        metavar="N",
-        attr="max_series",
-    ),
-)
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    url: tuple[str, ...]
-    type: str
-    mapping_file: Path | None
-    poll_interval: float
-    timeout: float
-    max_body: int
-    max_series: int
+# --- construction -----------------------------------------------------------------------------
 
 
 def check(settings: Settings) -> None:
     """Cross-field checks at start-up: the URLs are distinct, the custom mapping is given and
     valid."""
-    opts = section(EngineOptions, OPTIONS, settings)
+    opts = section(EngineOptions, settings)
     try:
         endpoint_labels(opts.url)
     except ValueError as err:
@@ -499,7 +340,7 @@ def check(settings: Settings) -> None:
 
 
 def build(settings: Settings, shared: Shared) -> EngineCollector:
-    opts = section(EngineOptions, OPTIONS, settings)
+    opts = section(EngineOptions, settings)
     first, *more = opts.url
     return EngineCollector(
         shared.engine_hub,

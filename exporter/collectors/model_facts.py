@@ -30,9 +30,9 @@ from pathlib import Path
 
 from exporter import metrics as m
 from exporter.backends.hfmodel import ModelDirError, ModelFacts, load_model
-from exporter.collectors.base import BackgroundThread, Collection, Collector, Shared
-from exporter.collectors.engine import EngineHub
-from exporter.config import Option, Settings, section
+from exporter.collectors.base import BackgroundThread, Collection, Collector
+from exporter.collectors.shared_state import EngineHub, Shared
+from exporter.config import Settings, flag, section
 from exporter.hardware.model_shapes import KV_CACHE_DTYPES
 
 log = logging.getLogger(__name__)
@@ -128,64 +128,54 @@ class ModelCollector(Collector):
 
 # --- flags and construction -------------------------------------------------------------------
 
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "model.path",
-        "path",
-        None,
-        "Hugging Face model directory of the served model, mounted into the sidecar (read: "
-        "config.json and safetensors headers, never a tensor).",
-        metavar="DIR",
-        attr="path",
-    ),
-    Option(
-        "model.weight-bytes",
-        "bytes",
-        None,
-        "Bytes of weights one decode step reads, whole model (default: from the safetensors "
-        "files, less the input embedding).",
-        minimum=1,
-        metavar="SIZE",
-        attr="weight_bytes",
-    ),
-    Option(
-        "model.kv-cache-dtype",
-        "choice",
-        "auto",
-        "The engine's KV cache dtype (its --kv-cache-dtype); auto: the model's dtype.",
-        choices=tuple(KV_CACHE_DTYPES),
-        attr="kv_cache_dtype",
-    ),
-    Option(
-        "model.tensor-parallel",
-        "int",
-        1,
-        "GPUs the engine shards the model over (its --tensor-parallel-size); the model metrics "
-        "are per GPU.",
-        minimum=1,
-        maximum=1024,
-        metavar="N",
-        attr="tensor_parallel",
-    ),
-)
-
 
 @dataclass(frozen=True)
 class ModelOptions:
-    path: Path | None
-    weight_bytes: int | None
-    kv_cache_dtype: str
-    tensor_parallel: int
+    """The flags of the ``model`` collector."""
+
+    path: Path | None = flag(
+        "model.path",
+        None,
+        "Hugging Face model directory of the served model, mounted into the sidecar (read: "
+        "config.json and safetensors headers, never a tensor).",
+        kind="path",
+        metavar="DIR",
+    )
+    weight_bytes: int | None = flag(
+        "model.weight-bytes",
+        None,
+        "Bytes of weights one decode step reads, whole model (default: from the safetensors "
+        "files, less the input embedding).",
+        kind="bytes",
+        bounds=(1, None),
+        metavar="SIZE",
+    )
+    kv_cache_dtype: str = flag(
+        "model.kv-cache-dtype",
+        "auto",
+        "The engine's KV cache dtype (its --kv-cache-dtype); auto: the model's dtype.",
+        kind="choice",
+        choices=tuple(KV_CACHE_DTYPES),
+    )
+    tensor_parallel: int = flag(
+        "model.tensor-parallel",
+        1,
+        "GPUs the engine shards the model over (its --tensor-parallel-size); the model metrics "
+        "are per GPU.",
+        kind="int",
+        bounds=(1, 1024),
+        metavar="N",
+    )
 
 
 def check(settings: Settings) -> None:
     """Nothing to check across fields: a missing directory is not a configuration error
     (it may be mounted later) but a warning at run time."""
-    section(ModelOptions, OPTIONS, settings)
+    section(ModelOptions, settings)
 
 
 def build(settings: Settings, shared: Shared) -> ModelCollector:
-    opts = section(ModelOptions, OPTIONS, settings)
+    opts = section(ModelOptions, settings)
     load: Callable[[], ModelFacts] | None = None
     if opts.path is not None or opts.weight_bytes is not None:
         load = functools.partial(

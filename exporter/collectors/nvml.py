@@ -49,6 +49,12 @@ device's utilisation.
 The peak figures are computed once per NVML session from the identity-time facts
 (:func:`exporter.hardware.gpus.peaks_of`; a MIG device's share: ``slice_peaks``) and cost no
 call per poll.
+
+Where it lives: this module runs the NVML sessions and the pollers; which devices to watch is
+:mod:`~exporter.collectors.nvml_devices`, what a GPU's readings fold into is
+:mod:`~exporter.collectors.nvml_state`, and what becomes which metric is the table in
+:mod:`~exporter.collectors.nvml_fields`, written out scrape by scrape by
+:mod:`~exporter.collectors.nvml_families`.
 """
 
 from __future__ import annotations
@@ -58,23 +64,12 @@ import logging
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.metrics_core import Metric
-from prometheus_client.samples import Sample
-
 from exporter import metrics as m
-from exporter.backends.gpu_reader import (
-    GpuIdentity,
-    GpuReader,
-    GpuReading,
-    MigSlice,
-    read_identity,
-    read_mig_slices,
-)
+from exporter.backends.gpu_reader import GpuIdentity, GpuReader, GpuReading
 from exporter.backends.nvml_api import (
     FIELD_ERRORS,
     INVALID_ARGUMENT,
@@ -84,163 +79,84 @@ from exporter.backends.nvml_api import (
     NvmlError,
 )
 from exporter.backends.pidns import EngineProcesses, FixedPids, HostPids, is_host_procfs
-from exporter.collectors.base import Collection, Collector, Shared
-from exporter.config import DEFAULT_SCRAPE_TIMEOUT, ConfigError, Option, Settings, section
-from exporter.hardware.gpus import Peaks, peaks_of, slice_peaks
-from exporter.metrics import CLOCK_EVENT_BITS
+from exporter.collectors.base import Collection, Collector
+from exporter.collectors.nvml_attribution import (
+    ATTRIBUTION_CHOICES,
+    AttributionWatch,
+    attribution_method,
+)
+from exporter.collectors.nvml_devices import (
+    DeviceFilter,
+    device_peaks,
+    devices_to_watch,
+    visible_device_uuids,
+)
+from exporter.collectors.nvml_families import GpuFamilies
+from exporter.collectors.nvml_state import GpuState
+from exporter.collectors.shared_state import GpuDevices, Shared
+from exporter.config import ConfigError, ServerOptions, Settings, flag, section
+from exporter.hardware.gpus import Peaks
 from exporter.priority import SCRAPES
 
 log = logging.getLogger(__name__)
 
-DEFAULT_POLL_INTERVAL = 3.0
 
-# (bit, label value) of every clock event reason, from the metric catalogue's one table.
-CLOCK_EVENT_REASONS = tuple((bit, reason) for reason, bit in CLOCK_EVENT_BITS.items())
+@dataclass(frozen=True)
+class NvmlOptions:
+    """The flags of the ``nvml`` collector (``record`` takes some of them too)."""
 
-# A driver sample stands for the period since the one before it. Periods longer than this
-# (samples lost while the GPU was unreachable) are not credited beyond it.
-MAX_SAMPLE_PERIOD_S = 2.0
+    replay_file: Path | None = flag(
+        "gpu.replay-file",
+        None,
+        "Replay this NVML trace (JSON lines) instead of reading NVML.",
+        kind="path",
+        metavar="PATH",
+    )
+    devices: str = flag(
+        "gpu.devices",
+        "",
+        "Comma-separated GPUs and MIG devices to watch: indexes, GPU or MIG UUIDs, "
+        "<gpu>:<slot> for a MIG device (default: the UUIDs in NVIDIA_VISIBLE_DEVICES, else "
+        "every device the sidecar sees; give it the engine's devices there or here).",
+        kind="str",
+        metavar="LIST",
+    )
+    attribution: str = flag(
+        "gpu.attribution",
+        "auto",
+        "How the pod was given the GPUs the exporter sees, where the exporter cannot tell: "
+        "dra (it shares the engine's resource claims), whole-node (the engine holds every GPU "
+        "of its node); auto: from --gpu.devices or NVIDIA_VISIBLE_DEVICES, else all-visible.",
+        kind="choice",
+        choices=ATTRIBUTION_CHOICES,
+        metavar="METHOD",
+    )
+    host_procfs: Path | None = flag(
+        "gpu.host-procfs",
+        None,
+        "The host's /proc mounted read-only in the sidecar: matches the host PIDs NVML "
+        "reports to the engine's processes for the engine's own share of a shared GPU "
+        "(not needed with hostPID).",
+        kind="path",
+        metavar="PATH",
+    )
+    poll_interval: float = flag(
+        "gpu.poll-interval",
+        3.0,
+        "How often each GPU is read (about 10 NVML calls per read).",
+        kind="duration",
+        bounds=(0.5, 300.0),
+        metavar="DURATION",
+    )
 
-MIB = 1024 * 1024
-KIB = 1024
+    @property
+    def device_set(self) -> frozenset[str]:
+        return frozenset(d.strip() for d in self.devices.split(",") if d.strip())
+
 
 # A MIG device that answers NOT_FOUND or INVALID_ARGUMENT was reconfigured away: the devices
 # are enumerated again, at most this often.
 REENUMERATE_AFTER_S = 60.0
-
-
-class DeviceFilter:
-    """Which GPUs and MIG devices to watch, from ``--gpu.devices`` (or the UUIDs of
-    ``NVIDIA_VISIBLE_DEVICES``). Entries: a GPU index (``0``), a GPU UUID, a MIG UUID
-    (``MIG-<uuid>``, or the pre-R470 ``MIG-GPU-<uuid>/<gi>/<ci>``), a MIG index
-    (``<gpu>:<slot>``). A listed GPU brings all its MIG devices; a listed MIG device brings
-    its GPU (power, temperature, clocks are the GPU's). Empty: everything NVML shows."""
-
-    def __init__(self, entries: Iterable[str] = ()) -> None:
-        # Kubernetes device IDs may carry a "::<replica>" suffix (time-sliced replicas).
-        self.entries = frozenset(e.strip().split("::")[0] for e in entries if e.strip())
-
-    def __bool__(self) -> bool:
-        return bool(self.entries)
-
-    @property
-    def names_mig_devices(self) -> bool:
-        return any(e.startswith("MIG-") or ":" in e for e in self.entries)
-
-    def gpu(self, index: int, uuid: str) -> bool:
-        return not self.entries or str(index) in self.entries or uuid in self.entries
-
-    def mig(self, piece: MigSlice, uuid: str) -> bool:
-        legacy = f"MIG-{piece.parent_uuid}/{piece.gpu_instance_id}/{piece.compute_instance_id}"
-        names = {uuid, legacy, f"{piece.parent_index}:{piece.slot}"}
-        return self.gpu(piece.parent_index, piece.parent_uuid) or bool(names & self.entries)
-
-
-def visible_device_uuids(value: str) -> frozenset[str]:
-    """The GPU and MIG UUIDs of an ``NVIDIA_VISIBLE_DEVICES`` value. Indices are left out: they
-    number the host's GPUs, not the ones NVML shows inside the container; ``all``, ``none``,
-    ``void`` name no device."""
-    items = (item.strip().split("::")[0] for item in value.split(","))
-    return frozenset(i for i in items if i.startswith(("GPU-", "MIG-")))
-
-
-def integrate_samples(
-    previous: tuple[int, float] | None, samples: list[tuple[int, float]]
-) -> tuple[float, tuple[int, float] | None]:
-    """Busy seconds in ``samples`` (``(timestamp_us, percent)``, sorted).
-
-    Each sample's value covers the time since the sample before it; the very first sample
-    ever seen has no known period and adds nothing. Returns (busy seconds, last sample).
-    """
-    busy = 0.0
-    last = previous
-    for ts, value in samples:
-        if last is not None and ts > last[0]:
-            period = min((ts - last[0]) / 1e6, MAX_SAMPLE_PERIOD_S)
-            busy += period * min(max(value, 0.0), 100.0) / 100.0
-        last = (ts, value)
-    return busy, last
-
-
-@dataclass
-class GpuState:
-    """Everything the collector knows about one GPU; guarded by ``lock``."""
-
-    identity: GpuIdentity
-    peaks: Peaks | None = None
-    reader: GpuReader | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    latest: GpuReading | None = None
-    latest_at: float = 0.0
-    latest_util: float | None = None
-    error: str = ""
-    inflight_since: float | None = None
-    busy_seconds: float = 0.0
-    last_sample: tuple[int, float] | None = None
-    samples: m.BucketCounts = field(default_factory=lambda: m.BucketCounts(m.UTILIZATION_BUCKETS))
-    dram_active_seconds: float = 0.0
-    xids: Counter[int] = field(default_factory=Counter)
-    calls: int = 0
-    attempted: bool = False
-    # Per-process shares of the latest reading; None where not known.
-    engine_util: float | None = None
-    engine_memory: float | None = None
-    process_counts: tuple[int, int] | None = None  # (engine, other)
-    # The histogram's samples as last rendered, with the counts and count they came from:
-    # they change once per poll, scrapes come far more often.
-    hist_rendered: tuple[m.BucketCounts, int, list[Sample]] | None = None
-
-    def apply(self, reading: GpuReading, now: float, engine: frozenset[int] | None = None) -> None:
-        """Fold one successful reading into the state (counters only grow); ``engine`` is
-        the engine's PIDs among the reading's processes (None: not known)."""
-        busy, self.last_sample = integrate_samples(self.last_sample, reading.samples)
-        self.busy_seconds += busy
-        for _, value in reading.samples:
-            self.samples.observe(min(max(value, 0.0), 100.0) / 100.0)
-        graphics = reading.gpm.get("graphics_util")
-        if reading.samples:
-            self.latest_util = reading.samples[-1][1] / 100.0
-        elif not reading.has_samples and graphics is not None and reading.gpm_interval_s:
-            # No sample buffer (MIG): GPM graphics activity over the poll interval stands in,
-            # one value per poll.
-            share = min(max(graphics, 0.0), 100.0) / 100.0
-            self.busy_seconds += reading.gpm_interval_s * share
-            self.samples.observe(share)
-            self.latest_util = share
-        elif reading.util_gpu_pct is not None and self.last_sample is None:
-            # No sample buffer on this GPU: the driver's own average is the best we have.
-            self.latest_util = reading.util_gpu_pct / 100.0
-        dram = reading.gpm.get("dram_bw_util")
-        if dram is not None and reading.gpm_interval_s:
-            self.dram_active_seconds += reading.gpm_interval_s * dram / 100.0
-        self._apply_processes(reading, engine)
-        self.latest = reading
-        self.latest_at = now
-        self.error = ""
-
-    def _apply_processes(self, reading: GpuReading, engine: frozenset[int] | None) -> None:
-        procs = reading.processes
-        if procs is None or engine is None:
-            self.engine_util = self.engine_memory = self.process_counts = None
-            return
-        mine = [p for p in procs if p.pid in engine]
-        others = len(procs) - len(mine)
-        self.process_counts = (len(mine), others)
-        used = [p.used_bytes for p in mine if p.used_bytes is not None]
-        # Memory NVML does not report (NVML_VALUE_NOT_AVAILABLE) leaves the sum unknown.
-        self.engine_memory = float(sum(used)) if len(used) == len(mine) else None
-        if not mine:
-            self.engine_util = 0.0  # the engine runs nothing here
-        elif reading.process_samples is not None:
-            ordered = sorted(reading.process_samples, key=lambda s: s.timestamp_us)
-            newest = {s.pid: s for s in ordered}  # each process's newest sample
-            share = sum(min(max(s.sm_pct, 0), 100) for pid, s in newest.items() if pid in engine)
-            self.engine_util = min(share, 100) / 100.0
-        elif others == 0 and self.latest_util is not None:
-            # No per-process utilisation (MIG), but no one else on the device either.
-            self.engine_util = self.latest_util
-        else:
-            self.engine_util = None
 
 
 class NvmlCollector(Collector):
@@ -253,14 +169,20 @@ class NvmlCollector(Collector):
         self,
         api_factory: Callable[[], NvmlApi],
         *,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-        deadline: float = DEFAULT_SCRAPE_TIMEOUT,
+        poll_interval: float = NvmlOptions.poll_interval,
+        deadline: float = ServerOptions.scrape_timeout,
         clock: Callable[[], float] = time.monotonic,
         max_backoff: float = 60.0,
         devices: Iterable[str] = (),
         engine: EngineProcesses | None = None,
+        published: GpuDevices | None = None,
+        attribution: str = "all-visible",
     ) -> None:
         self._api_factory = api_factory
+        # Where each session's devices are published for other collectors (podresources).
+        self._published = published
+        # How the watched GPUs were chosen (inference_gpu_attribution_info{method}).
+        self.attribution = AttributionWatch(attribution)
         self.poll_interval = poll_interval
         self.deadline = deadline
         self._clock = clock
@@ -334,7 +256,7 @@ class NvmlCollector(Collector):
             states: dict[str, GpuState] = {}
             watched: list[object] = []
             for index, handle in enumerate(handles):
-                devices = self._devices_of(api, index, handle)
+                devices = devices_to_watch(api, index, handle, self.devices)
                 if devices:
                     watched.append(handle)
                 for identity, device in devices:
@@ -352,6 +274,8 @@ class NvmlCollector(Collector):
             self._states = states
             self._by_uuid.update({s.identity.uuid: s for s in states.values()})
             self._up = True
+        if self._published is not None:
+            self._published.publish(tuple(s.identity for s in states.values()))
         self._last_init_error = ""
         log.info(
             "NVML initialised: driver %s, %d device(s): %s",
@@ -361,20 +285,6 @@ class NvmlCollector(Collector):
         )
         self._say_processes(per_process)
         return watched
-
-    def _devices_of(
-        self, api: NvmlApi, index: int, handle: object
-    ) -> list[tuple[GpuIdentity, object]]:
-        """The GPU and its MIG devices to watch, the GPU first; empty to skip it."""
-        wanted = self.devices
-        if wanted and not wanted.names_mig_devices and not wanted.gpu(index, api.uuid(handle)):
-            return []  # not listed, and no MIG device could be
-        identity = read_identity(api, index, handle)
-        slices = read_mig_slices(api, identity, handle) if identity.mig_mode == "enabled" else []
-        kept = [(i, h) for i, h in slices if i.mig is not None and wanted.mig(i.mig, i.uuid)]
-        if not kept and not wanted.gpu(index, identity.uuid):
-            return []
-        return [(identity, handle), *kept]
 
     def _state(
         self,
@@ -388,7 +298,7 @@ class NvmlCollector(Collector):
         # Keep counters across NVML sessions (driver reload): same device, same series.
         state = self._by_uuid.get(identity.uuid) or GpuState(identity=identity)
         state.identity = identity
-        state.peaks = _peaks(identity)
+        state.peaks = _said_peaks(identity, device_peaks(identity))
         state.reader = GpuReader(
             api,
             identity,
@@ -553,6 +463,9 @@ class NvmlCollector(Collector):
                     state.xids[event.xid] += 1
 
     # --- scrape ------------------------------------------------------------------------------
+    def notices(self) -> list[str]:
+        return self.attribution.notices()
+
     def collect(self) -> Collection:
         now = self._clock()
         with self._lock:
@@ -568,8 +481,11 @@ class NvmlCollector(Collector):
         # (exporter.metrics.SERIES_BUDGET) with a PodMonitor's target labels added.
         fam_driver = m.gauge("inference_nvml_driver_info")
         fam_driver.add_metric([driver], 1.0)
-        out.metrics.append(fam_driver)
-        f = _Families()
+        fam_attribution = m.gauge("inference_gpu_attribution_info")
+        fam_attribution.add_metric([self.attribution.method], 1.0)
+        out.metrics += [fam_driver, fam_attribution]
+        self.attribution.check(states)
+        families = GpuFamilies()
         stuck: list[str] = []
         stale_after = max(3 * self.poll_interval, self.deadline)
         for state in states:
@@ -580,162 +496,16 @@ class NvmlCollector(Collector):
                 healthy = not hung and not state.error and fresh
                 if hung:
                     stuck.append(state.identity.label)
-                f.add_state(state, healthy)
-        out.metrics.extend(f.all())
+                families.add_gpu(state, healthy)
+        out.metrics.extend(families.families())
         if stuck:
             out.success = False
             out.error = f"NVML call hanging for GPU {', '.join(stuck)}"
         return out
 
 
-class _Families:
-    """The families of one scrape, filled GPU by GPU."""
-
-    def __init__(self) -> None:
-        self.calls = m.counter("inference_nvml_calls_total")
-        self.info = m.gauge("inference_gpu_info")
-        self.mig_mode = m.gauge("inference_gpu_mig_mode_info")
-        self.up = m.gauge("inference_gpu_up")
-        self.xid = m.counter("inference_gpu_xid_errors_total")
-        self.hist = m.histogram("inference_gpu_utilization_samples")
-        self.busy = m.counter("inference_gpu_busy_seconds_total")
-        self.dram_seconds = m.counter("inference_gpu_dram_active_seconds_total")
-        self.energy = m.counter("inference_gpu_energy_joules_total")
-        self.events = m.gauge("inference_gpu_clock_event_active")
-        self.peak_bandwidth = m.gauge("inference_gpu_peak_memory_bandwidth_bytes_per_second")
-        self.peak_flops = m.gauge("inference_gpu_peak_flops")
-        self.mig_info = m.gauge("inference_gpu_mig_info")
-        self.mig_instance = m.gauge("inference_gpu_mig_instance_info")
-        self.processes = m.gauge("inference_gpu_processes")
-        self.gauges = {
-            name: m.gauge(name)
-            for name in (
-                "inference_gpu_utilization_ratio",
-                "inference_gpu_memory_bandwidth_utilization_ratio",
-                "inference_gpu_memory_busy_ratio",
-                "inference_gpu_sm_active_ratio",
-                "inference_gpu_sm_occupancy_ratio",
-                "inference_gpu_tensor_active_ratio",
-                "inference_gpu_memory_used_bytes",
-                "inference_gpu_memory_total_bytes",
-                "inference_gpu_pcie_tx_bytes_per_second",
-                "inference_gpu_pcie_rx_bytes_per_second",
-                "inference_gpu_power_watts",
-                "inference_gpu_temperature_celsius",
-                "inference_gpu_sm_clock_hertz",
-                "inference_gpu_memory_clock_hertz",
-                "inference_gpu_engine_utilization_ratio",
-                "inference_gpu_engine_memory_used_bytes",
-            )
-        }
-
-    def all(self) -> list[Metric]:
-        fams: list[Metric] = [self.calls, self.info, self.mig_mode, self.up, self.xid]
-        fams += [self.hist, self.busy, self.peak_bandwidth, self.peak_flops, self.mig_info]
-        fams.append(self.mig_instance)
-        fams += [self.dram_seconds, self.energy, self.events, *self.gauges.values()]
-        fams += [self.processes]
-        return [f for f in fams if f.samples]
-
-    def _gauge(self, name: str, labels: list[str], value: float | None) -> None:
-        if value is not None:
-            self.gauges[name].add_metric(labels, value)
-
-    def add_state(self, s: GpuState, healthy: bool) -> None:
-        ident = s.identity
-        labels = [ident.label, ident.uuid]
-        self.calls.add_metric([labels[0]], float(s.calls))
-        self.info.add_metric([*labels, ident.name, ident.pci_bus_id], 1.0)
-        self.mig_mode.add_metric([*labels, ident.mig_mode], 1.0)
-        piece = ident.mig
-        if piece is not None:
-            self.mig_info.add_metric([*labels, piece.parent_uuid, piece.profile], 1.0)
-            instance = [str(piece.gpu_instance_id), str(piece.compute_instance_id)]
-            self.mig_instance.add_metric([*labels, *instance], 1.0)
-        self.up.add_metric(labels, 1.0 if healthy else 0.0)
-        # Facts of the hardware, not readings: present whether or not the GPU answers now.
-        if s.peaks is not None:
-            if s.peaks.memory_bandwidth is not None:
-                self.peak_bandwidth.add_metric(labels, s.peaks.memory_bandwidth)
-            for precision, value in sorted(s.peaks.flops.items()):
-                self.peak_flops.add_metric([*labels, precision], value)
-        for xid, count in sorted(s.xids.items()):
-            self.xid.add_metric([*labels, str(xid)], float(count))
-        r = s.latest
-        if not healthy or r is None:
-            return
-        if s.samples.n:
-            rendered = s.hist_rendered
-            if rendered is None or rendered[0] is not s.samples or rendered[1] != s.samples.n:
-                one = m.histogram("inference_gpu_utilization_samples")
-                one.add_metric(labels, s.samples.buckets(), s.samples.total)
-                rendered = s.hist_rendered = (s.samples, s.samples.n, one.samples)
-            self.hist.samples.extend(rendered[2])
-            self.busy.add_metric(labels, s.busy_seconds)
-        self._gauge("inference_gpu_utilization_ratio", labels, s.latest_util)
-        gpm = r.gpm
-        if "dram_bw_util" in gpm:
-            self._gauge(
-                "inference_gpu_memory_bandwidth_utilization_ratio",
-                labels,
-                gpm["dram_bw_util"] / 100,
-            )
-            self.dram_seconds.add_metric(labels, s.dram_active_seconds)
-        for key, name in (
-            ("sm_util", "inference_gpu_sm_active_ratio"),
-            ("sm_occupancy", "inference_gpu_sm_occupancy_ratio"),
-            ("any_tensor_util", "inference_gpu_tensor_active_ratio"),
-        ):
-            if key in gpm:
-                self._gauge(name, labels, gpm[key] / 100)
-        if r.mem_busy_pct is not None:
-            self._gauge("inference_gpu_memory_busy_ratio", labels, r.mem_busy_pct / 100)
-        self._gauge("inference_gpu_memory_used_bytes", labels, _f(r.memory_used_bytes))
-        self._gauge("inference_gpu_memory_total_bytes", labels, _f(r.memory_total_bytes))
-        for direction, gpm_key, fallback in (
-            ("tx", "pcie_tx_per_sec", r.pcie_tx_kibps),
-            ("rx", "pcie_rx_per_sec", r.pcie_rx_kibps),
-        ):
-            name = f"inference_gpu_pcie_{direction}_bytes_per_second"
-            if gpm_key in gpm:
-                self._gauge(name, labels, gpm[gpm_key] * MIB)
-            elif fallback is not None:
-                self._gauge(name, labels, float(fallback * KIB))
-        if r.power_mw is not None:
-            self._gauge("inference_gpu_power_watts", labels, r.power_mw / 1000)
-        if r.energy_mj is not None:
-            self.energy.add_metric(labels, r.energy_mj / 1000)
-        self._gauge("inference_gpu_temperature_celsius", labels, _f(r.temperature_c))
-        if r.sm_clock_mhz is not None:
-            self._gauge("inference_gpu_sm_clock_hertz", labels, r.sm_clock_mhz * 1e6)
-        if r.mem_clock_mhz is not None:
-            self._gauge("inference_gpu_memory_clock_hertz", labels, r.mem_clock_mhz * 1e6)
-        if r.clock_events is not None:
-            for bit, reason in CLOCK_EVENT_REASONS:
-                self.events.add_metric([*labels, reason], 1.0 if r.clock_events & bit else 0.0)
-        self._add_shares(s, labels)
-
-    def _add_shares(self, s: GpuState, labels: list[str]) -> None:
-        if s.process_counts is None:
-            return
-        engine, other = s.process_counts
-        self.processes.add_metric([*labels, "engine"], float(engine))
-        self.processes.add_metric([*labels, "other"], float(other))
-        self._gauge("inference_gpu_engine_utilization_ratio", labels, s.engine_util)
-        self._gauge("inference_gpu_engine_memory_used_bytes", labels, s.engine_memory)
-
-
-def _peaks(identity: GpuIdentity) -> Peaks:
-    piece = identity.mig
-    if piece is None:
-        peaks = peaks_of(identity.name, identity.facts)
-    else:
-        attributes = piece.attributes
-        peaks = slice_peaks(
-            peaks_of(piece.parent_name, identity.facts),
-            sms=attributes.multiprocessor_count if attributes is not None else None,
-            memory_fraction=piece.memory_fraction,
-        )
+def _said_peaks(identity: GpuIdentity, peaks: Peaks) -> Peaks:
+    """``peaks``, logged once per NVML session."""
     bandwidth = peaks.memory_bandwidth
     log.info(
         "GPU %s (%s): peak bandwidth %s, dense bf16 %s (%s)",
@@ -748,69 +518,12 @@ def _peaks(identity: GpuIdentity) -> Peaks:
     return peaks
 
 
-def _f(value: int | None) -> float | None:
-    return None if value is None else float(value)
-
-
-# --- flags and construction -------------------------------------------------------------------
-
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "gpu.replay-file",
-        "path",
-        None,
-        "Replay this NVML trace (JSON lines) instead of reading NVML.",
-        metavar="PATH",
-        attr="replay_file",
-    ),
-    Option(
-        "gpu.devices",
-        "str",
-        "",
-        "Comma-separated GPUs and MIG devices to watch: indexes, GPU or MIG UUIDs, "
-        "<gpu>:<slot> for a MIG device (default: the UUIDs in NVIDIA_VISIBLE_DEVICES, else "
-        "every device the sidecar sees; give it the engine's devices there or here).",
-        metavar="LIST",
-        attr="devices",
-    ),
-    Option(
-        "gpu.host-procfs",
-        "path",
-        None,
-        "The host's /proc mounted read-only in the sidecar: matches the host PIDs NVML "
-        "reports to the engine's processes for the engine's own share of a shared GPU "
-        "(not needed with hostPID).",
-        metavar="PATH",
-        attr="host_procfs",
-    ),
-    Option(
-        "gpu.poll-interval",
-        "duration",
-        DEFAULT_POLL_INTERVAL,
-        "How often each GPU is read (about 10 NVML calls per read).",
-        minimum=0.5,
-        maximum=300.0,
-        metavar="DURATION",
-        attr="poll_interval",
-    ),
-)
-
-
-@dataclass(frozen=True)
-class NvmlOptions:
-    replay_file: Path | None
-    devices: str
-    host_procfs: Path | None
-    poll_interval: float
-
-    @property
-    def device_set(self) -> frozenset[str]:
-        return frozenset(d.strip() for d in self.devices.split(",") if d.strip())
+# --- construction -----------------------------------------------------------------------------
 
 
 def check(settings: Settings) -> None:
     """Cross-field checks at start-up: the device list, the replay trace."""
-    opts = section(NvmlOptions, OPTIONS, settings)
+    opts = section(NvmlOptions, settings)
     if opts.devices and any(not d.strip() for d in opts.devices.split(",")):
         raise ConfigError("--gpu.devices", f"{opts.devices!r} has an empty entry")
     if opts.host_procfs is not None and not is_host_procfs(opts.host_procfs):
@@ -829,7 +542,7 @@ def check(settings: Settings) -> None:
 
 
 def build(settings: Settings, shared: Shared) -> NvmlCollector:
-    opts = section(NvmlOptions, OPTIONS, settings)
+    opts = section(NvmlOptions, settings)
     api_factory: Callable[[], NvmlApi]
     engine: EngineProcesses | None = None
     devices: Iterable[str] = opts.device_set
@@ -849,10 +562,18 @@ def build(settings: Settings, shared: Shared) -> NvmlCollector:
         devices = devices or visible_device_uuids(os.environ.get("NVIDIA_VISIBLE_DEVICES", ""))
         if settings.collectors.get("process", True):
             engine = HostPids(shared.engine_pids.get, host_procfs=opts.host_procfs)
+    method = attribution_method(
+        opts.attribution,
+        replay=opts.replay_file is not None,
+        devices_flag=bool(opts.device_set),
+        devices=devices,
+    )
     return NvmlCollector(
         api_factory,
         poll_interval=opts.poll_interval,
         deadline=settings.scrape_timeout,
         devices=devices,
         engine=engine,
+        published=shared.gpu_devices,
+        attribution=method,
     )

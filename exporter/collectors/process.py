@@ -62,15 +62,9 @@ import psutil
 from prometheus_client.metrics_core import Metric
 
 from exporter import metrics as m
-from exporter.collectors.base import (
-    BackgroundThread,
-    Collection,
-    Collector,
-    EnginePids,
-    Shared,
-    WindowHistory,
-)
-from exporter.config import Option, Settings
+from exporter.collectors.base import BackgroundThread, Collection, Collector, WindowHistory
+from exporter.collectors.shared_state import EnginePids, Shared
+from exporter.config import Settings, flag, section
 from exporter.engines import process_match
 from exporter.priority import SCRAPES, no_pause
 
@@ -91,6 +85,21 @@ _Key = tuple[int, float]
 _ThreadKey = tuple[int, float, int]
 
 
+@dataclass(frozen=True)
+class ProcessOptions:
+    """The flags of the ``process`` collector."""
+
+    match: str = flag(
+        "process.match",
+        process_match(),
+        "Regular expression matched against process command lines to find the engine "
+        "(default: the processes of every supported engine; in Kubernetes the pod needs "
+        "shareProcessNamespace: true).",
+        kind="regex",
+        metavar="REGEX",
+    )
+
+
 def short_name(cmdline: Sequence[str], name: str) -> str:
     """The ``process`` label for a process with this command line and process name."""
     if cmdline and cmdline[0].strip():
@@ -104,14 +113,14 @@ def short_name(cmdline: Sequence[str], name: str) -> str:
 
 def _python_target(args: Sequence[str]) -> str:
     """What a Python interpreter runs: ``-m`` package, script name, or ``python``."""
-    i = 0
-    while i < len(args):
-        arg = args[i]
+    index = 0
+    while index < len(args):
+        arg = args[index]
         if arg == "--":
-            return _script_name(args[i + 1]) if i + 1 < len(args) else "python"
+            return _script_name(args[index + 1]) if index + 1 < len(args) else "python"
         if arg.startswith("--"):
             # --check-hash-based-pycs takes a value; other long options are flags.
-            i += 2 if arg == "--check-hash-based-pycs" else 1
+            index += 2 if arg == "--check-hash-based-pycs" else 1
             continue
         if arg == "-" or not arg.startswith("-"):
             return "python" if arg == "-" else _script_name(arg)
@@ -121,13 +130,13 @@ def _python_target(args: Sequence[str]) -> str:
             if option == "c":
                 return "python"
             if option == "m":
-                module = rest or (args[i + 1] if i + 1 < len(args) else "")
+                module = rest or (args[index + 1] if index + 1 < len(args) else "")
                 return module.split(".")[0] or "python"
             if option in "WX":
                 if not rest:
-                    i += 1
+                    index += 1
                 break
-        i += 1
+        index += 1
     return "python"
 
 
@@ -428,24 +437,11 @@ def _families(processes: int, totals: Mapping[str, float], ratio: float | None) 
     return families
 
 
-# --- flags and construction -------------------------------------------------------------------
+# --- construction -----------------------------------------------------------------------------
 
 # Seconds between scans of the node's processes in the exporter (listing every process of the
 # node on each scrape cost ~7 ms).
 SCAN_INTERVAL = 5.0
-
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "process.match",
-        "regex",
-        process_match(),
-        "Regular expression matched against process command lines to find the engine "
-        "(default: the processes of every supported engine; in Kubernetes the pod needs "
-        "shareProcessNamespace: true).",
-        metavar="REGEX",
-        attr="match",
-    ),
-)
 
 
 def check(settings: Settings) -> None:
@@ -454,5 +450,5 @@ def check(settings: Settings) -> None:
 
 def build(settings: Settings, shared: Shared) -> ProcessCollector:
     return ProcessCollector(
-        settings.values["process.match"], interval=SCAN_INTERVAL, pids=shared.engine_pids
+        section(ProcessOptions, settings).match, interval=SCAN_INTERVAL, pids=shared.engine_pids
     )

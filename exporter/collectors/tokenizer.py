@@ -35,17 +35,10 @@ from prometheus_client.metrics_core import Metric
 
 from exporter import metrics as m
 from exporter.backends.http import FetchError, fetch
-from exporter.collectors.base import Collection, HttpPollingCollector, Shared
-from exporter.collectors.engine import (
-    DEFAULT_POLL_INTERVAL,
-    DEFAULT_TIMEOUT,
-    STALE_INTERVALS,
-    EngineHub,
-    EngineOptions,
-    add_series,
-)
-from exporter.collectors.engine import OPTIONS as ENGINE_OPTIONS
-from exporter.config import ConfigError, Option, Settings, parse_url, section
+from exporter.collectors.base import Collection, HttpPollingCollector
+from exporter.collectors.engine_families import add_series
+from exporter.collectors.shared_state import STALE_INTERVALS, EngineHub, EngineOptions, Shared
+from exporter.config import ConfigError, Settings, flag, parse_url, section
 from exporter.engines import BY_ENGINE
 from exporter.engines.snapshot import Tokenize, token_count
 
@@ -54,7 +47,43 @@ log = logging.getLogger(__name__)
 SHORT_PROMPT = "Hi"
 MAX_RESPONSE = 4 * 1024 * 1024
 
-DEFAULT_INTERVAL = 15.0
+
+@dataclass(frozen=True)
+class TokenizerOptions:
+    """The flags of the ``tokenizer`` collector (it also reads the engine's URL, timeout and
+    poll interval)."""
+
+    probe_interval: float = flag(
+        "tokenizer.probe-interval",
+        15.0,
+        "How often the tokenizer probe runs: a 1-token and a ~512-token tokenize request each "
+        "time.",
+        kind="duration",
+        bounds=(1.0, 3600.0),
+        metavar="DURATION",
+    )
+    url: str = flag(
+        "tokenizer.url",
+        "",
+        "Tokenize endpoint; empty: the engine URL's host with the engine's tokenize path.",
+        kind="str",
+        metavar="URL",
+    )
+    prompt_file: Path | None = flag(
+        "tokenizer.prompt-file",
+        None,
+        "Text of the probe prompt (default: a bundled ~512-token prompt).",
+        kind="path",
+        metavar="PATH",
+    )
+    model: str = flag(
+        "tokenizer.model",
+        "",
+        "Model name sent with the probe where the engine wants one (default: from the engine's "
+        "metrics).",
+        kind="str",
+        metavar="NAME",
+    )
 
 
 def default_prompt() -> str:
@@ -78,12 +107,12 @@ class TokenizerCollector(HttpPollingCollector):
         hub: EngineHub,
         engine_url: str,
         *,
-        url: str = "",
-        interval: float = DEFAULT_INTERVAL,
-        timeout: float = DEFAULT_TIMEOUT,
+        url: str = TokenizerOptions.url,
+        interval: float = TokenizerOptions.probe_interval,
+        timeout: float = EngineOptions.timeout,
         prompt: str | None = None,
-        model: str = "",
-        engine_poll_interval: float = DEFAULT_POLL_INTERVAL,
+        model: str = TokenizerOptions.model,
+        engine_poll_interval: float = EngineOptions.poll_interval,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
@@ -209,59 +238,12 @@ def load_prompt(path: Path | None) -> str | None:
     return None if path is None else path.read_text(encoding="utf-8")
 
 
-# --- flags and construction -------------------------------------------------------------------
-
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "tokenizer.probe-interval",
-        "duration",
-        DEFAULT_INTERVAL,
-        "How often the tokenizer probe runs: a 1-token and a ~512-token tokenize request each "
-        "time.",
-        minimum=1.0,
-        maximum=3600.0,
-        metavar="DURATION",
-        attr="probe_interval",
-    ),
-    Option(
-        "tokenizer.url",
-        "str",
-        "",
-        "Tokenize endpoint; empty: the engine URL's host with the engine's tokenize path.",
-        metavar="URL",
-        attr="url",
-    ),
-    Option(
-        "tokenizer.prompt-file",
-        "path",
-        None,
-        "Text of the probe prompt (default: a bundled ~512-token prompt).",
-        metavar="PATH",
-        attr="prompt_file",
-    ),
-    Option(
-        "tokenizer.model",
-        "str",
-        "",
-        "Model name sent with the probe where the engine wants one (default: from the engine's "
-        "metrics).",
-        metavar="NAME",
-        attr="model",
-    ),
-)
-
-
-@dataclass(frozen=True)
-class TokenizerOptions:
-    probe_interval: float
-    url: str
-    prompt_file: Path | None
-    model: str
+# --- construction -----------------------------------------------------------------------------
 
 
 def check(settings: Settings) -> None:
     """Cross-field checks at start-up: the tokenize URL, when given, is a URL."""
-    url = section(TokenizerOptions, OPTIONS, settings).url
+    url = section(TokenizerOptions, settings).url
     if url:
         try:
             parse_url(url)
@@ -270,8 +252,8 @@ def check(settings: Settings) -> None:
 
 
 def build(settings: Settings, shared: Shared) -> TokenizerCollector:
-    opts = section(TokenizerOptions, OPTIONS, settings)
-    engine = section(EngineOptions, ENGINE_OPTIONS, settings)
+    opts = section(TokenizerOptions, settings)
+    engine = section(EngineOptions, settings)
     return TokenizerCollector(
         shared.engine_hub,
         engine.url[0],  # the first --engine.url: the engine whose tokenizer is probed

@@ -37,5 +37,8 @@ Modules: :mod:`~exporter.diagnose.cli` (flags, exit codes), :mod:`~exporter.diag
 (conditions, evidence, ranking, the two modes), :mod:`~exporter.diagnose.datasources` (Prometheus
 HTTP API, sidecar sampling), :mod:`~exporter.diagnose.promql_syntax` (the PromQL parser, with
 source spans), :mod:`~exporter.diagnose.promql_eval` (the evaluator behind ``--target``),
-:mod:`~exporter.diagnose.findings` (results), :mod:`~exporter.diagnose.report` (text and JSON).
+:mod:`~exporter.diagnose.findings` (results), :mod:`~exporter.diagnose.report` (text and JSON),
+:mod:`~exporter.diagnose.timeline` (the window's time series, ``--report`` with Prometheus) and
+:mod:`~exporter.diagnose.postmortem` (``--report FILE.html`` or ``FILE.md``: the verdict, plots,
+data quality and inputs as a post-mortem).
 """

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import math
 import sys
@@ -18,6 +19,7 @@ from exporter.config import EXIT_USAGE, ArgumentParser, parse_duration
 from exporter.diagnose.datasources import metrics_url
 from exporter.diagnose.evaluate import diagnose_prometheus, diagnose_target
 from exporter.diagnose.findings import DiagnoseError, Report
+from exporter.diagnose.postmortem import check_path, write
 from exporter.diagnose.report import as_json, as_text
 from exporter.signatures.site import PROFILES, SignatureConfigError, load_config
 
@@ -70,7 +72,40 @@ def _parser() -> ArgumentParser:
     parser.add_argument(
         "--timeout", default="10s", help="deadline of each HTTP request (default 10s)"
     )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="also write a post-mortem: FILE.html (one self-contained page with plots) or "
+        "FILE.md (plots as SVG files in FILE-plots/ beside it)",
+    )
+    parser.add_argument(
+        "--report.range",
+        dest="report_range",
+        default="1h",
+        help="--report with --prometheus.url: the window the plots show, up to the evaluation "
+        "time (default 1h)",
+    )
+    parser.add_argument(
+        "--time",
+        metavar="TIME",
+        help="--prometheus.url: evaluate at this time (RFC 3339 or Unix seconds) instead of now",
+    )
     return parser
+
+
+def _time(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise DiagnoseError(f"--time: {text!r} is neither RFC 3339 nor Unix seconds") from None
+    if when.tzinfo is None:
+        raise DiagnoseError(f"--time: {text!r} needs a time zone (Z or +hh:mm)")
+    return when.timestamp()
 
 
 def _seconds(text: str, flag: str) -> float:
@@ -99,7 +134,13 @@ def _run(args: argparse.Namespace) -> Report:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise DiagnoseError(f"--prometheus.url: {url!r} is not an http(s) URL")
-        return asyncio.run(diagnose_prometheus(url, cfg, timeout, args.nearly))
+        at = None if args.time is None else _time(args.time)
+        window = _seconds(args.report_range, "--report.range") if args.report else None
+        return asyncio.run(
+            diagnose_prometheus(url, cfg, timeout, args.nearly, at=at, window=window)
+        )
+    if args.time is not None:
+        raise DiagnoseError("--time needs --prometheus.url (--target samples from now)")
     if cfg.profile.source != "sidecar":
         raise DiagnoseError(
             f"--target reads the sidecar only; profile {cfg.profile.name!r} needs --prometheus.url"
@@ -114,10 +155,26 @@ def _run(args: argparse.Namespace) -> Report:
     )
 
 
+def _config_text(path: Path | None) -> str | None:
+    return None if path is None else path.read_text(encoding="utf-8", errors="replace")
+
+
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
     try:
+        if args.report is not None:
+            try:
+                check_path(args.report)
+            except ValueError as err:
+                raise DiagnoseError(str(err)) from None
         report = _run(args)
+        if args.report is not None:
+            try:
+                write(args.report, report, report.timeline, _config_text(args.config))
+            except OSError as err:
+                raise DiagnoseError(
+                    f"--report: cannot write {args.report}: {err.strerror}"
+                ) from None
     except DiagnoseError as err:
         sys.stderr.write(f"{PROG}: error: {err}\n")
         return EXIT_ERROR

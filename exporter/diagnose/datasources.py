@@ -24,8 +24,8 @@ from exporter.diagnose.findings import DiagnoseError
 from exporter.diagnose.promql_eval import NAME, Evaluator, Labels, Sample, Scrape, Value
 from exporter.diagnose.promql_syntax import Node, PromQLError
 from exporter.signatures.promql_text import split_matchers
+from exporter.signatures.records import recording_rules
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import recording_rules
 
 MAX_BODY = 16 * 1024 * 1024
 DEFAULT_METRICS_PATH = "/metrics"
@@ -83,6 +83,44 @@ class PrometheusBackend:
             for item in result_data
         ]
 
+    async def _api(self, path: str, params: dict[str, str]) -> Any:
+        """The ``data`` of a successful answer of ``/api/v1/<path>``."""
+        url = self.base.rstrip("/") + f"/api/v1/{path}?" + urllib.parse.urlencode(params)
+        try:
+            result = await fetch(
+                self.session,
+                url,
+                timeout=self.timeout,
+                max_bytes=MAX_BODY,
+                headers={"Accept": "application/json"},
+            )
+            body = json.loads(result.body)
+        except FetchError as err:
+            if err.reason == "status" and err.status in (400, 422):
+                raise PromQLError(f"Prometheus rejected {params.get('query')!r}") from None
+            raise DiagnoseError(f"cannot query {self.base}: {err.message}") from None
+        except ValueError:
+            raise DiagnoseError(f"{self.base} did not answer with JSON") from None
+        if not isinstance(body, dict) or body.get("status") != "success":
+            error = body.get("error", "unknown error") if isinstance(body, dict) else "?"
+            raise PromQLError(f"Prometheus: {error}")
+        return body.get("data", {})
+
+    async def query_range(self, expr: str, start: float, end: float, step: float) -> Matrix:
+        """``expr`` every ``step`` seconds from ``start`` to ``end``."""
+        data = await self._api(
+            "query_range",
+            {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:.3f}"},
+        )
+        return _matrix(data)
+
+    async def samples(self, selector: str, start: float, end: float) -> Matrix:
+        """The raw samples of ``selector`` between ``start`` and ``end`` (a range selector
+        read at ``end``): their own timestamps, so scrape gaps show."""
+        window = max(int(end - start), 1)
+        data = await self._api("query", {"query": f"{selector}[{window}s]", "time": f"{end:.3f}"})
+        return _matrix(data)
+
     async def vector(self, expr: str) -> list[Sample]:
         value = await self.query(expr)
         if not isinstance(value, list):
@@ -113,6 +151,22 @@ class PrometheusBackend:
                 f"{url} holds recording rules of another profile or site config{example}; "
                 f"pass the --profile and --config the loaded pack was generated with"
             )
+
+
+Matrix = list[tuple[Labels, list[tuple[float, float]]]]
+
+
+def _matrix(data: Any) -> Matrix:
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        kind = data.get("resultType") if isinstance(data, dict) else None
+        raise PromQLError(f"unexpected result type {kind!r}")
+    return [
+        (
+            tuple(sorted(item["metric"].items())),
+            [(float(t), _float(v)) for t, v in item.get("values", [])],
+        )
+        for item in data["result"]
+    ]
 
 
 def _float(text: object) -> float:
@@ -205,7 +259,7 @@ async def sample_target(url: str, span: float, interval: float, timeout: float) 
 
 def target_evaluator(scrapes: Sequence[Scrape], cfg: SiteConfig) -> Evaluator:
     """An evaluator over ``scrapes`` holding the pack's recording rules computed from them."""
-    baseline = cfg.window("baseline")
+    baseline = cfg.window_seconds("baseline")
     evaluator = Evaluator(
         scrapes,
         ignored_labels=target_labels(cfg),

@@ -47,11 +47,12 @@ from exporter.diagnose.promql_syntax import (
     source,
     unparen,
 )
-from exporter.signatures.catalogue import catalogue
+from exporter.diagnose.timeline import timeline
+from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.definitions import AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import matchers
+from exporter.signatures.records import RecordNames
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import Records
 
 ORDERED = frozenset({">", "<", ">=", "<="})
 
@@ -231,7 +232,7 @@ async def evaluate(
 ) -> None:
     """Every alert rule of the catalogue into ``report``, findings in rank order."""
     cfg = report.cfg
-    for sig in catalogue(cfg):
+    for sig in all_signatures(cfg):
         data = False
         for rule in sig.rules:
             report.checked += 1
@@ -284,7 +285,7 @@ async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) 
     """The roofline figures and latency budget of each served model, from the pack's records
     (:data:`~exporter.diagnose.findings.FIGURES`); NaN and infinities (a zero division) left out,
     and models with none of :data:`MAIN_FIGURES`. Ordered by target and model."""
-    records = Records.of(cfg)
+    records = RecordNames.of(cfg)
     found: dict[Labels, dict[str, float]] = {}
     for key, attribute in FIGURES.items():
         name = getattr(records, attribute)
@@ -309,9 +310,18 @@ async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) 
 # --- the two modes ----------------------------------------------------------------------------
 
 
-async def diagnose_prometheus(url: str, cfg: SiteConfig, timeout: float, margin: float) -> Report:
-    """The catalogue through a Prometheus that holds the pack for ``cfg``."""
-    at = time.time()
+async def diagnose_prometheus(
+    url: str,
+    cfg: SiteConfig,
+    timeout: float,
+    margin: float,
+    *,
+    at: float | None = None,
+    window: float | None = None,
+) -> Report:
+    """The catalogue through a Prometheus that holds the pack for ``cfg``, at ``at`` (default
+    now); with ``window``, also the time series of the ``window`` seconds up to then."""
+    at = time.time() if at is None else at
     report = Report("prometheus", url, cfg, margin, at)
     async with make_session() as session:
         backend = PrometheusBackend(session, url, timeout, at)
@@ -319,6 +329,8 @@ async def diagnose_prometheus(url: str, cfg: SiteConfig, timeout: float, margin:
         states = await backend.vector('ALERTS{alertname=~"Inference.+"}')
         await evaluate(backend, report, None, states)
         report.roofline = await roofline(backend, cfg, None)
+        if window is not None:
+            report.timeline = await timeline(backend, report, window)
     return report
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exporter.diagnose.promql_eval import Labels
 from exporter.signatures.definitions import AlertRule, Signature
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS
 from exporter.signatures.site import SiteConfig
+
+if TYPE_CHECKING:
+    from exporter.diagnose.timeline import Timeline
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 # Among signatures that hold, an alert already firing (it held for its whole `for`) ranks
@@ -113,7 +116,7 @@ class Finding:
             # the time goes (the roofline group: a host-latency share, a decode far from its
             # floor, which a saturated thread or a flooded core explains), then an alert
             # already firing before a pending one before none, then by margin.
-            measure = 1.0 if self.sig.group == "roofline" else 0.0
+            measure = 1.0 if self.sig.family == "roofline" else 0.0
             persisted = float(_STATE_RANK.get(self.state or "", len(_STATE_RANK)))
             margins = [c.gap for c in conditions if c.holds and c.gap is not None]
             return (0.0, severity, measure, persisted, -min(margins, default=math.inf))
@@ -122,7 +125,7 @@ class Finding:
 
 
 # The roofline figures diagnose shows, by key, and the record of the pack each comes from
-# (:class:`exporter.signatures.sources.Records` attribute names).
+# (:class:`exporter.signatures.records.RecordNames` attribute names).
 FIGURES: dict[str, str] = {
     "floor": "decode_floor",
     "itl": "inter_token_mean",
@@ -225,6 +228,8 @@ class Report:
     samples: int = 0
     span: float = 0.0
     roofline: list[Roofline] = field(default_factory=list)
+    # The window around the evaluation time (``--report``, Prometheus only).
+    timeline: Timeline | None = None
 
     @property
     def found(self) -> bool:

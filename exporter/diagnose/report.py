@@ -15,7 +15,7 @@ from exporter.diagnose.findings import (
     json_number,
     workload_advice,
 )
-from exporter.signatures.definitions import fill
+from exporter.signatures.definitions import fill_placeholders
 from exporter.signatures.params import PREFILL_PRECISION
 from exporter.signatures.promql_text import num
 from exporter.signatures.render import runbook_url
@@ -25,12 +25,14 @@ def _iso(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, dt.UTC).isoformat(timespec="seconds")
 
 
-def _texts(finding: Finding) -> tuple[str, str]:
+def texts(finding: Finding) -> tuple[str, str]:
     """The alert's summary and description, filled in as Alertmanager would show them."""
     values = {"target": finding.target}
     values.update({f"labels.{k}": v for k, v in finding.instance.labels})
     values.update({e.key: e.text for e in finding.evidence})
-    return fill(finding.rule.summary, values), fill(finding.rule.description, values)
+    return fill_placeholders(finding.rule.summary, values), fill_placeholders(
+        finding.rule.description, values
+    )
 
 
 # --- roofline and latency budget --------------------------------------------------------------
@@ -132,14 +134,14 @@ def _roofline_json(r: Roofline) -> dict[str, Any]:
 def as_json(report: Report) -> dict[str, Any]:
     findings = []
     for rank, f in enumerate(report.findings, 1):
-        summary, description = _texts(f)
+        summary, description = texts(f)
         findings.append(
             {
                 "rank": rank,
                 "alert": f.sig.alert,
                 "status": f.status,
                 "severity": f.rule.severity,
-                "signature": f.sig.group,
+                "signature": f.sig.family,
                 "target": f.target,
                 "labels": dict(f.instance.labels),
                 "summary": summary,
@@ -218,12 +220,12 @@ def as_text(report: Report) -> str:
         f"threshold); {report.checked} alert rules checked.",
     ]
     for rank, f in enumerate(report.findings, 1):
-        summary, description = _texts(f)
+        summary, description = texts(f)
         state = f", alert {f.state}" if f.state else ""
         lines += [
             "",
             f"{rank}. {f.status.upper():<6} {f.rule.severity:<8} {f.sig.alert} "
-            f"[{f.sig.group}]{state}",
+            f"[{f.sig.family}]{state}",
             f"   {summary}",
             f"   {description}",
         ]

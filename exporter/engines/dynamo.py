@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from exporter.engines import sglang, trtllm, vllm
 from exporter.engines.rules import Product, Rule, SampleIndex, Source, merge_tables, rule
-from exporter.engines.snapshot import EngineSpec
+from exporter.engines.snapshot import EngineSpec, Serving
 
 FRONTEND = "dynamo_frontend_"
 COMPONENT = "dynamo_component_"
@@ -119,4 +119,13 @@ SPEC = EngineSpec(
     wraps=("vllm", "sglang", "trtllm"),
     frontend_prefixes=(FRONTEND,),
     model_alias=model_alias,
+    # The frontend serves /metrics on its HTTP port, a worker on DYN_SYSTEM_PORT (the
+    # operator's default "system" port, 9090).
+    serving=Serving(
+        images=(r"ai-dynamo/",),
+        port=8000,
+        port_flags=("--http-port",),
+        port_env=("DYN_SYSTEM_PORT",),
+        defaults=((r"dynamo\.frontend", 8000), (r"dynamo\.(vllm|sglang|trtllm)", 9090)),
+    ),
 )

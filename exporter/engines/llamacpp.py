@@ -27,7 +27,7 @@ No latency histograms (only cumulative ``prompt_seconds_total`` and
 from __future__ import annotations
 
 from exporter.engines.rules import Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Tokenize, Version
+from exporter.engines.snapshot import EngineSpec, Serving, Tokenize, Version
 
 PREFIX = "llamacpp:"
 
@@ -54,4 +54,5 @@ SPEC = EngineSpec(
     tokenize=Tokenize(body=lambda text, model: {"content": text}),
     process="llama-server",
     version=Version(path="/props", keys=("build_info",)),
+    serving=Serving(images=(r"llama\.cpp",), port=8080, port_env=("LLAMA_ARG_PORT",)),
 )

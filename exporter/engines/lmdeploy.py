@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 from exporter.engines.rules import Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Tokenize
+from exporter.engines.snapshot import EngineSpec, Serving, Tokenize
 
 PREFIX = "lmdeploy:"
 MODEL_LABEL = "model_name"
@@ -80,4 +80,5 @@ SPEC = EngineSpec(
     tokenize=Tokenize(path="/v1/encode", body=_encode_body),
     preallocates_memory=True,
     process="lmdeploy",
+    serving=Serving(images=(r"openmmlab/lmdeploy",), port=23333, port_flags=("--server-port",)),
 )

@@ -30,7 +30,7 @@ else) is not NIM. No queue, prefill or decode time, KV capacity or tokenize endp
 from __future__ import annotations
 
 from exporter.engines.rules import Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Version
+from exporter.engines.snapshot import EngineSpec, Serving, Version
 
 MODEL_LABEL = "model_name"
 
@@ -63,4 +63,7 @@ SPEC = EngineSpec(
         frozenset({"num_requests_running", "num_requests_waiting", "gpu_cache_usage_perc"}),
     ),
     version=Version(path="/v1/version", keys=("release",)),
+    serving=Serving(
+        images=(r"(^|/)nim/",), port=8000, port_flags=(), port_env=("NIM_SERVER_PORT",)
+    ),
 )

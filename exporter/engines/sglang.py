@@ -61,7 +61,7 @@ series (tokens, TTFT, ITL, e2e) are per request already. SGLang's version comes 
 from __future__ import annotations
 
 from exporter.engines.rules import LabelMatcher, Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Tokenize, Version
+from exporter.engines.snapshot import EngineSpec, Serving, Tokenize, Version
 
 PREFIX = "sglang:"
 MODEL_LABELS = ("model_name", "name")
@@ -147,4 +147,5 @@ SPEC = EngineSpec(
     preallocates_memory=True,
     process="sglang",
     version=Version(path="/get_server_info"),
+    serving=Serving(images=(r"lmsysorg/sglang",), port=30000),
 )

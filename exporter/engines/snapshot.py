@@ -82,6 +82,24 @@ class Version:
 
 
 @dataclass(frozen=True)
+class Serving:
+    """How the engine runs in a container, for ``inject`` and the admission webhook: which
+    images are it (regular expressions searched in the image reference; its command line is
+    recognised by the spec's ``process``) and where its metrics listen.
+
+    The port is the first of: a flag of ``port_flags`` on the command line, a variable of
+    ``port_env`` in the container's environment, the port of the first ``defaults`` entry
+    whose pattern the command line matches, ``port``.
+    """
+
+    images: tuple[str, ...]
+    port: int
+    port_flags: tuple[str, ...] = ("--port",)
+    port_env: tuple[str, ...] = ()
+    defaults: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     """Everything the sidecar knows of one engine, in the engine's own module.
 
@@ -99,7 +117,8 @@ class EngineSpec:
     must all be present, checked after every prefix. ``frontend_prefixes`` mark an endpoint
     that only routes requests (its layer is ``frontend`` when no other name of the engine is
     present); ``model_alias`` maps model names as some series spell them to the spelling the
-    others use; ``version`` says where the engine tells its version.
+    others use; ``version`` says where the engine tells its version; ``serving`` how it runs in
+    a container (None: ``inject`` cannot recognise it).
     """
 
     name: str
@@ -114,6 +133,7 @@ class EngineSpec:
     frontend_prefixes: tuple[str, ...] = ()
     model_alias: Callable[[SampleIndex], dict[str, str]] | None = None
     version: Version = field(default_factory=Version)
+    serving: Serving | None = None
 
 
 def token_count(body: bytes) -> int:

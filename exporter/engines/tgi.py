@@ -31,7 +31,7 @@ not requests).
 from __future__ import annotations
 
 from exporter.engines.rules import Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Tokenize, Version
+from exporter.engines.snapshot import EngineSpec, Serving, Tokenize, Version
 
 PREFIX = "tgi_"
 
@@ -57,4 +57,11 @@ SPEC = EngineSpec(
     preallocates_memory=True,
     process="text-generation-launcher|text-generation-router|text-generation-server",
     version=Version(path="/info"),
+    # The image sets PORT=80; the launcher alone defaults to 3000.
+    serving=Serving(
+        images=(r"text-generation-inference",),
+        port=80,
+        port_flags=("--port", "-p"),
+        port_env=("PORT",),
+    ),
 )

@@ -39,7 +39,7 @@ per iteration), no tokenizer latency.
 from __future__ import annotations
 
 from exporter.engines.rules import CounterPair, LabelMatcher, Product, Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Version
+from exporter.engines.snapshot import EngineSpec, Serving, Version
 
 PREFIX = "nv_inference_"
 # The TensorRT-LLM backend's own families (a server may show only those).
@@ -118,4 +118,5 @@ SPEC = EngineSpec(
         frozenset({"nv_pinned_memory_pool_total_bytes"}),
         frozenset({"nv_cpu_utilization", "nv_cpu_memory_used_bytes"}),
     ),
+    serving=Serving(images=(r"tritonserver",), port=8002, port_flags=("--metrics-port",)),
 )

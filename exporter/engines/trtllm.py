@@ -47,7 +47,7 @@ those rows follow the collector's source. No tokenize endpoint; the version come
 from __future__ import annotations
 
 from exporter.engines.rules import Product, Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Version
+from exporter.engines.snapshot import EngineSpec, Serving, Version
 
 PREFIXES = ("trtllm_", "trtllm:", "pytrtllm:")
 MODEL_LABEL = "model_name"
@@ -114,4 +114,5 @@ SPEC = EngineSpec(
         frozenset({a, b}) for i, a in enumerate(UNPREFIXED) for b in UNPREFIXED[i + 1 :]
     ),
     version=Version(path="/version"),
+    serving=Serving(images=(r"tensorrt-llm",), port=8000),
 )

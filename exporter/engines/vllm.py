@@ -61,7 +61,7 @@ latency and no version; the version comes from ``GET /version``.
 from __future__ import annotations
 
 from exporter.engines.rules import LabelMatcher, Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Tokenize, Version
+from exporter.engines.snapshot import EngineSpec, Serving, Tokenize, Version
 
 PREFIX = "vllm:"
 MODEL_LABEL = "model_name"
@@ -138,4 +138,12 @@ SPEC = EngineSpec(
     preallocates_memory=True,
     process="vllm",
     version=Version(path="/version"),
+    serving=Serving(
+        images=(
+            r"vllm-openai",
+            r"(^|/)vllm/",
+            r"llm-d/llm-d(-(cuda|rocm|xpu|cpu|gaudi|hpu))?(:|@|$)",
+        ),
+        port=8000,
+    ),
 )

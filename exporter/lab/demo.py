@@ -4,14 +4,18 @@ Starts the reference engine (with ``--inject`` causes), the sidecar reading it (
 this machine has an NVIDIA driver, else a replayed GPU), Prometheus with the ``fast`` rules
 and Alertmanager paging a local PagerDuty capture when their binaries are installed
 (``make tools``), and an open-loop load. The terminal shows the key numbers, the signatures
-Prometheus evaluates, the pages Alertmanager sent, and where to look. Ctrl-C stops everything
-and prints what fired.
+Prometheus evaluates, the pages Alertmanager sent, and where to look: on a terminal as one screen
+that redraws in place (:mod:`exporter.lab.screen`; ``q`` quits, ``d`` shows ``diagnose``'s
+verdict), else as blocks of lines. Ctrl-C stops everything and prints what fired.
 
 The replayed GPU: without injections the bundled showcase trace
 (``exporter/data/replay-2gpu-synthetic.jsonl``, GPU 0 pulsing around 67 %); with one, the
 drill trace of that cause (:mod:`exporter.lab.refengine.gputrace`: a GPU waiting on its host at
 40 %, or busy at 88 % for ``queue-flood``), so the GPU-gated signatures can fire as they do in
 the drills. ``--trace`` picks another.
+
+``kv-transfer-slow`` and ``decode-pool-short`` need a disaggregated pair: with either, the demo
+runs a prefill engine behind the decode one (its own sidecar, scraped by the same Prometheus).
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from exporter.config import ArgumentParser, parse_duration, usage_error
 from exporter.lab.loadgen import (
@@ -47,6 +52,10 @@ from exporter.lab.refengine import gputrace, inject
 from exporter.lab.stack import OUTSIDE, PagerDutyCapture, Stack, StackConfig, StackError
 from exporter.lab.thirdparty import ENGINE_INJECTIONS
 from exporter.signatures.promql_text import pct
+
+if TYPE_CHECKING:
+    from exporter.diagnose.findings import Report
+    from exporter.lab.screen import ScreenState, ScreenView
 
 PROG = "inference-bottleneck-exporter demo"
 PORTS = {"engine": 8000, "sidecar": 10960, "prometheus": 9090, "alertmanager": 9093}
@@ -85,7 +94,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus")
     p.add_argument("--no-alertmanager", action="store_true", help="do not start Alertmanager")
     p.add_argument("--refresh", default="2s", help="screen refresh interval (default 2s)")
-    p.add_argument("--plain", action="store_true", help="print blocks instead of redrawing")
+    p.add_argument(
+        "--plain",
+        action="store_true",
+        help="print blocks of lines instead of the screen (so does a pipe or a log)",
+    )
     p.add_argument("--workdir", type=Path, help="keep configs and logs here (default: temporary)")
     p.add_argument("--engine-arg", action="append", default=[], help="extra engine flag")
     p.add_argument(
@@ -176,21 +189,18 @@ def _ms(value: float | None) -> str:
 
 @dataclass
 class View:
+    """The plain view, for a pipe or a log (``--plain``): a block of lines every 10 s."""
+
     out: TextIO
-    redraw: bool
     header: list[str]
-    started: float = field(default_factory=time.monotonic)
     last_print: float = 0.0
 
     def show(self, lines: list[str]) -> None:
         now = time.monotonic()
-        if self.redraw:
-            self.out.write("\x1b[H\x1b[2J" + "\n".join(self.header + lines) + "\n")
-        else:
-            if now - self.last_print < 10:
-                return
-            stamp = time.strftime("%H:%M:%S")
-            self.out.write(f"--- {stamp}\n" + "\n".join(lines) + "\n")
+        if now - self.last_print < 10:
+            return
+        stamp = time.strftime("%H:%M:%S")
+        self.out.write(f"--- {stamp}\n" + "\n".join(lines) + "\n")
         self.last_print = now
         self.out.flush()
 
@@ -227,9 +237,8 @@ def _engine_lines(prev: Sample | None, cur: Sample | None) -> list[str]:
     ]
     if prev is None:
         return lines
-    busy = _rate(prev, cur, "inference_gpu_busy_seconds_total")
     gpus = v.get("inference_gpu_up")
-    util = busy / gpus if busy is not None and gpus else None
+    util = _gpu_util(prev, cur)
     softirq = _rate(prev, cur, "inference_cpu_seconds_total:softirq")
     total = sum(
         _rate(prev, cur, k) or 0.0 for k in cur.values if k.startswith("inference_cpu_seconds_")
@@ -242,34 +251,65 @@ def _engine_lines(prev: Sample | None, cur: Sample | None) -> list[str]:
         f"busiest engine thread {_pct(v.get('inference_engine_hottest_thread_cpu_ratio'))} of "
         "a core",
     ]
-    tok_n = _rate(prev, cur, "inference_tokenizer_latency_seconds_count")
-    tok_s = _rate(prev, cur, "inference_tokenizer_latency_seconds_sum")
-    itl_n = _rate(prev, cur, "inference_inter_token_latency_seconds_count")
-    itl_s = _rate(prev, cur, "inference_inter_token_latency_seconds_sum")
-    tok = tok_s / tok_n if tok_n and tok_s is not None else None
-    itl = itl_s / itl_n if itl_n and itl_s is not None else None
+    tok = _mean(prev, cur, "inference_tokenizer_latency_seconds")
+    itl = _mean(prev, cur, "inference_inter_token_latency_seconds")
     lines.append(f" tokenizer  probe {_ms(tok)} for ~512 tokens, decode step {_ms(itl)} (means)")
     return lines
 
 
-def _alert_lines(prometheus: str) -> list[str]:
+def _gpu_util(prev: Sample, cur: Sample) -> float | None:
+    """Mean utilisation of the GPUs between two samples, from their busy-seconds counters."""
+    busy = _rate(prev, cur, "inference_gpu_busy_seconds_total")
+    gpus = cur.values.get("inference_gpu_up")
+    return busy / gpus if busy is not None and gpus else None
+
+
+def _mean(prev: Sample, cur: Sample, histogram: str) -> float | None:
+    """A histogram's mean between two samples."""
+    count = _rate(prev, cur, f"{histogram}_count")
+    total = _rate(prev, cur, f"{histogram}_sum")
+    return total / count if count and total is not None else None
+
+
+def reading(prev: Sample | None, cur: Sample | None, state: LiveState) -> dict[str, float | None]:
+    """The screen's sparkline values now (None where not known yet)."""
+    recent = [r.e2e for r in state.results[-50:] if r.ok and r.e2e is not None]
+    out: dict[str, float | None] = {"latency": percentiles(recent).get("p50")}
+    if cur is not None:
+        out["queue"] = cur.values.get("inference_queue_depth")
+        out["thread"] = cur.values.get("inference_engine_hottest_thread_cpu_ratio")
+    if prev is not None and cur is not None:
+        out["gpu"] = _gpu_util(prev, cur)
+        out["tokenizer"] = _mean(prev, cur, "inference_tokenizer_latency_seconds")
+        out["decode"] = _mean(prev, cur, "inference_inter_token_latency_seconds")
+    return out
+
+
+def fetch_alerts(prometheus: str) -> list[dict[str, Any]] | None:
+    """Prometheus's alerts, firing first then by name; None when it does not answer."""
     import json  # noqa: PLC0415
 
+    try:
+        with urllib.request.urlopen(prometheus + "/api/v1/alerts", timeout=3) as resp:
+            alerts: list[dict[str, Any]] = json.loads(resp.read())["data"]["alerts"]
+    except (OSError, ValueError, KeyError):
+        return None
+    order = {"firing": 0, "pending": 1}
+    return sorted(alerts, key=lambda a: (order.get(a["state"], 2), a["labels"]["alertname"]))
+
+
+def _alert_lines(prometheus: str, alerts: list[dict[str, Any]] | None) -> list[str]:
     if not prometheus:
         return [
             " signatures Prometheus is not installed (make tools); instead run:",
             "            inference-bottleneck-exporter diagnose --target <sidecar URL>",
         ]
-    try:
-        with urllib.request.urlopen(prometheus + "/api/v1/alerts", timeout=3) as resp:
-            alerts = json.loads(resp.read())["data"]["alerts"]
-    except (OSError, ValueError, KeyError):
+    if alerts is None:
         return [" signatures (Prometheus not answering)"]
     if not alerts:
         return [" signatures none pending or firing"]
     lines = [" signatures (fast profile: windows and `for` are 1/10 of production)"]
-    order = {"firing": 0, "pending": 1}
-    for a in sorted(alerts, key=lambda a: (order.get(a["state"], 2), a["labels"]["alertname"])):
+    for a in alerts:
         since = a.get("activeAt", "")[11:19]
         lines.append(
             f"   {a['state'].upper():<8} {a['labels'].get('severity', ''):<8} "
@@ -281,26 +321,33 @@ def _alert_lines(prometheus: str) -> list[str]:
     return lines
 
 
+def last_page(capture: PagerDutyCapture | None) -> tuple[int, str]:
+    """How many PagerDuty events Alertmanager sent, and the last one in a line."""
+    pages = capture.snapshot() if capture is not None else []
+    if not pages:
+        return 0, ""
+    payload = pages[-1].body.get("payload", {})
+    return len(pages), f"[{payload.get('severity', '')}] {payload.get('summary', '')}"
+
+
 def _page_lines(capture: PagerDutyCapture | None) -> list[str]:
     if capture is None:
         return []
-    pages = capture.snapshot()
-    if not pages:
+    count, text = last_page(capture)
+    if not count:
         return [" pages      none yet (Alertmanager -> local PagerDuty capture)"]
-    last = pages[-1]
-    payload = last.body.get("payload", {})
-    summary = str(payload.get("summary", ""))
-    return [
-        f" pages      {len(pages)} PagerDuty events; last: [{payload.get('severity', '')}] "
-        f"{summary[:110]}"
-    ]
+    return [f" pages      {count} PagerDuty events; last: {text[:120]}"]
 
 
-async def _live(args: argparse.Namespace, stack: Stack, view: View) -> Summary | ValueError:
+async def _live(
+    args: argparse.Namespace, stack: Stack, view: View | ScreenView
+) -> Summary | ValueError:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if not isinstance(view, View):
+        view.attach(loop, stop, _diagnose_with(stack))
     duration = parse_duration(args.duration) if args.duration else 7 * 86400.0
     triton = stack.cfg.engine == "triton"
     cfg = LoadConfig(
@@ -322,20 +369,32 @@ async def _live(args: argparse.Namespace, stack: Stack, view: View) -> Summary |
         with contextlib.suppress(OSError, ValueError):
             sample = await loop.run_in_executor(None, _read_sidecar, stack.sidecar_url)
             prev, cur = cur, sample
-        alerts = await loop.run_in_executor(None, _alert_lines, stack.prometheus_url)
-        lines = [
-            *_load_lines(state, args.rate),
-            *_engine_lines(prev, cur),
-            "",
-            *alerts,
-            *_page_lines(stack.capture),
-        ]
+        alerts = (
+            await loop.run_in_executor(None, fetch_alerts, stack.prometheus_url)
+            if stack.prometheus_url
+            else None
+        )
         dead = [c.name for c in stack.children if not c.alive()]
-        if dead:
-            lines.append(
-                f" STOPPED    {', '.join(dead)} exited: see the logs in {stack.cfg.workdir}"
+        stopped = f"{', '.join(dead)} exited: see the logs in {stack.cfg.workdir}" if dead else ""
+        if isinstance(view, View):
+            lines = [
+                *_load_lines(state, args.rate),
+                *_engine_lines(prev, cur),
+                "",
+                *_alert_lines(stack.prometheus_url, alerts),
+                *_page_lines(stack.capture),
+            ]
+            if stopped:
+                lines.append(f" STOPPED    {stopped}")
+            view.show(lines)
+        else:
+            view.update(
+                reading(prev, cur, state),
+                load=_load_lines(state, args.rate)[0].split(maxsplit=1)[1],
+                alerts=alerts,
+                page=last_page(stack.capture),
+                stopped=stopped,
             )
-        view.show(lines)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=refresh)
     stop.set()
@@ -392,9 +451,18 @@ def main(argv: Sequence[str]) -> int:
             prometheus_port=PORTS["prometheus"],
             alertmanager_port=PORTS["alertmanager"],
             target_labels=dict(DEMO_LABELS),
+            prefill_args=(
+                ["--device", args.device, *args.engine_arg]
+                if injections & inject.DISAGGREGATED
+                else None
+            ),
         )
     )
-    parts = [ENGINE_NAMES[args.engine], "the sidecar"]
+    parts = (
+        ["a prefill and a decode reference engine", "their sidecars"]
+        if stack.cfg.prefill_args is not None
+        else [ENGINE_NAMES[args.engine], "the sidecar"]
+    )
     if stack.prometheus_bin:
         parts.append("Prometheus")
     if stack.alertmanager_bin:
@@ -410,14 +478,21 @@ def main(argv: Sequence[str]) -> int:
         stack.stop()
         return 130
     header = _header(stack, injections, gpu_text, args.engine)
-    redraw = sys.stdout.isatty() and not args.plain
-    if not redraw:
+    screen = sys.stdout.isatty() and sys.stdin.isatty() and not args.plain
+    view: View | ScreenView
+    if screen:
+        from exporter.lab.screen import ScreenView  # noqa: PLC0415
+
+        view = ScreenView(_screen_state(stack, injections, gpu_text))
+    else:
         print("\n".join(header), flush=True)
-    view = View(sys.stdout, redraw, header)
+        view = View(sys.stdout, header)
     summary: Summary | ValueError | None = None
     try:
         summary = asyncio.run(_live(args, stack, view))
     finally:
+        if not isinstance(view, View):
+            view.close()
         fired = _fired(stack)
         stack.stop()
     print(_goodbye(summary, fired, workdir, keep))
@@ -453,6 +528,52 @@ def _header(
         lines.append(f" Alertmanager {stack.alertmanager_url}  -> local PagerDuty capture")
     lines += [f" GPU        {gpu_text}", ""]
     return lines
+
+
+def _diagnose_with(stack: Stack) -> Callable[[], Awaitable[Report]] | None:
+    """What the screen's ``d`` runs: diagnose through the demo's Prometheus (fast rules)."""
+    if not stack.prometheus_url:
+        return None
+    from exporter.diagnose.evaluate import diagnose_prometheus  # noqa: PLC0415
+    from exporter.signatures.site import load_config  # noqa: PLC0415
+
+    cfg = load_config(stack.cfg.rules_config, "fast")
+    url = stack.prometheus_url
+
+    def run() -> Awaitable[Report]:
+        return diagnose_prometheus(url, cfg, 10.0, 0.1)
+
+    return run
+
+
+def _screen_state(stack: Stack, injections: frozenset[str], gpu_text: str) -> ScreenState:
+    from exporter.lab.screen import ScreenState  # noqa: PLC0415
+
+    what = ", ".join(sorted(injections)) or "nothing (a healthy server)"
+    places = [
+        ("engine", stack.engine_url, f"{stack.engine_url}  (/v1/completions, /tokenize, /metrics)"),
+        ("sidecar", stack.sidecar_url, f"{stack.sidecar_url}/  and  {stack.sidecar_url}/metrics"),
+    ]
+    if stack.prometheus_url:
+        places.append(
+            ("Prometheus", stack.prometheus_url, f"{stack.prometheus_url}/alerts  (fast rules)")
+        )
+    if stack.alertmanager_url:
+        places.append(
+            (
+                "Alertmanager",
+                stack.alertmanager_url,
+                f"{stack.alertmanager_url}  -> local PagerDuty capture",
+            )
+        )
+    short = [(w, urllib.parse.urlsplit(u).netloc or u, full) for w, u, full in places]
+    return ScreenState(
+        title=f"inference-bottleneck-exporter demo - injected: {what}",
+        places=short,
+        gpu=gpu_text,
+        alerts=[] if stack.prometheus_url else None,
+        alerts_note="" if stack.prometheus_url else "Prometheus not installed (make tools)",
+    )
 
 
 def _fired(stack: Stack) -> list[str]:

@@ -6,6 +6,11 @@ Used by ``demo`` and the drills (``tests/drills``)::
                                                                    --> Alertmanager
                                                                    --> PagerDuty capture
 
+Disaggregated (``StackConfig.prefill_args`` set): a prefill engine (``--role prefill``) starts
+first, the engine above becomes its decode server and the pair's front (``--role decode
+--prefill-url``), and a second sidecar watches the prefill engine; Prometheus scrapes both
+sidecars, the prefill one with ``pod`` ``reference-prefill-0``.
+
 Every process is a child with its log in the work directory, bound to 127.0.0.1 only. The
 engine writes its model's Hugging Face description to ``<workdir>/model`` (``--model-dir``)
 and the sidecar reads it (``--model.path``), as a sidecar reads the served model's mounted
@@ -52,7 +57,7 @@ from exporter.lab.processes import (
 __all__ = ["JOB", "TARGET_LABELS", "PagerDutyCapture", "Stack", "StackConfig", "StackError"]
 
 # The reference engine's front-end process, not its worker or injection helpers.
-PROCESS_MATCH = r"-m exporter\.lab\.engine(?:\s|$)"
+PROCESS_MATCH = r"-m exporter\.lab\.refengine(?:\s|$)"
 ENGINE_LISTEN = re.compile(r"listening on http://(\S+):(\d+)")
 SIDECAR_LISTEN = re.compile(r"listening on (127\.0\.0\.1|\[::1\]):(\d+)")
 JOB = "inference-bottleneck-exporter"
@@ -60,6 +65,8 @@ JOB = "inference-bottleneck-exporter"
 # (a third-party engine's helpers run in its session: exporter.lab.thirdparty.with_helpers).
 OUTSIDE = frozenset({"cpu-contention", "softirq"})
 TARGET_LABELS = {"namespace": "drill", "pod": "reference-0"}
+TARGET_LABELS = {"namespace": "drill", "pod": "reference-0"}
+PREFILL_TARGET_LABELS = {"namespace": "drill", "pod": "reference-prefill-0"}
 
 
 # --- configuration files -------------------------------------------------------------------------
@@ -117,14 +124,18 @@ def prometheus_config(
     rules: list[Path],
     interval: float,
     labels: dict[str, str] | None = None,
+    *,
+    more: Sequence[tuple[str, dict[str, str]]] = (),
 ) -> str:
+    """Prometheus scraping ``sidecar`` (and the ``more`` sidecars, each with its labels)."""
+    targets = [(sidecar, dict(labels or TARGET_LABELS)), *more]
     config: dict[str, Any] = {
         "global": {"scrape_interval": f"{interval:g}s", "evaluation_interval": f"{interval:g}s"},
         "rule_files": [str(p) for p in rules],
         "scrape_configs": [
             {
                 "job_name": JOB,
-                "static_configs": [{"targets": [sidecar], "labels": dict(labels or TARGET_LABELS)}],
+                "static_configs": [{"targets": [t], "labels": lbl} for t, lbl in targets],
             }
         ],
     }
@@ -154,6 +165,10 @@ class StackConfig:
     alertmanager_port: int = 0
     start_timeout: float = 240.0
     target_labels: dict[str, str] = field(default_factory=lambda: dict(TARGET_LABELS))
+    sidecar_args: Sequence[str] = ()  # more flags of the engine's sidecar
+    # Disaggregated: the prefill engine's flags (None: one colocated engine) and its sidecar's.
+    prefill_args: Sequence[str] | None = None
+    prefill_sidecar_args: Sequence[str] = ()
     # "reference", or a third-party engine of :mod:`exporter.lab.thirdparty` ("llamacpp",
     # "triton"): its ``engine_args`` are that server's flags, and injections that act from
     # outside an engine (cpu-contention, softirq) run in its session (thirdparty.with_helpers).
@@ -169,7 +184,9 @@ class Stack:
         self.capture: PagerDutyCapture | None = None
         self.engine_url = ""
         self.metrics_url = ""  # the engine's Prometheus endpoint (Triton: a port of its own)
+        self.prefill_url = ""
         self.sidecar_url = ""
+        self.prefill_sidecar_url = ""
         self.prometheus_url = ""
         self.alertmanager_url = ""
         self.prometheus_bin = find_binary("prometheus") if cfg.prometheus else None
@@ -204,6 +221,20 @@ class Stack:
     def start(self) -> None:
         cfg = self.cfg
         cfg.workdir.mkdir(parents=True, exist_ok=True)
+        if cfg.prefill_args is not None:
+            self.prefill_url = self._engine(
+                "prefill",
+                ["--role", "prefill", *cfg.prefill_args],
+                cfg.workdir / "prefill-model",
+                0,
+            )
+            self.prefill_sidecar_url = self._sidecar(
+                "sidecar-prefill",
+                self.prefill_url + "/metrics",
+                cfg.workdir / "prefill-model",
+                0,
+                cfg.prefill_sidecar_args,
+            )
         self._start_engine()
         self._start_sidecar()
         if self.alertmanager_bin:
@@ -216,18 +247,28 @@ class Stack:
         if cfg.engine != "reference":
             self._start_thirdparty()
             return
+        args = [
+            *[arg for name in cfg.injections for arg in ("--inject", name)],
+            *cfg.engine_args,
+        ]
+        if self.prefill_url:
+            args += ["--role", "decode", "--prefill-url", self.prefill_url]
+        self.engine_url = self._engine("engine", args, self.model_dir, cfg.engine_port)
+        self.metrics_url = self.engine_url + "/metrics"
+
+    def _engine(self, name: str, args: Sequence[str], model_dir: Path, port: int) -> str:
+        cfg = self.cfg
         cmd = [
             sys.executable,
             "-m",
             "exporter.lab.refengine",
             "--port",
-            str(free_port(cfg.engine_port) if cfg.engine_port else 0),
-            *[arg for name in cfg.injections for arg in ("--inject", name)],
+            str(free_port(port) if port else 0),
             "--model-dir",
-            str(self.model_dir),
-            *cfg.engine_args,
+            str(model_dir),
+            *args,
         ]
-        engine = spawn("engine", cmd, cfg.workdir)
+        engine = spawn(name, cmd, cfg.workdir)
         self.children.append(engine)
         wait_until(
             lambda: log_match(engine, ENGINE_LISTEN) is not None,
@@ -237,8 +278,7 @@ class Stack:
         )
         match = log_match(engine, ENGINE_LISTEN)
         assert match is not None
-        self.engine_url = f"http://{match.group(1)}:{match.group(2)}"
-        self.metrics_url = self.engine_url + "/metrics"
+        return f"http://{match.group(1)}:{match.group(2)}"
 
     def _start_thirdparty(self) -> None:
         from exporter.lab import thirdparty  # noqa: PLC0415
@@ -291,7 +331,15 @@ class Stack:
 
     def _start_sidecar(self) -> None:
         cfg = self.cfg
-        port = free_port(cfg.sidecar_port) if cfg.sidecar_port else 0
+        self.sidecar_url = self._sidecar(
+            "sidecar", self.metrics_url, self.model_dir, cfg.sidecar_port, cfg.sidecar_args
+        )
+
+    def _sidecar(
+        self, name: str, metrics_url: str, model_dir: Path, port: int, args: Sequence[str]
+    ) -> str:
+        cfg = self.cfg
+        port = free_port(port) if port else 0
         cmd = [
             sys.executable,
             "-m",
@@ -299,7 +347,7 @@ class Stack:
             "--web.listen-address",
             f"127.0.0.1:{port}",
             "--engine.url",
-            self.metrics_url,
+            metrics_url,
             # The reference engine under an injected bottleneck may answer a poll slowly:
             # a 1 s poll with the default 2 s timeouts.
             *fast_sidecar_flags(
@@ -307,14 +355,15 @@ class Stack:
             ),
             "--log.format",
             "json",
+            *args,
         ]
         if cfg.engine == "reference":
             # A third-party engine's processes are found by the default --process.match (every
             # engine's process regex) and it has no Hugging Face model directory.
-            cmd += ["--process.match", PROCESS_MATCH, "--model.path", str(self.model_dir)]
+            cmd += ["--process.match", PROCESS_MATCH, "--model.path", str(model_dir)]
         if cfg.trace is not None:
             cmd += ["--gpu.replay-file", str(cfg.trace)]
-        sidecar = spawn("sidecar", cmd, cfg.workdir)
+        sidecar = spawn(name, cmd, cfg.workdir)
         self.children.append(sidecar)
         wait_until(
             lambda: log_match(sidecar, SIDECAR_LISTEN) is not None,
@@ -324,13 +373,14 @@ class Stack:
         )
         match = log_match(sidecar, SIDECAR_LISTEN)
         assert match is not None
-        self.sidecar_url = f"http://{match.group(1)}:{match.group(2)}"
+        url = f"http://{match.group(1)}:{match.group(2)}"
         wait_until(
-            lambda: http_get(self.sidecar_url + "/-/ready", 2)[0] == 200,
+            lambda: http_get(url + "/-/ready", 2)[0] == 200,
             30,
             "readiness",
             child=sidecar,
         )
+        return url
 
     def _start_alertmanager(self) -> None:
         cfg = self.cfg
@@ -346,7 +396,11 @@ class Stack:
         rules = write_rules(cfg.workdir, config=cfg.rules_config)
         am = urllib.parse.urlsplit(self.alertmanager_url).netloc if self.alertmanager_url else None
         sidecar = urllib.parse.urlsplit(self.sidecar_url).netloc
-        config = prometheus_config(sidecar, am, rules, cfg.interval, cfg.target_labels)
+        more = []
+        if self.prefill_sidecar_url:
+            prefill = urllib.parse.urlsplit(self.prefill_sidecar_url).netloc
+            more.append((prefill, dict(PREFILL_TARGET_LABELS)))
+        config = prometheus_config(sidecar, am, rules, cfg.interval, cfg.target_labels, more=more)
         server = start_prometheus(cfg.workdir, config, port=cfg.prometheus_port)
         self.prometheus_url = self._keep(server)
 

@@ -28,7 +28,9 @@ from exporter.collectors.base import Collector
 from exporter.config import Settings
 from exporter.priority import SCRAPES
 from exporter.server.exposition import OpenMetricsEncoder, TextEncoder
+from exporter.server.history import History
 from exporter.server.scrape import ScrapeCoordinator
+from exporter.svgchart import STYLE
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +74,10 @@ class Exporter:
         # No python_info: its five labels would exceed the label budget with a PodMonitor's
         # target labels (exporter.metrics.SERIES_BUDGET), and the image pins the Python.
         self.registry.register(BuildInfo())
-        self.coordinator = ScrapeCoordinator(self.collectors, deadline=settings.scrape_timeout)
+        self.history = History()
+        self.coordinator = ScrapeCoordinator(
+            self.collectors, deadline=settings.scrape_timeout, watch=self.history.observe
+        )
         self.registry.register(self.coordinator)
         self.ready = False
         self.started_at = time.time()
@@ -167,13 +172,30 @@ class Exporter:
                 f"<td>{status.duration * 1000:.1f} ms</td>"
                 f"<td>{html.escape(status.error)}</td></tr>"
             )
+        notes = "".join(
+            f"<p><strong>{html.escape(name)}:</strong> {html.escape(text)}</p>\n"
+            for name, text in self.coordinator.notices()
+        )
         path = html.escape(self.settings.telemetry_path)
+        recent = self.history.rows()
+        charts = (
+            '<h2>Last minutes</h2><table id="history" border="1" cellpadding="4">'
+            "<tr><th>signal</th><th>trend</th><th>last</th><th>over</th></tr>"
+            f"{recent}</table>"
+            if recent
+            else "<p>No scrape yet: the last minutes show here after the first ones.</p>"
+        )
         page = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>inference-bottleneck-exporter</title></head>
+<html><head><meta charset="utf-8"><title>inference-bottleneck-exporter</title>
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<style>:root {{ color-scheme: light dark; }} body {{ font-family: system-ui, sans-serif; }}
+{STYLE}</style></head>
 <body>
 <h1>inference-bottleneck-exporter {html.escape(__version__)}</h1>
 <p>What is the GPU waiting for? Metrics: <a href="{path}">{path}</a>
 &middot; <a href="/-/healthy">/-/healthy</a> &middot; <a href="/-/ready">/-/ready</a></p>
+{notes}{charts}
+<h2>Collectors</h2>
 <table border="1" cellpadding="4">
 <tr><th>collector</th><th>last scrape</th><th>duration</th><th>error</th></tr>
 {"".join(rows)}

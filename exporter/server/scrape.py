@@ -55,8 +55,10 @@ class ScrapeCoordinator(PromCollector):
         *,
         deadline: float,
         clock: Callable[[], float] = time.monotonic,
+        watch: Callable[[Metric], None] | None = None,
     ) -> None:
         self.deadline = deadline
+        self._watch = watch  # sees every family collected (the landing page's history)
         self._clock = clock
         self._slots = [_Slot(c) for c in collectors]
         self._lock = threading.Lock()
@@ -64,6 +66,10 @@ class ScrapeCoordinator(PromCollector):
     @property
     def statuses(self) -> dict[str, CollectorStatus]:
         return {s.collector.name: s.status for s in self._slots}
+
+    def notices(self) -> list[tuple[str, str]]:
+        """Each collector's notices for the landing page, as (collector, text)."""
+        return [(s.collector.name, text) for s in self._slots for text in s.collector.notices()]
 
     def collect(self) -> Iterator[Metric]:
         started = self._clock()
@@ -86,7 +92,10 @@ class ScrapeCoordinator(PromCollector):
                 success.add_metric([slot.collector.name], 1.0 if ok else 0.0)
                 duration.add_metric([slot.collector.name], took)
                 if result is not None:
-                    yield from result.metrics
+                    for family in result.metrics:
+                        if self._watch is not None:
+                            self._watch(family)
+                        yield family
         yield success
         yield duration
 

@@ -1,6 +1,6 @@
 """The bottleneck signature catalogue and the rule pack generated from it.
 
-``catalogue(cfg)`` returns every :class:`Signature` (alert name, severity, PromQL condition
+``all_signatures(cfg)`` returns every :class:`Signature` (alert name, severity, PromQL condition
 over the recording rules, evidence queries, runbook) for a :class:`SiteConfig`;
 ``recording_rules(cfg)`` the records each profile fills from its source. The rule files in
 ``alert_rules/`` and the pages in ``docs/runbooks/`` are rendered from these by
@@ -9,8 +9,9 @@ over the recording rules, evidence queries, runbook) for a :class:`SiteConfig`;
 
 from __future__ import annotations
 
-from exporter.signatures.catalogue import catalogue
+from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.definitions import AlertRule, Evidence, RecordingRule, Signature
+from exporter.signatures.records import RecordNames, recording_rules
 from exporter.signatures.site import (
     PROFILES,
     SignatureConfigError,
@@ -18,18 +19,17 @@ from exporter.signatures.site import (
     load_config,
     parse_config,
 )
-from exporter.signatures.sources import Records, recording_rules
 
 __all__ = [
     "PROFILES",
     "AlertRule",
     "Evidence",
+    "RecordNames",
     "RecordingRule",
-    "Records",
     "Signature",
     "SignatureConfigError",
     "SiteConfig",
-    "catalogue",
+    "all_signatures",
     "load_config",
     "parse_config",
     "recording_rules",

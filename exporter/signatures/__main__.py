@@ -17,7 +17,7 @@ from pathlib import Path
 
 from exporter.config import ArgumentParser
 from exporter.signatures.alertmanager import alertmanager_yaml
-from exporter.signatures.catalogue import catalogue
+from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.render import (
     GENERATOR,
     alerts_yaml,
@@ -30,7 +30,6 @@ from exporter.signatures.site import PROFILES, SignatureConfigError, SiteConfig,
 ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_OUT = ROOT / "alert_rules"
 DEFAULT_RUNBOOKS = ROOT / "docs" / "runbooks"
-PROG = "python -m exporter.signatures"
 
 
 def profile_files(cfg: SiteConfig, out: Path) -> dict[Path, str]:
@@ -41,7 +40,7 @@ def profile_files(cfg: SiteConfig, out: Path) -> dict[Path, str]:
 
 
 def runbook_files(cfg: SiteConfig, out: Path) -> dict[Path, str]:
-    signatures = catalogue(cfg)
+    signatures = all_signatures(cfg)
     files = {out / f"{sig.alert}.md": runbook_markdown(cfg, sig) for sig in signatures}
     files[out / "README.md"] = runbook_index(cfg, signatures)
     return files
@@ -71,7 +70,7 @@ def stale_runbooks(files: dict[Path, str], runbooks: Path | None) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog=GENERATOR, description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, help="site config (YAML); defaults when omitted")
     parser.add_argument(
         "--profile",
@@ -103,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = (
             f"{args.config}: " if args.config and not str(err).startswith(str(args.config)) else ""
         )
-        sys.stderr.write(f"{PROG}: error: {where}{err}\n")
+        sys.stderr.write(f"{GENERATOR}: error: {where}{err}\n")
         return 2
     stale = stale_runbooks(files, runbooks)
     if args.check:
@@ -113,9 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not path.is_file() or path.read_text(encoding="utf-8") != text
         ]
         for path in bad:
-            sys.stderr.write(f"{path} is out of date: run {PROG}\n")
+            sys.stderr.write(f"{path} is out of date: run {GENERATOR}\n")
         for path in stale:
-            sys.stderr.write(f"{path} belongs to no alert of the catalogue: run {PROG}\n")
+            sys.stderr.write(f"{path} belongs to no alert of the catalogue: run {GENERATOR}\n")
         return 1 if bad or stale else 0
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)

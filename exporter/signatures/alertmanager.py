@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from exporter.signatures.catalogue import catalogue
-from exporter.signatures.definitions import GROUPS, SEVERITIES, Severity, Signature
+from exporter.signatures.catalogue import all_signatures
+from exporter.signatures.definitions import FAMILIES, SEVERITIES, Severity, Signature
+from exporter.signatures.records import RecordNames
+from exporter.signatures.render import GENERATOR
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import Records
 
-GENERATOR = "python -m exporter.signatures"
 PREFIX = "Inference"
 ALERTS_MATCHER = f'alertname=~"{PREFIX}.+"'
 PAGER = "pagerduty"
@@ -44,7 +44,7 @@ ENGINE_DOWN = "InferenceEngineMetricsDown"
 PAGERDUTY_SEVERITIES = ("critical", "warning", "info")
 
 
-def _sq(text: str) -> str:
+def _yaml_string(text: str) -> str:
     """A YAML single-quoted scalar (Go templates are full of double quotes); text with a
     line break becomes a double-quoted one, where ``\\n`` survives."""
     if "\n" in text:
@@ -52,15 +52,15 @@ def _sq(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _matchers(items: Sequence[str]) -> str:
-    return "[" + ", ".join(_sq(item) for item in items) + "]"
+def _matcher_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(_yaml_string(item) for item in items) + "]"
 
 
 def group_labels(cfg: SiteConfig) -> tuple[str, ...]:
     return ("alertname", *cfg.join_labels)
 
 
-def target_template(join: Sequence[str]) -> str:
+def notification_target_template(join: Sequence[str]) -> str:
     """Go template naming the group's scrape target (``namespace/pod``, else ``instance``)."""
     label = ".GroupLabels."
     parts = []
@@ -82,8 +82,9 @@ def target_template(join: Sequence[str]) -> str:
 def severity_template() -> str:
     """Our severity label as a PagerDuty severity (critical, error, warning, info)."""
     branches = [
-        f'{{{{ {"if" if i == 0 else "else if"} eq .CommonLabels.severity "{s}" }}}}{s}'
-        for i, s in enumerate(PAGERDUTY_SEVERITIES)
+        f'{{{{ {"if" if index == 0 else "else if"} eq .CommonLabels.severity "{severity}" }}}}'
+        f"{severity}"
+        for index, severity in enumerate(PAGERDUTY_SEVERITIES)
     ]
     return "".join(branches) + "{{ else }}error{{ end }}"
 
@@ -106,24 +107,24 @@ def summary_template() -> str:
 
 
 def _queue_readers(cfg: SiteConfig, signatures: Sequence[Signature]) -> list[str]:
-    """Alerts outside the ``queue`` group whose condition reads the engine's queue."""
-    r = Records.of(cfg)
-    queue_records = (r.queue_depth, r.queue_trend, r.queue_wait_share)
+    """Alerts outside the ``queue`` family whose condition reads the engine's queue."""
+    records = RecordNames.of(cfg)
+    queue_records = (records.queue_depth, records.queue_trend, records.queue_wait_share)
     return [
         sig.alert
         for sig in signatures
-        if sig.group != "queue"
+        if sig.family != "queue"
         and any(record in rule.expr for rule in sig.rules for record in queue_records)
     ]
 
 
 def _receiver(name: str, join: Sequence[str]) -> list[str]:
-    i = "        "
+    prefix = "        "
     details = {
         "alertname": "{{ .CommonLabels.alertname }}",
         "severity": "{{ .CommonLabels.severity }}",
         "signature": "{{ .CommonLabels.signature }}",
-        "target": target_template(join),
+        "target": notification_target_template(join),
         "summary": FIRST_ALERT % ("summary", "summary"),
         # every alert of the group, one per line (a pod with two lost GPUs: two lines)
         "description": (
@@ -139,31 +140,33 @@ def _receiver(name: str, join: Sequence[str]) -> list[str]:
         f"      - routing_key_file: {ROUTING_KEY_FILES[name]}",
         "        send_resolved: true",
         "        client: inference-bottleneck-exporter",
-        f"        client_url: {_sq('{{ .ExternalURL }}')}",
-        f"        severity: {_sq(severity_template())}",
+        f"        client_url: {_yaml_string('{{ .ExternalURL }}')}",
+        f"        severity: {_yaml_string(severity_template())}",
         "        # payload.summary (Alertmanager's `description` field; cut at 1024 characters)",
-        f"        description: {_sq(summary_template())}",
-        f"        source: {_sq(target_template(join))}",
-        f"        class: {_sq('{{ .CommonLabels.signature }}')}",
-        f"        component: {_sq('{{ .CommonLabels.alertname }}')}",
-        f"        group: {_sq('{{ .GroupLabels.namespace }}')}" if "namespace" in join else "",
+        f"        description: {_yaml_string(summary_template())}",
+        f"        source: {_yaml_string(notification_target_template(join))}",
+        f"        class: {_yaml_string('{{ .CommonLabels.signature }}')}",
+        f"        component: {_yaml_string('{{ .CommonLabels.alertname }}')}",
+        f"        group: {_yaml_string('{{ .GroupLabels.namespace }}')}"
+        if "namespace" in join
+        else "",
         "        # payload.custom_details, besides Alertmanager's own firing/resolved/num_*",
-        f"{i}details:",
+        f"{prefix}details:",
     ]
-    out += [f"{i}  {key}: {_sq(value)}" for key, value in details.items()]
+    out += [f"{prefix}  {key}: {_yaml_string(value)}" for key, value in details.items()]
     out += [
-        f"{i}links:",
-        f"{i}  - href: {_sq('{{ .CommonAnnotations.runbook_url }}')}",
-        f"{i}    text: {_sq('Runbook: {{ .CommonLabels.alertname }}')}",
-        f"{i}  - href: {_sq('{{ (index .Alerts 0).GeneratorURL }}')}",
-        f"{i}    text: {_sq('The alert expression in Prometheus')}",
+        f"{prefix}links:",
+        f"{prefix}  - href: {_yaml_string('{{ .CommonAnnotations.runbook_url }}')}",
+        f"{prefix}    text: {_yaml_string('Runbook: {{ .CommonLabels.alertname }}')}",
+        f"{prefix}  - href: {_yaml_string('{{ (index .Alerts 0).GeneratorURL }}')}",
+        f"{prefix}    text: {_yaml_string('The alert expression in Prometheus')}",
     ]
     return [line for line in out if line]
 
 
 def alertmanager_yaml(cfg: SiteConfig) -> str:
     """``alert_rules/alertmanager.yaml``: routes, inhibitions and receivers for the pack."""
-    signatures = catalogue(cfg)
+    signatures = all_signatures(cfg)
     join = cfg.join_labels
     groups = group_labels(cfg)
     width = max(len(sig.alert) for sig in signatures)
@@ -180,10 +183,10 @@ def alertmanager_yaml(cfg: SiteConfig) -> str:
         "# still show it).",
         "#",
     ]
-    group_width = max(len(group) for group in GROUPS)
+    family_width = max(len(family) for family in FAMILIES)
     for sig in signatures:
         receivers = ", ".join(f"{s} -> {RECEIVER_OF[s]}" for s in sig.severities)
-        out.append(f"#   {sig.alert:<{width}}  {sig.group:<{group_width}}  {receivers}")
+        out.append(f"#   {sig.alert:<{width}}  {sig.family:<{family_width}}  {receivers}")
     out += [
         "#",
         "# Grouping: one notification group per alert name and scrape target",
@@ -204,14 +207,14 @@ def alertmanager_yaml(cfg: SiteConfig) -> str:
         "  routes:",
         "    # This pack's alerts. One without a known severity falls back to the parent's",
         "    # receiver, so nothing is dropped silently.",
-        f"    - matchers: {_matchers([ALERTS_MATCHER])}",
+        f"    - matchers: {_matcher_list([ALERTS_MATCHER])}",
         "      routes:",
     ]
     for severity in SEVERITIES:
         receiver = RECEIVER_OF[severity]
         out += [
-            f"        - matchers: {_matchers(['severity=' + _q(severity)])}",
-            f"          receiver: {_sq(receiver) if receiver == NULL else receiver}",
+            f"        - matchers: {_matcher_list(['severity=' + _double_quoted(severity)])}",
+            f"          receiver: {_yaml_string(receiver) if receiver == NULL else receiver}",
         ]
         if severity in TIMERS:
             wait, interval, repeat = TIMERS[severity]
@@ -220,53 +223,56 @@ def alertmanager_yaml(cfg: SiteConfig) -> str:
                 f"          group_interval: {interval}",
                 f"          repeat_interval: {repeat}",
             ]
-    signatures_only = "|".join(g for g in GROUPS if g != "meta")
+    signatures_only = "|".join(family for family in FAMILIES if family != "meta")
     readers = _queue_readers(cfg, signatures)
     equal = f"[{', '.join(join)}]"
-    lost = "alertname=" + _q(GPU_LOST)
-    down = "alertname=" + _q(EXPORTER_DOWN)
-    engine = "alertname=" + _q(ENGINE_DOWN)
+    lost = "alertname=" + _double_quoted(GPU_LOST)
+    down = "alertname=" + _double_quoted(EXPORTER_DOWN)
+    engine = "alertname=" + _double_quoted(ENGINE_DOWN)
+    queue_family = "signature=" + _double_quoted("queue")
+    queue_readers = "alertname=~" + _double_quoted("|".join(readers))
     out += [
         "inhibit_rules:",
         "  # A lost GPU stalls the whole pod: the target's signatures are its consequences.",
-        f"  - source_matchers: {_matchers([lost])}",
+        f"  - source_matchers: {_matcher_list([lost])}",
         "    target_matchers:",
-        f"      - {_sq(ALERTS_MATCHER)}",
-        f"      - {_sq('alertname!=' + _q(GPU_LOST))}",
-        f"      - {_sq('signature=~' + _q(signatures_only))}",
+        f"      - {_yaml_string(ALERTS_MATCHER)}",
+        f"      - {_yaml_string('alertname!=' + _double_quoted(GPU_LOST))}",
+        f"      - {_yaml_string('signature=~' + _double_quoted(signatures_only))}",
         f"    equal: {equal}",
         "  # Without the sidecar's scrape every other alert of the target is blind or stale.",
-        f"  - source_matchers: {_matchers([down])}",
+        f"  - source_matchers: {_matcher_list([down])}",
         "    target_matchers:",
-        f"      - {_sq(ALERTS_MATCHER)}",
-        f"      - {_sq('alertname!=' + _q(EXPORTER_DOWN))}",
+        f"      - {_yaml_string(ALERTS_MATCHER)}",
+        f"      - {_yaml_string('alertname!=' + _double_quoted(EXPORTER_DOWN))}",
         f"    equal: {equal}",
         "  # Engine metrics unreadable: the target's queue-based signatures see stale queues.",
-        f"  - source_matchers: {_matchers([engine])}",
-        f"    target_matchers: {_matchers([ALERTS_MATCHER, 'signature=' + _q('queue')])}",
+        f"  - source_matchers: {_matcher_list([engine])}",
+        f"    target_matchers: {_matcher_list([ALERTS_MATCHER, queue_family])}",
         f"    equal: {equal}",
     ]
     if readers:
         out += [
-            f"  - source_matchers: {_matchers([engine])}",
-            f"    target_matchers: {_matchers(['alertname=~' + _q('|'.join(readers))])}",
+            f"  - source_matchers: {_matcher_list([engine])}",
+            f"    target_matchers: {_matcher_list([queue_readers])}",
             f"    equal: {equal}",
         ]
-    critical = "severity=" + _q("critical")
-    warning = "severity=" + _q("warning")
+    critical = "severity=" + _double_quoted("critical")
+    warning = "severity=" + _double_quoted("warning")
     out += [
         "  # A critical alert makes the warning of the same alert on the same target redundant",
         "  # (a critical Xid and an ordinary one on the same pod).",
-        f"  - source_matchers: {_matchers([ALERTS_MATCHER, critical])}",
-        f"    target_matchers: {_matchers([ALERTS_MATCHER, warning])}",
+        f"  - source_matchers: {_matcher_list([ALERTS_MATCHER, critical])}",
+        f"    target_matchers: {_matcher_list([ALERTS_MATCHER, warning])}",
         f"    equal: [{', '.join(groups)}]",
         "receivers:",
-        f"  - name: {_sq(NULL)}",
+        f"  - name: {_yaml_string(NULL)}",
     ]
     out += _receiver(PAGER, join)
     out += _receiver(LOW_URGENCY, join)
     return "\n".join(out) + "\n"
 
 
-def _q(text: str) -> str:
+def _double_quoted(text: str) -> str:
+    """``"text"``: a matcher value in a YAML single-quoted matcher."""
     return f'"{text}"'

@@ -16,17 +16,19 @@ from dataclasses import dataclass
 from typing import Literal
 
 Severity = Literal["critical", "warning", "info"]
-Group = Literal["cpu", "queue", "network", "memory", "gpu", "roofline", "meta"]
+Family = Literal["cpu", "queue", "network", "memory", "gpu", "roofline", "meta"]
 Effort = Literal["minutes", "hours", "days", "weeks"]
 
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
-GROUPS: tuple[Group, ...] = ("cpu", "queue", "network", "memory", "gpu", "roofline", "meta")
+FAMILIES: tuple[Family, ...] = ("cpu", "queue", "network", "memory", "gpu", "roofline", "meta")
 EFFORTS: tuple[Effort, ...] = ("minutes", "hours", "days", "weeks")
 
 TARGET = "{target}"
 # A recording rule's name: level ``inference`` (per target) or ``inference_gpu`` (per GPU).
 RECORD_NAME = re.compile(r"\binference(?:_gpu)?:[a-z0-9_]+:[a-z0-9_]+\b")
-_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_.]*)\}")
+# A ``{name}`` placeholder of a summary or description: an evidence key, ``target`` or
+# ``labels.<name>``.
+ANNOTATION_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_.]*)\}")
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,8 @@ class RecordingRule:
     record over other records, the longest window of those; ``0`` declares a record that is
     right from its first sample (an instant value, or one that handles a short history
     itself). Alerts over a windowed record stay silent until the target has that much history
-    (the cold-start guard, :mod:`exporter.signatures.sources`). ``group`` is the rule group
-    it is evaluated in (``sources.RECORD_GROUPS``): ``inference.records`` (per target, from the
+    (the cold-start guard, :mod:`exporter.signatures.records`). ``group`` is the rule group
+    it is evaluated in (``records.RECORD_GROUPS``): ``inference.records`` (per target, from the
     engine, tokenizer, process and cpu collectors), ``inference.records.latency`` (quantiles of
     the latency histograms, tens of buckets per target), ``inference.records.gpu`` and
     ``inference.records.gpu_state`` (from per-GPU series, whose cost grows with the GPUs: rates
@@ -104,7 +106,7 @@ class AlertRule:
     history: float = 0.0
 
     def placeholders(self) -> set[str]:
-        return set(_PLACEHOLDER.findall(self.summary + " " + self.description))
+        return set(ANNOTATION_PLACEHOLDER.findall(self.summary + " " + self.description))
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ class Signature:
     """One alert name of the catalogue."""
 
     alert: str
-    group: Group
+    family: Family
     title: str
     rules: tuple[AlertRule, ...]
     runbook: Runbook
@@ -146,10 +148,10 @@ class Signature:
         return tuple(dict.fromkeys(rule.severity for rule in self.rules))
 
 
-def fill(template: str, values: Mapping[str, str]) -> str:
+def fill_placeholders(template: str, values: Mapping[str, str]) -> str:
     """Replace the ``{name}`` placeholders found in ``values``; leave the others.
 
     How ``diagnose`` prints a summary or description with its own numbers: ``values`` holds
     the evidence keys, ``target`` and ``labels.<name>``.
     """
-    return _PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), template)
+    return ANNOTATION_PLACEHOLDER.sub(lambda match: values.get(match[1], match[0]), template)

@@ -166,6 +166,7 @@ PARAMS: dict[str, tuple[Param, ...]] = {
     "InferenceCollectorFailing": (_for(15 * MIN),),
     "InferenceEngineMetricsDown": (_for(5 * MIN),),
     "InferenceNVMLUnavailable": (_for(15 * MIN),),
+    "InferenceGPUAttributionUncertain": (_for(15 * MIN),),
     "InferenceGPULost": (_for(1 * MIN),),
     "InferenceGPUXidErrors": (
         _for(0.0),

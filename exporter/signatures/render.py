@@ -12,9 +12,10 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 
-from exporter.config import format_duration as duration
-from exporter.signatures.catalogue import builder_path, catalogue
+from exporter.config import format_duration
+from exporter.signatures.catalogue import all_signatures, builder_path
 from exporter.signatures.definitions import (
+    ANNOTATION_PLACEHOLDER,
     RECORD_NAME,
     TARGET,
     AlertRule,
@@ -24,15 +25,15 @@ from exporter.signatures.definitions import (
 )
 from exporter.signatures.params import PARAMS
 from exporter.signatures.promql_text import indent, num
+from exporter.signatures.records import recording_rules
+from exporter.signatures.records.record_names import TARGET_INFO
+from exporter.signatures.runbook_templates import template_path
 from exporter.signatures.site import PROFILES, SELECTOR_HELP, WINDOW_HELP, SiteConfig
-from exporter.signatures.sources import recording_rules
-from exporter.signatures.templates import template_path
 
 GENERATOR = "python -m exporter.signatures"
 ALERT_GROUPS = (("inference.signatures", False), ("inference.meta", True))
 _PLAIN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _SOURCE_METRIC = re.compile(r"\b(?:inference_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+)\b")
-JOIN_RECORD = "inference:exporter_build_info:group"
 _LABEL_PLACEHOLDER = re.compile(r"\{labels\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
 
 
@@ -43,9 +44,9 @@ def _scalar(text: str) -> str:
     return text if _PLAIN.match(text) else json.dumps(text, ensure_ascii=False)
 
 
-def _block(key: str, text: str, indent: str) -> list[str]:
-    lines = [f"{indent}{key}: |-"]
-    lines += [f"{indent}  {line}" if line else "" for line in text.splitlines()]
+def _block(key: str, text: str, prefix: str) -> list[str]:
+    lines = [f"{prefix}{key}: |-"]
+    lines += [f"{prefix}  {line}" if line else "" for line in text.splitlines()]
     return lines
 
 
@@ -72,13 +73,13 @@ def recording_rules_yaml(cfg: SiteConfig) -> str:
 
 
 def alerts_yaml(cfg: SiteConfig) -> str:
-    signatures = catalogue(cfg)
+    signatures = all_signatures(cfg)
     out = _header(cfg.profile.name, "Alerting rules")
     out.append("groups:")
     for group, meta in ALERT_GROUPS:
         out += [f"  - name: {group}", "    rules:"]
         for sig in signatures:
-            if (sig.group == "meta") != meta:
+            if (sig.family == "meta") != meta:
                 continue
             for rule in sig.rules:
                 out += _alert(cfg, sig, rule)
@@ -86,21 +87,21 @@ def alerts_yaml(cfg: SiteConfig) -> str:
 
 
 def _alert(cfg: SiteConfig, sig: Signature, rule: AlertRule) -> list[str]:
-    indent = "        "
+    prefix = "        "
     out = [f"      - alert: {sig.alert}"]
-    out += _block("expr", rule.expr, indent)
+    out += _block("expr", rule.expr, prefix)
     if rule.for_seconds > 0:
-        out.append(f"{indent}for: {duration(rule.for_seconds)}")
-    out += [f"{indent}labels:", f"{indent}  severity: {rule.severity}"]
-    out.append(f"{indent}  signature: {sig.group}")
-    out += [f"{indent}  {key}: {_scalar(value)}" for key, value in rule.labels]
+        out.append(f"{prefix}for: {format_duration(rule.for_seconds)}")
+    out += [f"{prefix}labels:", f"{prefix}  severity: {rule.severity}"]
+    out.append(f"{prefix}  signature: {sig.family}")
+    out += [f"{prefix}  {key}: {_scalar(value)}" for key, value in rule.labels]
     annotations = {
-        "summary": template(cfg, rule, rule.summary),
-        "description": template(cfg, rule, rule.description),
+        "summary": annotation_template(cfg, rule, rule.summary),
+        "description": annotation_template(cfg, rule, rule.description),
         "runbook_url": runbook_url(cfg, sig.alert),
     }
-    out.append(f"{indent}annotations:")
-    out += [f"{indent}  {key}: {_scalar(value)}" for key, value in annotations.items()]
+    out.append(f"{prefix}annotations:")
+    out += [f"{prefix}  {key}: {_scalar(value)}" for key, value in annotations.items()]
     return out
 
 
@@ -111,7 +112,7 @@ def runbook_url(cfg: SiteConfig, alert: str) -> str:
 # --- annotation templates ---------------------------------------------------------------------
 
 
-def target_template(join: Sequence[str]) -> str:
+def annotation_target_template(join: Sequence[str]) -> str:
     """How an alert names its scrape target: ``namespace/pod``, else ``instance``."""
     if "pod" in join:
         fallback = (
@@ -125,7 +126,7 @@ def target_template(join: Sequence[str]) -> str:
     return "/".join(f"{{{{ $labels.{label} }}}}" for label in join)
 
 
-def _matchers(labels: Sequence[str]) -> str:
+def _printf_matchers(labels: Sequence[str]) -> str:
     """Go template: a printf call rendering matchers for the alert's own label values."""
     fmt = ",".join(f"{label}=%q" for label in labels)
     args = " ".join(f"$labels.{label}" for label in labels)
@@ -134,7 +135,7 @@ def _matchers(labels: Sequence[str]) -> str:
 
 def matchers_template(labels: Sequence[str]) -> str:
     """A Go template defining ``$m``: the matchers of this alert's own labels."""
-    return f"{{{{ $m := {_matchers(labels)} }}}}"
+    return f"{{{{ $m := {_printf_matchers(labels)} }}}}"
 
 
 def evidence_template(evidence: Evidence, join: Sequence[str] = ()) -> str:
@@ -145,23 +146,23 @@ def evidence_template(evidence: Evidence, join: Sequence[str] = ()) -> str:
     if evidence.expr is None:
         return f"{{{{ $value | printf `{evidence.fmt}` }}}}"
     expr = evidence.expr.replace("%", "%%").replace(TARGET, "{%s}")
-    matchers = "$m" if evidence.scope is None else f"({_matchers((*join, *evidence.scope))})"
+    matchers = "$m" if evidence.scope is None else f"({_printf_matchers((*join, *evidence.scope))})"
     return (
         f"{{{{ with printf `{expr}` {matchers} | query }}}}"
         f"{{{{ . | first | value | printf `{evidence.fmt}` }}}}{{{{ else }}}}?{{{{ end }}}}"
     )
 
 
-def template(cfg: SiteConfig, rule: AlertRule, text: str) -> str:
+def annotation_template(cfg: SiteConfig, rule: AlertRule, text: str) -> str:
     """Summary or description text as a Prometheus annotation template."""
-    values = {"target": target_template(cfg.join_labels)}
+    values = {"target": annotation_target_template(cfg.join_labels)}
     queried = False
     for item in rule.evidence:
         values[item.key] = evidence_template(item, cfg.join_labels)
         if item.expr is not None and item.scope is None and f"{{{item.key}}}" in text:
             queried = True
 
-    def sub(match: re.Match[str]) -> str:
+    def substitute(match: re.Match[str]) -> str:
         name = match[1]
         if name in values:
             return values[name]
@@ -170,7 +171,7 @@ def template(cfg: SiteConfig, rule: AlertRule, text: str) -> str:
             return f"{{{{ $labels.{label[1]} }}}}"
         raise ValueError(f"unknown placeholder {match[0]} in {text!r}")
 
-    body = re.sub(r"\{([a-z_][a-z0-9_.]*)\}", sub, text)
+    body = ANNOTATION_PLACEHOLDER.sub(substitute, text)
     if queried:
         body = matchers_template((*cfg.join_labels, *rule.scope)) + body
     return body
@@ -179,7 +180,7 @@ def template(cfg: SiteConfig, rule: AlertRule, text: str) -> str:
 # --- runbooks ---------------------------------------------------------------------------------
 
 
-def _sources(
+def _source_metrics(
     record: str, rules: dict[str, RecordingRule], seen: frozenset[str] = frozenset()
 ) -> list[str]:
     """The exporter / dcgm-exporter metrics a record is computed from, recursively."""
@@ -192,8 +193,8 @@ def _sources(
             found.append(name)
     for inner in RECORD_NAME.findall(rule.expr):
         # The target-info record only carries the join labels to dcgm series.
-        if inner not in (record, JOIN_RECORD):
-            for name in _sources(inner, rules, seen | {record}):
+        if inner not in (record, TARGET_INFO):
+            for name in _source_metrics(inner, rules, seen | {record}):
                 if name not in found:
                     found.append(name)
     return found
@@ -217,7 +218,7 @@ def _code(text: str) -> str:
 def _param_value(cfg: SiteConfig, alert: str, name: str, kind: str) -> str:
     value = cfg.param(alert, name)
     if kind == "duration" and isinstance(value, float):
-        return duration(value)
+        return format_duration(value)
     if isinstance(value, tuple):
         return ", ".join(str(v) for v in value)
     return num(value)
@@ -232,9 +233,9 @@ def runbook_markdown(cfg: SiteConfig, sig: Signature) -> str:
         f"# {sig.alert}",
         "",
         f"Generated by `{GENERATOR}` from `{template_path(sig.alert)}` (the prose) and "
-        f"`{builder_path(sig.group)}` (the rules); do not edit.",
+        f"`{builder_path(sig.family)}` (the rules); do not edit.",
         "",
-        f'**{sig.title}.** Severity {severities}; label `signature="{sig.group}"`.',
+        f'**{sig.title}.** Severity {severities}; label `signature="{sig.family}"`.',
         "",
         "## What it means",
         "",
@@ -244,11 +245,11 @@ def runbook_markdown(cfg: SiteConfig, sig: Signature) -> str:
         "",
     ]
     for rule in sig.rules:
-        hold = f", for {duration(rule.for_seconds)}" if rule.for_seconds else ""
+        hold = f", for {format_duration(rule.for_seconds)}" if rule.for_seconds else ""
         out.append(f"- **{rule.severity}**: {rule.when}{hold}.")
     histories = sorted({rule.history for rule in sig.rules if rule.history})
     if histories:
-        longest = duration(histories[-1])
+        longest = format_duration(histories[-1])
         out += [
             "",
             f"Not before the target has {longest} of history in Prometheus (the cold-start "
@@ -283,9 +284,9 @@ def runbook_markdown(cfg: SiteConfig, sig: Signature) -> str:
             "|---|---|---|",
         ]
         for name in used:
-            a = ", ".join(_code(m) for m in _sources(name, side)) or "-"
-            b = ", ".join(_code(m) for m in _sources(name, dcgm)) or "-"
-            out.append(f"| `{name}` | {a} | {b} |")
+            sidecar_metrics = ", ".join(_code(m) for m in _source_metrics(name, side)) or "-"
+            dcgm_metrics = ", ".join(_code(m) for m in _source_metrics(name, dcgm)) or "-"
+            out.append(f"| `{name}` | {sidecar_metrics} | {dcgm_metrics} |")
     out += ["", "## How to confirm", "", "In Prometheus:", ""]
     queries: list[tuple[str, str]] = []
     for rule in sig.rules:
@@ -301,8 +302,8 @@ def runbook_markdown(cfg: SiteConfig, sig: Signature) -> str:
     for check in sig.runbook.on_node:
         out.append(f"- `{check.command}` - {check.look_for}.")
     out += ["", "## Fixes, cheapest first", ""]
-    for i, fix in enumerate(sig.runbook.fixes, 1):
-        out.append(f"{i}. **{fix.action}** ({fix.effort}): {fix.detail}")
+    for number, fix in enumerate(sig.runbook.fixes, 1):
+        out.append(f"{number}. **{fix.action}** ({fix.effort}): {fix.detail}")
     if sig.runbook.caveats:
         out += ["", "## Caveats", ""]
         out += [f"- {caveat}" for caveat in sig.runbook.caveats]
@@ -321,12 +322,12 @@ def runbook_index(cfg: SiteConfig, signatures: Sequence[Signature]) -> str:
     for sig in signatures:
         when = "; ".join(r.when for r in sig.rules)
         severities = "/".join(sig.severities)
-        out.append(f"| [{sig.alert}]({sig.alert}.md) | {severities} | {sig.group} | {when} |")
+        out.append(f"| [{sig.alert}]({sig.alert}.md) | {severities} | {sig.family} | {when} |")
     out += ["", "Profiles:", ""]
     out += [f"- `{p.name}`: {p.summary}." for p in PROFILES.values()]
     out += ["", "Windows (site config `windows`):", ""]
     for name, help_text in WINDOW_HELP.items():
-        out.append(f"- `{name}` = {duration(getattr(cfg.windows, name))}: {help_text}.")
+        out.append(f"- `{name}` = {format_duration(getattr(cfg.windows, name))}: {help_text}.")
     out += [
         "",
         "## Site configuration",
@@ -350,7 +351,7 @@ def runbook_index(cfg: SiteConfig, signatures: Sequence[Signature]) -> str:
     ]
     out += [f"    {target}: {source}" for target, source in cfg.dcgm.labels]
     out.append("windows:")
-    out += [f"  {name}: {duration(getattr(cfg.windows, name))}" for name in WINDOW_HELP]
+    out += [f"  {name}: {format_duration(getattr(cfg.windows, name))}" for name in WINDOW_HELP]
     out += [
         "signatures:",
         "  InferenceGPUStarvedQueueGrowing:",

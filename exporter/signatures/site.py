@@ -9,6 +9,11 @@ pack. A profile picks where the GPU signals come from and how time is scaled:
 ``dcgm``
     GPU utilisation, HBM activity, framebuffer, Xids and clock events from an existing
     dcgm-exporter (``DCGM_FI_*``), joined to the sidecar's engine/CPU metrics by pod.
+``node``
+    GPU signals from the node agent (a DaemonSet: the ``nvml`` and ``podresources``
+    collectors), whose ``inference_gpu_pod_info`` names the pod holding each GPU; joined to
+    the sidecars (no NVML) by ``namespace`` and ``pod``, as the dcgm profile joins
+    dcgm-exporter.
 ``fast``
     the sidecar profile with every window and ``for`` scaled by 1/10, for drills and
     end-to-end tests.
@@ -33,7 +38,7 @@ from exporter.metrics import CLOCK_EVENT_BITS, UTILIZATION_BUCKETS
 from exporter.signatures.params import PARAMS, Param, ParamValue
 from exporter.signatures.promql_text import LABEL_NAME, split_matchers
 
-Source = Literal["sidecar", "dcgm"]
+Source = Literal["sidecar", "dcgm", "node"]
 
 DEFAULT_RUNBOOK_URL = (
     "https://github.com/inference-bottleneck-exporter/inference-bottleneck-exporter"
@@ -96,6 +101,13 @@ PROFILES: dict[str, Profile] = {
         "dcgm",
         1.0,
         "GPU signals from dcgm-exporter (DCGM_FI_*), joined to the sidecar by pod",
+    ),
+    "node": Profile(
+        "node",
+        "node",
+        1.0,
+        "GPU signals from the node agent, attributed to pods by the kubelet "
+        "(inference_gpu_pod_info), joined to the sidecar by pod",
     ),
     "fast": Profile(
         "fast", "sidecar", 0.1, "the sidecar profile with windows and `for` scaled by 1/10"
@@ -189,6 +201,8 @@ class SiteConfig:
         profile = _profile(name)
         if profile.source == "dcgm":
             _check_dcgm_join(self.dcgm, self.join_labels)
+        if profile.source == "node":
+            _check_node_join(self.join_labels)
         return SiteConfig(
             profile=profile,
             runbook_url=self.runbook_url,
@@ -199,7 +213,7 @@ class SiteConfig:
             overrides=self.overrides,
         )
 
-    def window(self, name: str) -> float:
+    def window_seconds(self, name: str) -> float:
         """A window in seconds after the profile's time scale."""
         return float(getattr(self.windows, name)) * self.profile.time_scale
 
@@ -338,14 +352,14 @@ def _join_labels(value: object) -> tuple[str, ...]:
     if not value:
         raise SignatureConfigError("join_labels", "must list at least one label")
     labels: list[str] = []
-    for i, item in enumerate(value):
-        label = _label_name(item, f"join_labels[{i}]")
+    for index, item in enumerate(value):
+        label = _label_name(item, f"join_labels[{index}]")
         if label in RESERVED_LABELS:
             raise SignatureConfigError(
-                f"join_labels[{i}]", f"{label!r} is a label the rules use themselves"
+                f"join_labels[{index}]", f"{label!r} is a label the rules use themselves"
             )
         if label in labels:
-            raise SignatureConfigError(f"join_labels[{i}]", f"{label!r} is listed twice")
+            raise SignatureConfigError(f"join_labels[{index}]", f"{label!r} is listed twice")
         labels.append(label)
     return tuple(labels)
 
@@ -393,6 +407,16 @@ def _dcgm(value: object, join_labels: tuple[str, ...]) -> DcgmJoin:
             )
         pairs.append((target, _label_name(dcgm_label, where)))
     return DcgmJoin(tuple(pairs))
+
+
+def _check_node_join(join_labels: tuple[str, ...]) -> None:
+    """The node profile gives a GPU to the target of the pod that holds it (namespace, pod)."""
+    for label in ("namespace", "pod"):
+        if label not in join_labels:
+            raise SignatureConfigError(
+                "join_labels",
+                f"the node profile joins GPUs to pods by namespace and pod; {label!r} is missing",
+            )
 
 
 def _check_dcgm_join(dcgm: DcgmJoin, join_labels: tuple[str, ...]) -> None:
@@ -494,24 +518,24 @@ def _param(spec: Param, value: object, where: str) -> ParamValue:
     items = _list(value, where)
     if kind == "xids":
         xids: list[int] = []
-        for i, item in enumerate(items):
+        for index, item in enumerate(items):
             if isinstance(item, bool) or not isinstance(item, int) or item <= 0:
                 raise SignatureConfigError(
-                    f"{where}[{i}]", f"must be a positive Xid number, got {_kind(item)}"
+                    f"{where}[{index}]", f"must be a positive Xid number, got {_kind(item)}"
                 )
             xids.append(item)
         return tuple(sorted(set(xids)))
     names: list[str] = []
-    for i, item in enumerate(items):
+    for index, item in enumerate(items):
         if not isinstance(item, str):
-            raise SignatureConfigError(f"{where}[{i}]", f"must be a string, got {_kind(item)}")
+            raise SignatureConfigError(f"{where}[{index}]", f"must be a string, got {_kind(item)}")
         if kind == "reasons" and item not in CLOCK_EVENT_BITS:
             raise SignatureConfigError(
-                f"{where}[{i}]",
+                f"{where}[{index}]",
                 f"unknown clock event reason {item!r} (known: {', '.join(CLOCK_EVENT_BITS)})",
             )
         if kind == "names" and not _is_engine_name(item):
-            raise SignatureConfigError(f"{where}[{i}]", f"{item!r} is not an engine name")
+            raise SignatureConfigError(f"{where}[{index}]", f"{item!r} is not an engine name")
         if item not in names:
             names.append(item)
     return tuple(names)

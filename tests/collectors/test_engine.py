@@ -18,7 +18,8 @@ from support.paths import FIXTURES as ALL_FIXTURES
 
 from exporter.backends.http import make_session
 from exporter.collectors.base import Collection
-from exporter.collectors.engine import EngineCollector, EngineHub, endpoint_labels, version_of
+from exporter.collectors.engine import EngineCollector, endpoint_labels, version_of
+from exporter.collectors.shared_state import EngineHub
 
 FIXTURES = ALL_FIXTURES / "engines"
 

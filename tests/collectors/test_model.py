@@ -16,10 +16,9 @@ from support.paths import FIXTURES, TRACE
 from support.process import ExporterProcess
 
 from exporter.backends.hfmodel import ModelFacts, load_model
-from exporter.collectors import default_settings
-from exporter.collectors.base import Shared
-from exporter.collectors.engine import EngineHub
+from exporter.collectors import build_shared, default_settings
 from exporter.collectors.model_facts import ModelCollector, build
+from exporter.collectors.shared_state import EngineHub
 from exporter.engines.snapshot import EngineSnapshot, Series
 
 LLAMA = FIXTURES / "models" / "meta-llama__Llama-3.1-8B"
@@ -75,7 +74,7 @@ def test_model_label_choice() -> None:
 
 def test_nothing_configured_reports_nothing() -> None:
     settings = default_settings()
-    collector = started(build(settings, Shared(settings)))
+    collector = started(build(settings, build_shared(settings)))
     collection = collector.collect()
     assert collection.success and collection.metrics == []
 
@@ -86,7 +85,7 @@ def test_settings_reach_the_reader(tmp_path: Path) -> None:
     settings = default_settings(
         model_path=model, model_kv_cache_dtype="fp8", model_tensor_parallel=2
     )
-    collector = started(build(settings, Shared(settings)))
+    collector = started(build(settings, build_shared(settings)))
     try:
         reg = registry_of(collector.collect())
         labels = {"engine": "unknown", "model": "llama"}

@@ -20,12 +20,9 @@ from exporter.backends.pidns import FixedPids
 from exporter.backends.replay import ReplayApi, parse_trace
 from exporter.collectors import default_settings
 from exporter.collectors.base import Collection
-from exporter.collectors.nvml import (
-    NvmlCollector,
-    check,
-    integrate_samples,
-    visible_device_uuids,
-)
+from exporter.collectors.nvml import NvmlCollector, check
+from exporter.collectors.nvml_devices import visible_device_uuids
+from exporter.collectors.nvml_state import integrate_samples
 from exporter.config import ConfigError
 
 GIB = 1024**3

@@ -18,8 +18,8 @@ from support.clock import FakeClock
 from support.metrics import registry_of
 
 from exporter.collectors import process as process_module
-from exporter.collectors.base import EnginePids
 from exporter.collectors.process import MAX_NAMES, MAX_PROCESSES, ProcessCollector, short_name
+from exporter.collectors.shared_state import EnginePids
 
 CPU = "inference_engine_process_cpu_seconds_total"
 COUNT = "inference_engine_processes"

@@ -12,7 +12,7 @@ from support.metrics import registry_of
 
 from exporter.backends.http import make_session
 from exporter.collectors.base import Collection
-from exporter.collectors.engine import EngineHub
+from exporter.collectors.shared_state import EngineHub
 from exporter.collectors.tokenizer import (
     TokenizerCollector,
     default_prompt,

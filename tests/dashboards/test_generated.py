@@ -20,7 +20,7 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from exporter.metrics import BY_NAME
-from exporter.signatures.definitions import GROUPS
+from exporter.signatures.definitions import FAMILIES
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DASHBOARDS = ROOT / "dashboards"
@@ -166,7 +166,7 @@ def test_one_stat_per_signature_family(boards: dict[str, dict[str, Any]]) -> Non
     assert (panels[0]["type"], panels[0]["title"]) == ("row", "Active signatures")
     stats = [panel for panel in panels if panel["type"] == "stat"]
     families = [re.search(r'signature="(\w+)"', p["targets"][0]["expr"]) for p in stats]
-    assert [m.group(1) if m else None for m in families] == list(GROUPS)
+    assert [m.group(1) if m else None for m in families] == list(FAMILIES)
     # ... and every family the shipped alerts carry has its stat
     alerts = yaml.safe_load((RULES / "alerts.yaml").read_text())
     labelled = {
@@ -175,7 +175,7 @@ def test_one_stat_per_signature_family(boards: dict[str, dict[str, Any]]) -> Non
         for rule in group["rules"]
         if "alert" in rule
     }
-    assert labelled <= set(GROUPS)
+    assert labelled <= set(FAMILIES)
     for stat in stats:
         assert "ALERTS{" in stat["targets"][0]["expr"]
         assert "or vector(0)" in stat["targets"][0]["expr"]

@@ -32,8 +32,8 @@ from support.paths import ROOT
 
 from dashboards import generate
 from exporter.signatures.promql_text import split_matchers
+from exporter.signatures.records import recording_rules
 from exporter.signatures.site import SiteConfig, parse_config
-from exporter.signatures.sources import recording_rules
 
 SIDECAR = 'job="inference/ibe-sidecar"'
 EXPORTER = 'job=~"inference/ibe-.*"'

@@ -37,7 +37,7 @@ from support.promstack import (
 
 from exporter.diagnose.datasources import scrape_samples
 from exporter.diagnose.findings import Condition, Finding, Instance
-from exporter.signatures import catalogue, parse_config
+from exporter.signatures import all_signatures, parse_config
 from exporter.signatures.render import runbook_url
 
 PROG = "inference-bottleneck-exporter diagnose"
@@ -572,7 +572,7 @@ def test_a_cause_ranks_above_where_the_time_goes() -> None:
     """At equal severity a cause (a saturated front-end thread, just over its threshold and
     pending) ranks above a roofline measure (the host's share of latency, far over and
     firing): the measure says where the time goes, the cause why."""
-    sigs = {sig.alert: sig for sig in catalogue(parse_config({}))}
+    sigs = {sig.alert: sig for sig in all_signatures(parse_config({}))}
 
     def finding(alert: str, gap: float, state: str) -> Finding:
         sig = sigs[alert]
@@ -582,7 +582,7 @@ def test_a_cause_ranks_above_where_the_time_goes() -> None:
 
     host = finding("InferenceHostLatencyShareHigh", 2.9, "firing")
     frontend = finding("InferenceFrontendCPUSaturated", 0.04, "pending")
-    assert sigs["InferenceHostLatencyShareHigh"].group == "roofline"
+    assert sigs["InferenceHostLatencyShareHigh"].family == "roofline"
     assert host.rule.severity == frontend.rule.severity
     assert sorted([host, frontend], key=Finding.sort_key) == [frontend, host]
     # within one kind, firing still ranks above pending

@@ -16,7 +16,7 @@ from exporter.diagnose.promql_eval import (
     bucket_quantile,
 )
 from exporter.diagnose.promql_syntax import Binary, PromQLError, Selector, parse, source, unparen
-from exporter.signatures import catalogue, parse_config, recording_rules
+from exporter.signatures import all_signatures, parse_config, recording_rules
 from exporter.signatures.promql_text import matchers
 
 
@@ -44,7 +44,7 @@ def test_every_expression_of_the_pack_parses() -> None:
         cfg = parse_config({}, profile)
         for rule in recording_rules(cfg):
             parse(rule.expr)
-        for sig in catalogue(cfg):
+        for sig in all_signatures(cfg):
             for alert in sig.rules:
                 parse(alert.expr)
                 for item in alert.evidence:
@@ -219,7 +219,7 @@ def test_the_sidecar_recording_rules_over_samples() -> None:
     ev = Evaluator(
         scrapes(*((1000 + 10 * k, _sidecar_scrape(1000 + 10 * k, k)) for k in range(4))),
         ignored_labels=frozenset(cfg.join_labels),
-        needs_history=lambda seconds: seconds == cfg.window("baseline"),
+        needs_history=lambda seconds: seconds == cfg.window_seconds("baseline"),
     )
     for rule in recording_rules(cfg):
         ev.record(rule.record, rule.expr)
@@ -243,11 +243,11 @@ def test_the_sidecar_recording_rules_over_samples() -> None:
     # absent inputs give empty records, not errors
     assert r["inference:tokenizer_latency_seconds:median5m"] == []
     # the HBM comparison with an hour ago cannot be made from samples
-    hbm = next(s for s in catalogue(cfg) if s.alert == "InferenceHBMBandwidthSaturated")
+    hbm = next(s for s in all_signatures(cfg) if s.alert == "InferenceHBMBandwidthSaturated")
     with pytest.raises(NeedsHistoryError):
         ev.eval(parse(hbm.rules[0].expr))
     # and the starved-queue condition holds: util 50 % < 60 %, queue growing, 3.5 waiting
-    starved = next(s for s in catalogue(cfg) if s.alert == "InferenceGPUStarvedQueueGrowing")
+    starved = next(s for s in all_signatures(cfg) if s.alert == "InferenceGPUStarvedQueueGrowing")
     # (on GPUs of its own, the engine's own utilisation is the GPUs')
     assert values(ev.eval(parse(starved.rules[0].expr))) == {
         (("__name__", "inference:gpu_own_utilization:mean5m"),): 0.5

@@ -94,7 +94,7 @@ from exporter.metrics import BY_NAME, TOKENIZER_BUCKETS, UTILIZATION_BUCKETS
 from exporter.metrics import counter as counter_family
 from exporter.metrics import gauge as gauge_family
 from exporter.metrics import histogram as histogram_family
-from exporter.signatures import catalogue, parse_config, recording_rules
+from exporter.signatures import all_signatures, parse_config, recording_rules
 from exporter.signatures.promql_text import matchers
 from exporter.signatures.site import SiteConfig
 
@@ -192,6 +192,10 @@ class Sidecar:
     # tenants' processes on it (None: the sidecar cannot tell processes apart)
     engine_share: tuple[float, ...] | None = None
     other_processes: int = 0
+    # the engine's processes on each GPU (read with the shares above)
+    engine_processes: tuple[int, ...] = (1,)
+    # how the sidecar chose its GPUs (inference_gpu_attribution_info): every GPU it sees
+    attribution: str = "all-visible"
 
 
 def _elapsed(restart: int | None, times: list[float], k: int, uptime: float) -> float:
@@ -218,6 +222,8 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
         out["inference_cpu_softirq_hottest_core_ratio"][()] = s.softirq_core
         out["inference_engine_hottest_thread_cpu_ratio"][()] = s.thread
     out["inference_nvml_up"][()] = float(s.nvml)
+    if s.nvml:  # as the nvml collector says how it chose its GPUs whenever NVML is up
+        out["inference_gpu_attribution_info"][(s.attribution,)] = 1.0
     for i in range(s.gpus if s.nvml else 0):
         if not s.shows(f"gpu{i}", k):
             continue
@@ -247,7 +253,8 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
             out["inference_gpu_engine_utilization_ratio"][key] = s.engine_share[
                 i % len(s.engine_share)
             ]
-            out["inference_gpu_processes"][(*key, "engine")] = 1.0
+            engine_processes = s.engine_processes[i % len(s.engine_processes)]
+            out["inference_gpu_processes"][(*key, "engine")] = float(engine_processes)
             out["inference_gpu_processes"][(*key, "other")] = float(s.other_processes)
         for reason in ("hw_slowdown", "sw_thermal", "sw_power_cap"):
             active = float(i == 0 and reason in s.clock_events)
@@ -457,7 +464,23 @@ SETS: tuple[SeriesSet, ...] = (
         every(5, 13, jitter=1.7, seed=7),
         replace(STEADY, queue=lambda t: 3 - 0.01 * t * t),
     ),
-    one("no-engine", "sidecar", every(5, 10), replace(STEADY, engine=None, failing=("engine",))),
+    # no engine: with per-process reads, none of its processes on the GPUs and no share
+    one(
+        "no-engine",
+        "sidecar",
+        every(5, 10),
+        replace(
+            STEADY, engine=None, failing=("engine",), engine_share=(0.0,), engine_processes=(0,)
+        ),
+    ),
+    # every GPU of the node visible (all-visible); GPU 1 runs another pod's process and none
+    # of the engine's: it is not the engine's
+    one(
+        "all-visible-foreign-gpu",
+        "sidecar",
+        every(5, 13),
+        replace(STEADY, engine_share=(0.6, 0.0), engine_processes=(1, 0), other_processes=1),
+    ),
     one(
         "engine-down",
         "fast",
@@ -711,10 +734,10 @@ def expressions(cfg: SiteConfig) -> list[str]:
     texts: list[str] = []
     for rule in recording_rules(cfg):
         texts += [rule.record, *subexpressions(rule.expr)]
-    for sig in catalogue(cfg):
+    for sig in all_signatures(cfg):
         for alert in sig.rules:
             texts += subexpressions(alert.expr)
-    window = format_duration(cfg.window("rate"))
+    window = format_duration(cfg.window_seconds("rate"))
     texts += [text.replace("[W]", f"[{window}]") for text in EXTRA]
     return list(dict.fromkeys(texts))
 
@@ -726,7 +749,7 @@ def evidence_queries(
     instances, not only those that hold): for Prometheus with the target's labels, for the
     evaluator with the instance's (which have none of them)."""
     out = []
-    for sig in catalogue(cfg):
+    for sig in all_signatures(cfg):
         for rule in sig.rules:
             try:
                 found = asyncio.run(
@@ -982,7 +1005,7 @@ def evaluated(evaluator: Evaluator, text: str) -> dict[Labels, float] | float:
 
 # Sub-expressions that read the baseline window, which samples cannot reach.
 def needs_history(text: str, cfg: SiteConfig) -> bool:
-    return f"offset {format_duration(cfg.window('baseline'))}" in text
+    return f"offset {format_duration(cfg.window_seconds('baseline'))}" in text
 
 
 @pytest.mark.timeout(240)
@@ -1051,7 +1074,7 @@ def test_every_rule_and_alert_returns_data_in_some_set(
         texts = {f"record {r.record}": r.expr for r in recording_rules(p.cfg)}
         texts |= {
             f"alert {sig.alert} {i}": a.expr
-            for sig in catalogue(p.cfg)
+            for sig in all_signatures(p.cfg)
             for i, a in enumerate(sig.rules)
         }
         for name, text in texts.items():

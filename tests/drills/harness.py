@@ -22,9 +22,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drills.scenarios import ENGINE_ARGS, Scenario
+from drills.scenarios import CPU_SITE_CONFIG, ENGINE_ARGS, DisaggScenario, Load, Scenario
+from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.lab.processes import child_pythonpath, stop_process
+from exporter.lab.processes import child_pythonpath, http_get, stop_process
 from exporter.lab.refengine.gputrace import write_trace
 from exporter.lab.stack import JOB, TARGET_LABELS, Stack, StackConfig
 
@@ -135,7 +136,7 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
     began = time.monotonic()
     with Stack(cfg) as stack:
         result.instance = urllib.parse.urlsplit(stack.sidecar_url).netloc
-        load = _start_load(stack, scenario, workdir)
+        load = _start_load(stack, scenario.load, scenario.deadline_s, workdir)
         t0 = time.monotonic()
         try:
             _observe(stack, scenario, result, t0)
@@ -158,7 +159,9 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
     return result
 
 
-def _start_load(stack: Stack, scenario: Scenario, workdir: Path) -> subprocess.Popen[bytes]:
+def _start_load(
+    stack: Stack, load: Load, deadline_s: float, workdir: Path
+) -> subprocess.Popen[bytes]:
     cmd = [
         sys.executable,
         "-m",
@@ -167,13 +170,13 @@ def _start_load(stack: Stack, scenario: Scenario, workdir: Path) -> subprocess.P
         "--url",
         stack.engine_url,
         "--rate",
-        f"{scenario.load.rate:g}",
+        f"{load.rate:g}",
         "--prompt-tokens",
-        str(scenario.load.prompt_tokens),
+        str(load.prompt_tokens),
         "--output-tokens",
-        str(scenario.load.output_tokens),
+        str(load.output_tokens),
         "--duration",
-        f"{scenario.deadline_s + 30:g}s",
+        f"{deadline_s + 30:g}s",
         "--drain",
         "5s",
         "--progress",
@@ -181,7 +184,7 @@ def _start_load(stack: Stack, scenario: Scenario, workdir: Path) -> subprocess.P
         "--output",
         "json",
     ]
-    if scenario.engine == "triton":
+    if stack.cfg.engine == "triton":
         cmd += ["--api", "triton", "--model", "tiny"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": child_pythonpath()}
     with (workdir / "load.json").open("wb") as out, (workdir / "load.log").open("wb") as err:
@@ -255,6 +258,11 @@ def _diagnose(stack: Stack, result: DrillResult) -> None:
         *(["--config", str(stack.cfg.rules_config)] if stack.cfg.rules_config else []),
         "--output",
         "json",
+        # The post-mortem the on-call would attach, from the drill's own Prometheus.
+        "--report",
+        str(Path(result.workdir) / POSTMORTEM),
+        "--report.range",
+        "15m",
     ]
     env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False, env=env)
@@ -267,6 +275,138 @@ def _diagnose(stack: Stack, result: DrillResult) -> None:
         result.diagnose_error = f"not JSON: {proc.stdout[:200]!r}"
 
 
+# The HTML post-mortem `diagnose --report` writes in each drill's work directory.
+POSTMORTEM = "postmortem.html"
+
+
 def has_gpu() -> bool:
     """An NVIDIA driver on this machine: the GPU drills run only where this holds."""
     return Path("/dev/nvidiactl").exists()
+
+
+# --- disaggregated drills ------------------------------------------------------------------------
+
+# The engines' own series a disaggregated drill follows (vLLM's names; NIXL's on both servers).
+ENGINE_SERIES = (
+    "vllm:num_requests_waiting",
+    "vllm:num_requests_running",
+    "vllm:time_to_first_token_seconds_sum",
+    "vllm:time_to_first_token_seconds_count",
+    "vllm:nixl_xfer_time_seconds_sum",
+    "vllm:nixl_xfer_time_seconds_count",
+    "vllm:nixl_bytes_transferred_sum",
+    "vllm:nixl_num_failed_transfers_total",
+    "vllm:nixl_num_kv_expired_reqs_total",
+    "vllm:request_success_total",
+)
+WARM_UP_S = 10.0
+SAMPLE_S = 2.0
+
+
+@dataclass
+class DisaggResult:
+    scenario: str
+    signature: str | None
+    started: str
+    duration_s: float = 0.0
+    alerts: dict[str, AlertSeen] = field(default_factory=dict)
+    pods: dict[str, list[str]] = field(default_factory=dict)  # alert -> the pods it is on
+    # Each role's series, sampled every SAMPLE_S: (seconds after the load started, values).
+    samples: dict[str, list[tuple[float, dict[str, float]]]] = field(default_factory=dict)
+    load: dict[str, Any] | None = None
+    error: str = ""
+    workdir: str = ""
+
+    def fired(self) -> dict[str, float]:
+        return {a: s.firing_at for a, s in self.alerts.items() if s.firing_at is not None}
+
+    def window(self, role: str) -> tuple[dict[str, float], dict[str, float]]:
+        """The first sample after the warm-up and the last one."""
+        series = self.samples[role]
+        first = next((v for t, v in series if t >= WARM_UP_S), series[-1][1])
+        return first, series[-1][1]
+
+    def delta(self, role: str, name: str) -> float:
+        first, last = self.window(role)
+        return last.get(name, 0.0) - first.get(name, 0.0)
+
+    def transfer_share(self) -> float | None:
+        """Mean KV transfer time over mean time to first token on the decode server, after
+        the warm-up."""
+        xfers = self.delta("decode", "vllm:nixl_xfer_time_seconds_count")
+        ttfts = self.delta("decode", "vllm:time_to_first_token_seconds_count")
+        if xfers <= 0 or ttfts <= 0:
+            return None
+        xfer = self.delta("decode", "vllm:nixl_xfer_time_seconds_sum") / xfers
+        return xfer / (self.delta("decode", "vllm:time_to_first_token_seconds_sum") / ttfts)
+
+    def gauge(self, role: str, name: str) -> list[float]:
+        return [v.get(name, 0.0) for t, v in self.samples[role] if t >= WARM_UP_S]
+
+
+def engine_values(url: str) -> dict[str, float]:
+    """The followed series of one engine's /metrics (summed over label sets)."""
+    status, body = http_get(url + "/metrics", 5)
+    if status != 200:
+        return {}
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name in ENGINE_SERIES:
+                values[sample.name] = values.get(sample.name, 0.0) + float(sample.value)
+    return values
+
+
+def run_disagg_drill(scenario: DisaggScenario, workdir: Path) -> DisaggResult:
+    """A prefill and a decode engine with their sidecars, Prometheus and Alertmanager, the
+    load on the decode front; the engines' series and the alerts, until the deadline."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    result = DisaggResult(
+        scenario=scenario.name,
+        signature=scenario.signature,
+        started=time.strftime("%Y-%m-%d %H:%M:%S"),
+        workdir=str(workdir),
+    )
+    rules_config = workdir / "site-config.yaml"
+    rules_config.write_text(CPU_SITE_CONFIG, encoding="utf-8")
+    cfg = StackConfig(
+        workdir=workdir,
+        injections=scenario.injections,
+        engine_args=[*ENGINE_ARGS, *scenario.engine_args, "--device", "cpu"],
+        trace=write_trace("starved", workdir / "trace.jsonl"),
+        prefill_args=[*ENGINE_ARGS, *scenario.prefill_args, "--device", "cpu"],
+        rules_config=rules_config,
+    )
+    began = time.monotonic()
+    with Stack(cfg) as stack:
+        load = _start_load(stack, scenario.load, scenario.deadline_s, workdir)
+        t0 = time.monotonic()
+        try:
+            _follow(stack, scenario, result, t0)
+        finally:
+            result.load = _stop_load(load, workdir / "load.json")
+    result.duration_s = round(time.monotonic() - began, 1)
+    (workdir / "result.json").write_text(json.dumps(asdict(result), indent=2), "utf-8")
+    return result
+
+
+def _follow(stack: Stack, scenario: DisaggScenario, result: DisaggResult, t0: float) -> None:
+    urls = {"prefill": stack.prefill_url, "decode": stack.engine_url}
+    while (now := time.monotonic() - t0) < scenario.deadline_s:
+        for role, url in urls.items():
+            result.samples.setdefault(role, []).append((round(now, 1), engine_values(url)))
+        for alert in stack.alerts():
+            name = alert["labels"]["alertname"]
+            seen = result.alerts.setdefault(name, AlertSeen())
+            pods = result.pods.setdefault(name, [])
+            if alert["labels"].get("pod", "") not in pods:
+                pods.append(alert["labels"].get("pod", ""))
+            if seen.pending_at is None:
+                seen.pending_at = round(now, 1)
+            if alert["state"] == "firing" and seen.firing_at is None:
+                seen.firing_at = round(now, 1)
+        for child in stack.children:
+            if not child.alive():
+                result.error = f"{child.name} exited: {child.log_tail(5)}"
+                return
+        time.sleep(SAMPLE_S)

@@ -408,3 +408,75 @@ def _external_matrix() -> tuple[Scenario, ...]:
 
 EXTERNAL_SCENARIOS = _external_matrix()
 EXTERNAL_NAMES = tuple(dict.fromkeys(s.name for s in EXTERNAL_SCENARIOS))
+
+
+# --- disaggregated serving -----------------------------------------------------------------------
+
+KV_BOUND = "InferenceKVTransferBound"
+DECODE_SHORT = "InferenceDecodePoolShort"
+# The share of time-to-first-token the KV transfer takes above which the pair is transfer-bound
+# (the signature's example threshold).
+KV_SHARE_BOUND = 0.3
+
+
+@dataclass(frozen=True)
+class DisaggScenario:
+    """A prefill and a decode reference engine (the decode one the pair's front), each with
+    its sidecar, under one load; the injections go to the decode engine, ``prefill_args`` to
+    the prefill one."""
+
+    name: str
+    injections: tuple[str, ...]
+    signature: str | None  # the signature the drill is for; None: healthy
+    why: str
+    deadline_s: float
+    engine_args: tuple[str, ...] = ()
+    prefill_args: tuple[str, ...] = ()
+    load: Load = LOAD
+    load_why: str = ""
+
+
+DISAGG_LOAD = Load(rate=2.0, prompt_tokens=256, output_tokens=64)
+DISAGG_SCENARIOS: tuple[DisaggScenario, ...] = (
+    DisaggScenario(
+        name="healthy-disagg",
+        injections=(),
+        signature=None,
+        why=(
+            "the pair with nothing injected: each request's 2 MiB cache crosses the loopback "
+            "link in a few tens of milliseconds at most (42 ms on a busy 2-core machine, 4 % "
+            "of the time to first token); decode keeps up"
+        ),
+        deadline_s=60.0,
+        load=DISAGG_LOAD,
+    ),
+    DisaggScenario(
+        name="kv-transfer-slow",
+        injections=("kv-transfer-slow",),
+        signature=KV_BOUND,
+        why=(
+            "the decode server reads each request's 2 MiB cache at 4 MiB/s: the transfer "
+            "takes about half a second, most of the time to first token (a healthy pair's "
+            "transfer took 4 % of it), while decode has free slots"
+        ),
+        deadline_s=60.0,
+        load=DISAGG_LOAD,
+    ),
+    DisaggScenario(
+        name="decode-pool-short",
+        injections=("decode-pool-short",),
+        signature=DECODE_SHORT,
+        why=(
+            "the decode server admits one sequence at a time: requests wait for a decode slot, "
+            "its queue grows, while the prefill server runs each prompt once and idles"
+        ),
+        engine_args=("--decode-pool-slots", "1"),
+        deadline_s=60.0,
+        load=Load(rate=2.0, prompt_tokens=256, output_tokens=256),
+        load_why=(
+            "256 output tokens at one sequence a time take longer than the half second between "
+            "requests on any machine the drills run on"
+        ),
+    ),
+)
+DISAGG_BY_NAME = {s.name: s for s in DISAGG_SCENARIOS}

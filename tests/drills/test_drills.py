@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from drills.harness import DrillResult, expected_dedup_key, has_gpu, run_drill
+from drills.harness import POSTMORTEM, DrillResult, expected_dedup_key, has_gpu, run_drill
 from drills.scenarios import (
     CPU_SCENARIOS,
     EXTERNAL_NAMES,
@@ -21,6 +21,7 @@ from drills.scenarios import (
     Scenario,
 )
 
+from exporter.diagnose.timeline import PANELS
 from exporter.signatures.render import runbook_url
 from exporter.signatures.site import load_config
 
@@ -137,6 +138,25 @@ def result_key(scenario: Scenario) -> str:
     return scenario.name if scenario.engine == "reference" else f"{scenario.engine}/{scenario.name}"
 
 
+def check_postmortem(scenario: Scenario, result: DrillResult) -> None:
+    """The drill's own `diagnose --report`: the cause first, every plot drawn from the drill's
+    data, the window where the cause held and where its alert fired shaded."""
+    page = (Path(result.workdir) / POSTMORTEM).read_text(encoding="utf-8")
+    held = re.findall(r'<section[^>]*data-alert="(\w+)"[^>]*data-status="holds"', page)
+    assert held and held[0] == scenario.expected, held
+    plots = dict(re.findall(r'<figure data-panel="([a-z]+)">(.*?)</figure>', page, re.S))
+    assert list(plots) == [panel.key for panel in PANELS]
+    for key, body in plots.items():
+        points = [int(n) for n in re.findall(r'data-points="(\d+)"', body)]
+        # a few minutes of a drill at the fast profile's scrape interval
+        assert points and max(points) >= 10, (key, points)
+        bands = set(re.findall(r'<rect class="(\w+)" data-start=', body))
+        assert {"incident", "firing"} <= bands, (key, bands)
+    copy = Path(__file__).resolve().parents[2] / "build" / "drills" / f"{scenario.name}.html"
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_text(page, encoding="utf-8")
+
+
 def run_and_check(scenario: Scenario, workdir: Path, results: dict[str, DrillResult]) -> None:
     result = run_drill(scenario, workdir, device="cuda" if scenario.gpu else "cpu")
     results[result_key(scenario)] = result
@@ -154,6 +174,8 @@ def check_result(scenario: Scenario, result: DrillResult) -> None:
     check_pages(scenario, result)
     check_dedup_key(scenario, result, result.instance)
     check_diagnose(scenario, result)
+    if scenario.engine == "reference":  # the post-mortem's plots need the reference's data
+        check_postmortem(scenario, result)
 
 
 @pytest.mark.timeout(DRILL_TIMEOUT_S)

@@ -24,28 +24,44 @@ from support.chart import (
     render,
     render_manifests,
 )
+from support.podsecurity import restricted_violations
 
 from exporter.cli import load_settings
 from exporter.collectors import COLLECTORS, serve_options
-from exporter.collectors.nvml import visible_device_uuids
+from exporter.collectors.nvml_devices import visible_device_uuids
 
-MONITORING = ("monitoring.coreos.com/v1", "monitoring.coreos.com/v1alpha1")
+MONITORING = ("monitoring.coreos.com/v1", "monitoring.coreos.com/v1alpha1", "cert-manager.io/v1")
+CLUSTER_SCOPED = ("MutatingWebhookConfiguration",)
 
 
 def kinds(objects: list[dict[str, Any]]) -> Counter[str]:
     return Counter(o["kind"] for o in objects)
 
 
-def test_default_values_render_the_monitoring_objects_and_no_workload() -> None:
+def test_default_values_render_the_node_agent_and_the_monitoring_objects() -> None:
+    """The default fits a device-plugin cluster with pods of part of a node: the node agent
+    attributes each GPU to its pod, the sidecars' PodMonitor and the agents' (honorLabels)
+    feed the node rules."""
     objects = render()
-    assert kinds(objects) == Counter({"PodMonitor": 1, "PrometheusRule": 1}) + Counter(
-        {"ConfigMap": len(list((CHART / "files" / "dashboards").glob("*.json")))}
-    )
-    (monitor,) = of_kind(objects, "PodMonitor")
-    assert monitor["spec"]["selector"] == {
+    assert kinds(objects) == Counter(
+        {"DaemonSet": 1, "PodMonitor": 2, "PrometheusRule": 1}
+    ) + Counter({"ConfigMap": len(list((CHART / "files" / "dashboards").glob("*.json")))})
+    sidecars, agents = sorted(of_kind(objects, "PodMonitor"), key=lambda m: m["metadata"]["name"])
+    assert sidecars["spec"]["selector"] == {
         "matchLabels": {"inference-bottleneck-exporter/sidecar": "true"}
     }
-    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert sidecars["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert "honorLabels" not in sidecars["spec"]["podMetricsEndpoints"][0]
+    assert agents["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
+    (daemonset,) = of_kind(objects, "DaemonSet")
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    assert agents["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    agent = exporter_container(daemonset["spec"]["template"]["spec"])
+    assert enabled_collectors(agent) == {"nvml", "cpu", "podresources"}
+    socket = effective_settings(agent).values["podresources.socket"]
+    assert Path(socket).parent == Path(agent["volumeMounts"][0]["mountPath"])
+    (rule,) = of_kind(objects, "PrometheusRule")
+    assert "inference_gpu_pod_info" in yaml.safe_dump(rule["spec"])
 
 
 @pytest.mark.parametrize(
@@ -69,7 +85,7 @@ def test_each_mode_renders_its_objects(scenario: str, expected: dict[str, int]) 
     found = kinds(render(SCENARIOS[scenario]))
     for kind, count in expected.items():
         assert found[kind] == count, found
-    assert found["DaemonSet"] == (1 if "node" in scenario else 0)
+    assert found["DaemonSet"] == (1 if "node" in scenario or scenario == "default" else 0)
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -95,7 +111,10 @@ def test_every_object_validates_for_kubernetes(
         else:
             # Raises on an invalid object, and on a kind it has no schema for.
             kubernetes_validate.validate(obj, kube, strict=True)
-        assert obj["metadata"]["namespace"] == NAMESPACE
+        if obj["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in obj["metadata"]
+        else:
+            assert obj["metadata"]["namespace"] == NAMESPACE
 
 
 def test_kubernetes_validation_catches_a_misspelt_field() -> None:
@@ -109,96 +128,81 @@ def test_kubernetes_validation_catches_a_misspelt_field() -> None:
 def test_crd_validation_catches_a_misspelt_field(
     crd_validators: dict[tuple[str, str], Any],
 ) -> None:
-    (monitor,) = of_kind(render(), "PodMonitor")
+    monitor, _ = of_kind(render(), "PodMonitor")
     monitor["spec"]["podMetricsEndpoints"][0]["intervall"] = "15s"
     assert not crd_validators[("monitoring.coreos.com/v1", "PodMonitor")].is_valid(monitor)
 
 
-# Pod Security Standards, "restricted" (which includes "baseline"), as the admission
-# controller checks them: https://kubernetes.io/docs/concepts/security/pod-security-standards/
-RESTRICTED_VOLUMES = {
-    "configMap",
-    "csi",
-    "downwardAPI",
-    "emptyDir",
-    "ephemeral",
-    "persistentVolumeClaim",
-    "projected",
-    "secret",
-}
-SAFE_SYSCTLS = {
-    "kernel.shm_rmid_forced",
-    "net.ipv4.ip_local_port_range",
-    "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.tcp_syncookies",
-    "net.ipv4.ping_group_range",
-    "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_keepalive_time",
-    "net.ipv4.tcp_fin_timeout",
-    "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes",
-}
-
-
-def restricted_violations(pod: dict[str, Any]) -> list[str]:
-    out: list[str] = []
-    psc = pod.get("securityContext", {})
-    for field in ("hostNetwork", "hostPID", "hostIPC"):
-        if pod.get(field):
-            out.append(field)
-    for volume in pod.get("volumes", []):
-        kind = next(k for k in volume if k != "name")
-        if kind not in RESTRICTED_VOLUMES:
-            out.append(f"volume {volume['name']}: {kind}")
-    out += [f"sysctl {s['name']}" for s in psc.get("sysctls", []) if s["name"] not in SAFE_SYSCTLS]
-    if psc.get("runAsUser") == 0:
-        out.append("pod runAsUser 0")
-    containers = pod.get("containers", []) + pod.get("initContainers", [])
-    for c in containers:
-        sc, name = c.get("securityContext", {}), c["name"]
+def baseline_violations(pod: dict[str, Any]) -> list[str]:
+    """What Pod Security "baseline" refuses (host namespaces, hostPath, privileged containers,
+    added capabilities beyond its list, host ports)."""
+    out = [field for field in ("hostNetwork", "hostPID", "hostIPC") if pod.get(field)]
+    out += [f"volume {v['name']}: hostPath" for v in pod.get("volumes", []) if "hostPath" in v]
+    for c in pod.get("containers", []) + pod.get("initContainers", []):
+        sc = c.get("securityContext", {})
         if sc.get("privileged"):
-            out.append(f"{name}: privileged")
-        if sc.get("allowPrivilegeEscalation") is not False:
-            out.append(f"{name}: allowPrivilegeEscalation not false")
-        caps = sc.get("capabilities", {})
-        if "ALL" not in caps.get("drop", []):
-            out.append(f"{name}: capabilities not dropping ALL")
-        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
-            out.append(f"{name}: adds capabilities {caps['add']}")
-        if (
-            not (sc.get("runAsNonRoot") or psc.get("runAsNonRoot"))
-            or sc.get("runAsNonRoot") is False
-        ):
-            out.append(f"{name}: runAsNonRoot not true")
-        if sc.get("runAsUser") == 0:
-            out.append(f"{name}: runAsUser 0")
-        seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
-        if seccomp not in ("RuntimeDefault", "Localhost"):
-            out.append(f"{name}: seccompProfile {seccomp}")
+            out.append(f"{c['name']}: privileged")
+        if set(sc.get("capabilities", {}).get("add", [])) - BASELINE_CAPABILITIES:
+            out.append(f"{c['name']}: adds capabilities")
         if any(p.get("hostPort") for p in c.get("ports", [])):
-            out.append(f"{name}: hostPort")
-        if sc.get("procMount", "Default") != "Default":
-            out.append(f"{name}: procMount")
+            out.append(f"{c['name']}: hostPort")
     return out
 
 
+BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+    "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+}  # fmt: skip
+
+
+def pod_security_level(pod: dict[str, Any]) -> str:
+    if not restricted_violations(pod):
+        return "restricted"
+    return "baseline" if not baseline_violations(pod) else "privileged"
+
+
+# The Pod Security level of each workload the chart renders, as values.yaml and
+# docs/deployment.md state it: the node agent needs "privileged" for its one hostPath (the
+# kubelet's PodResources socket), every inference pod's sidecar fits "restricted".
+POD_SECURITY = {"DaemonSet": "privileged", "Deployment": "restricted"}
+
+
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_every_pod_is_pod_security_restricted(scenario: str) -> None:
-    pods = list(pod_specs(render(SCENARIOS[scenario])))
-    for name, pod in pods:
-        assert restricted_violations(pod) == [], name
+def test_every_pod_has_its_stated_pod_security_level(scenario: str) -> None:
+    for name, pod in pod_specs(render(SCENARIOS[scenario])):
+        assert pod_security_level(pod) == POD_SECURITY[name.split("/")[0]], name
+
+
+def test_the_node_agent_is_privileged_only_by_the_kubelet_socket() -> None:
+    (daemonset,) = of_kind(render(), "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert baseline_violations(pod) == ["volume pod-resources: hostPath"]
+    assert pod["volumes"] == [
+        {
+            "name": "pod-resources",
+            "hostPath": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"},
+        }
+    ]
+    agent = exporter_container(pod)
+    assert agent["volumeMounts"][0]["readOnly"] is True
+    # Root for the root-owned socket, and nothing else: no capability, no escalation.
+    assert sorted(restricted_violations(pod)) == [
+        f"{SIDECAR}: runAsNonRoot not true",
+        f"{SIDECAR}: runAsUser 0",
+        "volume pod-resources: hostPath",
+    ]
 
 
 def test_restricted_check_sees_a_violation() -> None:
-    _, pod = next(pod_specs(render(SCENARIOS["node"])))
+    _, pod = next(pod_specs(render(SCENARIOS["sidecar"])))
     exporter_container(pod)["securityContext"]["allowPrivilegeEscalation"] = True
     pod["volumes"] = [{"name": "proc", "hostPath": {"path": "/proc"}}]
     assert len(restricted_violations(pod)) == 2
 
 
-@pytest.mark.parametrize("scenario", ["sidecar", "sidecar-native", "dcgm", "node"])
+@pytest.mark.parametrize("scenario", ["sidecar", "sidecar-native", "dcgm", "node-example"])
 def test_exporter_container_contract(scenario: str) -> None:
-    (_, pod), *_ = pod_specs(render(SCENARIOS[scenario]))
+    ((_, pod),) = (p for p in pod_specs(render(SCENARIOS[scenario])) if p[0].startswith("Dep"))
     c = exporter_container(pod)
     assert c["securityContext"] == {
         "runAsNonRoot": True,
@@ -242,24 +246,39 @@ def enabled_collectors(container: dict[str, Any]) -> set[str]:
 @pytest.mark.parametrize(
     ("scenario", "expected"),
     [
-        ("sidecar", set(COLLECTORS)),
-        ("dcgm", set(COLLECTORS) - {"nvml"}),
-        ("node", {"nvml", "cpu"}),
+        ("sidecar", {"Deployment": set(COLLECTORS) - {"podresources"}}),
+        ("dcgm", {"Deployment": set(COLLECTORS) - {"nvml", "podresources"}}),
+        (
+            "node-example",
+            {
+                "DaemonSet": {"nvml", "cpu", "podresources"},
+                "Deployment": set(COLLECTORS) - {"nvml", "podresources"},
+            },
+        ),
     ],
 )
-def test_each_mode_runs_its_collectors(scenario: str, expected: set[str]) -> None:
-    (_, pod), *_ = pod_specs(render(SCENARIOS[scenario]))
-    assert enabled_collectors(exporter_container(pod)) == expected
+def test_each_mode_runs_its_collectors(scenario: str, expected: dict[str, set[str]]) -> None:
+    found = {
+        name.split("/")[0]: enabled_collectors(exporter_container(pod))
+        for name, pod in pod_specs(render(SCENARIOS[scenario]))
+    }
+    assert found == expected
 
 
 def test_mode_collector_flags_win_over_config() -> None:
-    values = {"mode": "node", "sidecar": {"config": {"collector.engine": True}}}
+    values = {"mode": "node", "node": {"config": {"collector.engine": True}}}
     (_, pod), *_ = pod_specs(render(values))
-    assert enabled_collectors(exporter_container(pod)) == {"nvml", "cpu"}
+    assert enabled_collectors(exporter_container(pod)) == {"nvml", "cpu", "podresources"}
+    values = {"mode": "node", "sidecar": {"config": {"collector.nvml": True}}}
+    values["example"] = {"enabled": True}
+    (deployment,) = of_kind(render(values), "Deployment")
+    sidecar = exporter_container(deployment["spec"]["template"]["spec"])
+    assert "nvml" not in enabled_collectors(sidecar)
 
 
 def test_config_becomes_flags_the_exporter_accepts() -> None:
     values = {
+        "mode": "sidecar",
         "example": {"enabled": True, "engine": {"port": 8080}},
         "sidecar": {"config": {"gpu.poll-interval": "5s", "log.format": "json"}},
     }
@@ -278,11 +297,19 @@ def gpu_env(container: dict[str, Any]) -> dict[str, str]:
 
 def test_gpu_visibility_per_mode() -> None:
     visible = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
-    for scenario, expected in (("sidecar", visible), ("node", visible), ("dcgm", {})):
-        (_, pod), *_ = pod_specs(render(SCENARIOS[scenario]))
-        assert gpu_env(exporter_container(pod)) == expected, scenario
+    for scenario, expected in (
+        ("sidecar", {"Deployment": visible}),
+        ("node-example", {"DaemonSet": visible, "Deployment": {}}),
+        ("dcgm", {"Deployment": {}}),
+    ):
+        found = {
+            name.split("/")[0]: gpu_env(exporter_container(pod))
+            for name, pod in pod_specs(render(SCENARIOS[scenario]))
+        }
+        assert found == expected, scenario
     # The engine's devices passed through, and DRA claims shared with the engine.
     values = {
+        "mode": "sidecar",
         "example": {"enabled": True},
         "gpu": {"visibleDevices": "GPU-0f2e", "resourceClaims": ["gpus"]},
     }
@@ -290,7 +317,8 @@ def test_gpu_visibility_per_mode() -> None:
     c = exporter_container(pod)
     assert gpu_env(c)["NVIDIA_VISIBLE_DEVICES"] == "GPU-0f2e"
     assert c["resources"]["claims"] == [{"name": "gpus"}]
-    (_, pod), *_ = pod_specs(render({"example": {"enabled": True}, "gpu": {"visibleDevices": ""}}))
+    values = {"mode": "sidecar", "example": {"enabled": True}, "gpu": {"visibleDevices": ""}}
+    (_, pod), *_ = pod_specs(render(values))
     assert gpu_env(exporter_container(pod)) == {}
 
 
@@ -311,6 +339,7 @@ def test_engine_on_a_mig_device() -> None:
     nothing and is pointed at the engine's MIG device through NVIDIA_VISIBLE_DEVICES."""
     mig = "MIG-4f2a6c1e-9b7d-5e3f-8a1c-2d4e6f8a0b1c"
     values = {
+        "mode": "sidecar",
         "example": {"enabled": True, "engine": {"gpuResource": "nvidia.com/mig-1g.10gb"}},
         "gpu": {"visibleDevices": mig},
     }
@@ -329,7 +358,7 @@ def test_engine_on_a_mig_device() -> None:
 
 
 def test_host_procfs_mounts_the_hosts_proc_read_only() -> None:
-    values = {"example": {"enabled": True}, "gpu": {"hostProcfs": True}}
+    values = {"mode": "sidecar", "example": {"enabled": True}, "gpu": {"hostProcfs": True}}
     objects = render(values, kube_version=KUBE_LATEST)
     (deployment,) = of_kind(objects, "Deployment")
     kubernetes_validate.validate(deployment, KUBE_LATEST, strict=True)
@@ -353,9 +382,9 @@ def test_host_procfs_mounts_the_hosts_proc_read_only() -> None:
 @pytest.mark.parametrize("mode", ["dcgm", "node"])
 def test_host_procfs_is_sidecar_mode_only(mode: str) -> None:
     values: dict[str, Any] = {"mode": mode, "gpu": {"hostProcfs": True}}
-    if mode == "dcgm":
-        values["example"] = {"enabled": True}
-    (_, pod), *_ = pod_specs(render(values))
+    values["example"] = {"enabled": True}
+    (deployment,) = of_kind(render(values), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
     assert "--gpu.host-procfs=/host/proc" not in exporter_container(pod)["args"]
     assert restricted_violations(pod) == []
 
@@ -383,7 +412,8 @@ def test_native_sidecar_needs_kubernetes_1_29() -> None:
         ({"sidecar": {"config": {"engine": {"url": "x"}}}}, "engine"),
         ({"alertmanagerConfig": {"enabled": True}}, "routingKeySecret"),
         ({"podMonitr": {}}, "podMonitr"),
-        ({"mode": "node", "example": {"enabled": True}}, "node mode"),
+        ({"node": {"podResourcesPath": "var/lib/kubelet"}}, "podResourcesPath"),
+        ({"mode": "node", "node": {"config": {"x": [1]}}}, "node.config.x"),
         ({"example": {"engine": {"gpuResource": "mig-1g.10gb"}}}, "gpuResource"),
         ({"gpu": {"hostProcfs": "yes"}}, "hostProcfs"),
     ],
@@ -446,10 +476,14 @@ def test_node_mode_monitors_select_the_daemonset_pods() -> None:
     objects = render({"mode": "node", "serviceMonitor": {"enabled": True}})
     (daemonset,) = of_kind(objects, "DaemonSet")
     pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
-    (monitor,) = of_kind(objects, "PodMonitor")
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    monitors = {m["metadata"]["name"]: m for m in of_kind(objects, "PodMonitor")}
+    agents = monitors["ibe-inference-bottleneck-exporter-node"]
+    assert agents["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert agents["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
     (service,) = of_kind(objects, "Service")
     assert service["spec"]["selector"].items() <= pod_labels.items()
+    (monitor,) = of_kind(objects, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
 
 
 def test_named_template_serves_a_parent_chart(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def test_prometheus_rule_equals_alert_rules(profile: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("mode", "profile"), [("sidecar", "sidecar"), ("dcgm", "dcgm"), ("node", "sidecar")]
+    ("mode", "profile"), [("sidecar", "sidecar"), ("dcgm", "dcgm"), ("node", "node")]
 )
 def test_mode_picks_the_rule_profile(mode: str, profile: str) -> None:
     (rule,) = of_kind(render({"mode": mode}), "PrometheusRule")

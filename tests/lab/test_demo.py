@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
+import io
+import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
+from playwright.sync_api import sync_playwright
+from rich.console import Console
+from rich.text import Text
+from support.paths import ROOT
 
 from exporter.lab.processes import child_pythonpath, find_binary
+
+SHOTS = ROOT / "build" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def _started_by(workdir: Path) -> list[psutil.Process]:
@@ -76,3 +97,174 @@ def test_demo_runs_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     gone = psutil.wait_procs(children, timeout=10)[1]
     assert not gone, [p.cmdline() for p in gone]
     assert not _started_by(workdir)
+
+
+class Tmux:
+    """A tmux server of this test's own (its socket in the test's directory)."""
+
+    def __init__(self, socket: Path) -> None:
+        binary = shutil.which("tmux")
+        if binary is None:
+            pytest.fail("tmux not found: run `make tools`")
+        self.base = [binary, "-S", str(socket)]
+        # The server passes its environment to the pane: a COLUMNS or LINES set here (pytest
+        # sets them under some runners) would pin the program's idea of its terminal's size.
+        self.env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+    def __call__(self, *args: str) -> str:
+        result = subprocess.run(
+            [*self.base, *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+            env=self.env,
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def screen(self, *flags: str) -> list[str]:
+        return self("capture-pane", "-p", *flags, "-t", "demo").split("\n")[:-1]
+
+    def wait_for(self, found: Callable[[list[str]], bool], timeout: float, what: str) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lines = self.screen()
+            if found(lines):
+                return lines
+            time.sleep(0.5)
+        size = self("display", "-p", "-t", "demo", "#{pane_width}x#{pane_height}").strip()
+        screen = "\n".join(self.screen())
+        pytest.fail(f"{what} not on the {size} screen after {timeout:.0f}s:\n{screen}")
+
+    def close(self) -> None:
+        subprocess.run([*self.base, "kill-server"], capture_output=True, timeout=10, check=False)
+
+
+def _value(lines: list[str], label: str) -> str:
+    line = next((x for x in lines if x.startswith(f" {label} ")), "")
+    return line.rsplit("  ", 1)[-1].strip() if line else ""
+
+
+def _as_image(ansi: str, name: str, width: int, height: int) -> None:
+    """The captured screen (with its colours) through rich's SVG export, and that SVG as
+    Chromium shows it (a PNG for the README); the page must load without a console error."""
+    console = Console(record=True, width=width, height=height, file=io.StringIO())
+    console.print(Text.from_ansi(ansi), end="")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    svg = SHOTS / f"{name}.svg"
+    # rich's template fetches a web font; the image uses the local monospace font instead
+    exported = console.export_svg(title="make demo INJECT=frontend-gil")
+    svg.write_text(re.sub(r"@font-face\s*\{[^}]*\}", "", exported))
+    errors: list[str] = []
+    requests: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 13 * width, "height": 28 * height})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(svg.as_uri())
+            page.locator("svg").screenshot(path=str(SHOTS / f"{name}.png"))
+        finally:
+            browser.close()
+    assert errors == []
+    assert requests == [svg.as_uri()]
+
+
+@pytest.mark.timeout(300)
+def test_demo_screen_in_a_real_terminal(tmp_path: Path) -> None:
+    """80x24 tmux: the screen draws, fills its sparklines, `d` shows the verdict, a larger
+    window gets the full addresses, `q` quits and leaves nothing running."""
+    if not (find_binary("prometheus") and find_binary("alertmanager", "prometheus-alertmanager")):
+        pytest.fail("prometheus and alertmanager not found: run `make tools`")
+    workdir = tmp_path / "demo"
+    rc = tmp_path / "rc"
+    command = " ".join(
+        [
+            f"cd {ROOT} &&",
+            f"env PYTHONPATH={child_pythonpath()} TERM=xterm-256color",
+            sys.executable, "-m", "exporter.cli", "demo", "--inject", "frontend-gil",
+            "--refresh", "1s", "--workdir", str(workdir), "--duration", "250s",
+            f"; echo $? > {rc}; sleep 120",
+        ]
+    )  # fmt: skip
+    tmux = Tmux(tmp_path / "tmux.sock")
+    try:
+        tmux("new-session", "-d", "-s", "demo", "-x", "80", "-y", "24", command)
+        lines = tmux.wait_for(
+            lambda s: (
+                _value(s, "GPU util") not in ("", "-")
+                and _value(s, "tokenizer") not in ("", "-")
+                and _value(s, "busiest thread") not in ("", "-")
+            ),
+            150,
+            "GPU, tokenizer and busiest-thread readings",
+        )
+        assert len(lines) == 24 and all(len(line) <= 80 for line in lines)
+        assert lines[0].startswith("inference-bottleneck-exporter demo - injected: frontend-gil")
+        assert re.match(
+            r" engine 127\.0\.0\.1:\d+ · sidecar 127\.0\.0\.1:\d+ · Prometheus", lines[1]
+        )
+        assert any(line.startswith(" state    since     signature") for line in lines) or any(
+            "signatures: none pending or firing" in line for line in lines
+        )
+        assert lines[-2].startswith(" last page: ")
+        assert "q quits · d runs diagnose" in lines[-1]
+        # the screen redraws in place: the readings move, the layout stays
+        spark = next(x for x in lines if x.startswith(" GPU util"))
+        later = tmux.wait_for(
+            lambda s: next(x for x in s if x.startswith(" GPU util")) != spark, 30, "a redraw"
+        )
+        assert len(later) == 24 and later[0] == lines[0]
+        # a larger window: full addresses, longer sparklines
+        tmux("resize-window", "-t", "demo", "-x", "160", "-y", "48")
+        size = tmux("display", "-p", "-t", "demo", "#{window_width}x#{window_height}")
+        assert size.strip() == "160x48"
+        large = tmux.wait_for(
+            lambda s: len(s) == 48 and any(x.startswith(" engine       http://") for x in s),
+            20,
+            "the full addresses on a larger window",
+        )
+        assert all(len(line) <= 160 for line in large)
+        tmux.wait_for(lambda s: s != large, 30, "a redraw")
+        _as_image("\n".join(tmux.screen("-e")), "demo", 160, 48)
+        # `d` until Prometheus holds the pack's records (their first evaluation takes a while)
+        deadline = time.monotonic() + 90
+        while True:
+            tmux("send-keys", "-t", "demo", "d")
+            time.sleep(0.5)  # the key read: the status says "diagnose running" until done
+            verdict = tmux.wait_for(
+                lambda s: any(x.startswith(" verdict of ") for x in s), 30, "diagnose's verdict"
+            )
+            errors = [x for x in verdict if x.startswith(" diagnose: ")]
+            if not errors or time.monotonic() > deadline:
+                break
+            time.sleep(5)
+        text = "\n".join(verdict)
+        assert not errors, text
+        assert " diagnose (d):" in verdict, text
+        assert any(
+            re.fullmatch(r" \d+ hold, \d+ nearly hold \(\d+ rules\)", x.rstrip()) for x in verdict
+        ), text
+        # the screen goes on after the verdict
+        load = next(x for x in verdict if x.startswith(" load: "))
+        tmux.wait_for(
+            lambda s: next((x for x in s if x.startswith(" load: ")), load) != load, 30, "a redraw"
+        )
+        # the demo (the pane's shell's child) and what it started
+        shell = psutil.Process(int(tmux("display", "-p", "-t", "demo", "#{pane_pid}")))
+        demo = next(p for p in shell.children() if "exporter.cli" in " ".join(p.cmdline()))
+        children = [demo, *demo.children(recursive=True)]
+        assert len(children) >= 5  # engine, sidecar, Prometheus, Alertmanager
+        tmux("send-keys", "-t", "demo", "q")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not rc.exists():
+            time.sleep(0.5)
+        assert rc.exists() and rc.read_text().strip() == "0", tmux.screen()
+        after = "\n".join(tmux.screen())
+        assert "stopped." in after and "firing at the end:" in after, after
+        alive = psutil.wait_procs(children, timeout=10)[1]
+        assert not alive, [p.cmdline() for p in alive]
+    finally:
+        tmux.close()

@@ -133,6 +133,8 @@ def test_metrics_read_by_the_sidecars_vllm_adapter(engine: Engine) -> None:
         "inference_decode_time_seconds",
     } <= names
     assert series[("inference_generation_tokens_total", "ref")].value >= 3
+    # Colocated (--role both, the default): no KV connector, no NIXL metrics.
+    assert b"nixl" not in body
     assert series[("inference_e2e_request_latency_seconds", "ref")].count >= 1
 
 

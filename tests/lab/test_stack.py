@@ -10,6 +10,7 @@ import yaml
 from support.paths import ROOT
 
 from exporter.lab.stack import (
+    PREFILL_TARGET_LABELS,
     AmTiming,
     alertmanager_config,
     find_binary,
@@ -76,3 +77,20 @@ def test_prometheus_config_passes_promtool(tmp_path: Path) -> None:
         check=False,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_disaggregated_pair_is_scraped_as_two_pods(tmp_path: Path) -> None:
+    rules = write_rules(tmp_path)
+    path = tmp_path / "prometheus.yml"
+    prefill = ("127.0.0.1:10961", dict(PREFILL_TARGET_LABELS))
+    path.write_text(prometheus_config("127.0.0.1:10960", None, rules, 2.0, more=[prefill]))
+    out = subprocess.run(
+        [tool("promtool"), "check", "config", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    (job,) = yaml.safe_load(path.read_text())["scrape_configs"]
+    pods = {c["targets"][0]: c["labels"]["pod"] for c in job["static_configs"]}
+    assert pods == {"127.0.0.1:10960": "reference-0", "127.0.0.1:10961": "reference-prefill-0"}

@@ -210,3 +210,46 @@ def test_model_directory_reads_back_as_the_real_model(tmp_path: Path) -> None:
     assert facts.weight_bytes == (model.cfg.parameters() - 64 * 32) * 4
     assert facts.kv_cache_bytes_per_token == model.cfg.kv_bytes_per_token(4) == 2 * 2 * 32 * 4
     assert facts.flops_per_token == 2 * (2 * model.cfg.layer_parameters() + 2 * 32)
+
+
+def _run(sched: Scheduler) -> dict[str, list[int]]:
+    tokens: dict[str, list[int]] = {}
+    exported: dict[str, bytes] = {}
+    with torch.inference_mode():
+        while sched.busy:
+            out = sched.step()
+            for rid, token in out.tokens:
+                tokens.setdefault(rid, []).append(token)
+            exported.update(out.exported)
+    tokens.update({f"kv:{rid}": list(blob) for rid, blob in exported.items()})
+    return tokens
+
+
+def test_a_transferred_cache_continues_as_the_colocated_request() -> None:
+    """Prefill on one scheduler (exporting the prompt's cache), decode on another from that
+    cache: the same greedy tokens as one scheduler doing both; the cache is the model's size."""
+    prompt = (4, 8, 15, 16, 23, 42, 7)
+    colocated = _run_one(scheduler(), Request("r", prompt, 6, 0.0, 1))
+    prefill = scheduler()
+    prefill.add(Request("p", prompt, 1, 0.0, 1, export_kv=True), time.monotonic())
+    out = _run(prefill)
+    cache = bytes(out["kv:p"])
+    cfg = prefill.model.cfg
+    assert len(cache) == cfg.layers * 2 * cfg.heads * cfg.head_dim * len(prompt) * 4
+    decoded = _run_one(scheduler(), Request("d", prompt, 6, 0.0, 1, kv=cache))
+    assert decoded == colocated
+
+
+def _run_one(sched: Scheduler, req: Request) -> list[int]:
+    sched.add(req, time.monotonic())
+    return _run(sched)[req.request_id]
+
+
+def test_a_cache_of_the_wrong_size_is_refused() -> None:
+    model = small()
+    try:
+        model.import_kv(0, 3, b"\0" * 10)
+    except ValueError as err:
+        assert "needs" in str(err)
+    else:
+        raise AssertionError("import_kv accepted 10 bytes for 3 positions")

@@ -266,3 +266,39 @@ async def test_custom_telemetry_path(serve: ClientFactory) -> None:
     assert (await client.get("/metrics")).status == 404
     _, _, page = await get_text(client, "/")
     assert '<a href="/probe">/probe</a>' in page
+
+
+class Doubtful(Good):
+    name = "doubtful"
+
+    def notices(self) -> list[str]:
+        return ["GPU 1 is <someone else's>"]
+
+
+async def test_landing_page_shows_collector_notices_escaped(serve: ClientFactory) -> None:
+    exporter, client = await serve([Doubtful()])
+    await wait_ready(exporter)
+    _, _, page = await get_text(client, "/")
+    assert "<p><strong>doubtful:</strong> GPU 1 is &lt;someone else&#x27;s&gt;</p>" in page
+
+
+class Gpu(Collector):
+    """Emits the GPU utilisation the landing page's history tracks."""
+
+    name = "gpu"
+
+    def collect(self) -> Collection:
+        gauge = GaugeMetricFamily("inference_gpu_utilization_ratio", "GPU busy.", labels=["gpu"])
+        gauge.add_metric(["0"], 0.75)
+        return Collection(metrics=[gauge])
+
+
+async def test_landing_page_charts_the_last_minutes(serve: ClientFactory) -> None:
+    exporter, client = await serve([Gpu()])
+    await wait_ready(exporter)
+    await get_text(client, "/metrics")
+    _, _, page = await get_text(client, "/")
+    assert '<table id="history"' in page
+    assert '<tr data-series="inference_gpu_utilization_ratio">' in page
+    assert 'class="spark"' in page and "<td>75 %</td>" in page
+    assert "default-src 'none'" in page and "<script" not in page

@@ -41,15 +41,15 @@ from support.promstack import (
     wait_until,
 )
 
-from exporter.signatures import catalogue, parse_config
+from exporter.signatures import all_signatures, parse_config
 from exporter.signatures.alertmanager import alertmanager_yaml
-from exporter.signatures.definitions import GROUPS
+from exporter.signatures.definitions import FAMILIES
+from exporter.signatures.records import RecordNames
 from exporter.signatures.render import runbook_url
-from exporter.signatures.sources import Records
 
 CONFIG = RULES / "alertmanager.yaml"
 CFG = parse_config({})
-SIGNATURES = catalogue(CFG)
+SIGNATURES = all_signatures(CFG)
 RECEIVER = {"critical": "pagerduty", "warning": "pagerduty-low-urgency", "info": "null"}
 STARVED = "InferenceGPUStarvedQueueGrowing"
 LOST = "InferenceGPULost"
@@ -137,7 +137,7 @@ ROUTED = [
         {
             "alertname": sig.alert,
             "severity": rule.severity,
-            "signature": sig.group,
+            "signature": sig.family,
             **dict(rule.labels),
             "instance": "10.0.0.7:10960",
             "job": JOB,
@@ -204,7 +204,7 @@ def test_inhibitions_name_the_catalogue() -> None:
             for matcher in rule[side]:
                 if matcher.startswith("signature"):
                     values = re.fullmatch(r'signature=~?"([^"]*)"', matcher)
-                    assert values and set(values[1].split("|")) <= set(GROUPS), matcher
+                    assert values and set(values[1].split("|")) <= set(FAMILIES), matcher
         assert rule["equal"][-len(CFG.join_labels) :] == list(CFG.join_labels)
     by_source = {tuple(r["source_matchers"]): r for r in rules}
     lost = by_source[(f'alertname="{LOST}"',)]
@@ -217,12 +217,13 @@ def test_inhibitions_name_the_catalogue() -> None:
     ]
     covered = set().union(*(_alertnames(r["target_matchers"]) for r in engine))
     assert any('signature="queue"' in r["target_matchers"] for r in engine)
-    r = Records.of(CFG)
+    records = RecordNames.of(CFG)
+    queue_records = (records.queue_depth, records.queue_trend)
     readers = {
         sig.alert
         for sig in SIGNATURES
         for rule in sig.rules
-        if sig.group != "queue" and (r.queue_depth in rule.expr or r.queue_trend in rule.expr)
+        if sig.family != "queue" and any(record in rule.expr for record in queue_records)
     }
     assert readers == {STARVED, "InferenceGPUContended"} and readers <= covered
 

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from support.paths import ROOT
 
-from exporter.signatures import catalogue, parse_config, recording_rules
-from exporter.signatures.definitions import EFFORTS, GROUPS, SEVERITIES
+from exporter.signatures import all_signatures, parse_config, recording_rules
+from exporter.signatures.definitions import EFFORTS, FAMILIES, SEVERITIES
 from exporter.signatures.params import PARAMS
 from exporter.signatures.render import alerts_yaml, recording_rules_yaml
 
@@ -32,6 +32,7 @@ CONTRACT = {
     "InferenceCollectorFailing": ({"warning"}, "meta"),
     "InferenceEngineMetricsDown": ({"warning"}, "meta"),
     "InferenceNVMLUnavailable": ({"warning"}, "meta"),
+    "InferenceGPUAttributionUncertain": ({"warning"}, "meta"),
     "InferenceGPULost": ({"critical"}, "gpu"),
     "InferenceGPUXidErrors": ({"critical", "warning"}, "gpu"),
     "InferenceGPUThrottled": ({"warning"}, "gpu"),
@@ -41,18 +42,18 @@ PROFILES = ("sidecar", "dcgm", "fast")
 
 
 def test_catalogue_matches_the_contract() -> None:
-    sigs = catalogue(parse_config({}))
+    sigs = all_signatures(parse_config({}))
     assert [s.alert for s in sigs] == list(CONTRACT)
     for sig in sigs:
-        severities, group = CONTRACT[sig.alert]
+        severities, family = CONTRACT[sig.alert]
         assert set(sig.severities) == severities, sig.alert
-        assert sig.group == group, sig.alert
+        assert sig.family == family, sig.alert
         assert set(PARAMS[sig.alert]) and PARAMS[sig.alert][0].name == "for"
 
 
 def test_default_thresholds() -> None:
     cfg = parse_config({})
-    sig = {s.alert: s for s in catalogue(cfg)}
+    sig = {s.alert: s for s in all_signatures(cfg)}
     # Behind the cold-start guard of the longest window each reads; the engine's own share
     # where the GPU is shared with other tenants (sources.py).
     assert sig["InferenceGPUStarvedQueueGrowing"].rules[0].expr == (
@@ -95,7 +96,7 @@ def test_rendered_alerts(profile: str) -> None:
     for rule in rules:
         assert re.fullmatch(r"Inference[A-Z][A-Za-z]+", rule["alert"])
         labels, notes = rule["labels"], rule["annotations"]
-        assert labels["severity"] in SEVERITIES and labels["signature"] in GROUPS
+        assert labels["severity"] in SEVERITIES and labels["signature"] in FAMILIES
         assert set(notes) == {"summary", "description", "runbook_url"}
         assert notes["runbook_url"].endswith(f"/docs/runbooks/{rule['alert']}.md")
         # Two rules of one alert never share their label set.
@@ -148,7 +149,7 @@ def test_rendered_records_parse_and_are_named_level_metric_operation(profile: st
 def test_alerts_read_only_defined_records(profile: str) -> None:
     cfg = parse_config({}, profile)
     records = {r.record for r in recording_rules(cfg)}
-    for sig in catalogue(cfg):
+    for sig in all_signatures(cfg):
         for rule in sig.rules:
             texts = [rule.expr, *(e.expr or "" for e in rule.evidence)]
             for text in texts:
@@ -158,7 +159,7 @@ def test_alerts_read_only_defined_records(profile: str) -> None:
 
 def test_evidence_is_reusable_by_diagnose() -> None:
     """Each evidence query scopes to one alert's labels, or to every target with no matchers."""
-    for sig in catalogue(parse_config({})):
+    for sig in all_signatures(parse_config({})):
         for rule in sig.rules:
             keys = [e.key for e in rule.evidence]
             assert len(keys) == len(set(keys))
@@ -177,7 +178,7 @@ def test_evidence_is_reusable_by_diagnose() -> None:
 def test_descriptions_quote_measured_values() -> None:
     """Every description but the pure state alerts quotes at least one measured number."""
     states = {"InferenceExporterDown", "InferenceNVMLUnavailable", "InferenceGPULost"}
-    for sig in catalogue(parse_config({})):
+    for sig in all_signatures(parse_config({})):
         for rule in sig.rules:
             if sig.alert not in states:
                 assert rule.evidence, sig.alert
@@ -191,7 +192,7 @@ def test_starved_description_quotes_live_values() -> None:
 
 def test_runbooks_are_generated_for_every_alert() -> None:
     books = ROOT / "docs" / "runbooks"
-    for sig in catalogue(parse_config({})):
+    for sig in all_signatures(parse_config({})):
         text = (books / f"{sig.alert}.md").read_text(encoding="utf-8")
         for heading in ("## What it means", "## When it fires", "## How to confirm"):
             assert heading in text, (sig.alert, heading)
@@ -212,7 +213,7 @@ def test_runbooks_name_the_on_node_tools() -> None:
 
 
 def test_memory_caveat_for_preallocating_engines() -> None:
-    sig = {s.alert: s for s in catalogue(parse_config({}))}["InferenceGPUMemoryHeadroomLow"]
+    sig = {s.alert: s for s in all_signatures(parse_config({}))}["InferenceGPUMemoryHeadroomLow"]
     framebuffer = sig.rules[1]
     preallocating = "vllm|sglang|tgi|nim|trtllm|dynamo|lmdeploy|ray"  # every such EngineSpec
     assert f'inference_engine_up{{engine=~"{preallocating}"}}' in framebuffer.expr

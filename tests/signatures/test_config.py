@@ -16,7 +16,7 @@ from exporter.config import format_duration as duration
 from exporter.config import parse_duration
 from exporter.signatures import (
     SignatureConfigError,
-    catalogue,
+    all_signatures,
     load_config,
     parse_config,
     recording_rules,
@@ -214,7 +214,7 @@ def test_overrides_reach_the_rules() -> None:
             "signatures": {STARVED: {"utilization_below": 0.5, "for": "20m"}},
         }
     )
-    (starved,) = catalogue(cfg)[0].rules
+    (starved,) = all_signatures(cfg)[0].rules
     assert starved.expr.startswith("(\ninference:gpu_own_utilization:mean2m < 0.5\n")
     assert starved.for_seconds == 1200
     exprs = {r.record: r.expr for r in recording_rules(cfg)}
@@ -230,8 +230,8 @@ def test_xid_list_is_normalised() -> None:
 
 
 def test_fast_profile_scales_windows_and_for_by_a_tenth() -> None:
-    normal = catalogue(parse_config({}, "sidecar"))
-    fast = catalogue(parse_config({}, "fast"))
+    normal = all_signatures(parse_config({}, "sidecar"))
+    fast = all_signatures(parse_config({}, "fast"))
     for a, b in zip(normal, fast, strict=True):
         for ra, rb in zip(a.rules, b.rules, strict=True):
             assert rb.for_seconds == pytest.approx(ra.for_seconds / 10), a.alert
@@ -266,7 +266,9 @@ def test_profiles_differ_only_in_gpu_records() -> None:
     assert any(peak in expr for peak in peaks for expr in dcgm.values())
     # The alert expressions themselves are the same in every profile.
     pairs = zip(
-        catalogue(parse_config({}, "sidecar")), catalogue(parse_config({}, "dcgm")), strict=True
+        all_signatures(parse_config({}, "sidecar")),
+        all_signatures(parse_config({}, "dcgm")),
+        strict=True,
     )
     for a, b in pairs:
         assert [r.expr for r in a.rules] == [r.expr for r in b.rules]

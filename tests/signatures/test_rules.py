@@ -23,7 +23,7 @@ import yaml
 from support.paths import FIXTURES, ROOT
 
 from exporter.metrics import BY_NAME
-from exporter.signatures import catalogue, parse_config, recording_rules
+from exporter.signatures import all_signatures, parse_config, recording_rules
 from exporter.signatures.__main__ import DEFAULT_OUT, DEFAULT_RUNBOOKS, main, pack_files
 from exporter.signatures.promql_text import matchers
 
@@ -36,7 +36,7 @@ SITE_FIXTURES = sorted(p.parent for p in (FIXTURES / "rules").glob("*/config.yam
 PROFILE_OF_FIXTURE = {"dcgm-exported-labels": "dcgm", "cluster-join": "sidecar"}
 # Labels Prometheus adds to a target: a PodMonitor's, and a static config's (instance, job).
 TARGET_LABELS = {"namespace", "pod", "container", "endpoint", "instance", "job", "cluster"}
-ALERTS = [s.alert for s in catalogue(parse_config({}))]
+ALERTS = [s.alert for s in all_signatures(parse_config({}))]
 
 
 @pytest.fixture(scope="session")
@@ -60,6 +60,8 @@ def test_the_pack_exists() -> None:
         "alerts.yaml",
         "dcgm/recording_rules.yaml",
         "dcgm/alerts.yaml",
+        "node/recording_rules.yaml",
+        "node/alerts.yaml",
         "fast/recording_rules.yaml",
         "fast/alerts.yaml",
     }
@@ -155,7 +157,7 @@ def _gpu_sourced_alerts() -> set[str]:
     dcgm = {r.record: r.expr for r in recording_rules(parse_config({}, "dcgm"))}
     differ = {name for name in side if side[name] != dcgm.get(name)}
     out = set()
-    for sig in catalogue(parse_config({}, "dcgm")):
+    for sig in all_signatures(parse_config({}, "dcgm")):
         for rule in sig.rules:
             texts = [rule.expr, *(e.expr or "" for e in rule.evidence)]
             if any(name in text for text in texts for name in differ):
@@ -180,7 +182,7 @@ def test_every_alert_has_a_firing_case_and_a_near_miss(profile: str) -> None:
     assert must - fired == set(), f"{profile}: no firing case for {sorted(must - fired)}"
     assert must - quiet == set(), f"{profile}: no near miss for {sorted(must - quiet)}"
     # Every variant of an alert (the critical and the warning Xid) is exercised.
-    for sig in catalogue(parse_config({}, profile)):
+    for sig in all_signatures(parse_config({}, profile)):
         if sig.alert in must:
             assert severities[sig.alert] == set(sig.severities), sig.alert
 
@@ -223,7 +225,7 @@ def test_every_guarded_signature_has_a_cold_start_case() -> None:
     ``coldstart.yaml`` shows it silent while the window fills (a new one fails here until it
     has its case)."""
     guarded = {
-        sig.alert for sig in catalogue(parse_config({})) if any(r.history for r in sig.rules)
+        sig.alert for sig in all_signatures(parse_config({})) if any(r.history for r in sig.rules)
     }
     assert guarded >= {"InferenceGPUUnderutilized", "InferenceGPUStarvedQueueGrowing"}
     exprs = [
@@ -246,7 +248,7 @@ def test_guarded_rules_require_the_history_of_their_longest_window() -> None:
     for profile in ("sidecar", "dcgm", "fast"):
         cfg = parse_config({}, profile)
         records = {r.record: r for r in recording_rules(cfg)}
-        for sig in catalogue(cfg):
+        for sig in all_signatures(cfg):
             for rule in sig.rules:
                 if not rule.history:
                     continue
@@ -298,7 +300,8 @@ def test_test_series_use_the_exporters_names_and_labels() -> None:
         if not name.startswith("inference_"):
             continue
         base, expected = _exporter_spec(name)
-        own = set(labels) - TARGET_LABELS
+        # The node agent's attribution carries a pod's namespace, pod and container as its own.
+        own = set(labels) - (TARGET_LABELS - set(expected))
         if base == "inference_exporter_build_info":
             own -= {"version"}
             expected = ()
@@ -330,7 +333,7 @@ def test_runbook_and_evidence_queries_are_valid_promql(promtool: str, tmp_path: 
     """What the runbooks tell people to run, and what diagnose will run, parses."""
     queries: list[str] = []
     for profile in ("sidecar", "dcgm", "fast"):
-        for sig in catalogue(parse_config({}, profile)):
+        for sig in all_signatures(parse_config({}, profile)):
             queries += [q for _, q in sig.runbook.queries]
             for rule in sig.rules:
                 for item in rule.evidence:

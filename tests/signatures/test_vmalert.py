@@ -196,9 +196,9 @@ def test_the_same_alerts_fire_as_in_prometheus(
         checked += 1
     assert not mismatches, "\n".join(mismatches)
     # Every signature's firing case and near miss went through vmalert.
-    from exporter.signatures import catalogue, parse_config  # noqa: PLC0415
+    from exporter.signatures import all_signatures, parse_config  # noqa: PLC0415
 
-    every = {sig.alert for sig in catalogue(parse_config({}))}
+    every = {sig.alert for sig in all_signatures(parse_config({}))}
     assert firing == every and quiet == every, (every - firing, every - quiet)
     assert checked >= 2 * len(every)
 
@@ -232,7 +232,9 @@ def test_cold_starts_are_quiet_in_vmalert_too(
     assert checked >= 20
 
 
-@pytest.mark.parametrize("profile", ["", "dcgm", "fast"], ids=["sidecar", "dcgm", "fast"])
+@pytest.mark.parametrize(
+    "profile", ["", "dcgm", "node", "fast"], ids=["sidecar", "dcgm", "node", "fast"]
+)
 def test_vmalert_loads_the_pack(profile: str) -> None:
     """vmalert parses every profile's rules and annotation templates (``-dryRun``)."""
     pack = RULES / profile

@@ -1,6 +1,7 @@
 """Rendering the chart with the Helm v4 SDK (helm-python-sdk, no helm binary) and validating
 what it renders: kubernetes-validate for built-in kinds, the prometheus-operator CRDs'
-openAPIV3Schema (from ``tests/fixtures/crds/``) for the custom resources."""
+openAPIV3Schema (from ``tests/fixtures/crds/``) for the custom resources (prometheus-operator's,
+cert-manager's)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ KUBE_LATEST = kubernetes_validate.latest_version()
 SIDECAR = "inference-bottleneck-exporter"
 PAGERDUTY = {"enabled": True, "pagerduty": {"routingKeySecret": {"name": "pagerduty"}}}
 
-# Values per scenario: the default, each mode, and everything switched on in each mode.
+# Values per scenario: the default (node mode), each mode, and everything switched on in each
+# mode.
 SCENARIOS: dict[str, dict[str, Any]] = {
     "default": {},
     "sidecar": {"mode": "sidecar", "example": {"enabled": True}},
@@ -45,7 +47,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     "dcgm": {"mode": "dcgm", "example": {"enabled": True}},
     "node": {"mode": "node", "gpu": {"runtimeClassName": "nvidia"}},
+    # The default mode with the example: the node agent and a sidecar without NVML.
+    "node-example": {"example": {"enabled": True}},
     "all-objects": {
+        "mode": "sidecar",
         "serviceMonitor": {"enabled": True},
         "alertmanagerConfig": PAGERDUTY,
         "example": {"enabled": True},
@@ -57,6 +62,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "serviceMonitor": {"enabled": True},
         "alertmanagerConfig": PAGERDUTY,
         "prometheusRule": {"profile": "fast"},
+    },
+    "webhook": {"webhook": {"enabled": True}},
+    "webhook-cert-manager": {
+        "mode": "dcgm",
+        "webhook": {"enabled": True, "certManager": {"enabled": True}},
+        "sidecar": {"native": True},
     },
 }
 

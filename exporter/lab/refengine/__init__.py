@@ -14,6 +14,13 @@ Layout, as in vLLM's V1 engine::
       /metrics (vLLM names), tokenizer,     <---->    KV cache tensors, prefill + decode,
       detokenizer, SSE streaming                      per-step outputs and stats
 
+Disaggregated (``--role prefill|decode``), two such servers hand each request's KV cache over
+a loopback link (:mod:`.kv_transfer`), the decode one in front::
+
+    client -> decode server --(prompt, kv_transfer_params)--> prefill server (runs the prompt)
+              decode server <--(the prompt's KV cache, TCP)-- prefill server (holds it)
+              decode server: generation continues from the cache
+
 Run it with ``python -m exporter.lab.refengine --help``.
 """
 

@@ -130,8 +130,59 @@ def parser() -> argparse.ArgumentParser:
         help="nice value of the model worker (-1: 5 on CPU, where its compute stands in for "
         "the GPU, 0 on CUDA)",
     )
+    p.add_argument(
+        "--role",
+        default="both",
+        choices=ROLES,
+        help="part in disaggregated serving: prefill (runs prompts, serves their KV cache), "
+        "decode (reads the cache, generates), both (colocated)",
+    )
+    p.add_argument(
+        "--prefill-url",
+        default="",
+        metavar="URL",
+        help="decode: send plain requests to this prefill server first (the pair's front)",
+    )
+    p.add_argument(
+        "--kv-port", type=int, default=0, help="prefill: port of the KV link (0: a free one)"
+    )
+    p.add_argument(
+        "--kv-lease",
+        default="30s",
+        help="prefill: a held KV cache not read within this expires (vLLM's kv_lease_duration)",
+    )
+    p.add_argument(
+        "--kv-link-mib-s", type=float, default=4.0, help="kv-transfer-slow: the link's MiB/s"
+    )
+    p.add_argument(
+        "--decode-pool-slots",
+        type=int,
+        default=2,
+        help="decode-pool-short: running sequences the decode server admits",
+    )
     p.add_argument("--log.level", dest="log_level", default="info", help="debug, info, warning")
     return p
+
+
+ROLES = ("both", "prefill", "decode")
+
+
+def _check_role(args: argparse.Namespace, injections: frozenset[str]) -> None:
+    """Disaggregation flags that mean nothing for the role given are refused."""
+    if args.prefill_url and args.role != "decode":
+        _fail("--prefill-url: only a decode server (--role decode) sends to a prefill server")
+    if args.prefill_url and not args.prefill_url.startswith(("http://", "https://")):
+        _fail(f"--prefill-url: not an http(s) URL: {args.prefill_url!r}")
+    if "kv-transfer-slow" in injections and args.role == "both":
+        _fail("--inject kv-transfer-slow: needs a KV link (--role prefill or decode)")
+    if "decode-pool-short" in injections and args.role != "decode":
+        _fail("--inject decode-pool-short: needs a decode server (--role decode)")
+    if not 0 < args.kv_link_mib_s <= 100_000:
+        _fail(f"--kv-link-mib-s: must be above 0 and at most 100000, got {args.kv_link_mib_s:g}")
+    if args.decode_pool_slots < 1:
+        _fail(f"--decode-pool-slots: must be at least 1, got {args.decode_pool_slots}")
+    if not 0 <= args.kv_port <= 65535:
+        _fail(f"--kv-port: {args.kv_port} is not a port")
 
 
 def _fail(message: str) -> NoReturn:
@@ -154,8 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         injections = inject.parse(args.inject)
         inject_duration = parse_duration(args.inject_duration)
+        args.kv_lease_s = parse_duration(args.kv_lease)
     except ValueError as err:
         _fail(str(err))
+    _check_role(args, injections)
     from exporter.lab.refengine.worker import SIZES  # noqa: PLC0415
 
     if args.size and args.size not in SIZES:
@@ -184,6 +237,15 @@ class StartupError(RuntimeError):
     pass
 
 
+def _max_num_seqs(args: argparse.Namespace, injections: frozenset[str]) -> int:
+    slots = int(args.max_num_seqs)
+    if "queue-flood" in injections:
+        slots = min(slots, args.flood_max_num_seqs)
+    if "decode-pool-short" in injections:
+        slots = min(slots, args.decode_pool_slots)
+    return slots
+
+
 async def _run(args: argparse.Namespace, injections: frozenset[str], duration: float) -> int:
     from aiohttp import web  # noqa: PLC0415
 
@@ -203,11 +265,7 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         d_model=args.d_model,
         heads=args.heads,
         max_model_len=args.max_model_len,
-        max_num_seqs=(
-            min(args.max_num_seqs, args.flood_max_num_seqs)
-            if "queue-flood" in injections
-            else args.max_num_seqs
-        ),
+        max_num_seqs=_max_num_seqs(args, injections),
         max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size,
         kv_blocks=args.kv_blocks,
@@ -234,6 +292,12 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
             injections=injections,
             gil_request_ms=args.gil_request_ms,
             gil_chunk_ms=args.gil_chunk_ms,
+            role=args.role,
+            prefill_url=args.prefill_url,
+            kv_host=args.host,
+            kv_port=args.kv_port,
+            kv_rate=args.kv_link_mib_s * 2**20 if "kv-transfer-slow" in injections else 0.0,
+            kv_lease_s=args.kv_lease_s,
         ),
         tok,
         worker_cfg,
@@ -284,6 +348,12 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         host, port = address[0], address[1]
         shown = f"[{host}]" if ":" in str(host) else host
         log.info("listening on http://%s:%s", shown, port)
+    if frontend.kv_server is not None:
+        log.info("KV link on %s:%d (role prefill)", *frontend.kv_server.address)
+    elif args.role == "decode":
+        log.info(
+            "role decode%s", f", prefill server {args.prefill_url}" if args.prefill_url else ""
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -28,6 +28,15 @@
                      the device's steps (scheduling, input preparation, sampling set-up) that
                      is not overlapped with them, so each step takes several times its
                      memory floor while the memory bus idles
+``kv-transfer-slow`` a disaggregated pair's KV link (``--role prefill|decode``) is
+                     throttled to ``--kv-link-mib-s`` (4) MiB/s: the prefill server writes
+                     and the decode server reads the cache in 64 KiB pieces with sleeps
+                     between them, so reading a request's cache takes longer than its
+                     prefill (:mod:`exporter.lab.refengine.kv_transfer`)
+``decode-pool-short`` the decode server (``--role decode``) admits at most
+                     ``--decode-pool-slots`` (2) running sequences: more requests decode at
+                     once than it has slots, its queue grows while the prefill server,
+                     which runs each prompt once, idles
 ===================  ======================================================================
 
 Helper processes (``cpu-contention``, ``softirq``) are ``python -m exporter.lab.refengine.inject``
@@ -67,6 +76,8 @@ from exporter.config import ArgumentParser
 
 CPU_ONLY = frozenset({"tokenizer-slow", "frontend-gil", "queue-flood", "cpu-contention", "softirq"})
 CUDA_ONLY = frozenset({"h2d-stall", "hbm-saturation"})
+# Injections into a disaggregated pair (a decode engine reading from a prefill one).
+DISAGGREGATED = frozenset({"kv-transfer-slow", "decode-pool-short"})
 INJECTIONS: dict[str, str] = {
     "tokenizer-slow": "pure-Python tokenizer on one thread on the request path",
     "frontend-gil": "CPU-heavy pre/post-processing in the event-loop thread",
@@ -77,6 +88,8 @@ INJECTIONS: dict[str, str] = {
     "memory-pressure": "KV cache pool smaller than the load needs (device memory at 96 % on CUDA)",
     "hbm-saturation": "a neighbour streaming device memory on the same GPU, after a while (CUDA)",
     "decode-overhead": "host work on the model worker's step path before every decode step",
+    "kv-transfer-slow": "the KV link between a prefill and a decode server throttled",
+    "decode-pool-short": "the decode server's slots below the requests decoding at once",
 }
 
 BURNERS_PER_CPU = 4

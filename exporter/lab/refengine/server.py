@@ -17,6 +17,23 @@ Endpoints (vLLM's OpenAI-compatible server's shapes):
 ``GET /metrics``
     vLLM's metric names (:mod:`exporter.lab.refengine.vllm_metrics`).
 
+Disaggregated serving (``--role prefill|decode``; ``both``, the default, is colocated), with
+vLLM's P/D request protocol (``kv_transfer_params``, as its NixlConnector proxies send it):
+
+- a prefill server given ``"kv_transfer_params": {"do_remote_decode": true}`` runs the prompt,
+  keeps the request's KV cache and answers with ``kv_transfer_params`` naming where to read it
+  (``remote_host``, ``remote_port``, ``remote_request_id``; :mod:`.kv_transfer`);
+- a decode server given ``"kv_transfer_params": {"do_remote_prefill": true, ...}`` reads that
+  cache over the loopback link and continues the request from it. With ``--prefill-url`` it is
+  also the pair's front: a plain request is first sent to the prefill server, as llm-d's
+  routing sidecar in the decode pod does. A transfer that fails is counted and the prompt is
+  recomputed here (vLLM's recompute policy for failed KV loads).
+
+The front's time to first token is the client's: from the request's arrival, through the
+prefill server's answer and the transfer, to the first token decoded here. While its cache is
+being read a request counts as waiting (vLLM keeps a request waiting for remote KV in its
+waiting queue).
+
 Tokenization runs in the event loop (the fast tokenizer takes about a millisecond for 512
 tokens), as in vLLM's API server; ``tokenizer-slow`` moves it to the pure-Python path on one
 dedicated thread. New tokens from the worker are delivered per request: each request's
@@ -29,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import multiprocessing
@@ -43,7 +61,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from exporter.lab.refengine import inject
+from exporter.lab.refengine import inject, kv_transfer
 from exporter.lab.refengine.bpe import BpeTokenizer
 from exporter.lab.refengine.vllm_metrics import EngineMetrics
 from exporter.lab.refengine.worker import Finished, Request, StepOutput, WorkerConfig
@@ -66,6 +84,12 @@ class FrontendConfig:
     gil_chunk_ms: float = 2.0
     default_max_tokens: int = 16
     start_timeout: float = 300.0
+    role: str = "both"  # prefill, decode, both (colocated)
+    prefill_url: str = ""  # decode: send plain requests to this prefill server first
+    kv_host: str = "127.0.0.1"  # prefill: the KV link's address...
+    kv_port: int = 0  # ...and port (0: a free one)
+    kv_rate: float = 0.0  # kv-transfer-slow: the link's bytes per second (0: unthrottled)
+    kv_lease_s: float = 30.0  # prefill: a cache not read within this expires
 
 
 @dataclass
@@ -78,6 +102,7 @@ class _Stream:
     generated: int = 0
     last_token_at: float = 0.0  # worker clock
     finished: Finished | None = None
+    kv: bytes | None = None  # prefill role: the prompt's exported KV cache
 
 
 class WorkerGoneError(RuntimeError):
@@ -105,6 +130,10 @@ class Frontend:
         self._tok_pool = (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer") if slow else None
         )
+        self.kv_server: kv_transfer.KVServer | None = None
+        self._kv_pool: ThreadPoolExecutor | None = None
+        self._http: Any = None
+        self._pulling = 0  # decode: requests waiting for their KV cache (vLLM counts them waiting)
 
     @property
     def worker_ok(self) -> bool:
@@ -130,10 +159,29 @@ class Frontend:
             self.cfg.model_name,
             block_size=self.worker_cfg.block_size,
             kv_blocks=int(self.info["kv_blocks"]),
+            kv_connector=self.cfg.role != "both",
         )
+        self._start_kv_link()
         self._alive = True
         self._reader = threading.Thread(target=self._read, name="worker-reader", daemon=True)
         self._reader.start()
+
+    def _start_kv_link(self) -> None:
+        """prefill: serve held caches; decode: threads that read them (and a client for the
+        prefill server when this one is the pair's front)."""
+        nixl = self.metrics.nixl if self.metrics is not None else None
+        if self.cfg.role == "prefill" and nixl is not None:
+            store = kv_transfer.KVStore(self.cfg.kv_lease_s, on_expired=nixl.expired.inc)
+            self.kv_server = kv_transfer.KVServer(
+                store, self.cfg.kv_host, self.cfg.kv_port, self.cfg.kv_rate
+            )
+            self.kv_server.start()
+        elif self.cfg.role == "decode":
+            self._kv_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="kv-pull")
+            if self.cfg.prefill_url:
+                from aiohttp import ClientSession, ClientTimeout  # noqa: PLC0415
+
+                self._http = ClientSession(timeout=ClientTimeout(total=300))
 
     def _first_message(self) -> tuple[str, Any]:
         deadline = time.monotonic() + self.cfg.start_timeout
@@ -187,6 +235,12 @@ class Frontend:
             self._conn.close()
         if self._tok_pool is not None:
             self._tok_pool.shutdown(wait=False, cancel_futures=True)
+        if self.kv_server is not None:
+            self.kv_server.stop()
+        if self._kv_pool is not None:
+            self._kv_pool.shutdown(wait=False, cancel_futures=True)
+        if self._http is not None:
+            await self._http.close()
 
     # --- outputs -------------------------------------------------------------------------------
     def _on_message(self, msg: tuple[str, Any]) -> None:
@@ -200,6 +254,10 @@ class Frontend:
         metrics = self.metrics
         assert metrics is not None
         now = time.monotonic()
+        for rid, blob in out.exported.items():
+            stream = self._streams.get(rid)
+            if stream is not None:
+                stream.kv = blob
         for rid, token in out.tokens:
             stream = self._streams.get(rid)
             if stream is None:
@@ -229,7 +287,7 @@ class Frontend:
             metrics.success(fin.reason)
         metrics.scheduler_state(
             running=out.running,
-            waiting=out.waiting,
+            waiting=out.waiting + self._pulling,
             kv_usage=out.kv_usage,
             preemptions=out.preemptions,
         )
@@ -273,13 +331,22 @@ class Frontend:
             await self._gil(text, self.cfg.gil_request_ms)
 
     async def submit(
-        self, prompt: list[int], max_tokens: int, temperature: float, seed: int, arrival: float
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        temperature: float,
+        seed: int,
+        arrival: float,
+        *,
+        export_kv: bool = False,
+        kv: bytes | None = None,
     ) -> _Stream:
         rid = uuid.uuid4().hex
         stream = _Stream(rid=rid, arrival=arrival, prompt_tokens=len(prompt))
         self._streams[rid] = stream
+        req = Request(rid, tuple(prompt), max_tokens, temperature, seed, export_kv, kv)
         try:
-            self._send(("add", Request(rid, tuple(prompt), max_tokens, temperature, seed)))
+            self._send(("add", req))
         except WorkerGoneError:
             self._streams.pop(rid, None)
             raise
@@ -392,9 +459,20 @@ class Frontend:
             )
         if not prompt_ids:
             raise _error(400, "the prompt is empty")
+        transfer = body.get("kv_transfer_params")
+        export = self.cfg.role == "prefill" and _flag(transfer, "do_remote_decode")
+        if export and params.stream:
+            raise _error(400, "a remote decode's prefill is answered whole, not streamed")
+        kv = await self._remote_prefill(transfer, prompt_ids, params)
         try:
             stream = await self.submit(
-                prompt_ids, params.max_tokens, params.temperature, params.seed, arrival
+                prompt_ids,
+                params.max_tokens,
+                params.temperature,
+                params.seed,
+                arrival,
+                export_kv=export,
+                kv=kv,
             )
         except WorkerGoneError as err:
             raise _error(503, str(err), "ServiceUnavailable") from None
@@ -406,9 +484,108 @@ class Frontend:
         }
         if params.stream:
             return await self._stream(request, stream, head, params.include_usage)
-        return await self._whole(stream, head)
+        return await self._whole(stream, head, hold_kv=export)
 
-    async def _whole(self, stream: _Stream, head: dict[str, Any]) -> web.Response:
+    # --- disaggregated serving ---------------------------------------------------------------
+    def _hold(self, stream: _Stream) -> dict[str, Any]:
+        """prefill: keep the finished request's cache for the decode server to read; the
+        ``kv_transfer_params`` that tell it where."""
+        assert self.kv_server is not None
+        if stream.kv is None:
+            raise _error(500, "the model worker exported no KV cache", "InternalServerError")
+        info = self.info
+        meta = kv_transfer.KVMeta(
+            tokens=stream.prompt_tokens,
+            layers=int(info["layers"]),
+            heads=int(info["heads"]),
+            head_dim=int(info["head_dim"]),
+            element_size=int(info["element_size"]),
+        )
+        self.kv_server.store.put(stream.rid, meta, stream.kv)
+        stream.kv = None
+        host, port = self.kv_server.address
+        return {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_request_id": stream.rid,
+            "remote_host": host,
+            "remote_port": port,
+        }
+
+    async def _remote_prefill(
+        self, transfer: Any, prompt_ids: list[int], params: _Params
+    ) -> bytes | None:
+        """decode: the prompt's KV cache from the prefill server (asked first when this server
+        is the front), or None to run the prompt here."""
+        if self.cfg.role != "decode":
+            return None
+        if not _flag(transfer, "do_remote_prefill"):
+            if not self.cfg.prefill_url:
+                return None
+            transfer = await self._ask_prefill(prompt_ids, params)
+        host, port, rid = (
+            transfer.get(k) for k in ("remote_host", "remote_port", "remote_request_id")
+        )
+        if not (isinstance(host, str) and isinstance(port, int) and isinstance(rid, str)):
+            raise _error(
+                400, "kv_transfer_params needs remote_host, remote_port, remote_request_id"
+            )
+        assert self.metrics is not None and self.metrics.nixl is not None
+        nixl = self.metrics.nixl
+        pull = functools.partial(kv_transfer.pull, host, port, rid, rate=self.cfg.kv_rate)
+        self._pulling += 1
+        try:
+            pulled = await asyncio.get_running_loop().run_in_executor(self._kv_pool, pull)
+            if pulled.meta.tokens != len(prompt_ids):
+                raise kv_transfer.TransferError(
+                    f"KV cache of {pulled.meta.tokens} positions for a {len(prompt_ids)}-token "
+                    "prompt"
+                )
+        except kv_transfer.TransferError as err:
+            nixl.failed_transfers.inc()
+            log.warning("%s; recomputing the prompt", err)
+            return None
+        finally:
+            self._pulling -= 1
+        if not pulled.notified:
+            nixl.failed_notifications.inc()
+        nixl.transfer(
+            post=pulled.post_seconds,
+            xfer=pulled.xfer_seconds,
+            nbytes=len(pulled.payload),
+            descriptors=pulled.meta.descriptors(self.worker_cfg.block_size),
+        )
+        return pulled.payload
+
+    async def _ask_prefill(self, prompt_ids: list[int], params: _Params) -> dict[str, Any]:
+        """The front's first hop: the prompt to the prefill server, its cache's address back."""
+        from aiohttp import ClientError  # noqa: PLC0415
+
+        body = {
+            "model": self.cfg.model_name,
+            "prompt": prompt_ids,
+            "max_tokens": 1,
+            "temperature": params.temperature,
+            "seed": params.seed,
+            "kv_transfer_params": {"do_remote_decode": True},
+        }
+        url = self.cfg.prefill_url.rstrip("/") + "/v1/completions"
+        try:
+            async with self._http.post(url, json=body) as resp:
+                if resp.status != 200:
+                    text = (await resp.text())[:200]
+                    raise _error(503, f"the prefill server answered {resp.status}: {text}")
+                answer = await resp.json()
+        except (ClientError, TimeoutError, json.JSONDecodeError) as err:
+            raise _error(503, f"the prefill server failed: {err}", "ServiceUnavailable") from None
+        transfer = answer.get("kv_transfer_params") if isinstance(answer, dict) else None
+        if not isinstance(transfer, dict):
+            raise _error(503, "the prefill server sent no kv_transfer_params", "ServiceUnavailable")
+        return transfer
+
+    async def _whole(
+        self, stream: _Stream, head: dict[str, Any], *, hold_kv: bool = False
+    ) -> web.Response:
         detok = self.tok.detokenizer()
         parts: list[str] = []
         try:
@@ -429,7 +606,10 @@ class Frontend:
             "finish_reason": fin.reason if fin else None,
             "stop_reason": None,
         }
-        return web.json_response({**head, "choices": [choice], "usage": _usage(stream)})
+        answer = {**head, "choices": [choice], "usage": _usage(stream)}
+        if hold_kv:
+            answer["kv_transfer_params"] = self._hold(stream)
+        return web.json_response(answer)
 
     async def _stream(
         self, request: web.Request, stream: _Stream, head: dict[str, Any], include_usage: bool
@@ -520,6 +700,10 @@ def _completion_params(body: dict[str, Any], default_max_tokens: int) -> _Params
     )
 
 
+def _flag(transfer: Any, name: str) -> bool:
+    return isinstance(transfer, dict) and transfer.get(name) is True
+
+
 def _choice(text: str, reason: str | None) -> dict[str, Any]:
     return {
         "index": 0,
@@ -549,6 +733,7 @@ def _error(status: int, message: str, kind: str = "BadRequestError") -> web.HTTP
     cls: type[web.HTTPException] = {
         400: web.HTTPBadRequest,
         404: web.HTTPNotFound,
+        500: web.HTTPInternalServerError,
         503: web.HTTPServiceUnavailable,
     }.get(status, web.HTTPBadRequest)
     return cls(text=body, content_type="application/json")

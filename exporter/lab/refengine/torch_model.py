@@ -122,6 +122,28 @@ class Model:
             self.k_cache[:, dst, :, :length] = self.k_cache[:, src, :, :length]
             self.v_cache[:, dst, :, :length] = self.v_cache[:, src, :, :length]
 
+    def export_kv(self, slot: int, tokens: int) -> bytes:
+        """The first ``tokens`` cached positions of ``slot`` as bytes, laid out
+        ``[layers, 2 (keys, values), heads, tokens, head_dim]`` in the cache's dtype: what a
+        disaggregated prefill server hands to the decode server."""
+        k = self.k_cache[:, slot, :, :tokens]
+        v = self.v_cache[:, slot, :, :tokens]
+        both = torch.stack((k, v), dim=1).contiguous().cpu()
+        return bytes(both.view(torch.uint8).numpy().tobytes())
+
+    def import_kv(self, slot: int, tokens: int, payload: bytes) -> None:
+        """Write a cache laid out as :meth:`export_kv` gives it into ``slot``'s first
+        ``tokens`` positions; ValueError if its size is not this model's for ``tokens``."""
+        cfg = self.cfg
+        shape = (cfg.layers, 2, cfg.heads, tokens, cfg.head_dim)
+        want = math.prod(shape) * self.k_cache.element_size()
+        if len(payload) != want:
+            raise ValueError(f"KV cache of {len(payload)} bytes, this model needs {want}")
+        raw = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        both = raw.view(self.dtype).view(shape).to(self.device)
+        self.k_cache[:, slot, :, :tokens] = both[:, 0]
+        self.v_cache[:, slot, :, :tokens] = both[:, 1]
+
     def cache_bytes(self) -> int:
         return int(self.k_cache.numel() * self.k_cache.element_size() * 2)
 

@@ -20,6 +20,21 @@ lives. Exposes (labels ``model_name``, ``engine="0"``)::
                            num_gpu_blocks}                                            gauge (1)
     inference_h2d_copy_seconds{model}     (h2d-stall only: the worker's H2DTimer, forwarded)
 
+A prefill or decode server of a disaggregated pair (``--role``) also has NixlConnector's
+metrics, as vLLM registers them on every server whose KV connector is NIXL (transcribed from
+vllm-project/vllm ``vllm/distributed/kv_transfer/kv_connector/v1/nixl`` ``NixlPromMetrics``:
+names, help texts, buckets; labels ``model_name``, ``engine``)::
+
+    vllm:nixl_xfer_time_seconds, vllm:nixl_post_time_seconds,
+    vllm:nixl_bytes_transferred, vllm:nixl_num_descriptors                           histograms
+    vllm:nixl_num_failed_transfers, vllm:nixl_num_failed_notifications,
+    vllm:nixl_num_kv_expired_reqs                                                     counters
+
+The decode server reads the cache and observes the transfers and their failures; the prefill
+server counts the requests whose cache expired before it was read. vLLM exposes no role or
+``kv_transfer_config`` among its metrics (``cache_config_info`` carries the cache config
+only), so neither does this engine: a sidecar is told the role (``--engine.role``).
+
 The three ``estimated_*`` counters are vLLM's MFU counters (``--enable-mfu-metrics``), here
 always on: the model worker adds up each step's real work
 (:class:`~exporter.lab.refengine.worker.Work`). ``cache_config_info`` carries vLLM's labels
@@ -74,7 +89,9 @@ class _H2DForward(Collector):
 class EngineMetrics:
     """The metric objects, bound to one model, in their own registry."""
 
-    def __init__(self, model: str, *, block_size: int, kv_blocks: int) -> None:
+    def __init__(
+        self, model: str, *, block_size: int, kv_blocks: int, kv_connector: bool = False
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         labels = ["model_name", "engine"]
@@ -173,6 +190,7 @@ class EngineMetrics:
         self.h2d = _H2DForward(model)
         r.register(self.h2d)
         self._preemptions_seen = 0
+        self.nixl = NixlMetrics(r, labels, bind) if kv_connector else None
 
     def work(self, flops: float, read_bytes: float, write_bytes: float) -> None:
         """One step's estimated work (see :class:`~exporter.lab.refengine.worker.Work`)."""
@@ -192,3 +210,62 @@ class EngineMetrics:
         if preemptions > self._preemptions_seen:
             self.preemptions.inc(preemptions - self._preemptions_seen)
             self._preemptions_seen = preemptions
+
+
+# vLLM's NixlPromMetrics buckets: transfer time drops the first (1 ms) of the post-time list;
+# bytes from 2 KiB to 8 GiB in powers of 4; descriptors.
+NIXL_TIME_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
+NIXL_BYTES_BUCKETS = tuple(float(2 ** (10 + i)) for i in range(1, 25, 2))
+NIXL_DESCRIPTOR_BUCKETS = (
+    10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 200.0, 400.0, 1000.0, 2000.0, 4000.0, 10000.0,
+    20000.0, 50000.0,
+)  # fmt: skip
+
+
+class NixlMetrics:
+    """NixlConnector's KV-transfer metrics, in the engine's registry."""
+
+    def __init__(self, r: CollectorRegistry, labels: list[str], bind: dict[str, str]) -> None:
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Any:
+            return Histogram(name, doc, labels, buckets=buckets, registry=r).labels(**bind)
+
+        def counter(name: str, doc: str) -> Any:
+            return Counter(name, doc, labels, registry=r).labels(**bind)
+
+        self.xfer_time = histogram(
+            "vllm:nixl_xfer_time_seconds",
+            "Histogram of transfer duration for NIXL KV Cache transfers.",
+            NIXL_TIME_BUCKETS[1:],
+        )
+        self.post_time = histogram(
+            "vllm:nixl_post_time_seconds",
+            "Histogram of transfer post time for NIXL KV Cache transfers.",
+            NIXL_TIME_BUCKETS,
+        )
+        self.bytes_transferred = histogram(
+            "vllm:nixl_bytes_transferred",
+            "Histogram of bytes transferred per NIXL KV Cache transfers.",
+            NIXL_BYTES_BUCKETS,
+        )
+        self.descriptors = histogram(
+            "vllm:nixl_num_descriptors",
+            "Histogram of number of descriptors per NIXL  KV Cache transfers.",
+            NIXL_DESCRIPTOR_BUCKETS,
+        )
+        self.failed_transfers = counter(
+            "vllm:nixl_num_failed_transfers", "Number of failed NIXL KV Cache transfers."
+        )
+        self.failed_notifications = counter(
+            "vllm:nixl_num_failed_notifications", "Number of failed NIXL KV Cache notifications."
+        )
+        self.expired = counter(
+            "vllm:nixl_num_kv_expired_reqs",
+            "Number of requests that had their KV expire. NOTE: This metric is tracked on the "
+            "P instance.",
+        )
+
+    def transfer(self, *, post: float, xfer: float, nbytes: int, descriptors: int) -> None:
+        self.post_time.observe(post)
+        self.xfer_time.observe(xfer)
+        self.bytes_transferred.observe(nbytes)
+        self.descriptors.observe(descriptors)

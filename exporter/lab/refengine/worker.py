@@ -94,6 +94,11 @@ class Request:
     max_tokens: int
     temperature: float
     seed: int
+    # Disaggregated serving: a prefill server exports the prompt's KV cache when the request
+    # finishes (StepOutput.exported); a decode server starts from a cache read from the prefill
+    # server (``kv``, laid out as Model.export_kv gives it) instead of running the prompt.
+    export_kv: bool = False
+    kv: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,7 @@ class StepOutput:
     step_seconds: float
     h2d: tuple[tuple[tuple[float, float], ...], float] | None = None  # (buckets, sum)
     work: Work | None = None
+    exported: dict[str, bytes] = field(default_factory=dict)  # request id -> its prompt's KV
 
 
 @dataclass
@@ -185,6 +191,7 @@ class _Seq:
     first_token: float = 0.0
     admitted_at: int = 0  # step number, for preemption order
     sampler: Any = None
+    kv: bytes | None = None  # a transferred prompt cache, until it is loaded
 
 
 @dataclass
@@ -231,7 +238,9 @@ class Scheduler:
             return f"prompt needs {need} KV blocks, the cache has {self.state.total_blocks}"
         from exporter.lab.refengine import torch_model as m  # noqa: PLC0415
 
-        seq = _Seq(req=req, queued=now, tokens=list(req.prompt), sampler=m.generator(req.seed))
+        seq = _Seq(
+            req=req, queued=now, tokens=list(req.prompt), sampler=m.generator(req.seed), kv=req.kv
+        )
         self.by_id[req.request_id] = seq
         self.state.waiting.append(seq)
         return None
@@ -269,6 +278,9 @@ class Scheduler:
         assert out.work is not None
         mcfg, size = self.model.cfg, self.model.element_size
         for seq in admitted:
+            if seq.kv is not None:
+                self._load(seq, decoding)
+                continue
             logits = self.model.prefill(seq.tokens, seq.slot)
             out.work.add(prefill_work(mcfg, len(seq.tokens), size))
             seq.cached = len(seq.tokens)
@@ -301,6 +313,17 @@ class Scheduler:
         out.step_seconds = now - started
         return out
 
+    def _load(self, seq: _Seq, decoding: list[_Seq]) -> None:
+        """A transferred prompt cache: every position but the last is loaded, and the last
+        prompt token joins this step's decode batch, whose logits give the first token (as
+        vLLM's decode server computes the one position the transfer leaves out)."""
+        kv, seq.kv = seq.kv, None
+        assert kv is not None
+        n = len(seq.tokens)
+        self.model.import_kv(seq.slot, n, kv)
+        seq.cached = n - 1
+        decoding.append(seq)
+
     def _emit(self, seq: _Seq, token: int, out: StepOutput) -> None:
         now = time.monotonic()
         seq.tokens.append(token)
@@ -312,6 +335,8 @@ class Scheduler:
             out.first[rid] = (seq.queued, seq.scheduled)
         done = seq.generated >= seq.req.max_tokens or len(seq.tokens) >= self.cfg.max_model_len
         if done:
+            if seq.req.export_kv:
+                out.exported[rid] = self.model.export_kv(seq.slot, len(seq.req.prompt))
             out.finished[rid] = Finished(
                 reason="length",
                 queued=seq.queued,
@@ -508,6 +533,8 @@ def build(cfg: WorkerConfig) -> tuple[Scheduler, dict[str, Any], Any]:
         "layers": mcfg.layers,
         "d_model": mcfg.d_model,
         "heads": mcfg.heads,
+        "head_dim": mcfg.head_dim,
+        "element_size": model.element_size,
         "kv_cache_bytes": model.cache_bytes() + (reserve.numel() if reserve is not None else 0),
         "kv_blocks": scheduler.state.total_blocks,
         "threads": torch.get_num_threads(),

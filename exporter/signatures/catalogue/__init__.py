@@ -1,7 +1,7 @@
 """The signature catalogue: every alert of the pack, built from a :class:`SiteConfig`.
 
 Each builder turns one rule of thumb of LLM serving into an alert: the condition over the
-recording rules (:mod:`exporter.signatures.sources`), the evidence it quotes, and the runbook
+recording rules (:mod:`exporter.signatures.records`), the evidence it quotes, and the runbook
 whose prose lives in ``exporter/signatures/runbooks/<Alert>.md``. Thresholds, windows and
 ``for`` come from the config through :class:`Context`, never from literals here, so a site's
 config regenerates the whole pack. One module per ``signature`` label value (``cpu``,
@@ -45,6 +45,7 @@ BUILDERS: tuple[Callable[[Context], Signature], ...] = (
     meta_signatures.collector_failing,
     meta_signatures.engine_metrics_down,
     meta_signatures.nvml_unavailable,
+    meta_signatures.gpu_attribution_uncertain,
     gpu_signatures.gpu_lost,
     gpu_signatures.gpu_xid_errors,
     gpu_signatures.gpu_throttled,
@@ -52,16 +53,16 @@ BUILDERS: tuple[Callable[[Context], Signature], ...] = (
 )
 
 
-def builder_path(group: str) -> str:
+def builder_path(family: str) -> str:
     """The module that builds the signatures of one ``signature`` label value."""
-    return f"exporter/signatures/catalogue/{group}_signatures.py"
+    return f"exporter/signatures/catalogue/{family}_signatures.py"
 
 
-def catalogue(cfg: SiteConfig) -> tuple[Signature, ...]:
+def all_signatures(cfg: SiteConfig) -> tuple[Signature, ...]:
     """Every signature of the pack, in the order of :data:`BUILDERS`, each rule behind the
     cold-start guard of the windows it reads (:meth:`Context.guarded`)."""
     ctx = Context(cfg)
     return tuple(ctx.guarded(build(ctx)) for build in BUILDERS)
 
 
-__all__ = ["BUILDERS", "Context", "builder_path", "catalogue"]
+__all__ = ["BUILDERS", "Context", "all_signatures", "builder_path"]

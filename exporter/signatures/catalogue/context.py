@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter.config import format_duration
-from exporter.signatures import templates
+from exporter.signatures import runbook_templates
 from exporter.signatures.definitions import (
     RECORD_NAME,
     TARGET,
@@ -19,11 +19,8 @@ from exporter.signatures.definitions import (
     Signature,
 )
 from exporter.signatures.promql_text import by, on, selector
+from exporter.signatures.records import RecordNames, record_windows
 from exporter.signatures.site import SiteConfig
-from exporter.signatures.sources import Records, record_windows
-
-# Labels of a per-GPU series, besides the join labels of the target.
-GPU_LABELS = ("gpu", "uuid")
 
 
 class Context:
@@ -31,7 +28,7 @@ class Context:
 
     def __init__(self, cfg: SiteConfig) -> None:
         self.cfg = cfg
-        self.records = Records.of(cfg)
+        self.records = RecordNames.of(cfg)
         self.join = cfg.join_labels
         self.windows = record_windows(cfg)
 
@@ -48,10 +45,10 @@ class Context:
 
     def window(self, name: str) -> str:
         """A look-back window as PromQL writes it (``5m``)."""
-        return format_duration(self.cfg.window(name))
+        return format_duration(self.cfg.window_seconds(name))
 
     def window_seconds(self, name: str) -> float:
-        return self.cfg.window(name)
+        return self.cfg.window_seconds(name)
 
     def selector(self, metric: str, *matchers: str) -> str:
         """``metric{...}`` with the site's sidecar matchers and ``matchers``."""
@@ -90,7 +87,7 @@ class Context:
         """The alert's runbook prose (``exporter/signatures/runbooks/<alert>.md``) with its
         ``{{name}}`` placeholders filled from ``values``, and the PromQL ``queries`` that
         confirm it."""
-        return templates.runbook(alert, queries, **values)
+        return runbook_templates.runbook(alert, queries, **values)
 
 
 def percent(key: str, label: str, record: str, fmt: str = "%.0f") -> Evidence:

@@ -53,7 +53,7 @@ def gpu_starved_queue_growing(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="cpu",
+        family="cpu",
         title="GPU starved while the queue grows",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -115,7 +115,7 @@ def tokenizer_slower_than_decode(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="cpu",
+        family="cpu",
         title="Tokenizer slower than a decode step",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -165,7 +165,7 @@ def frontend_cpu_saturated(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="cpu",
+        family="cpu",
         title="GIL-bound engine front-end",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -216,7 +216,7 @@ def gpu_utilization_pulsing(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="cpu",
+        family="cpu",
         title="Bursty feeding: utilisation pulses",
         rules=(rule,),
         runbook=ctx.runbook(

@@ -6,7 +6,8 @@ Alerts carry ``signature="gpu"``.
 
 from __future__ import annotations
 
-from exporter.signatures.catalogue.context import GPU_LABELS, Context, percent
+from exporter.metrics import GPU_LABELS
+from exporter.signatures.catalogue.context import Context, percent
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, on, pct, regex_alternatives
 
@@ -40,7 +41,7 @@ def gpu_underutilized(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="gpu",
+        family="gpu",
         title="GPU underutilised under load",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -72,7 +73,7 @@ def gpu_lost(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="gpu",
+        family="gpu",
         title="GPU lost",
         rules=(rule,),
         runbook=ctx.runbook(alert, queries=(("Xids on the same GPU", ctx.records.xid_new),)),
@@ -116,7 +117,7 @@ def gpu_xid_errors(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="gpu",
+        family="gpu",
         title="GPU Xid errors",
         rules=(critical_rule, warning_rule),
         runbook=ctx.runbook(
@@ -162,7 +163,7 @@ def gpu_throttled(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="gpu",
+        family="gpu",
         title="GPU clocks throttled by hardware or heat",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -251,7 +252,7 @@ def gpu_contended(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="gpu",
+        family="gpu",
         title="GPU contended by other tenants",
         rules=(rule,),
         runbook=ctx.runbook(

@@ -13,20 +13,21 @@ from exporter.signatures.promql_text import num, on, pct, regex_alternatives
 def hbm_bandwidth_saturated(ctx: Context) -> Signature:
     alert = "InferenceHBMBandwidthSaturated"
     records = ctx.records
-    bw = ctx.ratio(alert, "bandwidth_above")
+    bandwidth_above = ctx.ratio(alert, "bandwidth_above")
     drop = ctx.ratio(alert, "per_request_drop_above")
     baseline = ctx.window("baseline")
     rule = AlertRule(
         severity="warning",
         expr=(
-            f"{records.hbm_bandwidth} > {num(bw)}\n"
+            f"{records.hbm_bandwidth} > {num(bandwidth_above)}\n"
             f"and\n{records.tokens_per_request} < {num(round(1 - drop, 9))} * "
             f"({records.tokens_per_request} offset {baseline})"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary="HBM bandwidth saturated, decode slowing on {target}",
         description=(
-            f"HBM bandwidth utilisation {{bw}} % (threshold {pct(bw)} %) while generation "
+            f"HBM bandwidth utilisation {{bw}} % (threshold {pct(bandwidth_above)} %) while "
+            "generation "
             f"speed per running request fell to {{now}} tokens/s from {{before}} tokens/s "
             f"{baseline} earlier, with {{running}} requests running: decode is memory-bound and "
             "more concurrent decodes only split the same bandwidth."
@@ -52,13 +53,14 @@ def hbm_bandwidth_saturated(ctx: Context) -> Signature:
             ),
         ),
         when=(
-            f"HBM bandwidth utilisation > {pct(bw)} % and tokens/s per running request more "
+            f"HBM bandwidth utilisation > {pct(bandwidth_above)} % and tokens/s per running "
+            "request more "
             f"than {pct(drop)} % below its value {baseline} earlier"
         ),
     )
     return Signature(
         alert=alert,
-        group="memory",
+        family="memory",
         title="HBM bandwidth wall: too many concurrent decodes",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -79,48 +81,51 @@ def hbm_bandwidth_saturated(ctx: Context) -> Signature:
 def gpu_memory_headroom_low(ctx: Context) -> Signature:
     alert = "InferenceGPUMemoryHeadroomLow"
     records = ctx.records
-    kv = ctx.ratio(alert, "kv_cache_above")
-    fb = ctx.ratio(alert, "framebuffer_above")
+    kv_cache_above = ctx.ratio(alert, "kv_cache_above")
+    framebuffer_above = ctx.ratio(alert, "framebuffer_above")
     engines = regex_alternatives(ctx.cfg.names(alert, "preallocating_engines"))
     preallocating = ctx.selector("inference_engine_up", f'engine=~"{engines}"')
     kv_rule = AlertRule(
         severity="warning",
-        expr=f"{records.kv_cache} > {num(kv)}",
+        expr=f"{records.kv_cache} > {num(kv_cache_above)}",
         for_seconds=ctx.for_seconds(alert),
         summary="KV cache nearly full on {target}",
         description=(
-            f"KV cache {{kv}} % full (threshold {pct(kv)} %): the engine is about to stop "
+            f"KV cache {{kv}} % full (threshold {pct(kv_cache_above)} %): the engine is about "
+            "to stop "
             "admitting, queue or preempt (recompute or swap) requests; keep 10-15 % headroom."
         ),
         evidence=(percent("kv", "KV-cache usage", records.kv_cache),),
-        when=f"KV-cache usage > {pct(kv)} % (engines that report it)",
+        when=f"KV-cache usage > {pct(kv_cache_above)} % (engines that report it)",
         labels=(("condition", "kv_cache"),),
     )
     fb_rule = AlertRule(
         severity="warning",
         expr=(
-            f"{records.memory_used} > {num(fb)}\n"
+            f"{records.memory_used} > {num(framebuffer_above)}\n"
             f"unless {on(ctx.join)}\n(\n{records.kv_cache}\nor\n"
             f"group {ctx.by()} ({preallocating})\n)"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary="GPU {labels.gpu} framebuffer nearly full on {target}",
         description=(
-            f"GPU {{labels.gpu}} framebuffer {{fb}} % used (threshold {pct(fb)} %) and the "
+            f"GPU {{labels.gpu}} framebuffer {{fb}} % used (threshold {pct(framebuffer_above)} %) "
+            "and the "
             "engine reports no KV-cache usage: the next allocation may fail with CUDA out "
             "of memory."
         ),
         scope=("gpu", "uuid"),
         evidence=(percent("fb", "framebuffer used", records.memory_used),),
         when=(
-            f"framebuffer used/total > {pct(fb)} % on a GPU whose engine reports no KV-cache "
+            f"framebuffer used/total > {pct(framebuffer_above)} % on a GPU whose engine reports "
+            "no KV-cache "
             f"usage and is not one that pre-allocates ({engines.replace('|', ', ')})"
         ),
         labels=(("condition", "framebuffer"),),
     )
     return Signature(
         alert=alert,
-        group="memory",
+        family="memory",
         title="GPU memory headroom low",
         rules=(kv_rule, fb_rule),
         runbook=ctx.runbook(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from exporter.signatures.catalogue.context import Context
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
-from exporter.signatures.promql_text import selector
+from exporter.signatures.promql_text import on, selector
 
 
 def exporter_down(ctx: Context) -> Signature:
@@ -41,7 +41,7 @@ def exporter_down(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="meta",
+        family="meta",
         title="Exporter down or not discovered",
         rules=(down, absent),
         runbook=ctx.runbook(alert, queries=(("scrape health of the sidecars", up),)),
@@ -76,7 +76,7 @@ def collector_failing(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="meta",
+        family="meta",
         title="A collector keeps failing",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -119,7 +119,7 @@ def engine_metrics_down(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="meta",
+        family="meta",
         title="Engine metrics unreadable",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -151,10 +151,47 @@ def nvml_unavailable(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="meta",
+        family="meta",
         title="NVML unavailable",
         rules=(rule,),
         runbook=ctx.runbook(
             alert, queries=(("NVML state per target", ctx.selector("inference_nvml_up")),)
+        ),
+    )
+
+
+def gpu_attribution_uncertain(ctx: Context) -> Signature:
+    alert = "InferenceGPUAttributionUncertain"
+    hold = ctx.for_duration(alert)
+    all_visible = ctx.selector("inference_gpu_attribution_info", 'method="all-visible"')
+    engine = ctx.selector("inference_gpu_processes", 'owner="engine"')
+    other = ctx.selector("inference_gpu_processes", 'owner="other"')
+    foreign = (
+        f"count {ctx.by()} (\n{engine} == 0\nand {on((*ctx.join, 'gpu', 'uuid'))}\n{other} > 0\n)"
+    )
+    rule = AlertRule(
+        severity="warning",
+        expr=f"({foreign} > 0)\nand {on(ctx.join)}\nmax {ctx.by()} ({all_visible})",
+        for_seconds=ctx.for_seconds(alert),
+        summary="GPU verdicts of {target} average in other workloads' GPUs",
+        description=(
+            "The sidecar reads every GPU its container sees (all-visible), and on {gpus} of "
+            f"them only other workloads' processes have computed for {hold}: they are not the "
+            "engine's, and every GPU signature of this target averages them in."
+        ),
+        evidence=(Evidence("gpus", "GPUs where only other workloads compute", None, "GPUs"),),
+        when="all-visible GPUs where other processes compute and the engine's do not",
+    )
+    return Signature(
+        alert=alert,
+        family="meta",
+        title="GPUs not the engine's",
+        rules=(rule,),
+        runbook=ctx.runbook(
+            alert,
+            queries=(
+                ("how each target chose its GPUs", ctx.selector("inference_gpu_attribution_info")),
+                ("each GPU's tenants: processes by owner", ctx.selector("inference_gpu_processes")),
+            ),
         ),
     )

@@ -37,7 +37,7 @@ def softirq_cpu_high(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="network",
+        family="network",
         title="Softirq load steals CPU from the GPU's feeders",
         rules=(rule,),
         runbook=ctx.runbook(

@@ -32,7 +32,7 @@ def queue_wait_dominates_latency(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="queue",
+        family="queue",
         title="Queue wait dominates latency",
         rules=(rule,),
         runbook=ctx.runbook(

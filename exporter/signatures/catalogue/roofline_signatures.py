@@ -2,7 +2,7 @@
 
 Decode steps several times longer than their HBM floor while the bus idles, a GPU "busy" whose
 SMs idle, requests whose latency is mostly outside the engine's queue, prefill and decode. The
-arithmetic is in the recording rules (:meth:`exporter.signatures.sources._Builder.roofline`)
+arithmetic is in the recording rules (:mod:`exporter.signatures.records.roofline_records`)
 and ``docs/roofline.md``. Alerts carry ``signature="roofline"``.
 """
 
@@ -17,7 +17,7 @@ MODEL = ("model",)
 TARGET_ONLY: tuple[str, ...] = ()
 
 
-def _ms(key: str, label: str, record: str) -> Evidence:
+def _milliseconds(key: str, label: str, record: str) -> Evidence:
     return Evidence(key, label, f"1000 * {record}{TARGET}", "ms", "%.1f")
 
 
@@ -46,8 +46,8 @@ def decode_overhead_bound(ctx: Context) -> Signature:
         scope=MODEL,
         evidence=(
             percent("eff", "decode roofline efficiency", records.decode_efficiency),
-            _ms("itl", "mean inter-token latency", records.inter_token_mean),
-            _ms("floor", "HBM floor of a decode step", records.decode_floor),
+            _milliseconds("itl", "mean inter-token latency", records.inter_token_mean),
+            _milliseconds("floor", "HBM floor of a decode step", records.decode_floor),
             Evidence(
                 "running",
                 "requests running",
@@ -72,7 +72,7 @@ def decode_overhead_bound(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="roofline",
+        family="roofline",
         title="Decode bound by overhead, not by memory",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -92,19 +92,20 @@ def gpu_busy_sms_idle(ctx: Context) -> Signature:
     alert = "InferenceGPUBusySMsIdle"
     records = ctx.records
     util = ctx.ratio(alert, "utilization_above")
-    sm = ctx.ratio(alert, "sm_active_below")
+    sm_active_below = ctx.ratio(alert, "sm_active_below")
     rule = AlertRule(
         severity="warning",
         expr=(
             f"{records.gpu_utilization} > {num(util)}\n"
-            f"and\n{records.sm_active} < {num(sm)}\n"
+            f"and\n{records.sm_active} < {num(sm_active_below)}\n"
             f"and\n{records.traffic}"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary="GPU busy but its SMs idle on {target}",
         description=(
             f"Mean GPU utilisation {{util}} % (above {pct(util)} %) while the SMs had work "
-            f"{{sm}} % of the time (below {pct(sm)} %), with traffic: GPU-Util counts any kernel "
+            f"{{sm}} % of the time (below {pct(sm_active_below)} %), with traffic: GPU-Util "
+            "counts any kernel "
             "running, so a stream of tiny serial kernels keeps it near 100 % while most SMs "
             "idle - launch-bound decode, small batches."
         ),
@@ -113,13 +114,13 @@ def gpu_busy_sms_idle(ctx: Context) -> Signature:
             percent("sm", "mean SM activity", records.sm_active),
         ),
         when=(
-            f"mean GPU utilisation > {pct(util)} % while mean SM activity < {pct(sm)} %, "
-            "with traffic"
+            f"mean GPU utilisation > {pct(util)} % while mean SM activity "
+            f"< {pct(sm_active_below)} %, with traffic"
         ),
     )
     return Signature(
         alert=alert,
-        group="roofline",
+        family="roofline",
         title="GPU-Util high, SMs idle",
         rules=(rule,),
         runbook=ctx.runbook(
@@ -163,7 +164,7 @@ def host_latency_share_high(ctx: Context) -> Signature:
     )
     return Signature(
         alert=alert,
-        group="roofline",
+        family="roofline",
         title="Host work dominates request latency",
         rules=(rule,),
         runbook=ctx.runbook(

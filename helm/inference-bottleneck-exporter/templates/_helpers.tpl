@@ -39,29 +39,39 @@ app.kubernetes.io/part-of: inference-bottleneck-exporter
 {{- end }}
 
 {{/*
-The rule profile: prometheusRule.profile, else dcgm in dcgm mode, else sidecar.
+The rule profile: prometheusRule.profile, else the mode's (node, dcgm, sidecar).
 */}}
 {{- define "inference-bottleneck-exporter.ruleProfile" -}}
 {{- if .Values.prometheusRule.profile }}
 {{- .Values.prometheusRule.profile }}
 {{- else if eq .Values.mode "dcgm" }}
 {{- "dcgm" }}
+{{- else if eq .Values.mode "node" }}
+{{- "node" }}
 {{- else }}
 {{- "sidecar" }}
 {{- end }}
 {{- end }}
 
 {{/*
-The pods the PodMonitor and the Service select: the DaemonSet's in node mode, else those that
-carry sidecar.podLabels.
+The pods the PodMonitor selects: those that carry sidecar.podLabels (in node mode the node
+agent's pods have a PodMonitor of their own).
 */}}
 {{- define "inference-bottleneck-exporter.targetSelector" -}}
+matchLabels:
+  {{- toYaml .Values.sidecar.podLabels | nindent 2 }}
+{{- end }}
+
+{{/*
+The pods the Service (for the ServiceMonitor) selects: the node agent's in node mode, else
+those that carry sidecar.podLabels.
+*/}}
+{{- define "inference-bottleneck-exporter.serviceSelector" -}}
 {{- if eq .Values.mode "node" }}
 matchLabels:
   {{- include "inference-bottleneck-exporter.selectorLabels" . | nindent 2 }}
 {{- else }}
-matchLabels:
-  {{- toYaml .Values.sidecar.podLabels | nindent 2 }}
+{{- include "inference-bottleneck-exporter.targetSelector" . }}
 {{- end }}
 {{- end }}
 
@@ -75,30 +85,31 @@ matchLabels:
 {{- end }}
 
 {{/*
-The exporter's arguments: its port, sidecar.config as flags, the mode's collector flags (last,
-so they win), then sidecar.extraArgs. Node mode runs only the nvml and cpu collectors; dcgm mode
-runs everything but nvml.
+A config map (sidecar.config, node.config) as flags; `where` names it in errors.
 */}}
-{{- define "inference-bottleneck-exporter.args" -}}
-- --web.listen-address=:{{ .Values.sidecar.port }}
-{{- range $flag, $value := .Values.sidecar.config }}
+{{- define "inference-bottleneck-exporter.configFlags" -}}
+{{- $where := .where }}
+{{- range $flag, $value := .config }}
 {{- if kindIs "bool" $value }}
 - --{{ ternary "" "no-" $value }}{{ $flag }}
 {{- else if or (kindIs "invalid" $value) (kindIs "map" $value) (kindIs "slice" $value) }}
-{{- fail (printf "sidecar.config.%s: give a flag's value, true or false (flags are dotted: engine.url)" $flag) }}
+{{- fail (printf "%s.%s: give a flag's value, true or false (flags are dotted: engine.url)" $where $flag) }}
 {{- else }}
 - {{ printf "--%s=%v" $flag $value | quote }}
 {{- end }}
 {{- end }}
-{{- if eq .Values.mode "dcgm" }}
+{{- end }}
+
+{{/*
+The sidecar's arguments: its port, sidecar.config as flags, the mode's collector flags (last,
+so they win), then sidecar.extraArgs. In dcgm and node modes the sidecar runs everything but
+nvml (the GPUs are dcgm-exporter's or the node agent's).
+*/}}
+{{- define "inference-bottleneck-exporter.args" -}}
+- --web.listen-address=:{{ .Values.sidecar.port }}
+{{- include "inference-bottleneck-exporter.configFlags" (dict "config" .Values.sidecar.config "where" "sidecar.config") }}
+{{- if ne .Values.mode "sidecar" }}
 - --no-collector.nvml
-{{- else if eq .Values.mode "node" }}
-- --collector.nvml
-- --collector.cpu
-- --no-collector.engine
-- --no-collector.tokenizer
-- --no-collector.process
-- --no-collector.model
 {{- end }}
 {{- if include "inference-bottleneck-exporter.hostProcfs" . }}
 - --gpu.host-procfs=/host/proc
@@ -139,7 +150,7 @@ dependency `(index .Subcharts "inference-bottleneck-exporter")`. It renders one 
     {{- include "inference-bottleneck-exporter.sidecar" (index .Subcharts "inference-bottleneck-exporter") | nindent 4 }}
 */}}
 {{- define "inference-bottleneck-exporter.sidecar" -}}
-{{- $native := and .Values.sidecar.native (ne .Values.mode "node") }}
+{{- $native := .Values.sidecar.native }}
 {{- if and $native (not (semverCompare ">=1.29-0" .Capabilities.KubeVersion.Version)) }}
 {{- fail (printf "sidecar.native needs Kubernetes >= 1.29 (native sidecars), this is %s" .Capabilities.KubeVersion.Version) }}
 {{- end -}}
@@ -151,7 +162,7 @@ dependency `(index .Subcharts "inference-bottleneck-exporter")`. It renders one 
   {{- end }}
   args:
     {{- include "inference-bottleneck-exporter.args" . | nindent 4 }}
-  {{- $gpuEnv := and (ne .Values.mode "dcgm") .Values.gpu.visibleDevices }}
+  {{- $gpuEnv := and (eq .Values.mode "sidecar") .Values.gpu.visibleDevices }}
   {{- if or $gpuEnv .Values.sidecar.extraEnv }}
   env:
     {{- if $gpuEnv }}
@@ -211,4 +222,48 @@ Pod Security "restricted" at the pod level.
 runAsNonRoot: true
 seccompProfile:
   type: RuntimeDefault
+{{- end }}
+
+{{/*
+The node agent's container (node mode's DaemonSet): NVML for every GPU of the node, the host's
+CPU times, and the kubelet's PodResources socket to tell which pod holds each GPU.
+*/}}
+{{- define "inference-bottleneck-exporter.nodeAgent" -}}
+- name: {{ .Values.sidecar.containerName }}
+  image: {{ include "inference-bottleneck-exporter.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args:
+    - --web.listen-address=:{{ .Values.sidecar.port }}
+    {{- include "inference-bottleneck-exporter.configFlags" (dict "config" .Values.node.config "where" "node.config") | nindent 4 }}
+    - --collector.nvml
+    - --collector.cpu
+    - --collector.podresources
+    - --no-collector.engine
+    - --no-collector.tokenizer
+    - --no-collector.process
+    - --no-collector.model
+    - --podresources.socket=/var/lib/kubelet/pod-resources/kubelet.sock
+  env:
+    - name: NVIDIA_VISIBLE_DEVICES
+      value: all
+    - name: NVIDIA_DRIVER_CAPABILITIES
+      value: {{ .Values.gpu.driverCapabilities | quote }}
+  ports:
+    - name: {{ .Values.sidecar.portName }}
+      containerPort: {{ .Values.sidecar.port }}
+      protocol: TCP
+  livenessProbe:
+    {{- toYaml .Values.sidecar.livenessProbe | nindent 4 }}
+  readinessProbe:
+    {{- toYaml .Values.sidecar.readinessProbe | nindent 4 }}
+  {{- with .Values.sidecar.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- toYaml .Values.node.securityContext | nindent 4 }}
+  volumeMounts:
+    - name: pod-resources
+      mountPath: /var/lib/kubelet/pod-resources
+      readOnly: true
 {{- end }}

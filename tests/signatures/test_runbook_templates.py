@@ -9,11 +9,10 @@ import tomllib
 import pytest
 from support.paths import ROOT
 
-from exporter.signatures import catalogue, parse_config
-from exporter.signatures import templates as tpl
+from exporter.signatures import all_signatures, parse_config, runbook_templates
 from exporter.signatures.catalogue import BUILDERS, builder_path
 from exporter.signatures.definitions import Check, Fix
-from exporter.signatures.templates import RunbookTemplateError, fill, parse, template_names
+from exporter.signatures.runbook_templates import RunbookTemplateError, fill, parse, template_names
 
 UNDERUSED = "InferenceGPUUnderutilized"
 VALID = """# InferenceGPULost
@@ -44,7 +43,7 @@ A second paragraph.
 
 
 def test_every_alert_has_a_template_and_every_template_an_alert() -> None:
-    alerts = sorted(sig.alert for sig in catalogue(parse_config({})))
+    alerts = sorted(sig.alert for sig in all_signatures(parse_config({})))
     assert template_names() == alerts
 
 
@@ -143,10 +142,10 @@ def test_missing_or_misplaced_section_fails() -> None:
 
 def _edited(monkeypatch: pytest.MonkeyPatch, alert: str, old: str, new: str) -> None:
     """Serve the real templates, with one edit in ``alert``'s."""
-    texts = {name: tpl.template_text(name) for name in template_names()}
+    texts = {name: runbook_templates.template_text(name) for name in template_names()}
     assert old in texts[alert]
     texts[alert] = texts[alert].replace(old, new)
-    monkeypatch.setattr(tpl, "template_text", lambda name: texts[name])
+    monkeypatch.setattr(runbook_templates, "template_text", lambda name: texts[name])
 
 
 def test_a_template_edit_with_an_unknown_placeholder_stops_the_catalogue(
@@ -156,7 +155,7 @@ def test_a_template_edit_with_an_unknown_placeholder_stops_the_catalogue(
         monkeypatch, UNDERUSED, "## On the node", "Below {{utilisation_typo}} %.\n\n## On the node"
     )
     with pytest.raises(RunbookTemplateError, match=r"\{\{utilisation_typo\}\} has no value"):
-        catalogue(parse_config({}))
+        all_signatures(parse_config({}))
 
 
 def test_a_template_that_drops_a_builders_value_stops_the_catalogue(
@@ -164,7 +163,7 @@ def test_a_template_that_drops_a_builders_value_stops_the_catalogue(
 ) -> None:
     _edited(monkeypatch, UNDERUSED, "{{utilization_below}}", "30")
     with pytest.raises(RunbookTemplateError, match="never used: utilization_below"):
-        catalogue(parse_config({}))
+        all_signatures(parse_config({}))
 
 
 def test_site_config_values_reach_the_prose() -> None:
@@ -178,7 +177,7 @@ def test_site_config_values_reach_the_prose() -> None:
             },
         }
     )
-    books = {sig.alert: sig.runbook for sig in catalogue(cfg)}
+    books = {sig.alert: sig.runbook for sig in all_signatures(cfg)}
     assert "Sustained utilisation below 25 % with requests" in books[UNDERUSED].meaning
     assert "(default 48, 79)." in books["InferenceGPUXidErrors"].meaning
     hbm = " ".join(books["InferenceHBMBandwidthSaturated"].caveats)
@@ -188,10 +187,12 @@ def test_site_config_values_reach_the_prose() -> None:
 
 
 def test_each_family_module_builds_its_own_signature_label() -> None:
-    """``builder_path(group)``, quoted on every runbook page, is where the builder lives."""
-    signatures = catalogue(parse_config({}))
+    """``builder_path(family)``, quoted on every runbook page, is where the builder lives."""
+    signatures = all_signatures(parse_config({}))
     assert len(BUILDERS) == len(signatures)
     for build, sig in zip(BUILDERS, signatures, strict=True):
-        assert build.__module__ == f"exporter.signatures.catalogue.{sig.group}_signatures", sig.alert
-        assert (ROOT / builder_path(sig.group)).is_file()
-        assert (ROOT / tpl.template_path(sig.alert)).is_file()
+        assert build.__module__ == f"exporter.signatures.catalogue.{sig.family}_signatures", (
+            sig.alert
+        )
+        assert (ROOT / builder_path(sig.family)).is_file()
+        assert (ROOT / runbook_templates.template_path(sig.alert)).is_file()

@@ -1,0 +1,46 @@
+"""The engine's normalised series as metric families: the engine collector's output, and the
+engine-reported tokenizer latency that the tokenizer probe exports next to its own."""
+
+from __future__ import annotations
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporter import metrics as m
+from exporter.engines.snapshot import Series
+
+
+def add_series(
+    families: dict[str, Metric],
+    engine: str,
+    series: Series,
+    extra: str,
+    endpoint: str | None = None,
+) -> None:
+    """Add one normalised series to its family (created from the catalogue on first use).
+
+    ``extra`` is the second label's value: the model for engine metrics, the source for the
+    tokenizer latency; the series' own labels follow, then ``endpoint`` when given.
+    """
+    labels = [engine, extra, *(value for _, value in series.labels)]
+    optional: tuple[str, ...] = ()
+    if endpoint is not None:
+        labels.append(endpoint)
+        optional = ("endpoint",)
+    fam = families.get(series.name)
+    if series.kind == "histogram":
+        hist = fam if isinstance(fam, HistogramMetricFamily) else m.histogram(series.name, optional)
+        hist.add_metric(labels, [(_bound(le), c) for le, c in series.buckets], series.sum)
+        families[series.name] = hist
+    elif series.kind == "counter":
+        counter = fam if isinstance(fam, CounterMetricFamily) else m.counter(series.name, optional)
+        counter.add_metric(labels, series.value)
+        families[series.name] = counter
+    else:
+        gauge = fam if isinstance(fam, GaugeMetricFamily) else m.gauge(series.name, optional)
+        gauge.add_metric(labels, series.value)
+        families[series.name] = gauge
+
+
+def _bound(le: float) -> str:
+    return "+Inf" if le == float("inf") else repr(float(le))

@@ -1,0 +1,120 @@
+"""What the ``nvml`` collector knows of one GPU (or MIG device), folded from its readings:
+the latest reading, counters that only grow (busy and DRAM-active seconds, Xids, NVML
+calls), the utilisation histogram, and the engine's share of the device."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+from prometheus_client.samples import Sample
+
+from exporter import metrics as m
+from exporter.backends.gpu_reader import GpuIdentity, GpuReader, GpuReading
+from exporter.hardware.gpus import Peaks
+
+# A driver sample stands for the period since the one before it. Periods longer than this
+# (samples lost while the GPU was unreachable) are not credited beyond it.
+MAX_SAMPLE_PERIOD_S = 2.0
+
+
+def integrate_samples(
+    previous: tuple[int, float] | None, samples: list[tuple[int, float]]
+) -> tuple[float, tuple[int, float] | None]:
+    """Busy seconds in ``samples`` (``(timestamp_us, percent)``, sorted).
+
+    Each sample's value covers the time since the sample before it; the very first sample
+    ever seen has no known period and adds nothing. Returns (busy seconds, last sample).
+    """
+    busy = 0.0
+    last = previous
+    for ts, value in samples:
+        if last is not None and ts > last[0]:
+            period = min((ts - last[0]) / 1e6, MAX_SAMPLE_PERIOD_S)
+            busy += period * min(max(value, 0.0), 100.0) / 100.0
+        last = (ts, value)
+    return busy, last
+
+
+@dataclass
+class GpuState:
+    """Everything the collector knows about one GPU; guarded by ``lock``."""
+
+    identity: GpuIdentity
+    peaks: Peaks | None = None
+    reader: GpuReader | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    latest: GpuReading | None = None
+    latest_at: float = 0.0
+    latest_util: float | None = None
+    error: str = ""
+    inflight_since: float | None = None
+    busy_seconds: float = 0.0
+    last_sample: tuple[int, float] | None = None
+    samples: m.BucketCounts = field(default_factory=lambda: m.BucketCounts(m.UTILIZATION_BUCKETS))
+    dram_active_seconds: float = 0.0
+    xids: Counter[int] = field(default_factory=Counter)
+    calls: int = 0
+    attempted: bool = False
+    # Per-process shares of the latest reading; None where not known.
+    engine_util: float | None = None
+    engine_memory: float | None = None
+    engine_processes: int | None = None
+    other_processes: int | None = None
+    # The histogram's samples as last rendered, with the counts and count they came from:
+    # they change once per poll, scrapes come far more often.
+    hist_rendered: tuple[m.BucketCounts, int, list[Sample]] | None = None
+
+    def apply(self, reading: GpuReading, now: float, engine: frozenset[int] | None = None) -> None:
+        """Fold one successful reading into the state (counters only grow); ``engine`` is
+        the engine's PIDs among the reading's processes (None: not known)."""
+        busy, self.last_sample = integrate_samples(self.last_sample, reading.samples)
+        self.busy_seconds += busy
+        for _, value in reading.samples:
+            self.samples.observe(min(max(value, 0.0), 100.0) / 100.0)
+        graphics = reading.gpm.get("graphics_util")
+        if reading.samples:
+            self.latest_util = reading.samples[-1][1] / 100.0
+        elif not reading.has_samples and graphics is not None and reading.gpm_interval_s:
+            # No sample buffer (MIG): GPM graphics activity over the poll interval stands in,
+            # one value per poll.
+            share = min(max(graphics, 0.0), 100.0) / 100.0
+            self.busy_seconds += reading.gpm_interval_s * share
+            self.samples.observe(share)
+            self.latest_util = share
+        elif reading.util_gpu_pct is not None and self.last_sample is None:
+            # No sample buffer on this GPU: the driver's own average is the best we have.
+            self.latest_util = reading.util_gpu_pct / 100.0
+        dram = reading.gpm.get("dram_bw_util")
+        if dram is not None and reading.gpm_interval_s:
+            self.dram_active_seconds += reading.gpm_interval_s * dram / 100.0
+        self._apply_processes(reading, engine)
+        self.latest = reading
+        self.latest_at = now
+        self.error = ""
+
+    def _apply_processes(self, reading: GpuReading, engine: frozenset[int] | None) -> None:
+        procs = reading.processes
+        if procs is None or engine is None:
+            self.engine_util = self.engine_memory = None
+            self.engine_processes = self.other_processes = None
+            return
+        mine = [p for p in procs if p.pid in engine]
+        others = len(procs) - len(mine)
+        self.engine_processes, self.other_processes = len(mine), others
+        used = [p.used_bytes for p in mine if p.used_bytes is not None]
+        # Memory NVML does not report (NVML_VALUE_NOT_AVAILABLE) leaves the sum unknown.
+        self.engine_memory = float(sum(used)) if len(used) == len(mine) else None
+        if not mine:
+            self.engine_util = 0.0  # the engine runs nothing here
+        elif reading.process_samples is not None:
+            ordered = sorted(reading.process_samples, key=lambda s: s.timestamp_us)
+            newest = {s.pid: s for s in ordered}  # each process's newest sample
+            share = sum(min(max(s.sm_pct, 0), 100) for pid, s in newest.items() if pid in engine)
+            self.engine_util = min(share, 100) / 100.0
+        elif others == 0 and self.latest_util is not None:
+            # No per-process utilisation (MIG), but no one else on the device either.
+            self.engine_util = self.latest_util
+        else:
+            self.engine_util = None

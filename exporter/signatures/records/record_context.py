@@ -1,0 +1,52 @@
+"""What every record builder reads: the site config, the record names, the sidecar's series.
+
+A builder never writes a window or selector itself: it asks the :class:`RecordContext`, so a
+site's config regenerates every record.
+"""
+
+from __future__ import annotations
+
+from exporter.config import format_duration
+from exporter.metrics import GPU_LABELS
+from exporter.signatures.promql_text import by, selector
+from exporter.signatures.records.record_names import RecordNames
+from exporter.signatures.site import SiteConfig
+
+
+class RecordContext:
+    """One site config as the record builders need it.
+
+    ``history_windows`` collects the windows of the history records that builders read
+    themselves (:meth:`history_record`), so that the cold-start guard records them too.
+    """
+
+    def __init__(self, cfg: SiteConfig) -> None:
+        self.cfg = cfg
+        self.records = RecordNames.of(cfg)
+        self.join = cfg.join_labels
+        self.by_target = by(self.join)
+        self.by_gpu = by((*self.join, *GPU_LABELS))
+        self.history_windows: set[float] = set()
+
+    @property
+    def from_dcgm(self) -> bool:
+        """Whether the profile reads its GPU series from dcgm-exporter (else the sidecar's)."""
+        return self.cfg.profile.source == "dcgm"
+
+    @property
+    def from_node(self) -> bool:
+        """Whether the profile reads its GPU series from the node agent, by pod."""
+        return self.cfg.profile.source == "node"
+
+    def window(self, name: str) -> str:
+        """A look-back window of the site config as PromQL writes it (``5m``)."""
+        return format_duration(self.cfg.window_seconds(name))
+
+    def sidecar_series(self, metric: str, *matchers: str) -> str:
+        """``metric{...}`` with the site's sidecar matchers and ``matchers``."""
+        return selector(metric, self.cfg.selectors.sidecar, *matchers)
+
+    def history_record(self, seconds: float) -> str:
+        """The history record of ``seconds``, for a record that reads it itself."""
+        self.history_windows.add(seconds)
+        return self.records.history(seconds)
