@@ -519,7 +519,7 @@ def _header(
     what = ", ".join(sorted(injections)) or "nothing (a healthy server)"
     lines = [
         f"inference-bottleneck-exporter demo - injected: {what}    (Ctrl-C stops everything)",
-        f" engine     {ENGINE_NAMES[engine]} at {stack.engine_url}  ({ENGINE_APIS[engine]})",
+        f" engine     {stack.engine_url}  ({ENGINE_NAMES[engine]}: {ENGINE_APIS[engine]})",
         f" sidecar    {stack.sidecar_url}/  and  {stack.sidecar_url}/metrics",
     ]
     if stack.prometheus_url:
