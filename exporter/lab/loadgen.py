@@ -252,14 +252,20 @@ async def calibrate(session: aiohttp.ClientSession, cfg: LoadConfig) -> tuple[st
             model = str(models[0]["id"])
     sample = " ".join(random.Random(cfg.seed + 1).choice(WORDS) for _ in range(200))
     ratio = DEFAULT_TOKENS_PER_WORD
-    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
-        async with session.post(
-            _sibling(cfg.url, "/tokenize"), json={"prompt": sample, "model": model}, timeout=timeout
-        ) as resp:
-            if resp.status == 200:
-                data = await resp.json(content_type=None)
-                count = int(data.get("count") or len(data["tokens"]))
-                ratio = max(0.2, count / 200)
+    # vLLM's and SGLang's /tokenize take "prompt"; llama.cpp's takes "content" and answers
+    # an empty token list to a body without it.
+    for body in ({"prompt": sample, "model": model}, {"content": sample}):
+        with contextlib.suppress(
+            aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError
+        ):
+            async with session.post(
+                _sibling(cfg.url, "/tokenize"), json=body, timeout=timeout
+            ) as resp:
+                if resp.status == 200:
+                    data = await resp.json(content_type=None)
+                    count = int(data.get("count") or len(data["tokens"]))
+                    if count:
+                        return model, max(0.2, count / 200)
     return model, ratio
 
 
