@@ -279,14 +279,15 @@ class Launched:
 
 
 # The drills' llama-server: 4 slots share the continuous batch (a request beyond them waits:
-# llamacpp:requests_deferred); one thread at nice 5, as the reference engine's model worker:
-# on a CPU its compute stands in for the GPU's (at nice 10 among the contention drill's
-# busy-loopers it got 0.6 % of a core and could not even answer /metrics). Not two threads:
-# ggml's threads spin at each step's barrier, and on a busy 2-CPU machine a step then took
-# 120 ms instead of 0.7 ms.
+# llamacpp:requests_deferred); one thread at nice 10: on a CPU its compute stands in for the
+# GPU's, which takes no CPU from the host's processes, so busy-loopers in its session take
+# nearly all of it (nice matters only within a session under autogroup scheduling; alone in
+# its session the engine has its share whatever its nice). Not two threads: ggml's threads
+# spin at each step's barrier, and on a busy 2-CPU machine a step then took 120 ms instead of
+# 0.7 ms.
 LLAMA_PARALLEL = 4
 LLAMA_THREADS = 1
-LLAMA_NICE = 5
+LLAMA_NICE = 10
 LLAMA_HTTP_THREADS = 256
 
 

@@ -308,7 +308,7 @@ def _external_section(results: Mapping[str, DrillResult]) -> list[str]:
         "(`exporter/lab/thirdparty.py`): llama.cpp's `llama-server` built from the "
         "`llama-cpp-python` source distribution, serving a tiny Llama-shaped GGUF (2 layers, "
         "width 64, random weights, LLaMA's real 32,000-token SentencePiece vocabulary) with 4 "
-        "slots on 1 thread at nice 5 (its compute stands in for a GPU's); and Triton Inference Server from the `nvidia-pytriton` wheel "
+        "slots on 1 thread at nice 10 (its compute stands in for a GPU's); and Triton Inference Server from the `nvidia-pytriton` wheel "
         "serving a small Python model (4 instances; a step is 4 float32 matrix-vector products "
         "of width 256 on the host and 3 ms of device wait). The sidecar recognises each engine "
         "by its metric names (no `--engine.type`) and finds its process with the default "
