@@ -214,15 +214,15 @@ def test_external_drill(
     engines' drills share the CPU as the two engines of one node would)."""
     scenarios = [s for s in EXTERNAL_SCENARIOS if s.name == name]
     with ThreadPoolExecutor(len(scenarios)) as pool:
-        futures = {
-            s: pool.submit(run_drill, s, tmp_path_factory.mktemp(f"drill-{s.engine}-{name}"))
+        futures = [
+            (s, pool.submit(run_drill, s, tmp_path_factory.mktemp(f"drill-{s.engine}-{name}")))
             for s in scenarios
-        }
-        runs = {s: f.result() for s, f in futures.items()}
-    for s, result in runs.items():
+        ]
+        runs = [(s, f.result()) for s, f in futures]
+    for s, result in runs:
         drill_results[result_key(s)] = result
     failures = []
-    for s, result in runs.items():
+    for s, result in runs:
         try:
             check_result(s, result)
         except AssertionError as err:
