@@ -287,6 +287,11 @@ BY_NAME = {s.name: s for s in SCENARIOS}
 # with the drills whose cause acts from outside the engine, or through the engine's own
 # configuration (queue-flood: one slot, one model instance). The sidecar recognises the engine
 # by its metric names (no --engine.type). The two engines of one scenario run side by side.
+# Not Triton under cpu-contention: its busy-loopers share the engine's session (as they must
+# to contend at all under autogroup scheduling) and PyTriton's model start-up, which hands each
+# instance its configuration with a 1 s deadline, failed under them three times in three; run
+# once with the busy-loopers in another session, its 0.1 ms of host work a step kept up and
+# nothing fired.
 
 EXTERNAL_ENGINES = ("llamacpp", "triton")
 
@@ -388,18 +393,6 @@ def _external_matrix() -> tuple[Scenario, ...]:
                 "decode slower than the offered load, its deferred requests grow while the GPU "
                 "idles"
             ),
-        ),
-        _external(
-            "triton",
-            base["cpu-contention"],
-            None,
-            (
-                "the same contention: each step's host part (about 0.1 ms) is small next to its "
-                "3 ms device wait, so the four instances keep up, the pending count stays at 0 "
-                "and nothing may fire - a Triton model whose host work were heavier would "
-                "fire InferenceGPUStarvedQueueGrowing here"
-            ),
-            deadline_s=120.0,
         ),
         _external("llamacpp", base["softirq"], SOFTIRQ, base["softirq"].why),
         _external("triton", base["softirq"], SOFTIRQ, base["softirq"].why),
