@@ -15,7 +15,7 @@ APT_INSTALL = $(SUDO) apt-get update -qq && \
 need = missing=; for c in $(1); do command -v $$c >/dev/null 2>&1 || missing=1; done; \
   if [ -n "$$missing" ]; then $(APT_INSTALL) $(2) >/dev/null; fi
 
-.PHONY: venv install install-dev tools run test test-lowest lint docs bench soak demo drills
+.PHONY: venv install install-dev tools thirdparty run test test-lowest lint docs bench soak demo drills
 
 # Debian's python3 makes virtualenvs only with python3-venv installed; install it when missing.
 $(PY):
@@ -45,6 +45,19 @@ tools:
 	@# page through Playwright; tmux: the demo's screen in a real terminal (tests/lab).
 	@$(call need,chromium tmux,chromium tmux)
 
+# Third-party engines for the drills and `make demo ENGINE=...`: llama.cpp's llama-server built
+# from the llama-cpp-python source distribution (CMake, g++, Ninja; 34 minutes measured on 2
+# CPUs shared with other jobs, load average 10-15; once per machine and version) and PyTriton
+# (1.5 minutes) in a virtualenv of Debian's python3, whose
+# libpython3.11 its Triton stub links; both in ~/.cache/inference-bottleneck-exporter
+# (python -m exporter.lab.thirdparty).
+thirdparty: $(PY)
+	@$(call need,cmake g++ ninja,cmake g++ ninja-build)
+	@/usr/bin/python3 -c 'import ensurepip' 2>/dev/null && \
+	  [ -e /usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0 ] || \
+	  $(APT_INSTALL) python3 python3-venv libpython3.11 >/dev/null
+	$(PY) -m exporter.lab.thirdparty build
+
 # The main job: real NVML when this machine has an NVIDIA driver, else the bundled trace.
 run: install
 	@if [ -e /dev/nvidiactl ]; then \
@@ -60,15 +73,18 @@ run: install
 # Prometheus (fast rules) and Alertmanager paging a local PagerDuty stand-in. Ctrl-C stops it.
 # `make demo INJECT=frontend-gil` injects a bottleneck (several: INJECT=softirq,tokenizer-slow);
 # DEMO_ARGS passes more flags, e.g. DEMO_ARGS="--duration 3m --plain".
+# `make demo ENGINE=llamacpp` (or triton) runs a third-party engine instead (make thirdparty).
 demo: $(PY)
 	$(PY) -m pip install -q -e '.[reference]' 'torch==2.13.0'
 	@{ $(call need,prometheus prometheus-alertmanager,prometheus prometheus-alertmanager); } || \
 	  echo "Prometheus and Alertmanager could not be installed: the demo runs without them."
-	$(PY) -m exporter.cli demo $(if $(INJECT),--inject $(INJECT)) $(DEMO_ARGS)
+	$(if $(filter-out reference,$(ENGINE)),@$(MAKE) --no-print-directory thirdparty)
+	$(PY) -m exporter.cli demo $(if $(ENGINE),--engine $(ENGINE)) \
+	  $(if $(INJECT),--inject $(INJECT)) $(DEMO_ARGS)
 
 # The end-to-end bottleneck drills alone (about 12 minutes). Every run writes its report to
 # build/drills/drills.md (ignored); this target also copies it to docs/drills.md, on purpose.
-drills: install-dev tools
+drills: install-dev tools thirdparty
 	@status=0; $(PY) -m pytest -q tests/drills || status=$$?; \
 	  if [ -f build/drills/drills.md ]; then cp build/drills/drills.md docs/drills.md; fi; \
 	  exit $$status
@@ -82,7 +98,7 @@ lint: install-dev
 	$(PY) build-tools/protos.py --check
 	$(PY) -m exporter.signatures --check
 
-test: install-dev tools lint
+test: install-dev tools thirdparty lint
 	$(PY) -m pytest -q
 
 # The exposition tests once more, against the lowest version of each core dependency that

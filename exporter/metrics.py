@@ -617,7 +617,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Prompt (prefill) tokens processed.",
         source="vLLM vllm:prompt_tokens_total; SGLang sglang:prompt_tokens_total; TGI "
-        "tgi_request_input_length_sum; llama.cpp llamacpp:prompt_tokens_total; NIM, TensorRT-LLM, "
+        "tgi_request_input_length_sum; llama.cpp llamacpp:prompt_tokens_total + "
+        "llamacpp:prompt_tokens_cached_total; NIM, TensorRT-LLM, "
         "LMDeploy, Ray: the same name with their prefix; Dynamo frontend "
         "dynamo_frontend_input_sequence_tokens_sum",
     ),
@@ -762,7 +763,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         source="vLLM vllm:prompt_tokens_cached_total (else vllm:prompt_tokens_by_source_total "
         '{source!="local_compute"}); SGLang sglang:cached_tokens_total (else '
         'sglang:realtime_tokens_total{mode="prefill_cache"}); LMDeploy '
-        "lmdeploy:cached_tokens_total; Ray as vLLM",
+        "lmdeploy:cached_tokens_total; llama.cpp llamacpp:prompt_tokens_cached_total; Ray as "
+        "vLLM",
     ),
     MetricSpec(
         "inference_estimated_flops_total",

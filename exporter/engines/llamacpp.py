@@ -12,7 +12,11 @@ inference_queue_depth                  llamacpp:requests_deferred
 inference_requests_running             llamacpp:requests_processing
 inference_kv_cache_usage_ratio         llamacpp:kv_cache_usage_ratio (builds before mid-2025;
                                        later builds dropped it and the series is absent)
-inference_prompt_tokens_total          llamacpp:prompt_tokens_total
+inference_prompt_tokens_total          llamacpp:prompt_tokens_total +
+                                       llamacpp:prompt_tokens_cached_total (2026 builds: the
+                                       first no longer counts the tokens reused from the
+                                       prompt cache, the second does; both read live)
+inference_prompt_tokens_cached_total   llamacpp:prompt_tokens_cached_total
 inference_generation_tokens_total      llamacpp:tokens_predicted_total
 =====================================  =======================================================
 
@@ -35,7 +39,11 @@ RULES: tuple[Rule, ...] = (
         Source("llamacpp:kv_cache_usage_ratio"),
         aggregate="max",
     ),
-    rule("inference_prompt_tokens_total", Source("llamacpp:prompt_tokens_total")),
+    rule(
+        "inference_prompt_tokens_total",
+        (Source("llamacpp:prompt_tokens_total"), Source("llamacpp:prompt_tokens_cached_total")),
+    ),
+    rule("inference_prompt_tokens_cached_total", Source("llamacpp:prompt_tokens_cached_total")),
     rule("inference_generation_tokens_total", Source("llamacpp:tokens_predicted_total")),
 )
 

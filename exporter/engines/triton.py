@@ -112,5 +112,11 @@ SPEC = EngineSpec(
     process="tritonserver",
     wraps=("vllm",),
     version=Version(path="/v2"),
+    # A Triton serving no model (the last one unloaded) exports only its server-wide
+    # families, none with the nv_inference_ prefix: still Triton, with nothing to normalise.
+    signatures=(
+        frozenset({"nv_pinned_memory_pool_total_bytes"}),
+        frozenset({"nv_cpu_utilization", "nv_cpu_memory_used_bytes"}),
+    ),
     serving=Serving(images=(r"tritonserver",), port=8002, port_flags=("--metrics-port",)),
 )

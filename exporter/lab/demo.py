@@ -49,7 +49,8 @@ from exporter.lab.loadgen import (
     run,
 )
 from exporter.lab.refengine import gputrace, inject
-from exporter.lab.stack import PagerDutyCapture, Stack, StackConfig, StackError
+from exporter.lab.stack import OUTSIDE, PagerDutyCapture, Stack, StackConfig, StackError
+from exporter.lab.thirdparty import ENGINE_INJECTIONS
 from exporter.signatures.promql_text import pct
 
 if TYPE_CHECKING:
@@ -100,6 +101,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--workdir", type=Path, help="keep configs and logs here (default: temporary)")
     p.add_argument("--engine-arg", action="append", default=[], help="extra engine flag")
+    p.add_argument(
+        "--engine",
+        choices=("reference", *ENGINE_INJECTIONS),
+        default="reference",
+        help="the engine: the reference engine, or llama.cpp's llama-server or Triton as they "
+        "ship (make thirdparty builds them)",
+    )
     return p
 
 
@@ -341,13 +349,16 @@ async def _live(
     if not isinstance(view, View):
         view.attach(loop, stop, _diagnose_with(stack))
     duration = parse_duration(args.duration) if args.duration else 7 * 86400.0
+    triton = stack.cfg.engine == "triton"
     cfg = LoadConfig(
-        url=completions_url(stack.engine_url),
+        url=stack.engine_url if triton else completions_url(stack.engine_url),
         rate=args.rate,
         prompt_tokens=args.prompt_tokens,
         output_tokens=args.output_tokens,
         duration=duration,
         drain=0.0,
+        api="triton" if triton else "openai",
+        model="tiny" if triton else "",
     )
     state = LiveState()
     load = asyncio.create_task(run(cfg, None, stop=stop, state=state))
@@ -404,12 +415,20 @@ def main(argv: Sequence[str]) -> int:
         _fail(str(err))
     if not 0 < args.rate <= 1000:
         _fail("--rate: must be more than 0 and at most 1000")
+    reference = args.engine == "reference"
     missing = [m for m in ("torch", "tokenizers") if importlib.util.find_spec(m) is None]
-    if missing:
+    if missing and reference:
         _fail(
             f"the demo needs {' and '.join(missing)}: pip install "
             "'inference-bottleneck-exporter[reference]' (make demo does it)"
         )
+    if not reference:
+        allowed = OUTSIDE | set(ENGINE_INJECTIONS[args.engine])
+        if injections - allowed:
+            _fail(
+                f"--inject: {args.engine} takes only {', '.join(sorted(allowed))}, not "
+                f"{', '.join(sorted(injections - allowed))}"
+            )
     if injections & inject.CUDA_ONLY and not _has_gpu():
         _fail(f"{', '.join(sorted(injections & inject.CUDA_ONLY))} needs an NVIDIA GPU")
     keep = args.workdir is not None
@@ -420,7 +439,10 @@ def main(argv: Sequence[str]) -> int:
         StackConfig(
             workdir=workdir,
             injections=sorted(injections),
-            engine_args=["--device", args.device, *args.engine_arg],
+            engine_args=["--device", args.device, *args.engine_arg]
+            if reference
+            else list(args.engine_arg),
+            engine=args.engine,
             trace=trace,
             prometheus=not args.no_prometheus,
             alertmanager=not args.no_alertmanager,
@@ -439,7 +461,7 @@ def main(argv: Sequence[str]) -> int:
     parts = (
         ["a prefill and a decode reference engine", "their sidecars"]
         if stack.cfg.prefill_args is not None
-        else ["the reference engine", "the sidecar"]
+        else [ENGINE_NAMES[args.engine], "the sidecar"]
     )
     if stack.prometheus_bin:
         parts.append("Prometheus")
@@ -455,7 +477,7 @@ def main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         stack.stop()
         return 130
-    header = _header(stack, injections, gpu_text)
+    header = _header(stack, injections, gpu_text, args.engine)
     screen = sys.stdout.isatty() and sys.stdin.isatty() and not args.plain
     view: View | ScreenView
     if screen:
@@ -479,11 +501,25 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _header(stack: Stack, injections: frozenset[str], gpu_text: str) -> list[str]:
+ENGINE_NAMES = {
+    "reference": "the reference engine",
+    "llamacpp": "llama.cpp's llama-server",
+    "triton": "Triton (PyTriton)",
+}
+ENGINE_APIS = {
+    "reference": "/v1/completions, /tokenize, /metrics",
+    "llamacpp": "/v1/completions, /tokenize, /slots, /metrics",
+    "triton": "/v2/models/tiny/generate; metrics on their own port",
+}
+
+
+def _header(
+    stack: Stack, injections: frozenset[str], gpu_text: str, engine: str = "reference"
+) -> list[str]:
     what = ", ".join(sorted(injections)) or "nothing (a healthy server)"
     lines = [
         f"inference-bottleneck-exporter demo - injected: {what}    (Ctrl-C stops everything)",
-        f" engine     {stack.engine_url}  (/v1/completions, /tokenize, /metrics)",
+        f" engine     {stack.engine_url}  ({ENGINE_NAMES[engine]}: {ENGINE_APIS[engine]})",
         f" sidecar    {stack.sidecar_url}/  and  {stack.sidecar_url}/metrics",
     ]
     if stack.prometheus_url:

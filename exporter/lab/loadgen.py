@@ -148,6 +148,7 @@ class LoadConfig:
     timeout: float = 300.0
     drain: float = 30.0
     temperature: float = 1.0
+    api: str = "openai"  # or "triton": KServe v2 generate, one JSON answer per request
 
 
 @dataclass
@@ -207,6 +208,13 @@ def completions_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
+def _base_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"--url: {url!r} is not an http(s) URL")
+    return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+
+
 def _sibling(url: str, path: str) -> str:
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
@@ -227,9 +235,12 @@ class PromptMaker:
 
 
 async def calibrate(session: aiohttp.ClientSession, cfg: LoadConfig) -> tuple[str, float]:
-    """The model name (from ``/v1/models`` unless given) and tokens per word (``/tokenize``)."""
+    """The model name (from ``/v1/models`` unless given) and tokens per word (``/tokenize``);
+    for Triton the first ready model of its repository index, one token per word."""
     model = cfg.model
     timeout = aiohttp.ClientTimeout(total=10)
+    if cfg.api == "triton":
+        return model or await _triton_model(session, cfg, timeout), 1.0
     if not model:
         async with session.get(_sibling(cfg.url, "/v1/models"), timeout=timeout) as resp:
             if resp.status != 200:
@@ -241,20 +252,74 @@ async def calibrate(session: aiohttp.ClientSession, cfg: LoadConfig) -> tuple[st
             model = str(models[0]["id"])
     sample = " ".join(random.Random(cfg.seed + 1).choice(WORDS) for _ in range(200))
     ratio = DEFAULT_TOKENS_PER_WORD
-    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
-        async with session.post(
-            _sibling(cfg.url, "/tokenize"), json={"prompt": sample, "model": model}, timeout=timeout
-        ) as resp:
-            if resp.status == 200:
-                data = await resp.json(content_type=None)
-                count = int(data.get("count") or len(data["tokens"]))
-                ratio = max(0.2, count / 200)
+    # vLLM's and SGLang's /tokenize take "prompt"; llama.cpp's takes "content" and answers
+    # an empty token list to a body without it.
+    for body in ({"prompt": sample, "model": model}, {"content": sample}):
+        with contextlib.suppress(
+            aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError
+        ):
+            async with session.post(
+                _sibling(cfg.url, "/tokenize"), json=body, timeout=timeout
+            ) as resp:
+                if resp.status == 200:
+                    data = await resp.json(content_type=None)
+                    count = int(data.get("count") or len(data["tokens"]))
+                    if count:
+                        return model, max(0.2, count / 200)
     return model, ratio
+
+
+async def _triton_model(
+    session: aiohttp.ClientSession, cfg: LoadConfig, timeout: aiohttp.ClientTimeout
+) -> str:
+    async with session.post(
+        _sibling(cfg.url, "/v2/repository/index"), json={"ready": True}, timeout=timeout
+    ) as resp:
+        if resp.status != 200:
+            raise ValueError(f"POST /v2/repository/index answered {resp.status}; give --model")
+        models = await resp.json(content_type=None)
+    if not models:
+        raise ValueError("the server lists no ready model; give --model")
+    return str(models[0]["name"])
+
+
+async def triton_request(
+    session: aiohttp.ClientSession, cfg: LoadConfig, model: str, prompt: str
+) -> RequestResult:
+    """One request to Triton's generate endpoint (KServe v2 extension): the whole answer at
+    once, so the time to first token is the end-to-end latency and there is no ITL."""
+    result = RequestResult(sent_at=time.monotonic())
+    url = _sibling(cfg.url, f"/v2/models/{model}/generate")
+    body = {"text_input": prompt, "max_tokens": cfg.output_tokens}
+    try:
+        async with session.post(
+            url, json=body, timeout=aiohttp.ClientTimeout(total=cfg.timeout)
+        ) as resp:
+            data = await resp.read()
+            if resp.status != 200:
+                result.error = f"HTTP {resp.status}"
+                return result
+            json.loads(data)["text_output"]
+    except TimeoutError:
+        result.error = "timeout"
+        return result
+    except aiohttp.ClientError as err:
+        result.error = type(err).__name__
+        return result
+    except (json.JSONDecodeError, ValueError, KeyError, TypeError):
+        result.error = "bad answer"
+        return result
+    result.ok = True
+    result.e2e = result.ttft = time.monotonic() - result.sent_at
+    result.output_tokens = cfg.output_tokens
+    return result
 
 
 async def one_request(
     session: aiohttp.ClientSession, cfg: LoadConfig, model: str, prompt: str, seed: int
 ) -> RequestResult:
+    if cfg.api == "triton":
+        return await triton_request(session, cfg, model, prompt)
     result = RequestResult(sent_at=time.monotonic())
     body = {
         "model": model,
@@ -523,6 +588,12 @@ def parser() -> argparse.ArgumentParser:
         help="progress line on stderr (auto: on a terminal)",
     )
     p.add_argument("--output", choices=("text", "json"), default="text", help="summary format")
+    p.add_argument(
+        "--api",
+        choices=("openai", "triton"),
+        default="openai",
+        help="openai: streamed /v1/completions; triton: /v2/models/MODEL/generate",
+    )
     return p
 
 
@@ -535,7 +606,7 @@ def _duration(flag: str, text: str) -> float:
 
 def config_from(args: argparse.Namespace) -> LoadConfig:
     try:
-        url = completions_url(args.url)
+        url = completions_url(args.url) if args.api == "openai" else _base_url(args.url)
     except ValueError as err:
         _fail(str(err))
     duration = _duration("--duration", args.duration)
@@ -562,6 +633,7 @@ def config_from(args: argparse.Namespace) -> LoadConfig:
         max_in_flight=args.max_in_flight,
         timeout=timeout,
         drain=drain,
+        api=args.api,
     )
 
 

@@ -103,6 +103,10 @@ class Child:
 
     def stop(self, timeout: float = 10.0) -> None:
         stop_process(self.proc, timeout)
+        # A child is the leader of its own session (spawn): what it started and left behind
+        # (Triton's server and its backend stubs, when PyTriton's process is killed) goes too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self._log.close()
 
 

@@ -61,6 +61,10 @@ PROCESS_MATCH = r"-m exporter\.lab\.refengine(?:\s|$)"
 ENGINE_LISTEN = re.compile(r"listening on http://(\S+):(\d+)")
 SIDECAR_LISTEN = re.compile(r"listening on (127\.0\.0\.1|\[::1\]):(\d+)")
 JOB = "inference-bottleneck-exporter"
+# Injections that act on the node, not inside the engine: any engine can be drilled with them
+# (a third-party engine's helpers run in its session: exporter.lab.thirdparty.with_helpers).
+OUTSIDE = frozenset({"cpu-contention", "softirq"})
+TARGET_LABELS = {"namespace": "drill", "pod": "reference-0"}
 TARGET_LABELS = {"namespace": "drill", "pod": "reference-0"}
 PREFILL_TARGET_LABELS = {"namespace": "drill", "pod": "reference-prefill-0"}
 
@@ -165,6 +169,10 @@ class StackConfig:
     # Disaggregated: the prefill engine's flags (None: one colocated engine) and its sidecar's.
     prefill_args: Sequence[str] | None = None
     prefill_sidecar_args: Sequence[str] = ()
+    # "reference", or a third-party engine of :mod:`exporter.lab.thirdparty` ("llamacpp",
+    # "triton"): its ``engine_args`` are that server's flags, and injections that act from
+    # outside an engine (cpu-contention, softirq) run in its session (thirdparty.with_helpers).
+    engine: str = "reference"
 
 
 class Stack:
@@ -175,6 +183,7 @@ class Stack:
         self.children: list[Child] = []
         self.capture: PagerDutyCapture | None = None
         self.engine_url = ""
+        self.metrics_url = ""  # the engine's Prometheus endpoint (Triton: a port of its own)
         self.prefill_url = ""
         self.sidecar_url = ""
         self.prefill_sidecar_url = ""
@@ -221,7 +230,7 @@ class Stack:
             )
             self.prefill_sidecar_url = self._sidecar(
                 "sidecar-prefill",
-                self.prefill_url,
+                self.prefill_url + "/metrics",
                 cfg.workdir / "prefill-model",
                 0,
                 cfg.prefill_sidecar_args,
@@ -235,6 +244,9 @@ class Stack:
 
     def _start_engine(self) -> None:
         cfg = self.cfg
+        if cfg.engine != "reference":
+            self._start_thirdparty()
+            return
         args = [
             *[arg for name in cfg.injections for arg in ("--inject", name)],
             *cfg.engine_args,
@@ -242,6 +254,7 @@ class Stack:
         if self.prefill_url:
             args += ["--role", "decode", "--prefill-url", self.prefill_url]
         self.engine_url = self._engine("engine", args, self.model_dir, cfg.engine_port)
+        self.metrics_url = self.engine_url + "/metrics"
 
     def _engine(self, name: str, args: Sequence[str], model_dir: Path, port: int) -> str:
         cfg = self.cfg
@@ -267,14 +280,63 @@ class Stack:
         assert match is not None
         return f"http://{match.group(1)}:{match.group(2)}"
 
+    def _start_thirdparty(self) -> None:
+        from exporter.lab import thirdparty  # noqa: PLC0415
+
+        cfg = self.cfg
+        own = thirdparty.ENGINE_INJECTIONS.get(cfg.engine, {})
+        inside = set(cfg.injections) - OUTSIDE - set(own)
+        if inside:
+            raise StackError(
+                f"{cfg.engine} takes only injections from outside the engine "
+                f"({', '.join(sorted(OUTSIDE))}), not {', '.join(sorted(inside))}"
+            )
+        launched = thirdparty.start(
+            cfg.engine,
+            cfg.workdir,
+            cfg.engine_args,
+            injections=cfg.injections,
+            port=cfg.engine_port,
+        )
+        self.children += launched.children
+        self.engine_url = launched.api_url
+        self.metrics_url = launched.metrics_url
+
+    def restart_engine(self) -> None:
+        """Kill llama-server (SIGKILL, whatever it was doing) and start it again on the same
+        port, its counters from zero: what an engine crash and its restart look like to the
+        sidecar. Only for an engine whose metrics share its serving port."""
+        from exporter.lab import thirdparty  # noqa: PLC0415
+
+        cfg = self.cfg
+        if cfg.engine != "llamacpp":
+            raise StackError(f"restart_engine: not for {cfg.engine}")
+        old = self.child("engine")
+        old.proc.kill()
+        old.stop()
+        self.children.remove(old)
+        old.log_path.replace(cfg.workdir / "engine-killed.log")
+        port = urllib.parse.urlsplit(self.engine_url).port or 0
+        launched = thirdparty.start(
+            cfg.engine,
+            cfg.workdir,
+            cfg.engine_args,
+            injections=cfg.injections,
+            port=port,
+            exact_port=True,
+        )
+        self.children[:0] = launched.children  # stopped last, as at the start
+        if launched.metrics_url != self.metrics_url:
+            raise StackError(f"the restarted engine came up at {launched.metrics_url}")
+
     def _start_sidecar(self) -> None:
         cfg = self.cfg
         self.sidecar_url = self._sidecar(
-            "sidecar", self.engine_url, self.model_dir, cfg.sidecar_port, cfg.sidecar_args
+            "sidecar", self.metrics_url, self.model_dir, cfg.sidecar_port, cfg.sidecar_args
         )
 
     def _sidecar(
-        self, name: str, engine_url: str, model_dir: Path, port: int, args: Sequence[str]
+        self, name: str, metrics_url: str, model_dir: Path, port: int, args: Sequence[str]
     ) -> str:
         cfg = self.cfg
         port = free_port(port) if port else 0
@@ -285,20 +347,20 @@ class Stack:
             "--web.listen-address",
             f"127.0.0.1:{port}",
             "--engine.url",
-            f"{engine_url}/metrics",
+            metrics_url,
             # The reference engine under an injected bottleneck may answer a poll slowly:
             # a 1 s poll with the default 2 s timeouts.
             *fast_sidecar_flags(
                 engine_poll="1s", engine_timeout="2s", probe=cfg.probe_interval, scrape_timeout="2s"
             ),
-            "--process.match",
-            PROCESS_MATCH,
-            "--model.path",
-            str(model_dir),
             "--log.format",
             "json",
             *args,
         ]
+        if cfg.engine == "reference":
+            # A third-party engine's processes are found by the default --process.match (every
+            # engine's process regex) and it has no Hugging Face model directory.
+            cmd += ["--process.match", PROCESS_MATCH, "--model.path", str(model_dir)]
         if cfg.trace is not None:
             cmd += ["--gpu.replay-file", str(cfg.trace)]
         sidecar = spawn(name, cmd, cfg.workdir)

@@ -127,7 +127,9 @@ class ScrapeCoordinator(PromCollector):
                 log.info("collector %s: %s", slot.collector.name, error)
             else:
                 log.warning("collector %s failed: %s", slot.collector.name, error)
-        elif ok and slot.last_error_logged:
+        elif ok and not error and slot.last_error_logged:
+            # Only when the message is gone: a collector that works with a standing note (a
+            # probe with no endpoint to probe) logs it once, not a "recovered" every scrape.
             log.info("collector %s recovered", slot.collector.name)
         slot.last_error_logged = error
 

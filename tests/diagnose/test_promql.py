@@ -254,6 +254,35 @@ def test_the_sidecar_recording_rules_over_samples() -> None:
     }
 
 
+def _triton_scrape(t: float, requests: float) -> dict[Labels, float]:
+    """Triton as the sidecar normalises it: request latencies, a queue, no running gauge and
+    no token counter (Triton knows nothing of tokens)."""
+    m = {"engine": "triton", "model": "tiny"}
+    return {
+        lab("inference_queue_depth", **m): 3,
+        lab("inference_e2e_request_latency_seconds_count", **m): requests,
+        lab("inference_e2e_request_latency_seconds_sum", **m): 0.5 * requests,
+        lab("inference_queue_time_seconds_sum", **m): 0.4 * requests,
+        lab("inference_cpu_seconds_total", mode="idle"): 38 * t,
+    }
+
+
+@pytest.mark.parametrize(("per_scrape", "active"), [(5.0, [1.0]), (0.0, [])])
+def test_traffic_counts_finished_requests_where_an_engine_has_no_tokens(
+    per_scrape: float, active: list[float]
+) -> None:
+    """Without traffic the queue-wait signature could never hold on Triton."""
+    cfg = parse_config({})
+    ev = Evaluator(
+        scrapes(
+            *((1000 + 10 * k, _triton_scrape(1000 + 10 * k, 50 + per_scrape * k)) for k in range(4))
+        )
+    )
+    for rule in recording_rules(cfg):
+        ev.record(rule.record, rule.expr)
+    assert [s.value for s in ev.records["inference:traffic:active"]] == active
+
+
 def test_record_keeps_the_record_name() -> None:
     ev = Evaluator(scrapes((0, {lab("x", pod="p"): 2})))
     ev.record("level:x:sum", "sum by (pod) (x)")

@@ -54,6 +54,23 @@ def drill_tools() -> None:
 
 
 @pytest.fixture(scope="session")
+def external_tools() -> None:
+    """llama-server and PyTriton in the lab's cache: a drill fails (never skips) without."""
+    from exporter.lab import thirdparty  # noqa: PLC0415
+
+    missing = [
+        f"{what} at {path} (make thirdparty)"
+        for what, path in (
+            ("llama-server", thirdparty.llama_server_binary()),
+            ("PyTriton", thirdparty.pytriton_python()),
+        )
+        if not path.exists()
+    ]
+    if missing:
+        pytest.fail("third-party drills need " + ", ".join(missing))
+
+
+@pytest.fixture(scope="session")
 def drill_results() -> Iterator[dict[str, DrillResult]]:
     """Results by scenario; writes the report when the whole CPU matrix has run."""
     results: dict[str, DrillResult] = {}

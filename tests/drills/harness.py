@@ -46,6 +46,7 @@ class DrillResult:
     scenario: str
     expected: str | None
     started: str
+    engine: str = "reference"
     duration_s: float = 0.0
     alerts: dict[str, AlertSeen] = field(default_factory=dict)
     pages: list[dict[str, Any]] = field(default_factory=list)
@@ -56,6 +57,7 @@ class DrillResult:
     error: str = ""
     workdir: str = ""
     instance: str = ""  # the sidecar's scrape address, Prometheus's ``instance`` label
+    restarted_at: float | None = None  # when the engine was killed and started again
 
     def fired(self) -> dict[str, float]:
         return {a: s.firing_at for a, s in self.alerts.items() if s.firing_at is not None}
@@ -108,6 +110,7 @@ def machine() -> str:
 def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> DrillResult:
     workdir.mkdir(parents=True, exist_ok=True)
     result = DrillResult(
+        engine=scenario.engine,
         scenario=scenario.name,
         expected=scenario.expected,
         started=time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -115,6 +118,8 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
     )
     trace = write_trace(scenario.look, workdir / "trace.jsonl") if scenario.look else None
     engine_args = [*ENGINE_ARGS, *scenario.engine_args, "--device", device]
+    if scenario.engine != "reference":
+        engine_args = list(scenario.engine_args)  # the third-party server's own flags
     rules_config = None
     site_config = scenario.site_config()
     if site_config:
@@ -126,6 +131,7 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
         engine_args=engine_args,
         trace=trace,
         rules_config=rules_config,
+        engine=scenario.engine,
     )
     began = time.monotonic()
     with Stack(cfg) as stack:
@@ -178,6 +184,8 @@ def _start_load(
         "--output",
         "json",
     ]
+    if stack.cfg.engine == "triton":
+        cmd += ["--api", "triton", "--model", "tiny"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": child_pythonpath()}
     with (workdir / "load.json").open("wb") as out, (workdir / "load.log").open("wb") as err:
         return subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
@@ -194,8 +202,13 @@ def _stop_load(proc: subprocess.Popen[bytes], summary: Path) -> dict[str, Any] |
 
 def _observe(stack: Stack, scenario: Scenario, result: DrillResult, t0: float) -> None:
     deadline = t0 + scenario.deadline_s
+    restart = scenario.restart_at_s
     while time.monotonic() < deadline:
         now = time.monotonic() - t0
+        if restart is not None and now >= restart:
+            stack.restart_engine()
+            result.restarted_at = round(now, 1)
+            restart = None
         for alert in stack.alerts():
             name = alert["labels"]["alertname"]
             seen = result.alerts.setdefault(name, AlertSeen())

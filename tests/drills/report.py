@@ -6,7 +6,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from drills.harness import DrillResult
-from drills.scenarios import LOAD, SCENARIOS, Scenario
+from drills.scenarios import (
+    BLIND,
+    EXTERNAL_ENGINES,
+    EXTERNAL_LOADS,
+    EXTERNAL_SCENARIOS,
+    LOAD,
+    SCENARIOS,
+    Scenario,
+)
 
 from exporter.lab.refengine.gputrace import mean_utilization, trace_lines
 from exporter.lab.refengine.inject import INJECTIONS
@@ -205,6 +213,7 @@ def render(results: Mapping[str, DrillResult], *, machine: str, total_s: float, 
             f"{_num(g('hottest_thread'), '%.2f')} | {_num(g('softirq_node'), '%.3f')} | "
             f"{_num(g('softirq_core'), '%.2f')} |"
         )
+    lines += _external_section(results)
     lines += [
         "",
         "## GPU-only scenarios",
@@ -261,6 +270,71 @@ def render(results: Mapping[str, DrillResult], *, machine: str, total_s: float, 
         "",
     ]
     return "\n".join(lines)
+
+
+ENGINE_TITLES = {"llamacpp": "llama.cpp `llama-server`", "triton": "Triton (PyTriton)"}
+
+
+def _external_row(scenario: Scenario, result: DrillResult | None) -> str:
+    engine = ENGINE_TITLES[scenario.engine]
+    injected = ", ".join(f"`{i}`" for i in scenario.injections) or "nothing"
+    expected = f"`{scenario.expected}`" if scenario.expected else "nothing fires"
+    if result is None:
+        return f"| {engine} | {scenario.name} | {injected} | {expected} | not run | | | | |"
+    fired = result.fired()
+    if scenario.expected is None:
+        ok = "yes, nothing fired" if not fired else "NO: " + ", ".join(sorted(fired))
+        to_fire = f"quiet for {scenario.deadline_s:.0f} s"
+    else:
+        at = fired.get(scenario.expected)
+        ok = "yes" if at is not None else "NO"
+        to_fire = _fmt_s(at)
+    if result.error:
+        ok = f"ERROR: {result.error.splitlines()[0][:80]}"
+    others = sorted(a for a in fired if a != scenario.expected)
+    also = ", ".join(f"`{a}` ({_fmt_s(fired[a])})" for a in others) or "-"
+    return (
+        f"| {engine} | {scenario.name} | {injected} | {expected} | {ok} | {to_fire} | "
+        f"{_fmt_s(result.duration_s)} | {also} | {_diagnose_first(result)} |"
+    )
+
+
+def _external_section(results: Mapping[str, DrillResult]) -> list[str]:
+    lines = [
+        "",
+        "## Third-party engines: llama.cpp and Triton",
+        "",
+        "The same pipeline against engines someone else wrote, as they ship "
+        "(`exporter/lab/thirdparty.py`): llama.cpp's `llama-server` built from the "
+        "`llama-cpp-python` source distribution, serving a tiny Llama-shaped GGUF (2 layers, "
+        "width 64, random weights, LLaMA's real 32,000-token SentencePiece vocabulary) with 4 "
+        "slots on 1 thread at nice 10 (its compute stands in for a GPU's); and Triton Inference Server from the `nvidia-pytriton` wheel "
+        "serving a small Python model (4 instances; a step is 4 float32 matrix-vector products "
+        "of width 256 on the host and 3 ms of device wait). The sidecar recognises each engine "
+        "by its metric names (no `--engine.type`) and finds its process with the default "
+        "`--process.match`. Only the causes that act from outside the engine, or through "
+        "its own configuration, are injected: `queue-flood` is one slot (`--parallel 1`) or "
+        "one model instance. The two engines of a scenario run side by side. Load: "
+        + "; ".join(
+            f"{ENGINE_TITLES[e]} {load.rate:g} requests/s, {load.prompt_tokens} prompt tokens, "
+            f"{load.output_tokens} output tokens"
+            for e, load in EXTERNAL_LOADS.items()
+        )
+        + " (Triton: `--api triton`, one answer per request).",
+        "",
+        "| engine | scenario | injected | expected alert | fired? | time to fire | drill "
+        "| also fired | `diagnose` rank 1 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [_external_row(s, results.get(f"{s.engine}/{s.name}")) for s in EXTERNAL_SCENARIOS]
+    lines += ["", "Why each:", ""]
+    for s in EXTERNAL_SCENARIOS:
+        lines.append(f"- **{ENGINE_TITLES[s.engine]}, {s.name}**: {s.why}.")
+    lines += ["", "What each engine cannot fire, and why:", ""]
+    for engine in EXTERNAL_ENGINES:
+        lines.append(f"- {ENGINE_TITLES[engine]}:")
+        lines += [f"  - `{alert}`: {why}." for alert, why in BLIND[engine].items()]
+    return lines
 
 
 def write(

@@ -60,6 +60,8 @@ class Scenario:
     rules_config: str = ""  # site config of the rule pack (YAML), for Prometheus and diagnose
     load: Load = LOAD
     load_why: str = ""  # why a drill runs another load than LOAD
+    engine: str = "reference"  # or a third-party engine (EXTERNAL_ENGINES)
+    restart_at_s: float | None = None  # the engine is killed and started again then
 
     def site_config(self) -> str:
         """The rule pack's site config this drill runs with (empty: the defaults)."""
@@ -278,6 +280,127 @@ SCENARIOS += (
 CPU_SCENARIOS = tuple(s for s in SCENARIOS if not s.gpu)
 GPU_SCENARIOS = tuple(s for s in SCENARIOS if s.gpu)
 BY_NAME = {s.name: s for s in SCENARIOS}
+
+# --- third-party engines ---------------------------------------------------------------------
+#
+# llama.cpp's llama-server and Triton (PyTriton), each run as it ships (exporter/lab/thirdparty.py)
+# with the drills whose cause acts from outside the engine, or through the engine's own
+# configuration (queue-flood: one slot, one model instance). The sidecar recognises the engine
+# by its metric names (no --engine.type). The two engines of one scenario run side by side.
+# Not Triton under cpu-contention: its busy-loopers share the engine's session (as they must
+# to contend at all under autogroup scheduling) and PyTriton's model start-up, which hands each
+# instance its configuration with a 1 s deadline, failed under them three times in three; run
+# once with the busy-loopers in another session, its 0.1 ms of host work a step kept up and
+# nothing fired.
+
+EXTERNAL_ENGINES = ("llamacpp", "triton")
+
+# What an engine does not export, and so which signatures it cannot fire (docs/engines.md).
+BLIND: dict[str, dict[str, str]] = {
+    "llamacpp": {
+        QUEUE_WAIT: (
+            "llama-server counts deferred requests (the queue depth) but exports no queue time "
+            "and no end-to-end latency"
+        ),
+        TOKENIZER: (
+            "its /tokenize is probed, but the signature compares the probe with the median "
+            "inter-token latency, which llama-server does not export"
+        ),
+        DECODE: "no inter-token latency: only cumulative generation seconds",
+        HOST: "no end-to-end, prefill or decode time per request",
+        MEMORY: "builds since mid-2025 no longer export the KV-cache usage ratio",
+    },
+    "triton": {
+        TOKENIZER: "Triton knows nothing of tokens: no tokenize endpoint, no inter-token latency",
+        DECODE: "no inter-token latency: Triton times whole requests",
+        HOST: "no prefill or decode time per request (compute time spans the whole request)",
+        MEMORY: "KV-cache usage only from the TensorRT-LLM backend, not from a Python model",
+    },
+}
+
+LLAMA_RESTART_S = 50.0
+
+# Short prompts; llama-server at 3 requests/s of 128 tokens (384 tokens/s: its tiny model
+# decodes a token in under a millisecond, so the healthy engine needs a fraction of a core,
+# more than the contended one gets), Triton at 2 requests/s of 192 tokens (one instance then
+# falls behind in queue-flood, four keep up).
+EXTERNAL_LOADS = {
+    "llamacpp": Load(rate=3.0, prompt_tokens=64, output_tokens=128),
+    "triton": Load(rate=2.0, prompt_tokens=64, output_tokens=192),
+}
+
+
+def _external(
+    engine: str, base: Scenario, expected: str | None, why: str, **kw: object
+) -> Scenario:
+    return Scenario(
+        name=base.name,
+        injections=base.injections,
+        expected=expected,
+        why=why,
+        deadline_s=float(kw.get("deadline_s", base.deadline_s)),  # type: ignore[arg-type]
+        look=base.look,
+        allowed=dict(kw.get("allowed", {})),  # type: ignore[call-overload]
+        load=EXTERNAL_LOADS[engine],
+        engine=engine,
+        restart_at_s=kw.get("restart_at_s"),  # type: ignore[arg-type]
+    )
+
+
+def _external_matrix() -> tuple[Scenario, ...]:
+    base = {s.name: s for s in SCENARIOS}
+    return (
+        _external(
+            "llamacpp",
+            base["healthy"],
+            None,
+            (
+                f"nothing injected; {LLAMA_RESTART_S:.0f} s into the load llama-server is "
+                "killed (SIGKILL) and started again on the same port: its counters start from "
+                "zero, the polls fail for a few seconds, and nothing may fire"
+            ),
+            deadline_s=120.0,
+            restart_at_s=LLAMA_RESTART_S,
+        ),
+        _external("triton", base["healthy"], None, "nothing injected", deadline_s=120.0),
+        _external(
+            "llamacpp",
+            base["queue-flood"],
+            None,
+            (
+                "one slot (--parallel 1): a request that arrives while it is busy is deferred "
+                "(llamacpp:requests_deferred), but llama-server exports no queue time, so "
+                "InferenceQueueWaitDominatesLatency cannot fire, and on the busy GPU nothing "
+                "else may"
+            ),
+            deadline_s=120.0,
+        ),
+        _external(
+            "triton",
+            base["queue-flood"],
+            QUEUE_WAIT,
+            (
+                "one model instance (--instances 1) takes about 0.65 s a request: at 2 requests/s "
+                "the rest wait in Triton's queue (nv_inference_queue_duration_us)"
+            ),
+        ),
+        _external(
+            "llamacpp",
+            base["cpu-contention"],
+            STARVED,
+            (
+                "four busy-looping processes per CPU take the host: llama-server's two threads "
+                "decode slower than the offered load, its deferred requests grow while the GPU "
+                "idles"
+            ),
+        ),
+        _external("llamacpp", base["softirq"], SOFTIRQ, base["softirq"].why),
+        _external("triton", base["softirq"], SOFTIRQ, base["softirq"].why),
+    )
+
+
+EXTERNAL_SCENARIOS = _external_matrix()
+EXTERNAL_NAMES = tuple(dict.fromkeys(s.name for s in EXTERNAL_SCENARIOS))
 
 
 # --- disaggregated serving -----------------------------------------------------------------------

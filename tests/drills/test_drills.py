@@ -8,11 +8,18 @@ on a GPU machine only (``bench/gpu/run.sh``). See docs/drills.md for the last ru
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from drills.harness import POSTMORTEM, DrillResult, expected_dedup_key, has_gpu, run_drill
-from drills.scenarios import CPU_SCENARIOS, GPU_SCENARIOS, Scenario
+from drills.scenarios import (
+    CPU_SCENARIOS,
+    EXTERNAL_NAMES,
+    EXTERNAL_SCENARIOS,
+    GPU_SCENARIOS,
+    Scenario,
+)
 
 from exporter.diagnose.timeline import PANELS
 from exporter.signatures.render import runbook_url
@@ -126,6 +133,11 @@ def check_diagnose(scenario: Scenario, result: DrillResult) -> None:
     assert findings[0]["status"] == "holds", ranked
 
 
+def result_key(scenario: Scenario) -> str:
+    """A drill's key in the results: the scenario, prefixed by a third-party engine's name."""
+    return scenario.name if scenario.engine == "reference" else f"{scenario.engine}/{scenario.name}"
+
+
 def check_postmortem(scenario: Scenario, result: DrillResult) -> None:
     """The drill's own `diagnose --report`: the cause first, every plot drawn from the drill's
     data, the window where the cause held and where its alert fired shaded."""
@@ -147,8 +159,14 @@ def check_postmortem(scenario: Scenario, result: DrillResult) -> None:
 
 def run_and_check(scenario: Scenario, workdir: Path, results: dict[str, DrillResult]) -> None:
     result = run_drill(scenario, workdir, device="cuda" if scenario.gpu else "cpu")
-    results[scenario.name] = result
+    results[result_key(scenario)] = result
+    check_result(scenario, result)
+
+
+def check_result(scenario: Scenario, result: DrillResult) -> None:
     assert not result.error, result.error + _explain(result)
+    if scenario.restart_at_s is not None:
+        assert result.restarted_at is not None, "the engine was not restarted"
     if scenario.expected is None:
         check_quiet(result)
         return
@@ -156,7 +174,8 @@ def run_and_check(scenario: Scenario, workdir: Path, results: dict[str, DrillRes
     check_pages(scenario, result)
     check_dedup_key(scenario, result, result.instance)
     check_diagnose(scenario, result)
-    check_postmortem(scenario, result)
+    if scenario.engine == "reference":  # the post-mortem's plots need the reference's data
+        check_postmortem(scenario, result)
 
 
 @pytest.mark.timeout(DRILL_TIMEOUT_S)
@@ -180,3 +199,32 @@ def test_gpu_drill(
 ) -> None:
     assert has_gpu(), "a GPU drill runs on a machine with an NVIDIA GPU (bench/gpu/run.sh)"
     run_and_check(scenario, tmp_path_factory.mktemp(f"drill-{scenario.name}"), drill_results)
+
+
+@pytest.mark.timeout(DRILL_TIMEOUT_S)
+@pytest.mark.parametrize("name", EXTERNAL_NAMES)
+def test_external_drill(
+    name: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    drill_tools: None,
+    external_tools: None,
+    drill_results: dict[str, DrillResult],
+) -> None:
+    """One scenario on llama-server and on Triton, side by side (half the wall time; the two
+    engines' drills share the CPU as the two engines of one node would)."""
+    scenarios = [s for s in EXTERNAL_SCENARIOS if s.name == name]
+    with ThreadPoolExecutor(len(scenarios)) as pool:
+        futures = [
+            (s, pool.submit(run_drill, s, tmp_path_factory.mktemp(f"drill-{s.engine}-{name}")))
+            for s in scenarios
+        ]
+        runs = [(s, f.result()) for s, f in futures]
+    for s, result in runs:
+        drill_results[result_key(s)] = result
+    failures = []
+    for s, result in runs:
+        try:
+            check_result(s, result)
+        except AssertionError as err:
+            failures.append(f"{s.engine}: {err}")
+    assert not failures, "\n".join(failures)

@@ -280,3 +280,36 @@ def test_non_blocking_collectors_run_inline_with_the_same_reporting(clock: FakeC
         assert all(s.inflight is None for s in coordinator._slots)
     finally:
         coordinator.close()
+
+
+class Noting(Collector):
+    """Works, with a standing note (a probe with nothing to probe: Triton has no tokenizer)."""
+
+    name = "noting"
+
+    def __init__(self) -> None:
+        self.note = "triton has no tokenize endpoint: set --tokenizer.url"
+
+    def collect(self) -> Collection:
+        return Collection(metrics=[value_family("fake_noting_value", 1.0)], error=self.note)
+
+
+def test_a_standing_note_is_logged_once_and_recovery_only_when_it_goes(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    collector = Noting()
+    coordinator = ScrapeCoordinator([collector], deadline=DEADLINE, clock=clock)
+    try:
+        with caplog.at_level("INFO", logger="exporter.server.scrape"):
+            for _ in range(4):
+                scrape(coordinator)
+            collector.note = ""
+            scrape(coordinator)
+            scrape(coordinator)
+        messages = [r.getMessage() for r in caplog.records]
+        assert messages == [
+            "collector noting: triton has no tokenize endpoint: set --tokenizer.url",
+            "collector noting recovered",
+        ]
+    finally:
+        coordinator.close()

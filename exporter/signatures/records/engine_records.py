@@ -18,6 +18,7 @@ def engine_records(ctx: RecordContext) -> list[RecordingRule]:
     queue = ctx.sidecar_series("inference_queue_depth")
     queue_time = ctx.sidecar_series("inference_queue_time_seconds_sum")
     e2e_time = ctx.sidecar_series("inference_e2e_request_latency_seconds_sum")
+    finished = ctx.sidecar_series("inference_e2e_request_latency_seconds_count")
     return [
         RecordingRule(
             records.requests_running,
@@ -37,9 +38,12 @@ def engine_records(ctx: RecordContext) -> list[RecordingRule]:
         RecordingRule(
             records.traffic,
             f"clamp({records.requests_running} > 0, 1, 1)\n"
-            f"or\nclamp({records.generation_tokens} > 0, 1, 1)",
-            "1 while the target has traffic (requests running or tokens generated); "
-            "absent when idle",
+            f"or\nclamp({records.generation_tokens} > 0, 1, 1)\n"
+            # Engines that count neither running requests nor tokens (Triton) still count the
+            # requests they finish.
+            f"or\nclamp(sum {by_target} (rate({finished}[{rate}])) > 0, 1, 1)",
+            "1 while the target has traffic (requests running, tokens generated or requests "
+            "finished); absent when idle",
         ),
         RecordingRule(
             records.queue_depth,
