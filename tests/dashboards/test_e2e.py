@@ -41,6 +41,9 @@ DEADLINE_S = 60.0
 
 # Targets that legitimately return nothing in this setup, with the reason.
 NO_DATA = {
+    ("ibe-inference-bottlenecks", "Pool queue by stage", "A"): (
+        "the engine is vLLM, whose queue has no stages (SGLang's prealloc and transfer queues)"
+    ),
     ("ibe-exporter-health", "Poll and probe failures", "C"): (
         "no engine metric exceeds --engine.max-series, so no series is dropped"
     ),
@@ -97,6 +100,8 @@ def vllm_metrics(elapsed: float) -> str:
     counters = {
         "vllm:prompt_tokens_total": 5000 + 1000 * elapsed,
         "vllm:generation_tokens_total": 2000 + 100 * elapsed,
+        # a disaggregated vLLM's NixlConnector: one failed KV transfer every ten seconds
+        "vllm:nixl_num_failed_transfers_total": 1 + elapsed / 10,
     }
     parts = [f"# HELP vllm:cache_config_info test\n# TYPE vllm:cache_config_info gauge\n{info}"]
     for name, value in gauges.items():
@@ -110,6 +115,9 @@ def vllm_metrics(elapsed: float) -> str:
         _histogram("vllm:request_decode_time_seconds", finished, 2.5),
         _histogram("vllm:time_to_first_token_seconds", finished, 0.8),
         _histogram("vllm:inter_token_latency_seconds", 100 * elapsed, 0.025),
+        # one KV-cache transfer per request, 64 MiB in 50 ms
+        _histogram("vllm:nixl_xfer_time_seconds", finished, 0.05),
+        _histogram("vllm:nixl_bytes_transferred", finished, 64 * 2**20),
     ]
     return "\n".join(parts) + "\n"
 

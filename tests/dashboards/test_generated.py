@@ -47,6 +47,11 @@ REQUIRED_PANELS = {
         "Decode step: HBM floor vs observed",
         "Latency budget: queue, prefill, decode, host",
         "Prefill compute efficiency",
+        "Pool sizes: engines per role",
+        "Pool queue by stage",
+        "KV-cache transfer time",
+        "KV-cache transfer bandwidth",
+        "KV-cache transfer failures by reason",
     },
     "ibe-gpu-detail": {
         "GPU utilisation",

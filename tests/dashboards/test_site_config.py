@@ -52,7 +52,7 @@ SITE: dict[str, Any] = {
 # Labels a dashboard groups by beside the target's: GPU identity, label of the panel's metric.
 PANEL_LABELS = {
     "gpu", "uuid", "xid", "reason", "le", "source", "collector", "engine", "metric", "process",
-    "name", "driver_version", "pci_bus_id", "mig_mode", "model",
+    "name", "driver_version", "pci_bus_id", "mig_mode", "model", "role", "stage",
 }  # fmt: skip
 # Labels the rules group by beside the target's join labels.
 RULE_LABELS = {
@@ -213,7 +213,7 @@ def numbers(expr: str) -> set[float]:
 
 
 def test_site_queries_group_by_the_sites_join_labels(site: Generated) -> None:
-    target_groupings = 0
+    target_groupings = pool_groupings = 0
     for query in site.queries:
         if is_alerts_table(query):
             continue
@@ -222,9 +222,13 @@ def test_site_queries_group_by_the_sites_join_labels(site: Generated) -> None:
                 assert set(labels) <= PANEL_LABELS, f"{query}: by {labels}"
                 continue
             target_groupings += 1
-            assert labels[: len(JOIN)] == JOIN, f"{query}: by {labels}"
-            assert set(labels[len(JOIN) :]) <= PANEL_LABELS, f"{query}: by {labels}"
+            # a target's join labels, or a pool's (those that do not name a pod), first
+            head = JOIN if labels[: len(JOIN)] == JOIN else pool_labels(JOIN)
+            assert labels[: len(head)] == head, f"{query}: by {labels}"
+            assert set(labels[len(head) :]) <= PANEL_LABELS, f"{query}: by {labels}"
+            pool_groupings += head != JOIN
     assert target_groupings > 50
+    assert pool_groupings >= 5
 
 
 def test_site_queries_carry_exactly_the_sites_matchers(site: Generated) -> None:
@@ -283,6 +287,10 @@ def test_site_legends_and_tables_name_the_cluster(site: Generated) -> None:
     named = [legend for legend in legends if "{{pod}}" in legend]
     assert len(named) > 30
     assert all("{{cluster}} {{pod}}" in legend for legend in named), named
+    # a pool's legend names its cluster and model (its join labels that do not name a pod)
+    pooled = [legend for legend in legends if "{{model}}" in legend and "{{pod}}" not in legend]
+    assert len(pooled) >= 5, legends
+    assert all("{{cluster}} {{model}}" in legend for legend in pooled), pooled
     panels = panels_by_title(site.boards)
     for title, first in (("Signature alerts now (pending and firing)", 4), ("GPUs", 0)):
         (organize,) = panels[title]["transformations"]
@@ -402,7 +410,9 @@ def test_dashboards_group_by_the_rules_join_labels(pair: Generated) -> None:
                 # the alerts carry the rules' join labels; the table shows all but job
                 assert set(join) - {"job"} <= set(labels), query
             elif set(labels) & set(join):
-                assert labels[: len(join)] == join, f"{query}: by {labels}"
+                # a target's join labels first, or a pool's as the pool records group them
+                head = join if labels[: len(join)] == join else pool_labels(join)
+                assert labels[: len(head)] == head, f"{query}: by {labels}"
     targets = [v for v in pair.variables if v.metric == "inference_exporter_build_info"]
     assert targets
     for variable in targets:

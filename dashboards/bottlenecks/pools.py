@@ -1,0 +1,128 @@
+"""Row "Prefill and decode pools": disaggregated serving, one pool per role and model.
+
+A pool is every engine of one model with one role (``prefill``, ``decode``) that shares the
+join labels that do not name a pod, as in the rule pack's pool records and signatures
+(``exporter/signatures/records/pool_records.py``). The panels group the sidecar's series the
+same way: engines per role, the queue by stage, the KV-cache transfer between the pools (its
+time, its bandwidth) and the transfers that failed, by reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dashboards.common import (
+    MODEL,
+    AnyPanel,
+    Query,
+    Unit,
+    rate,
+    series,
+    target_labels,
+    timeseries,
+)
+from exporter.signatures.records import pool_labels
+
+TITLE = "Prefill and decode pools"
+
+
+def pool() -> tuple[str, ...]:
+    """The labels of one pool besides ``model``: the join labels that do not name a pod."""
+    return pool_labels(target_labels())
+
+
+def by_pool(aggregation: str, inner: str, *extra: str) -> str:
+    """``aggregation by (<pool labels>, model, extra...) (inner)``."""
+    return f"{aggregation} by ({', '.join((*pool(), 'model', *extra))}) ({inner})"
+
+
+def pool_legend(*extra: str) -> str:
+    """A pool in a legend: its labels but ``namespace`` and ``job`` (``{{cluster}}`` where the
+    site joins on it), its model and whatever else the panel splits it by."""
+    named = [label for label in pool() if label not in ("namespace", "job")]
+    return " ".join("{{" + label + "}}" for label in (*named, "model", *extra))
+
+
+def sizes() -> AnyPanel:
+    return timeseries(
+        "Pool sizes: engines per role",
+        "Engines of each model per role (prefill, decode; unified engines have no role), "
+        "across the pods of one pool. Bad: a pool shrinking while its queue grows, or a "
+        "prefill:decode ratio far from what the pool signatures suggest.",
+        [
+            Query(
+                by_pool("count", series("inference_engine_info", MODEL), "role"),
+                pool_legend("role"),
+            )
+        ],
+        unit=Unit.COUNT,
+    )
+
+
+def queue_by_stage() -> AnyPanel:
+    return timeseries(
+        "Pool queue by stage",
+        "Requests each pool holds waiting, by stage of the engine's queue (SGLang only): "
+        "prefill or decode (waiting to run), prealloc (waiting for KV room or the bootstrap "
+        "with the other side) and transfer (the KV cache in flight). "
+        "Bad: the decode pool's prealloc stage growing (too few decode engines or too little "
+        "KV room), the prefill pool's waiting stage growing (too few prefill engines).",
+        [
+            Query(
+                by_pool("sum", series("inference_queue_depth_by_stage", MODEL), "role", "stage"),
+                pool_legend("role", "stage"),
+            )
+        ],
+        unit=Unit.COUNT,
+    )
+
+
+def transfer_time() -> AnyPanel:
+    buckets = by_pool("sum", rate("inference_kv_transfer_seconds_bucket", MODEL), "le")
+    return timeseries(
+        "KV-cache transfer time",
+        "Median and 90th percentile of one KV-cache transfer from the prefill to the decode "
+        "pool, wherever an engine observes it. Bad: a p90 rising at constant prompt length "
+        "(a slow or shared link), or the transfer a large share of the time to first token.",
+        [
+            Query(f"histogram_quantile(0.5, {buckets})", f"p50 {pool_legend()}"),
+            Query(f"histogram_quantile(0.9, {buckets})", f"p90 {pool_legend()}", dashed=True),
+        ],
+        unit=Unit.SECONDS,
+    )
+
+
+def bandwidth() -> AnyPanel:
+    return timeseries(
+        "KV-cache transfer bandwidth",
+        "Bytes of KV cache moved between the pools per second. No metric gives the peak of "
+        "the link between them, so no peak line is drawn: compare with the interconnect's "
+        "rated bandwidth by hand. Bad: flat at a level while transfer time and the decode "
+        "pool's transfer stage grow (the link is saturated).",
+        [
+            Query(
+                by_pool("sum", rate("inference_kv_transfer_bytes_total", MODEL)),
+                pool_legend(),
+            )
+        ],
+        unit=Unit.BYTES_PER_SECOND,
+    )
+
+
+def failures() -> AnyPanel:
+    return timeseries(
+        "KV-cache transfer failures by reason",
+        "KV-cache transfers per second that failed or expired, by reason, per pool. Bad: "
+        "anything above zero for long - requests are re-prefilled or dropped.",
+        [
+            Query(
+                by_pool("sum", rate("inference_kv_transfer_failures_total", MODEL), "reason"),
+                pool_legend("reason"),
+            )
+        ],
+        unit=Unit.PER_SECOND,
+    )
+
+
+def panels() -> Sequence[AnyPanel]:
+    return [sizes(), queue_by_stage(), transfer_time(), bandwidth(), failures()]
