@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 import urllib.parse
 from collections.abc import Sequence
@@ -142,8 +143,10 @@ class PrometheusBackend:
                 )
             raise DiagnoseError(f"{url} has no inference-bottleneck-exporter series ({BUILD_INFO})")
         rules = recording_rules(cfg)
-        # Windows appear in the names of the records that read a range.
-        windowed = {r.record for r in rules if "[" in r.expr}
+        # The records whose names carry their window (``mean5m``, ``rate1m``) differ between
+        # profiles; a record that reads a range but names no window (``inference:traffic:active``)
+        # is the same in every profile and tells nothing.
+        windowed = {r.record for r in rules if "[" in r.expr and _WINDOW_IN_NAME.search(r.record)}
         unknown = sorted(names - {r.record for r in rules})
         if unknown and not names & windowed:
             example = f" (found e.g. {unknown[0]})"
@@ -152,6 +155,8 @@ class PrometheusBackend:
                 f"pass the --profile and --config the loaded pack was generated with"
             )
 
+
+_WINDOW_IN_NAME = re.compile(r"\d+(?:ms|[smhdwy])(?![a-z])")
 
 Matrix = list[tuple[Labels, list[tuple[float, float]]]]
 
