@@ -53,7 +53,6 @@ import json
 import math
 import random
 import re
-import subprocess
 import urllib.parse
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -66,7 +65,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
-from support.promstack import binary
+from support.promstack import backfill as promtool_backfill
 
 from exporter.config import format_duration
 from exporter.diagnose.datasources import TargetBackend, scrape_samples, target_evaluator
@@ -833,22 +832,7 @@ def backfill(series: Series, tmp: Path, name: str) -> Path:
     data = tmp / name
     source_file = tmp / f"{name}.om"
     write_openmetrics(series, source_file)
-    result = subprocess.run(
-        [
-            binary("promtool"),
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            "-q",
-            str(source_file),
-            str(data),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    promtool_backfill(source_file, data, timeout=60)
     return data
 
 

@@ -22,7 +22,6 @@ busiest-core record.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from pathlib import Path
 from exporter.lab.processes import Server, start_prometheus
 from exporter.signatures.records import RecordNames
 from exporter.signatures.site import SiteConfig
-from support.promstack import binary
+from support.promstack import backfill
 
 # 2026-03-02 03:00:00 UTC: a night page.
 START = 1772420400
@@ -221,23 +220,7 @@ def serve(cfg: SiteConfig, tmp: Path, scenario: Scenario = SCENARIOS["frontend-g
     source = tmp / "incident.om"
     source.write_text(openmetrics(cfg, scenario))
     data = tmp / "data"
-    result = subprocess.run(
-        [
-            binary("promtool"),
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            "-q",
-            str(source),
-            str(data),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(result.stdout + result.stderr)
+    backfill(source, data)
     server = start_prometheus(
         tmp,
         "global: {}\n",

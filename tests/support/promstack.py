@@ -9,6 +9,7 @@ binaries are the ones ``make tools`` installs (Debian's ``prometheus`` and
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 import urllib.error
@@ -45,6 +46,28 @@ def binary(*names: str) -> str:
     if found is None:
         pytest.fail(f"{' or '.join(names)} not found: run `make tools`")
     return found
+
+
+def backfill(source: Path, data: Path, *, timeout: float = 120) -> None:
+    """``promtool tsdb create-blocks-from openmetrics``: the OpenMetrics file ``source`` as TSDB
+    blocks in ``data``, for a real Prometheus to serve; RuntimeError with promtool's words."""
+    result = subprocess.run(
+        [
+            binary("promtool"),
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            "-q",
+            str(source),
+            str(data),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(result.stdout + result.stderr)
 
 
 def get_json(url: str, timeout: float = 5.0) -> Any:
