@@ -106,6 +106,46 @@ def test_helpers_die_with_their_parent(tmp_path: Path) -> None:
     raise AssertionError("the helper outlived its parent")
 
 
+def test_helpers_die_with_a_parent_whose_main_thread_ended(tmp_path: Path) -> None:
+    # A parent whose main thread ends while a thread that started the helper lives on: the
+    # parent shows as a zombie and keeps its PID, and the parent-death signal (sent when the
+    # forking thread exits) never comes. The helper must see the zombie and stop.
+    script = (
+        "import ctypes, os, subprocess, sys, threading, time\n"
+        "def start():\n"
+        "    p = subprocess.Popen([sys.executable, '-m', 'exporter.lab.refengine.inject', "
+        "'burn', '--parent', str(os.getpid()), '--duration', '3600'])\n"
+        "    print(p.pid, flush=True)\n"
+        "    time.sleep(30)\n"
+        "threading.Thread(target=start).start()\n"
+        "time.sleep(2)\n"
+        "ctypes.CDLL(None).pthread_exit(None)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert parent.stdout is not None
+        pid = int(parent.stdout.readline().strip())
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            status = Path(f"/proc/{pid}/stat")
+            try:
+                state = status.read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                return
+            if state == "Z":
+                return
+            time.sleep(0.1)
+        os.kill(pid, 9)
+        raise AssertionError("the helper outlived its parent's main thread")
+    finally:
+        parent.kill()
+        parent.wait(10)
+        if parent.stdout is not None:
+            parent.stdout.close()
+
+
 def test_helpers_stop() -> None:
     helpers = inject.Helpers.start(frozenset({"cpu-contention"}), duration=60, contention_procs=2)
     assert len(helpers.procs) == 2

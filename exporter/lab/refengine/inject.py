@@ -204,11 +204,25 @@ def usable_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
+def _parent_alive(parent: int) -> bool:
+    """The helper's parent still runs: it is our parent and not a zombie. A parent whose main
+    thread has exited while another thread lives on shows as a zombie and keeps its PID, so the
+    parent-death signal (sent when the forking thread exits) and ``getppid()`` alone miss it."""
+    if os.getppid() != parent:
+        return False
+    try:
+        stat = Path(f"/proc/{parent}/stat").read_text()
+    except OSError:
+        return False
+    # The state follows the parenthesised command name, which may itself hold parentheses.
+    return stat[stat.rindex(")") + 2 :][:1] not in ("Z", "X")
+
+
 def _die_with_parent(parent: int) -> None:
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:
+    if not _parent_alive(parent):
         raise SystemExit(0)
 
 
@@ -219,7 +233,7 @@ def _burn(parent: int, duration: float) -> int:
     while True:
         for _ in range(200_000):
             x = x * 1.0000001 + 1e-9
-        if time.monotonic() >= end or os.getppid() != parent:
+        if time.monotonic() >= end or not _parent_alive(parent):
             return 0
 
 
@@ -276,7 +290,7 @@ def _softirq(parent: int, duration: float, target: float, core_cap: float, max_r
     with rx, tx:
         while True:
             start = time.monotonic()
-            if start >= end or os.getppid() != parent:
+            if start >= end or not _parent_alive(parent):
                 return 0
             sent = 0
             busy_until = start + tick * duty
