@@ -284,7 +284,7 @@ def test_llamacpp_through_the_sidecar(llama: thirdparty.Launched) -> None:
         assert tokens is not None and 400 <= tokens <= 1000, tokens
         # the default --process.match finds llama-server
         proc.wait_for(lambda: (_value(proc, "inference_engine_processes") or 0) >= 1)
-        info = {"engine": "llamacpp", "model": "", "version": _build_info(llama)}
+        info = {"engine": "llamacpp", "model": "", "role": "both", "version": _build_info(llama)}
         proc.wait_for(lambda: _value(proc, "inference_engine_info", info) == 1)
     finally:
         proc.close()
@@ -308,7 +308,7 @@ def test_llamacpp_killed_and_restarted(tmp_path: Path) -> None:
     second: thirdparty.Launched | None = None
     try:
         _complete(first.api_url, 24)
-        engine = {"engine": "llamacpp", "model": ""}
+        engine = {"engine": "llamacpp", "model": "", "role": "both"}
         proc.wait_for(lambda: _value(proc, "inference_generation_tokens_total", engine) == 24)
         first.children[0].proc.kill()
         first.children[0].stop()

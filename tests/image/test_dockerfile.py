@@ -66,9 +66,11 @@ def test_dockerfile_contract() -> None:
     (entrypoint,) = [args for keyword, args in final if keyword == "ENTRYPOINT"]
     assert json.loads(entrypoint) == ["/opt/exporter/bin/inference-bottleneck-exporter"]
     assert not [k for k, _ in found if k == "HEALTHCHECK"]
-    # The package without extras: the torch reference engine is an extra.
+    # The package with the node agent's extra only (grpcio, protobuf for the kubelet's
+    # PodResources API): the torch reference engine is another extra and stays out.
     (install,) = [args for k, args in found if k == "RUN" and "pip install" in args]
-    assert "pip install --no-cache-dir . " in install
+    assert 'pip install --no-cache-dir ".[node]" ' in install
+    assert "reference" not in install and "torch==" not in install
 
 
 def test_build_context_is_only_the_package() -> None:
