@@ -77,14 +77,14 @@ def test_metrics_use_catalogue_names_types_and_model_label() -> None:
     assert value(registry, f"{TOKENIZER}_count", ENGINE_SOURCE) == 0.0
 
     # Every family is a catalogue entry of the same type, labelled as the catalogue says
-    # less the engine label, which the sidecar adds.
+    # less the engine and role labels, which the sidecar's engine collector adds.
     families = {family.name: family for family in registry.collect()}
     assert len(families) == 12
     for family in families.values():
         spec = next(s for s in BY_NAME.values() if s.family_name == family.name)
         assert family.type == spec.type, family.name
         assert family.documentation == spec.help
-        expected = set(spec.labels) - {"engine"}
+        expected = set(spec.labels) - {"engine", "role"}
         for sample in family.samples:
             if sample.name.endswith("_created"):
                 continue
