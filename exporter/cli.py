@@ -14,7 +14,6 @@ import gc
 import logging
 import os
 import platform
-import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -153,10 +152,9 @@ def _describe(settings: Settings) -> str:
 
 
 async def _serve(settings: Settings) -> int:
-    from aiohttp import web  # noqa: PLC0415
-
     from exporter.collectors import build_collectors  # noqa: PLC0415
     from exporter.server.app import SHUTDOWN_BUDGET_S, Exporter  # noqa: PLC0415
+    from exporter.server.listen import start_site, wait_for_stop_signal  # noqa: PLC0415
 
     exporter = Exporter(settings, build_collectors(settings))
     security = None
@@ -167,20 +165,12 @@ async def _serve(settings: Settings) -> int:
     app = exporter.make_app()
     if security is not None:
         security.install(app)  # the checks, and the configured headers on every response
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
-    await runner.setup()
     host, port = settings.listen
-    site = web.TCPSite(
-        runner,
-        host or None,
-        port,
-        shutdown_timeout=1.0,
-        ssl_context=security.context if security is not None else None,
-    )
     try:
-        await site.start()
+        runner = await start_site(
+            app, host, port, security.context if security is not None else None
+        )
     except OSError as err:
-        await runner.cleanup()
         log.error("cannot listen on %s: %s", settings.listen_address, err.strerror or err)
         return 1
     addresses = ", ".join(_fmt_addr(a) for a in runner.addresses)
@@ -193,12 +183,9 @@ async def _serve(settings: Settings) -> int:
         __version__,
     )
     exporter.start()
-    settle = asyncio.get_running_loop().create_task(_settle_heap(exporter))
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    settle = loop.create_task(_settle_heap(exporter))
+    await wait_for_stop_signal()
     log.info("shutting down")
     settle.cancel()
     try:

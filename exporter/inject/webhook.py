@@ -24,7 +24,6 @@ import base64
 import json
 import logging
 import re
-import signal
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -330,6 +329,7 @@ def settings_from(args: Any) -> Settings:
 
 
 async def _serve(settings: Settings, listen: tuple[str, int], web_config: Path) -> int:
+    from exporter.server.listen import start_site, wait_for_stop_signal  # noqa: PLC0415
     from exporter.server.websec import WebSecurity  # noqa: PLC0415
 
     security = WebSecurity(web_config)
@@ -341,15 +341,9 @@ async def _serve(settings: Settings, listen: tuple[str, int], web_config: Path) 
     stats = Stats()
     app = make_app(settings, stats)
     security.install(app)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(
-        runner, listen[0] or None, listen[1], shutdown_timeout=1.0, ssl_context=security.context
-    )
     try:
-        await site.start()
+        runner = await start_site(app, listen[0], listen[1], security.context)
     except OSError as err:
-        await runner.cleanup()
         log.error("cannot listen on %s:%s: %s", *listen, err.strerror or err)
         return 1
     for address in runner.addresses:
@@ -360,11 +354,7 @@ async def _serve(settings: Settings, listen: tuple[str, int], web_config: Path) 
             port,
             __version__,
         )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await wait_for_stop_signal()
     await runner.cleanup()
     return 0
 
