@@ -4,7 +4,7 @@ A pool is every engine of one model with one role (``prefill``, ``decode``) that
 join labels that do not name a pod, as in the rule pack's pool records and signatures
 (``exporter/signatures/records/pool_records.py``). The panels group the sidecar's series the
 same way: engines per role, the queue by stage, the KV-cache transfer between the pools (its
-time, its bandwidth) and the transfers that failed, by reason.
+time, its bandwidth), the transfers that failed, by reason, and the router's P/D decisions.
 """
 
 from __future__ import annotations
@@ -124,5 +124,23 @@ def failures() -> AnyPanel:
     )
 
 
+def decisions() -> AnyPanel:
+    return timeseries(
+        "P/D routing decisions",
+        "Requests per second a disaggregation-aware router sent through a prefill pod first "
+        "(prefill_decode) or straight to decode (decode_only; encode_* for multimodal), per "
+        "model, from the router's own counter (llm-d's endpoint picker). Bad: decode_only "
+        "rising while the prefill pool idles (the router's threshold keeps prompts away from "
+        "it), or prefill_decode rising with the prefill pool's queue (scale prefill).",
+        [
+            Query(
+                by_pool("sum", rate("inference_pd_decisions_total", MODEL), "decision"),
+                pool_legend("decision"),
+            )
+        ],
+        unit=Unit.PER_SECOND,
+    )
+
+
 def panels() -> Sequence[AnyPanel]:
-    return [sizes(), queue_by_stage(), transfer_time(), bandwidth(), failures()]
+    return [sizes(), queue_by_stage(), transfer_time(), bandwidth(), failures(), decisions()]
