@@ -79,14 +79,23 @@ def queue_by_stage() -> AnyPanel:
 
 def transfer_time() -> AnyPanel:
     buckets = by_pool("sum", rate("inference_kv_transfer_seconds_bucket", MODEL), "le")
+    bound = by_pool("sum", rate("inference_kv_transfer_upper_bound_seconds_bucket", MODEL), "le")
     return timeseries(
         "KV-cache transfer time",
         "Median and 90th percentile of one KV-cache transfer from the prefill to the decode "
-        "pool, wherever an engine observes it. Bad: a p90 rising at constant prompt length "
-        "(a slow or shared link), or the transfer a large share of the time to first token.",
+        "pool, wherever an engine observes it; where only a router sees the hand-over "
+        "(Dynamo's KV router), the p90 of its upper bound (prefill done to the first decode "
+        "token: the transfer plus dispatch and one decode step), drawn apart. Bad: a p90 "
+        "rising at constant prompt length (a slow or shared link), or the transfer a large "
+        "share of the time to first token.",
         [
             Query(f"histogram_quantile(0.5, {buckets})", f"p50 {pool_legend()}"),
             Query(f"histogram_quantile(0.9, {buckets})", f"p90 {pool_legend()}", dashed=True),
+            Query(
+                f"histogram_quantile(0.9, {bound})",
+                f"p90 upper bound (router) {pool_legend()}",
+                dashed=True,
+            ),
         ],
         unit=Unit.SECONDS,
     )

@@ -44,6 +44,9 @@ NO_DATA = {
     ("ibe-inference-bottlenecks", "Pool queue by stage", "A"): (
         "the engine is vLLM, whose queue has no stages (SGLang's prealloc and transfer queues)"
     ),
+    ("ibe-inference-bottlenecks", "KV-cache transfer time", "C"): (
+        "the engine is vLLM; the upper bound is a router's (Dynamo's KV router)"
+    ),
     ("ibe-inference-bottlenecks", "P/D routing decisions", "A"): (
         "the engine is vLLM; the decisions are a router's (llm-d's endpoint picker)"
     ),
