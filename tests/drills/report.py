@@ -414,8 +414,6 @@ def _disagg_section(results: Mapping[str, DisaggResult]) -> list[str]:
             lines.append(f"  - load: {s.load_why}.")
         for alert, reason in s.allowed.items():
             lines.append(f"  - may also fire: `{alert}` - {reason}.")
-        for alert, reason in s.may_hold.items():
-            lines.append(f"  - `diagnose` may find `{alert}` holding: {reason}.")
     return lines
 
 

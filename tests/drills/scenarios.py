@@ -56,8 +56,6 @@ class Scenario:
     look: str | None = "starved"  # replayed GPU; None: the real GPU through NVML
     allowed: dict[str, str] = field(default_factory=dict)  # co-firing alert -> reason
     look: str = "starved"
-    # Healthy: signatures diagnose may find holding (never firing) at the end -> reason.
-    may_hold: dict[str, str] = field(default_factory=dict)
     engine_args: tuple[str, ...] = ()
     gpu: bool = False
     rules_config: str = ""  # site config of the rule pack (YAML), for Prometheus and diagnose
@@ -459,8 +457,6 @@ class DisaggScenario:
     load_why: str = ""
     allowed: dict[str, str] = field(default_factory=dict)  # co-firing alert -> reason
     look: str = "starved"
-    # Healthy: signatures diagnose may find holding (never firing) at the end -> reason.
-    may_hold: dict[str, str] = field(default_factory=dict)
 
 
 DISAGG_LOAD = Load(rate=2.0, prompt_tokens=256, output_tokens=64)
@@ -472,20 +468,19 @@ DISAGG_SCENARIOS: tuple[DisaggScenario, ...] = (
         why=(
             "the pair with nothing injected: each request's 2 MiB cache crosses the loopback "
             "link in a few tens of milliseconds at most (42 ms on a busy 2-core machine, 4 % "
-            "of the time to first token); decode keeps up"
+            "of the time to first token); decode keeps up. No alert may fire, and `diagnose` "
+            "may find no pool signature holding at the end; the per-pod ones it may find are "
+            "the CPU matrix's to judge (its healthy drill asserts them): the latency budget "
+            "does not split a disaggregated request yet, so on the decode pod the remote "
+            "prefill and the transfer, on the prefill pod the wait until the cache is read, "
+            "count as host time (29 % and 47 % at load 9), and "
+            "`InferenceHostLatencyShareHigh` goes pending; on a machine at load 10 "
+            "`InferenceDecodeOverheadBound` held too"
         ),
         # The pool-short signatures' cold-start guard holds from a minute after Prometheus's
         # first scrape, their `for` is 30 s: 100 s covers the earliest any could fire.
         deadline_s=100.0,
         load=DISAGG_LOAD,
-        may_hold={
-            HOST: (
-                "the latency budget does not split a disaggregated request yet: on the decode "
-                "pod the remote prefill and the transfer, on the prefill pod the time until "
-                "the decode server has read the cache, count as host time (29 % and 47 % on "
-                "a machine at load 9); it went pending, never fired, within the drill"
-            ),
-        },
     ),
     DisaggScenario(
         name="kv-transfer-slow",
