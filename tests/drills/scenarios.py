@@ -55,7 +55,6 @@ class Scenario:
     deadline_s: float  # from the start of the load
     look: str | None = "starved"  # replayed GPU; None: the real GPU through NVML
     allowed: dict[str, str] = field(default_factory=dict)  # co-firing alert -> reason
-    look: str = "starved"
     engine_args: tuple[str, ...] = ()
     gpu: bool = False
     rules_config: str = ""  # site config of the rule pack (YAML), for Prometheus and diagnose

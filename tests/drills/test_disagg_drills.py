@@ -7,7 +7,7 @@ config (:data:`drills.scenarios.DISAGG_SITE_CONFIG`) and Alertmanager, under one
 vLLM's names (how much of the time to first token the KV transfer takes, which pool's queue
 grows, that no transfer fails) and what the pack makes of it: each injected drill fires its
 pool signature, pages it, and ``diagnose`` ranks it first; the healthy one fires nothing and
-``diagnose`` finds nothing. About two minutes each.
+``diagnose`` finds no pool signature holding. About two minutes each.
 """
 
 from __future__ import annotations
