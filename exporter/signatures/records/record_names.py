@@ -70,6 +70,7 @@ class RecordNames:
     budget_prefill: str
     budget_decode: str
     budget_host: str
+    budget_transfer: str
     prompt_tokens: str
     output_tokens: str
     # Pools of disaggregated serving: per pool (the join labels less pod and instance) and
@@ -168,6 +169,7 @@ class RecordNames:
             budget_prefill=f"inference:latency_budget_prefill:ratio{latency}",
             budget_decode=f"inference:latency_budget_decode:ratio{latency}",
             budget_host=f"inference:latency_budget_host:ratio{latency}",
+            budget_transfer=f"inference:latency_budget_transfer:ratio{latency}",
             prompt_tokens=f"inference:request_prompt_tokens:mean{latency}",
             output_tokens=f"inference:request_generation_tokens:mean{latency}",
             pool_engines="inference_pool:{role}_engines:count",
