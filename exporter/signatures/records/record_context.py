@@ -11,14 +11,14 @@ from collections.abc import Sequence
 from exporter.config import format_duration
 from exporter.metrics import GPU_LABELS
 from exporter.signatures.promql_text import by, on, selector
+from exporter.signatures.records.record_names import RecordNames
+from exporter.signatures.site import SiteConfig
 
 #: The engines whose queue time holds the KV transfer they observe: a decode engine reads the
 #: cache while its request waits (vLLM keeps it in the waiting queue, WAITING_FOR_REMOTE_KVS,
 #: and records it scheduled only once the cache is in). A prefill engine that observes the
 #: transfer (SGLang's sender) does so after the request left its queue.
 TRANSFER_IN_QUEUE = 'role!="prefill"'
-from exporter.signatures.records.record_names import RecordNames
-from exporter.signatures.site import SiteConfig
 
 
 class RecordContext:

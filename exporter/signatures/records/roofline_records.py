@@ -178,8 +178,7 @@ def _latency_budget_records(ctx: RecordContext) -> list[RecordingRule]:
         ),
         RecordingRule(
             records.budget_queue,
-            f"{ctx.queue_less_transfer((*ctx.join, 'model'), per_model.latency)}\n/\n"
-            f"({e2e} > 0)",
+            f"{ctx.queue_less_transfer((*ctx.join, 'model'), per_model.latency)}\n/\n({e2e} > 0)",
             "latency budget: share of end-to-end latency waiting in the engine's queue (a "
             "decode engine's wait for the KV transfer left out: that is the transfer's share)",
         ),
