@@ -20,7 +20,8 @@ from exporter.diagnose.findings import Finding, Report
 from exporter.diagnose.promql_eval import NAME, Labels
 from exporter.diagnose.promql_syntax import PromQLError
 from exporter.signatures.promql_text import matchers, selector
-from exporter.signatures.records import RecordNames
+from exporter.signatures.records import RecordNames, pool_labels
+from exporter.signatures.records.pool_records import POD_LABELS
 from exporter.signatures.site import SiteConfig
 
 # Points per plot: Prometheus answers at most 11,000 per series; a page needs far fewer.
@@ -215,10 +216,14 @@ def _lead(report: Report) -> Finding | None:
 
 
 def _scope(cfg: SiteConfig, lead: Finding | None) -> dict[str, str]:
+    """The lead's target, or its pool (a pool signature's labels name no pod): the plots then
+    show the pool's targets."""
     if lead is None:
         return {}
     labels = dict(lead.instance.labels)
-    return {k: labels.get(k, "") for k in cfg.join_labels}
+    pooled = not any(labels.get(k) for k in POD_LABELS)
+    keys = pool_labels(cfg.join_labels) if pooled else cfg.join_labels
+    return {k: labels.get(k, "") for k in keys}
 
 
 def _name(base: str, labels: Labels, scope: dict[str, str]) -> str:
