@@ -47,7 +47,14 @@ from exporter.signatures.definitions import RECORD_NAME
 RULES = ROOT / "alert_rules"
 TESTS = [
     ROOT / "tests" / "promtool" / "sidecar" / name
-    for name in ("signatures.yaml", "meta.yaml", "baseline.yaml", "shared.yaml", "pools.yaml")
+    for name in (
+        "signatures.yaml",
+        "meta.yaml",
+        "baseline.yaml",
+        "shared.yaml",
+        "pools.yaml",
+        "split.yaml",
+    )
 ]
 COLD_START = ROOT / "tests" / "promtool" / "sidecar" / "coldstart.yaml"
 # Between two test groups: longer than any window, offset (the 1h baseline) and lookback.
