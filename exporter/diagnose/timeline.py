@@ -118,6 +118,23 @@ PANELS: tuple[PanelSpec, ...] = (
     ),
 )
 
+# A pool's incident (disaggregated serving) adds where its requests' first token waits.
+POOL_PANELS: tuple[PanelSpec, ...] = (
+    PanelSpec(
+        "ttft",
+        "Time to first token of the pool: shares in queue, prefill and KV transfer",
+        "ratio",
+        (
+            SeriesSpec("queue", "ttft_queue_share"),
+            SeriesSpec("prefill", "ttft_prefill_share"),
+            SeriesSpec("KV transfer", "ttft_transfer_share"),
+        ),
+        stacked=True,
+        threshold=("InferenceKVTransferBound", "transfer_share_above"),
+        threshold_label="transfer-bound above",
+    ),
+)
+
 Points = list[tuple[float, float]]
 
 
@@ -215,14 +232,21 @@ def _lead(report: Report) -> Finding | None:
     return chosen[0] if chosen else None
 
 
+def _pooled(lead: Finding | None) -> bool:
+    """Whether the lead is a pool's (its labels name no pod nor instance)."""
+    if lead is None:
+        return False
+    labels = dict(lead.instance.labels)
+    return not any(labels.get(k) for k in POD_LABELS)
+
+
 def _scope(cfg: SiteConfig, lead: Finding | None) -> dict[str, str]:
     """The lead's target, or its pool (a pool signature's labels name no pod): the plots then
     show the pool's targets."""
     if lead is None:
         return {}
     labels = dict(lead.instance.labels)
-    pooled = not any(labels.get(k) for k in POD_LABELS)
-    keys = pool_labels(cfg.join_labels) if pooled else cfg.join_labels
+    keys = pool_labels(cfg.join_labels) if _pooled(lead) else cfg.join_labels
     return {k: labels.get(k, "") for k in keys}
 
 
@@ -342,7 +366,8 @@ async def timeline(backend: PrometheusBackend, report: Report, span: float) -> T
     window = (start, end, step)
     lead = _lead(report)
     scope = _scope(report.cfg, lead)
-    panels = [await _panel(backend, report.cfg, spec, window, scope) for spec in PANELS]
+    specs = PANELS + (POOL_PANELS if _pooled(lead) else ())
+    panels = [await _panel(backend, report.cfg, spec, window, scope) for spec in specs]
     incident = await _incident(backend, lead, window)
     quality = await _quality(backend, report.cfg, scope, window)
     return Timeline(start, end, step, scope, panels, incident, quality)

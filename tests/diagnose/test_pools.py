@@ -9,6 +9,7 @@ its last minute, as text, as JSON and as a post-mortem report.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -188,3 +189,10 @@ def test_post_mortem_of_a_pool(incident: tuple[str, Recorded], tmp_path: Path) -
     # the plots of a pool's incident show the pool's targets: the queue of every pod
     queue = html.split('<figure data-panel="queue">', 1)[1].split("</figure>", 1)[0]
     assert queue.count("data-series=") == 4, queue
+    # and where the pool's first token waits, against the transfer-bound threshold
+    ttft = html.split('<figure data-panel="ttft">', 1)[1].split("</figure>", 1)[0]
+    names = re.findall(r'data-series="([^"]+)"', ttft)
+    assert names == [f"{part} model=Qwen/Qwen3-32B" for part in ("queue", "prefill", "KV transfer")]
+    assert 'data-threshold="0.3"' in ttft
+    counts = [int(n) for n in re.findall(r'data-points="(\d+)"', ttft)]
+    assert counts and min(counts) > 100, counts
