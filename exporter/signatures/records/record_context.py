@@ -14,11 +14,13 @@ from exporter.signatures.promql_text import by, on, selector
 from exporter.signatures.records.record_names import RecordNames
 from exporter.signatures.site import SiteConfig
 
-#: The engines whose queue time holds the KV transfer they observe: a decode engine reads the
-#: cache while its request waits (vLLM keeps it in the waiting queue, WAITING_FOR_REMOTE_KVS,
-#: and records it scheduled only once the cache is in). A prefill engine that observes the
-#: transfer (SGLang's sender) does so after the request left its queue.
-TRANSFER_IN_QUEUE = 'role!="prefill"'
+#: The engines that decode: every engine but a disaggregated prefill engine (role ``prefill``),
+#: whose one token per request is no decode step. Their queue time holds the KV transfer they
+#: observe: a decode engine reads the cache while its request waits (vLLM keeps it in the
+#: waiting queue, WAITING_FOR_REMOTE_KVS, and records it scheduled only once the cache is in);
+#: a prefill engine that observes the transfer (SGLang's sender) does so after the request left
+#: its queue.
+DECODES = 'role!="prefill"'
 
 
 class RecordContext:
@@ -56,15 +58,13 @@ class RecordContext:
 
     def queue_less_transfer(self, labels: Sequence[str], window: str, *matchers: str) -> str:
         """Seconds per second requests wait in the engines' queue, grouped by ``labels``, less
-        the KV transfer where it is part of that wait (:data:`TRANSFER_IN_QUEUE`): the
+        the KV transfer where it is part of that wait (:data:`DECODES`): the
         transfer has a share of its own, counted once. At most the queue time is taken
         away (an engine that starts the queue clock after the transfer loses no more than
         its queue); engines without transfer metrics keep their queue time as it is."""
         group, match = by(labels), on(labels)
         queue = self.sidecar_series("inference_queue_time_seconds_sum", *matchers)
-        transfer = self.sidecar_series(
-            "inference_kv_transfer_seconds_sum", TRANSFER_IN_QUEUE, *matchers
-        )
+        transfer = self.sidecar_series("inference_kv_transfer_seconds_sum", DECODES, *matchers)
         waited = f"sum {group} (rate({queue}[{window}]))"
         moved = f"sum {group} (rate({transfer}[{window}]))"
         return (

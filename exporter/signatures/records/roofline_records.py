@@ -20,13 +20,10 @@ from exporter.signatures.params import PREFILL_PRECISION
 from exporter.signatures.promql_text import by, num, on
 from exporter.signatures.records.dcgm_records import dcgm_per_target, dcgm_series
 from exporter.signatures.records.node_records import node_peaks
-from exporter.signatures.records.record_context import RecordContext
+from exporter.signatures.records.record_context import DECODES, RecordContext
 from exporter.signatures.records.record_groups import ROOFLINE_GROUP
 
 _REGEX_META = frozenset(".+*?()|{}^$")
-#: Where decode runs: every engine but a disaggregated prefill engine, whose one token per
-#: request (and the read bytes of its prefills) say nothing of decode steps.
-DECODES = 'role!="prefill"'
 
 
 class _PerModel:
