@@ -62,8 +62,12 @@ class PodContainer:
 
 def pod_of_path(path: str) -> PodContainer | None:
     """The pod and container named by one cgroup path; None outside every pod."""
+    if "pod" not in path:
+        return None
     segments = [s for s in path.split("/") if s and s != ".."]
     for i, segment in enumerate(segments):
+        if "pod" not in segment:
+            continue
         match = _SYSTEMD_POD.match(segment) or _CGROUPFS_POD.match(segment)
         if match is None:
             continue
@@ -110,7 +114,8 @@ class PodProcesses:
     def lookup(self, pid: int) -> Lookup:
         """The owner of host process ``pid``."""
         try:
-            text = (self.root / str(pid) / "cgroup").read_text(encoding="utf-8", errors="replace")
+            with open(f"{self.root}/{pid}/cgroup", encoding="utf-8", errors="replace") as file:
+                text = file.read()
         except (FileNotFoundError, ProcessLookupError):
             return Lookup(GONE)
         except OSError:
