@@ -518,6 +518,7 @@ class NvmlCollector(Collector):
         self.attribution.check(states)
         families = GpuFamilies()
         stuck: list[str] = []
+        blind: list[str] = []
         stale_after = max(3 * self.poll_interval, self.deadline)
         for state in states:
             with state.lock:
@@ -527,12 +528,31 @@ class NvmlCollector(Collector):
                 healthy = not hung and not state.error and fresh
                 if hung:
                     stuck.append(state.identity.label)
+                if healthy and _cgroups_unreadable(state):
+                    blind.append(state.identity.label)
                 families.add_gpu(state, healthy)
         out.metrics.extend(families.families())
         if stuck:
             out.success = False
             out.error = f"NVML call hanging for GPU {', '.join(stuck)}"
+        elif blind and self._pods is not None:
+            # Per-pod shares were asked for and none can be given: say so, not just count it.
+            out.success = False
+            out.error = (
+                f"no GPU process's cgroup readable under {self._pods.root} (GPU "
+                f"{', '.join(blind)}): per-pod shares absent there"
+            )
         return out
+
+
+def _cgroups_unreadable(state: GpuState) -> bool:
+    """Whether the GPU had processes and none of their cgroups could be read (the host's
+    /proc unmounted or refused). Call with ``state.lock``."""
+    counts = state.unattributed
+    if not counts or not counts.get("unreadable"):
+        return False
+    others = sum(n for reason, n in counts.items() if reason != "unreadable")
+    return others == 0 and not state.pod_util and not state.pod_memory
 
 
 def _said_peaks(identity: GpuIdentity, peaks: Peaks) -> Peaks:

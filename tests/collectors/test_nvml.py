@@ -869,9 +869,9 @@ def test_each_pods_share_of_a_shared_gpu(clock: FakeClock, tmp_path: Path) -> No
     a = lab(0, pod_uid=POD_A, container_id=CID_A)
     b = lab(0, pod_uid=POD_B, container_id=CID_B)
     for c in run(collector):
-        out, success = scrape(c)
+        out, collection = scrape(c)
         g = out.get_sample_value
-        assert success
+        assert collection.success
         assert g("inference_gpu_pod_utilization_ratio", a) == pytest.approx(0.20)
         assert g("inference_gpu_pod_utilization_ratio", b) == pytest.approx(0.75)
         assert g("inference_gpu_pod_memory_used_bytes", a) == 22 * GIB
@@ -888,9 +888,10 @@ def test_each_pods_share_of_a_shared_gpu(clock: FakeClock, tmp_path: Path) -> No
         write_cgroup(proc, 101, "0::/system.slice/nvidia-persistenced.service\n")
         clock.now += 1.0
         c.poll_now()
-        out, success = scrape(c)
+        out, collection = scrape(c)
         g = out.get_sample_value
-        assert success  # the GPU was read; the mapping's misses are counted, not failures
+        # the GPU was read; the mapping's misses are counted, not failures
+        assert collection.success
         assert g("inference_gpu_pod_utilization_ratio", b) is None
         assert g("inference_gpu_pod_memory_used_bytes", b) is None
         assert g("inference_gpu_pod_utilization_ratio", a) == pytest.approx(0.16)  # 100 alone
@@ -906,3 +907,34 @@ def test_pod_mapping_is_the_node_agents(tmp_path: Path) -> None:
     mapped = pod_processes(settings, host)
     assert mapped is not None and mapped.root == host
     assert pod_processes(default_settings(), host) is None  # a sidecar: the engine's share only
+
+
+def test_no_readable_cgroup_is_a_failing_collector(clock: FakeClock, tmp_path: Path) -> None:
+    """Every GPU process's cgroup unreadable (here each is a directory: EISDIR): counted, no
+    pod given anything, and the collector says it cannot do what it was asked."""
+    proc = tmp_path / "proc"
+    for pid in (100, 101, 200):
+        (proc / str(pid) / "cgroup").mkdir(parents=True)
+    api = ReplayApi(
+        parse_trace(trace_lines(shared_records())),
+        clock=clock,
+        wall_us=lambda: 1_700_000_000_000_000,
+    )
+    collector = NvmlCollector(
+        lambda: api, poll_interval=3600, deadline=2.0, clock=clock, pods=PodProcesses(proc)
+    )
+    for c in run(collector):
+        out, collection = scrape(c)
+        g = out.get_sample_value
+        assert g("inference_gpu_pod_unattributed_processes", lab(0, reason="unreadable")) == 3
+        assert not [s for s in out.collect() if s.name == "inference_gpu_pod_utilization_ratio"]
+        assert not collection.success
+        assert "cgroup" in collection.error and "GPU 0" in collection.error
+        assert g("inference_gpu_utilization_ratio", lab(0)) == pytest.approx(0.9)  # still read
+        # one readable cgroup again: the collector is honest the other way too
+        (proc / "200" / "cgroup").rmdir()
+        write_cgroup(proc, 200, f"0::/kubepods/besteffort/pod{POD_B}/{CID_B}\n")
+        clock.now += 1.0
+        c.poll_now()
+        _, collection = scrape(c)
+        assert collection.success
