@@ -196,7 +196,8 @@ def node_pod_share(ctx: RecordContext) -> str:
 
     Shared: processes of more than one pod on the GPU, or a live process of no pod (a host
     tenant). A pod UID without a ``kube_pod_info`` row joins no one; a process the agent could
-    not map is no pod's share.
+    not map is no pod's share; a pod's processes on a GPU the kubelet did not give it are not
+    its share (the device record, :func:`node_shares`, has only the GPUs it holds).
     """
     pj, agent = pod_labels(ctx), agent_gpu(ctx)
     rest = [label for label in ctx.join if label not in pj]
@@ -220,7 +221,9 @@ def node_pod_share(ctx: RecordContext) -> str:
     )
     grouped = f"max {by((*pj, *GPU_LABELS))} (\n{named}\n)"
     pods = selector(ctx.records.target_info, 'namespace!=""', 'pod!=""')
-    return f"{grouped}\n* {on(pj)} group_left ({', '.join(rest)})\n{pods}"
+    # Only GPUs the kubelet gave the pod: its processes on another GPU are no share of its own.
+    held = f"and {on((*ctx.join, *GPU_LABELS))}\n{ctx.records.gpu_device_utilization}"
+    return f"{grouped}\n* {on(pj)} group_left ({', '.join(rest)})\n{pods}\n{held}"
 
 
 def node_peaks(ctx: RecordContext, precision: str) -> tuple[str, str]:
