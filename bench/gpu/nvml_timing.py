@@ -1,12 +1,18 @@
 """Time every NVML call the sidecar makes, on every GPU of this machine (bench/gpu/run.sh).
 
 Writes JSON: per call, the median, p99 and maximum in microseconds over ``--calls`` calls,
-and the calls per second the sidecar makes at its defaults (docs/nvml.md). Needs a driver.
+and the calls per second the sidecar makes at its defaults (docs/nvml.md). With
+``--probe-seconds`` (run while an engine computes) it then polls the two sample buffers the
+sidecar reads, the device's utilisation samples and the per-process ones, once a second as the
+sidecar does, and keeps what each poll returned: how many samples, how far apart, which PIDs,
+what values. That is the per-process sampling behaviour of the driver, which no stand-in shows.
+Needs a driver.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -37,10 +43,71 @@ def timed(fn: Callable[[], Any], calls: int) -> dict[str, Any]:
     }
 
 
+def _gaps_ms(stamps: list[int]) -> dict[str, float]:
+    gaps = [(b - a) / 1e3 for a, b in itertools.pairwise(stamps)]
+    if not gaps:
+        return {}
+    return {"median": round(statistics.median(gaps), 2), "max": round(max(gaps), 2)}
+
+
+def probe(api: PynvmlApi, index: int, seconds: float) -> dict[str, Any]:
+    """Poll both sample buffers once a second, each from its own last timestamp."""
+    handle = api.handle(index)
+    last_device = last_process = 0
+    polls: list[dict[str, Any]] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        poll: dict[str, Any] = {"t": round(time.time(), 2)}
+        try:
+            device = api.utilization_samples(handle, last_device)
+            stamps = sorted(t for t, _ in device)
+            if stamps:
+                last_device = stamps[-1]
+            values = [v for _, v in device]
+            poll["device"] = {
+                "samples": len(device),
+                "gap_ms": _gaps_ms(stamps),
+                "mean": round(statistics.fmean(values), 1) if values else None,
+                "busy": sum(1 for v in values if v > 0),
+            }
+        except NvmlError as err:
+            poll["device"] = {"error": err.name}
+        try:
+            procs = api.process_utilization(handle, last_process)
+            if procs:
+                last_process = max(s.timestamp_us for s in procs)
+            by_pid: dict[int, list[int]] = {}
+            for sample in procs:
+                by_pid.setdefault(sample.pid, []).append(sample.timestamp_us)
+            poll["process"] = {
+                "samples": len(procs),
+                "pids": {
+                    str(pid): {
+                        "samples": len(stamps),
+                        "gap_ms": _gaps_ms(sorted(stamps)),
+                        "sm_pct": [s.sm_pct for s in procs if s.pid == pid][:8],
+                    }
+                    for pid, stamps in by_pid.items()
+                },
+            }
+        except NvmlError as err:
+            poll["process"] = {"error": err.name}
+        try:
+            poll["running"] = [
+                {"pid": p.pid, "used_bytes": p.used_bytes} for p in api.compute_processes(handle)
+            ]
+        except NvmlError as err:
+            poll["running"] = {"error": err.name}
+        polls.append(poll)
+        time.sleep(1.0)
+    return {"index": index, "polls": polls}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--probe-seconds", type=float, default=0.0)
     args = parser.parse_args()
     api = PynvmlApi()
     start = time.perf_counter()
@@ -60,6 +127,8 @@ def main() -> int:
             "clock_sm": lambda h=h: api.clock_mhz(h, "sm"),
             "clock_events": lambda h=h: api.clock_event_reasons(h),
             "pcie_rx": lambda h=h: api.pcie_throughput_kibps(h, "rx"),
+            "compute_processes": lambda h=h: api.compute_processes(h),
+            "process_utilization": lambda h=h: api.process_utilization(h, 0),
         }
         timings = {name: timed(fn, args.calls) for name, fn in calls.items()}
         if api.gpm_supported(h):
@@ -69,6 +138,8 @@ def main() -> int:
 
             timings["gpm_sample"] = timed(gpm, max(10, args.calls // 10))
         gpus.append({"index": index, "name": api.name(h), "calls": timings})
+    if args.probe_seconds > 0:
+        result["probe"] = [probe(api, i, args.probe_seconds) for i in range(api.device_count())]
     api.shutdown()
     result["gpus"] = gpus
     args.out.write_text(json.dumps(result, indent=2), encoding="utf-8")

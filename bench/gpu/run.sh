@@ -1,155 +1,177 @@
 #!/usr/bin/env bash
-# The prepared GPU check, for a lent GPU machine (under 10 minutes, one command):
+# The prepared GPU check, for a lent GPU machine: one command that ends inside BUDGET_S
+# (default 575 s; the device tool stops a command at 600 s):
 #
-#   1. the reference engine on CUDA (the `medium` model), the sidecar on real NVML, 60 s of
-#      load; `inference-bottleneck-exporter record` writes the NVML trace meanwhile and prints
-#      NVML call counts and times; the sidecar's /metrics is kept;
-#   2. NVML call timing: every call the sidecar makes, 200 times each, on every GPU;
-#   3. the GPU-only drills named in GPU_DRILLS (default "h2d-stall memory-pressure", about
-#      4 minutes each; "hbm-saturation" takes about 5 and needs Prometheus, so it goes in a
-#      second run: GPU_DRILLS=hbm-saturation SKIP_RECORD=1): with prometheus and
-#      alertmanager on PATH (or carried as .gpu-tools/prom.tar.xz) the full harness
-#      (tests/drills); otherwise `diagnose --target` on the live sidecar after 90 s of load,
-#      which must rank the injected cause first;
-#   4. results.md: a table of what came out.
+#   0. preflight (20 s): the driver, torch on CUDA, NVML, the exporter's imports, the drill
+#      tests' collection and the Prometheus binaries; anything missing stops the run at once,
+#      so a broken start costs seconds of a lease, not minutes;
+#   1. the drill `healthy-gpu`: the reference engine on CUDA (the `medium` model), the sidecar on
+#      real NVML, Prometheus with the rule pack, nothing injected: nothing may fire. Meanwhile
+#      `inference-bottleneck-exporter record` writes the NVML trace (RECORD_S, default 45 s) and
+#      bench/gpu/nvml_timing.py times every NVML call the sidecar makes and probes the driver's
+#      per-process sampling while the engine computes;
+#   2. the GPU drills named in GPU_DRILLS (default "h2d-stall memory-pressure hbm-saturation"),
+#      each in its own pytest run, in that order, each only when the time left holds its worst
+#      case (NEED_S below); a drill not started is said so in run.log and results.md;
+#   3. results.md: a table of what came out.
 #
-# The GPU machine has no Prometheus: to run the full drill harness there, carry the binaries
-# (about 20 MiB compressed): echo /.gpu-tools/ >> .git/info/exclude; mkdir -p .gpu-tools;
-# tar -cJf .gpu-tools/prom.tar.xz -C /usr/bin prometheus prometheus-alertmanager
-# and name .gpu-tools in the device tool's carry.
+# The GPU machine has no Prometheus: carry the binaries (about 15 MiB compressed):
+#   echo /.gpu-tools/ >> .git/info/exclude; mkdir -p .gpu-tools
+#   tar -cJf .gpu-tools/prom.tar.xz -C /usr/bin prometheus prometheus-alertmanager
+# and Python packages its image lacks or has too old as wheels in .whl (README of the device
+# tool): prometheus-client 0.26, pytest-asyncio, bcrypt. Name .gpu-tools and .whl in carry.
 #
-# Everything lands in $OUT (at most 8 files: env.txt, run.log, nvml-trace.jsonl, record.txt,
-# nvml-timing.json, sidecar-metrics.txt, drills.json, results.md). Commit the trace and the
-# table under docs/ when they look right. No network is needed; torch, aiohttp,
-# prometheus-client, nvidia-ml-py, psutil, pyyaml and tokenizers must be importable.
+# Everything lands in $OUT (at most 8 files): run.log (environment first), nvml-trace.jsonl,
+# record.txt, nvml-timing.json, sidecar-metrics.txt (healthy-gpu's last scrape), drills.json,
+# drills.tar.gz (each drill's result.json, gpu-signals.json, sidecar-metrics.txt, post-mortem
+# and log tails) and results.md. Commit the trace and the tables under docs/ when they look right.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/bench/gpu/out}
 PY=${PY:-python3}
-GPU_DRILLS=${GPU_DRILLS:-h2d-stall memory-pressure}
+BUDGET_S=${BUDGET_S:-575}
+RECORD_S=${RECORD_S:-40}
+GPU_DRILLS=${GPU_DRILLS:-h2d-stall memory-pressure hbm-saturation}
+END=$((SECONDS + BUDGET_S))
 mkdir -p "$OUT"
-export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 WORK=$(mktemp -d /tmp/gpu-check.XXXXXX)
+export PYTHONUNBUFFERED=1
+# The image's own pytest plugins are not the project's (pyproject's dev extra): keep them out.
+export PYTEST_ADDOPTS="-p no:xdist -p no:pytest_cov -p no:benchmark -p no:pytest_mock -p no:hypothesispytest"
+log() { echo "[$(date +%T) +${SECONDS}s] $*" | tee -a "$OUT/run.log"; }
+left() { echo $((END - SECONDS)); }
 PIDS=()
-log() { echo "[$(date +%T)] $*" | tee -a "$OUT/run.log"; }
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
-  sleep 2
-  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null; done
+  PIDS=()
 }
 trap cleanup EXIT
 
-# --- 0. environment -----------------------------------------------------------------------
-{
-  nvidia-smi -L
-  nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max --format=csv
-  $PY - <<'EOF'
-import sys, torch, tokenizers
-print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
-      "available", torch.cuda.is_available(), "tokenizers", tokenizers.__version__)
-EOF
-} >"$OUT/env.txt" 2>&1
-log "environment: $(head -1 "$OUT/env.txt")"
+# The worst case of each drill in seconds, start to teardown: its deadline, the stack's start
+# (engine on CUDA, Prometheus, Alertmanager, sidecar), diagnose and the report.
+declare -A NEED_S=([healthy-gpu]=110 [h2d-stall]=250 [memory-pressure]=250 [hbm-saturation]=330)
+
+# --- 0. preflight ---------------------------------------------------------------------------
+if ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$WORK/site" .whl/*.whl >>"$OUT/run.log" 2>&1 || { log "wheels did not install"; exit 1; }
+  export PYTHONPATH=$WORK/site
+fi
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 if [ -f .gpu-tools/prom.tar.xz ]; then
   mkdir -p "$WORK/bin" && tar -xJf .gpu-tools/prom.tar.xz -C "$WORK/bin" && export PATH=$WORK/bin:$PATH
 fi
+{
+  echo "## environment"
+  nvidia-smi -L
+  nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,clocks.max.sm,clocks.max.mem --format=csv
+  uname -r; nproc
+  $PY - <<'EOF'
+import sys, torch, tokenizers, pynvml, prometheus_client, aiohttp
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "available", torch.cuda.is_available(), "tokenizers", tokenizers.__version__,
+      "aiohttp", aiohttp.__version__)
+print("nvidia-ml-py", getattr(pynvml, "__version__", "?"))
+EOF
+  prometheus --version 2>&1 | head -1
+  prometheus-alertmanager --version 2>&1 | head -1
+} >>"$OUT/run.log" 2>&1
+preflight() {
+  $PY -c "import torch; assert torch.cuda.is_available(), 'torch sees no GPU'" || return 1
+  $PY -c "import exporter.cli, exporter.lab.stack, exporter.recorder, exporter.diagnose.postmortem" || return 1
+  $PY -c "
+from exporter.backends.nvml_library import PynvmlApi
+api = PynvmlApi(); api.init(); print('NVML devices', api.device_count(), api.driver_version())" || return 1
+  command -v prometheus >/dev/null || { echo "prometheus not on PATH"; return 1; }
+  $PY -m pytest --collect-only -q -p no:cacheprovider tests/drills/test_drills.py -k gpu_drill || return 1
+}
+if ! preflight >>"$OUT/run.log" 2>&1; then
+  log "preflight failed: see run.log"
+  exit 1
+fi
+log "preflight passed; $(left)s left"
 
-wait_for() {  # wait_for FILE PATTERN SECONDS
-  local deadline=$((SECONDS + $3))
-  while [ $SECONDS -lt $deadline ]; do
-    grep -q "$2" "$1" 2>/dev/null && return 0
-    sleep 1
-  done
-  return 1
+reap() {  # what a drill stopped by `timeout` left behind would hold the GPU for the next one
+  pkill -f 'exporter\.lab\.refengine' 2>/dev/null
+  pkill -f 'exporter\.cli (load|--web)' 2>/dev/null
+  pkill -x prometheus 2>/dev/null
+  pkill -f prometheus-alertmanager 2>/dev/null
+  sleep 1
 }
 
-start_engine() {  # start_engine NAME [engine flags...]: sets ENGINE_URL
-  local name=$1; shift
-  $PY -m exporter.lab.refengine --port 0 --device cuda "$@" >"$WORK/$name-engine.log" 2>&1 &
-  PIDS+=($!)
-  if ! wait_for "$WORK/$name-engine.log" "listening on" 300; then
-    log "engine $name did not start:"; tail -20 "$WORK/$name-engine.log" | tee -a "$OUT/run.log"
+drill() {  # drill NAME: one GPU drill in its own pytest run; false when it failed or was skipped
+  local name=$1 need=${NEED_S[$1]:-330}
+  if [ "$(left)" -lt "$need" ]; then
+    log "$name: not started ($(left)s left, its worst case is ${need}s)"
+    echo "$name" >>"$WORK/not-started"
     return 1
   fi
-  ENGINE_URL=$(grep -o 'listening on http://[^ ]*' "$WORK/$name-engine.log" | head -1 | cut -d' ' -f3)
-  log "engine $name: $(grep -o 'model .* to start' "$WORK/$name-engine.log" | head -1)"
+  log "$name: started"
+  DRILL_RESULTS=$WORK/drill-$name.json timeout "$(( $(left) - 10 ))" $PY -m pytest -q \
+    -p no:cacheprovider --basetemp "$WORK/pt-$name" tests/drills/test_drills.py \
+    -k "gpu_drill and $name" >"$WORK/pytest-$name.log" 2>&1
+  local rc=$?
+  reap
+  tail -40 "$WORK/pytest-$name.log" >>"$OUT/run.log"
+  log "$name: pytest exit code $rc"
+  return $rc
 }
 
-start_sidecar() {  # start_sidecar NAME: sets SIDECAR_URL
-  local name=$1
-  $PY -m exporter.cli --web.listen-address 127.0.0.1:0 --engine.url "$ENGINE_URL/metrics" \
-    --engine.poll-interval 1s --gpu.poll-interval 1s --tokenizer.probe-interval 2s \
-    --process.match '-m exporter\.reference(\s|$)' >"$WORK/$name-sidecar.log" 2>&1 &
-  PIDS+=($!)
-  wait_for "$WORK/$name-sidecar.log" "listening on" 60 || { log "sidecar $name did not start"; return 1; }
-  SIDECAR_URL=http://$(grep -o 'listening on [0-9.:]*' "$WORK/$name-sidecar.log" | head -1 | cut -d' ' -f3)
-}
+# --- 1. healthy on the GPU, the NVML trace and the call timing meanwhile ---------------------
+log "1. healthy-gpu with the NVML trace (${RECORD_S}s) and NVML call timing"
+drill healthy-gpu &
+HEALTHY=$!
+PIDS+=($HEALTHY)
+# Wait for the engine to compute (its load starts once the stack is up), then record.
+for _ in $(seq 90); do
+  ls "$WORK"/pt-healthy-gpu/*/load.json >/dev/null 2>&1 && break
+  sleep 1
+done
+sleep 10
+$PY -m exporter.cli record --duration "${RECORD_S}s" --gpu.poll-interval 1s \
+  --process.match '-m exporter\.lab\.refengine(?:\s|$)' \
+  --out "$OUT/nvml-trace.jsonl" >"$OUT/record.txt" 2>&1 &
+RECORD=$!
+PIDS+=($RECORD)
+$PY bench/gpu/nvml_timing.py --calls 200 --probe-seconds 30 --out "$OUT/nvml-timing.json" \
+  >>"$OUT/run.log" 2>&1 || log "NVML timing failed (see run.log)"
+wait $RECORD; log "record exit code $?"
+wait $HEALTHY
+PIDS=()
 
-load() {  # load SECONDS [flags]
-  local seconds=$1; shift
-  $PY -m exporter.cli load --url "$ENGINE_URL" --rate 4 --prompt-tokens 512 --output-tokens 256 \
-    --duration "${seconds}s" --drain 5s --progress off --output json "$@"
-}
+# --- 2. the GPU drills ----------------------------------------------------------------------
+log "2. GPU drills: $GPU_DRILLS ($(left)s left)"
+for name in $GPU_DRILLS; do
+  drill "$name"
+done
 
-# --- 1. healthy run on NVML, with a recorded trace ------------------------------------------
-if [ -n "${SKIP_RECORD:-}" ]; then
-  log "1. and 2. skipped (SKIP_RECORD)"
-else
-log "1. reference engine on CUDA, sidecar on NVML, 60 s of load, NVML trace recorded"
-if start_engine healthy && start_sidecar healthy; then
-  $PY -m exporter.cli record --duration 60s --out "$OUT/nvml-trace.jsonl" >"$OUT/record.txt" 2>&1 &
-  RECORD=$!
-  load 60 >"$WORK/healthy-load.json" 2>>"$OUT/run.log"
-  wait $RECORD
-  curl -s "$SIDECAR_URL/metrics" >"$OUT/sidecar-metrics.txt"
-  log "load: $($PY -c "import json,sys;d=json.load(open(sys.argv[1]));print(d['completed'],'requests,',d['output_tokens_per_s'],'tokens/s, TTFT p50',round(1000*d['ttft_s'].get('p50',0)),'ms, ITL p50',round(1000*d['itl_s'].get('p50',0),1),'ms')" "$WORK/healthy-load.json" 2>&1)"
-  command -v promtool >/dev/null && promtool check metrics <"$OUT/sidecar-metrics.txt" >>"$OUT/run.log" 2>&1
-fi
-cleanup; PIDS=()
-
-# --- 2. NVML call timing --------------------------------------------------------------------
-log "2. NVML call timing"
-$PY bench/gpu/nvml_timing.py --calls 200 --out "$OUT/nvml-timing.json" >>"$OUT/run.log" 2>&1 \
-  || log "NVML timing failed (see run.log)"
-fi
-
-# --- 3. GPU-only drills ---------------------------------------------------------------------
-if command -v prometheus >/dev/null && { command -v alertmanager >/dev/null || command -v prometheus-alertmanager >/dev/null; }; then
-  selection=$(for d in $GPU_DRILLS; do printf '%s' "${sep:-}gpu_drill and $d"; sep=" or "; done)
-  budget=$((240 * $(echo "$GPU_DRILLS" | wc -w) + 60))
-  log "3. GPU drills with Prometheus and Alertmanager: $GPU_DRILLS (at most ${budget}s)"
-  DRILL_RESULTS=$OUT/drills.json timeout "$budget" $PY -m pytest -q -p no:cacheprovider \
-    tests/drills/test_drills.py -k "$selection" >>"$OUT/run.log" 2>&1
-  log "drills exit code $?"
-else
-  log "3. GPU drills without Prometheus: diagnose --target after 90 s of load"
-  echo "{" >"$OUT/drills.json"
-  first=1
-  for scenario in $GPU_DRILLS; do
-    if [ "$scenario" = hbm-saturation ]; then
-      log "hbm-saturation: compares decode speed with minutes earlier, needs Prometheus: skipped"
-      continue
-    fi
-    if start_engine "$scenario" --inject "$scenario" && start_sidecar "$scenario"; then
-      load 150 >"$WORK/$scenario-load.json" 2>>"$OUT/run.log" &
-      LOADPID=$!
-      PIDS+=($LOADPID)
-      sleep 90
-      $PY -m exporter.cli diagnose --target "$SIDECAR_URL" --duration 45s --interval 5s \
-        --output json >"$WORK/$scenario-diagnose.json" 2>>"$OUT/run.log"
-      top=$($PY -c "import json,sys;f=json.load(open(sys.argv[1]))['findings'];print(f[0]['alert'] if f else 'nothing', f[0]['status'] if f else '')" "$WORK/$scenario-diagnose.json" 2>&1)
-      log "$scenario: diagnose ranks first: $top"
-      [ $first = 1 ] || echo "," >>"$OUT/drills.json"
-      first=0
-      printf '"%s": ' "$scenario" >>"$OUT/drills.json"
-      cat "$WORK/$scenario-diagnose.json" >>"$OUT/drills.json"
-    fi
-    cleanup; PIDS=()
-  done
-  echo "}" >>"$OUT/drills.json"
-fi
-
-# --- 4. results table -----------------------------------------------------------------------
+# --- 3. results -----------------------------------------------------------------------------
+$PY - "$WORK" "$OUT" <<'EOF'
+import json, sys
+from pathlib import Path
+work, out = Path(sys.argv[1]), Path(sys.argv[2])
+results = {}
+for dump in sorted(work.glob("drill-*.json")):
+    try:
+        results.update(json.loads(dump.read_text()))
+    except (OSError, ValueError) as err:
+        print("unreadable", dump, err)
+for workdir in sorted(work.glob("pt-*/drill-*")):
+    signals = workdir / "gpu-signals.json"
+    for name, result in results.items():
+        if result.get("workdir") == str(workdir) and signals.exists():
+            result["gpu_signals"] = json.loads(signals.read_text())
+skipped = work / "not-started"
+if skipped.exists():
+    results["not_started"] = skipped.read_text().split()
+(out / "drills.json").write_text(json.dumps(results, indent=2))
+EOF
+healthy_metrics=$(ls "$WORK"/pt-healthy-gpu/*/sidecar-metrics.txt 2>/dev/null | head -1)
+[ -n "$healthy_metrics" ] && cp "$healthy_metrics" "$OUT/sidecar-metrics.txt"
+(cd "$WORK" && find . -path './pt-*/drill-*' \( -name result.json -o -name gpu-signals.json \
+    -o -name sidecar-metrics.txt -o -name postmortem.html -o -name load.json \
+    -o -name '*.log' -o -name 'site-config.yaml' \) -size -4M -print0 \
+  | tar -czf "$OUT/drills.tar.gz" --null -T - pytest-*.log 2>/dev/null)
 $PY bench/gpu/summarise.py --out "$OUT" >"$OUT/results.md" 2>>"$OUT/run.log"
 log "done: $(ls "$OUT" | tr '\n' ' ')"

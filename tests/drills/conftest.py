@@ -7,14 +7,11 @@ tracked file; ``make drills`` copies it to ``docs/drills.md`` on purpose.
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from drills.harness import DrillResult, has_gpu, machine
+from drills.harness import DrillResult, dump_results, has_gpu, machine
 from drills.report import write
 from drills.scenarios import CPU_SCENARIOS
 from support.paths import ROOT
@@ -77,10 +74,7 @@ def drill_results() -> Iterator[dict[str, DrillResult]]:
     began = time.monotonic()
     when = time.strftime("%Y-%m-%d %H:%M")
     yield results
-    dump = os.environ.get("DRILL_RESULTS")  # bench/gpu/run.sh collects the GPU drills here
-    if dump:
-        data = {name: {**r.to_json(), "fired": r.fired()} for name, r in results.items()}
-        Path(dump).write_text(json.dumps(data, indent=2), encoding="utf-8")
+    dump_results(results)
     if all(s.name in results for s in CPU_SCENARIOS):
         REPORT.parent.mkdir(parents=True, exist_ok=True)
         write(REPORT, results, machine=machine(), total_s=time.monotonic() - began, when=when)

@@ -10,6 +10,7 @@ paged twice (a repeat, to compare ``dedup_key``) and ``diagnose`` has ranked the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -144,6 +145,8 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
                 _evidence(stack, result)
         finally:
             result.load = _stop_load(load, workdir / "load.json")
+            if device != "cpu":
+                _keep_gpu_evidence(stack, workdir)
             if stack.capture is not None:
                 result.pages = [
                     {
@@ -157,6 +160,39 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
     result.duration_s = round(time.monotonic() - began, 1)
     (workdir / "result.json").write_text(json.dumps(result.to_json(), indent=2), "utf-8")
     return result
+
+
+# What a GPU drill keeps beside its result (bench/gpu/run.sh packs it): the real GPU's readings
+# through the rule pack at the end of the run, and the sidecar's last exposition.
+GPU_SIGNALS = {
+    "gpu_util": "inference:gpu_utilization:mean30s",
+    "engine_own_util": "inference:gpu_own_utilization:mean30s",
+    "sm_active": "inference:gpu_sm_active:mean30s",
+    "hbm_util": "inference:gpu_memory_bandwidth_utilization:mean30s",
+    "busy_samples": "inference:gpu_utilization_busy_samples:ratio1m",
+    "idle_samples": "inference:gpu_utilization_idle_samples:ratio1m",
+    "samples_per_min": "inference:gpu_utilization_samples:increase1m",
+    "peak_bandwidth_bytes_per_s": "inference:gpu_peak_memory_bandwidth_bytes_per_second:min",
+    "peak_bf16_flops": "inference:gpu_peak_bf16_flops:min",
+    "decode_efficiency": "min(inference:decode_roofline_efficiency:ratio30s)",
+    "decode_floor_ms": "1000 * inference:decode_floor_seconds:mean30s",
+    "itl_ms": "1000 * inference:inter_token_latency_seconds:mean30s",
+    "prefill_efficiency": "min(inference:prefill_compute_efficiency:ratio30s)",
+    "generation_tokens_per_s": "sum(inference:generation_tokens:rate30s)",
+    "kv_cache": "inference:kv_cache_usage:max",
+    "memory_used_ratio": (
+        "max(inference_gpu_memory_used_bytes / inference_gpu_memory_total_bytes)"
+    ),
+}
+
+
+def _keep_gpu_evidence(stack: Stack, workdir: Path) -> None:
+    signals = {key: stack.scalar(expr) for key, expr in GPU_SIGNALS.items()}
+    (workdir / "gpu-signals.json").write_text(json.dumps(signals, indent=2), "utf-8")
+    with contextlib.suppress(OSError):
+        status, body = http_get(stack.sidecar_url + "/metrics", timeout=10)
+        if status == 200:
+            (workdir / "sidecar-metrics.txt").write_bytes(body)
 
 
 def _start_load(
@@ -277,6 +313,14 @@ def _diagnose(stack: Stack, result: DrillResult) -> None:
 
 # The HTML post-mortem `diagnose --report` writes in each drill's work directory.
 POSTMORTEM = "postmortem.html"
+
+
+def dump_results(results: dict[str, DrillResult]) -> None:
+    """The results so far as JSON where ``DRILL_RESULTS`` says (bench/gpu/run.sh)."""
+    dump = os.environ.get("DRILL_RESULTS")
+    if dump:
+        data = {name: {**r.to_json(), "fired": r.fired()} for name, r in results.items()}
+        Path(dump).write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
 def has_gpu() -> bool:

@@ -180,6 +180,19 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     # GPU-only: the same harness on a real GPU (bench/gpu/run.sh), NVML instead of a replay.
     Scenario(
+        name="healthy-gpu",
+        injections=(),
+        expected=None,
+        why=(
+            "the same load with nothing injected on the real GPU: the GPU-side signatures read "
+            "NVML (utilisation samples, GPM bandwidth, memory) and must stay quiet"
+        ),
+        # Short: a lent GPU's minutes go to the injected drills (bench/gpu/run.sh).
+        deadline_s=60.0,
+        look=None,
+        gpu=True,
+    ),
+    Scenario(
         name="h2d-stall",
         injections=("h2d-stall",),
         expected=PULSING,

@@ -12,7 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from drills.harness import POSTMORTEM, DrillResult, expected_dedup_key, has_gpu, run_drill
+from drills.harness import (
+    POSTMORTEM,
+    DrillResult,
+    dump_results,
+    expected_dedup_key,
+    has_gpu,
+    run_drill,
+)
 from drills.scenarios import (
     CPU_SCENARIOS,
     EXTERNAL_NAMES,
@@ -198,7 +205,10 @@ def test_gpu_drill(
     drill_results: dict[str, DrillResult],
 ) -> None:
     assert has_gpu(), "a GPU drill runs on a machine with an NVIDIA GPU (bench/gpu/run.sh)"
-    run_and_check(scenario, tmp_path_factory.mktemp(f"drill-{scenario.name}"), drill_results)
+    try:
+        run_and_check(scenario, tmp_path_factory.mktemp(f"drill-{scenario.name}"), drill_results)
+    finally:
+        dump_results(drill_results)  # at once: a lent GPU's time may end before the session
 
 
 @pytest.mark.timeout(DRILL_TIMEOUT_S)
