@@ -962,14 +962,14 @@ def _start_simulator(
 
 
 def _start_prometheus(
-    directory: Path, targets: Path, node_targets: Path | None, pack: Pack
+    directory: Path, targets: Path, node_targets: Path | None, pack: Pack, binary: str
 ) -> tuple[subprocess.Popen[bytes], Api]:
     port = free_port()
-    config = directory / "prometheus.yml"
+    config = directory / "scrape-and-rules.yml"
     config.write_text(json.dumps(prometheus_config(targets, pack.files, node_targets), indent=2))
     prom = subprocess.Popen(
         [
-            shutil.which("prometheus") or "prometheus",
+            binary,
             f"--config.file={config}",
             f"--storage.tsdb.path={directory / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",
@@ -996,6 +996,7 @@ def measure_side_by_side(  # noqa: PLR0917
     workdir: Path,
     exposition: Path,
     cost_repeat: int = 3,
+    binary: str = "prometheus",
 ) -> list[dict[str, Any]]:
     """Every scenario's simulator and, per pack, a Prometheus over it, all at once: one warm-up,
     one measuring window, so every number of the batch met the same machine."""
@@ -1010,7 +1011,7 @@ def measure_side_by_side(  # noqa: PLR0917
             for pack in packs:
                 directory = sim_dir / pack.label
                 directory.mkdir(parents=True, exist_ok=True)
-                prom, api = _start_prometheus(directory, targets, node_targets, pack)
+                prom, api = _start_prometheus(directory, targets, node_targets, pack, binary)
                 running.processes.append(prom)
                 instances.append(Instance(scenario, pack, directory, sim, prom, api, count))
         started = time.monotonic()
@@ -1026,6 +1027,7 @@ def measure_side_by_side(  # noqa: PLR0917
             print(f"  {inst.scenario.name} / {inst.pack.label}: {inst.targets} up, {took:.0f} s")
         # The cold start: active alerts by state every 30 s while the windows fill.
         while time.monotonic() - started < warmup_min * 60:
+            _alive(instances)
             for inst in instances:
                 with contextlib.suppress(OSError, KeyError, ValueError):
                     inst.cold_start.append(
@@ -1039,6 +1041,7 @@ def measure_side_by_side(  # noqa: PLR0917
         wall0 = time.monotonic()
         load0 = os.getloadavg()
         while time.monotonic() - wall0 < measure_min * 60:
+            _alive(instances)
             for inst in instances:
                 _poll(inst.api, psutil.Process(inst.prom.pid), inst.sample)
             time.sleep(EVALUATION_INTERVAL_S / 3)
@@ -1062,6 +1065,18 @@ def measure_side_by_side(  # noqa: PLR0917
         running.stop()
         for inst in instances:
             shutil.rmtree(inst.directory / "data", ignore_errors=True)
+
+
+def _alive(instances: Sequence[Instance]) -> None:
+    """Stops the run as soon as a simulator or a Prometheus is gone (numbers without it would
+    compare unlike things)."""
+    for inst in instances:
+        for what, proc in (("simulator", inst.sim), ("prometheus", inst.prom)):
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"{inst.scenario.name}/{inst.pack.label}: the {what} exited "
+                    f"({proc.returncode}); see {inst.directory}"
+                )
 
 
 def _cpu(pid: int) -> float:
@@ -1165,8 +1180,9 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
 
 
 def run(args: argparse.Namespace) -> int:
-    if shutil.which("prometheus") is None:
-        print("prometheus not found: apt-get install prometheus", file=sys.stderr)
+    binary = shutil.which(args.prometheus)
+    if binary is None:
+        print(f"{args.prometheus} not found: apt-get install prometheus", file=sys.stderr)
         return 2
     workdir = Path(tempfile.mkdtemp(prefix="fleet-"))
     started = dt.datetime.now(dt.UTC)
@@ -1191,7 +1207,7 @@ def run(args: argparse.Namespace) -> int:
         names = ", ".join(f"{sc.name} ({'/'.join(p.label for p in packs)})" for sc, packs in batch)
         print(f"side by side: {names}", flush=True)
         results = measure_side_by_side(
-            batch, args.warmup, args.measure, workdir, exposition, args.cost_repeat
+            batch, args.warmup, args.measure, workdir, exposition, args.cost_repeat, binary
         )
         for result in results:
             long = ("rules_ms", "rule_costs", "cold_start")
@@ -1202,7 +1218,7 @@ def run(args: argparse.Namespace) -> int:
         "command": " ".join(["python", "bench/fleet.py", *sys.argv[1:]]),
         "machine": machine(),
         "prometheus": subprocess.run(
-            ["prometheus", "--version"], capture_output=True, text=True, check=False
+            [binary, "--version"], capture_output=True, text=True, check=False
         ).stdout.splitlines()[0],
         "scrape_interval_s": SCRAPE_INTERVAL_S,
         "evaluation_interval_s": EVALUATION_INTERVAL_S,
@@ -1414,6 +1430,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--rules", type=Path, default=RULES, help=f"the pack's directory (default {RULES})"
     )
     p_run.add_argument("--label", default="", help="a name for this run in the results file")
+    p_run.add_argument(
+        "--prometheus", default="prometheus", help="the Prometheus binary (default: on PATH)"
+    )
     p_serve = sub.add_parser("serve", help="only the simulator")
     p_serve.add_argument("--gpus", type=int, required=True)
     p_serve.add_argument("--layout", choices=LAYOUTS, default="sidecar")
