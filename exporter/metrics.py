@@ -82,6 +82,13 @@ _SHARES = (
     "device"
 )
 
+# The node agent's per-pod shares.
+_POD_SHARES = (
+    "the node agent where the host's /proc is visible (hostPID or --gpu.host-procfs) and the "
+    "podresources collector is on; MIG devices: memory, and the utilisation share only when "
+    "one container's processes are alone on the device"
+)
+
 CATALOGUE: tuple[MetricSpec, ...] = (
     # --- self ---------------------------------------------------------------------------------
     MetricSpec(
@@ -497,6 +504,40 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         source="nvmlDeviceGetComputeRunningProcesses usedGpuMemory",
         gpus=_ALL + "; " + _SHARES,
     ),
+    MetricSpec(
+        "inference_gpu_pod_utilization_ratio",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "pod_uid", "container_id"),
+        "A container's own share of the GPU (0-1): the sum of its processes' newest "
+        "per-process SM samples (the node agent with hostPID; pod_uid joins kube-state-metrics' "
+        "kube_pod_info{uid} for the namespace and pod).",
+        unit="ratio",
+        source="nvmlDeviceGetProcessUtilization smUtil, host PIDs mapped to pods by "
+        "/proc/<pid>/cgroup",
+        gpus=_ALL + "; " + _POD_SHARES,
+    ),
+    MetricSpec(
+        "inference_gpu_pod_memory_used_bytes",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "pod_uid", "container_id"),
+        "Framebuffer memory of a container's processes on the GPU (the node agent with hostPID).",
+        unit="bytes",
+        source="nvmlDeviceGetComputeRunningProcesses usedGpuMemory, host PIDs mapped to pods",
+        gpus=_ALL + "; " + _POD_SHARES,
+    ),
+    MetricSpec(
+        "inference_gpu_pod_unattributed_processes",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "reason"),
+        "Processes on the GPU the node agent gave to no pod, by reason: host (in no pod's "
+        "cgroup: a host daemon, the MPS server), gone (ended before its cgroup was read), "
+        "unreadable (its cgroup file could not be read).",
+        source="nvmlDeviceGetComputeRunningProcesses, host /proc/<pid>/cgroup",
+        gpus=_ALL + "; " + _POD_SHARES,
+    ),
     # --- cpu ----------------------------------------------------------------------------------
     MetricSpec(
         "inference_cpu_seconds_total",
@@ -819,11 +860,25 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "histogram",
         "engine",
         ("engine", "model", "role"),
-        "Duration of one KV-cache transfer between a prefill and a decode server (engine's own "
-        "buckets; vLLM observes it on the side that reads, the decode server).",
+        "Duration of one KV-cache transfer between a prefill and a decode server, as the "
+        "engine measured it (engine's own buckets; vLLM observes it on the side that reads, the "
+        "decode server, SGLang on the side that sends, the prefill server).",
         unit="seconds",
         source="vLLM NixlConnector vllm:nixl_xfer_time_seconds; SGLang "
-        "sglang:kv_transfer_latency_ms (a histogram since early 2026; ms converted)",
+        "sglang:kv_transfer_latency_ms (the histogram of 2026 only; ms converted; the older "
+        "gauge feeds inference_kv_transfer_last_seconds)",
+    ),
+    MetricSpec(
+        "inference_kv_transfer_last_seconds",
+        "gauge",
+        "engine",
+        ("engine", "model", "role"),
+        "Duration of the most recent KV-cache transfer as the engine last logged it: engines "
+        "that keep no histogram of their transfers. One value per log interval, not a "
+        "distribution: it feeds no latency record.",
+        unit="seconds",
+        source="SGLang sglang:kv_transfer_latency_ms where it is a gauge (releases before the "
+        "histogram; set on the prefill server from its last finished transfer; ms converted)",
     ),
     MetricSpec(
         "inference_kv_transfer_bytes_total",
@@ -832,7 +887,55 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Bytes of KV cache transferred between prefill and decode servers.",
         unit="bytes",
-        source="vLLM NixlConnector vllm:nixl_bytes_transferred_sum",
+        source="vLLM NixlConnector vllm:nixl_bytes_transferred_sum; SGLang "
+        "sglang:kv_transfer_total_mb_sum x 1048576 (the histogram of 2026, on the prefill "
+        "server; SGLang's MB is 2^20 bytes; the older gauge, the last transfer's size, is not "
+        "read)",
+    ),
+    MetricSpec(
+        "inference_kv_transfer_bootstrap_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model", "role"),
+        "Time a disaggregated request waited for the prefill and decode servers to connect "
+        "(the bootstrap handshake) before its KV room could be reserved.",
+        unit="seconds",
+        source="SGLang sglang:kv_transfer_bootstrap_ms (the histogram of 2026, on both "
+        "servers; ms converted)",
+    ),
+    MetricSpec(
+        "inference_kv_transfer_alloc_wait_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model", "role"),
+        "Time a disaggregated request waited, after the bootstrap, for KV-cache room to be "
+        "allocated for it (on the decode server: a full decode pool shows here first).",
+        unit="seconds",
+        source="SGLang sglang:kv_transfer_alloc_ms (the histogram of 2026, on both servers; ms "
+        "converted)",
+    ),
+    MetricSpec(
+        "inference_kv_transfer_upper_bound_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model", "role"),
+        "An upper bound of the KV transfer as a router sees it: from the prefill's completion "
+        "to the decode server's first token, so it also holds the dispatch, the network and one "
+        "decode step. An estimate, kept apart from the measured inference_kv_transfer_seconds.",
+        unit="seconds",
+        source="Dynamo router dynamo_component_router_kv_transfer_estimated_latency_seconds",
+    ),
+    MetricSpec(
+        "inference_pd_decisions_total",
+        "counter",
+        "engine",
+        ("engine", "model", "role", "decision"),
+        "Requests a disaggregation-aware router routed, by its decision: prefill_decode (a "
+        "prefill pod first, then decode), decode_only (straight to a decode pod), "
+        "encode_decode, encode_prefill_decode (multimodal encode first).",
+        source="llm-d endpoint picker llm_d_epp_disagg_decision_total{decision_type} (older "
+        "llm_d_router_epp_ and llm_d_inference_scheduler_ prefixes; else the deprecated "
+        "pd_decision_total under the same three prefixes)",
     ),
     MetricSpec(
         "inference_kv_transfer_failures_total",

@@ -28,8 +28,13 @@ def test_the_package_holds_what_users_run() -> None:
     # Build steps live in build-tools/, test-data generators and their traces in tests/.
     assert not (PACKAGE / "tools").exists()
     data = sorted(p.name for p in (PACKAGE / "data").iterdir())
-    # The bundled trace `make run` replays without a GPU, and the tokenizer probe's prompt.
-    assert data == ["replay-2gpu-synthetic.jsonl", "tokenizer-probe.txt"]
+    # The bundled trace `make run` replays without a GPU, one recorded on a real H200, and the
+    # tokenizer probe's prompt.
+    assert data == [
+        "replay-2gpu-synthetic.jsonl",
+        "replay-h200-idle-recorded.jsonl",
+        "tokenizer-probe.txt",
+    ]
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert "from support" not in text and "import support" not in text, path

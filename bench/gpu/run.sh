@@ -5,26 +5,26 @@
 #   0. preflight (20 s): the driver, torch on CUDA, NVML, the exporter's imports, the drill
 #      tests' collection and the Prometheus binaries; anything missing stops the run at once,
 #      so a broken start costs seconds of a lease, not minutes;
-#   1. the drill `healthy-gpu`: the reference engine on CUDA (the `medium` model), the sidecar on
-#      real NVML, Prometheus with the rule pack, nothing injected: nothing may fire. Meanwhile
-#      `inference-bottleneck-exporter record` writes the NVML trace (RECORD_S, default 45 s) and
-#      bench/gpu/nvml_timing.py times every NVML call the sidecar makes and probes the driver's
-#      per-process sampling while the engine computes;
-#   2. the GPU drills named in GPU_DRILLS (default "h2d-stall memory-pressure hbm-saturation"),
-#      each in its own pytest run, in that order, each only when the time left holds its worst
-#      case (NEED_S below); a drill not started is said so in run.log and results.md;
-#   3. results.md: a table of what came out.
+#   1. the GPU drills named in GPU_DRILLS (default "h2d-stall memory-pressure healthy-gpu
+#      hbm-saturation"), each in its own pytest run, in that order, each only when the time left
+#      holds its worst case (NEED_S below); a drill not started is said so in run.log and
+#      results.md. During the drills in RECORD_DURING (default "h2d-stall healthy-gpu")
+#      `inference-bottleneck-exporter record` writes an NVML trace of the engine (RECORD_S,
+#      default 40 s), and during the first of them bench/gpu/nvml_timing.py times every NVML call
+#      the sidecar makes and probes the driver's per-process sampling;
+#   2. results.md: a table of what came out.
 #
 # The GPU machine has no Prometheus: carry the binaries (about 15 MiB compressed):
 #   echo /.gpu-tools/ >> .git/info/exclude; mkdir -p .gpu-tools
 #   tar -cJf .gpu-tools/prom.tar.xz -C /usr/bin prometheus prometheus-alertmanager
+# and its files from /usr/share (tar -cJf .gpu-tools/share.tar.xz -C /usr/share/prometheus .),
 # and Python packages its image lacks or has too old as wheels in .whl (README of the device
 # tool): prometheus-client 0.26, pytest-asyncio, bcrypt. Name .gpu-tools and .whl in carry.
 #
-# Everything lands in $OUT (at most 8 files): run.log (environment first), nvml-trace.jsonl,
-# record.txt, nvml-timing.json, sidecar-metrics.txt (healthy-gpu's last scrape), drills.json,
-# drills.tar.gz (each drill's result.json, gpu-signals.json, sidecar-metrics.txt, post-mortem
-# and log tails) and results.md. Commit the trace and the tables under docs/ when they look right.
+# Everything lands in $OUT (at most 8 files): run.log (environment first), nvml-trace-<drill>.jsonl
+# for each drill in RECORD_DURING, nvml-timing.json, drills.json, drills.tar.gz (each drill's
+# result.json, gpu-signals.json, sidecar-metrics.txt, post-mortem, logs, record summaries) and
+# results.md. Commit the trace and the tables under docs/ when they look right.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -32,7 +32,8 @@ OUT=${OUT:-$ROOT/bench/gpu/out}
 PY=${PY:-python3}
 BUDGET_S=${BUDGET_S:-575}
 RECORD_S=${RECORD_S:-40}
-GPU_DRILLS=${GPU_DRILLS:-h2d-stall memory-pressure hbm-saturation}
+GPU_DRILLS=${GPU_DRILLS:-h2d-stall memory-pressure healthy-gpu hbm-saturation}
+RECORD_DURING=${RECORD_DURING:-h2d-stall healthy-gpu}
 END=$((SECONDS + BUDGET_S))
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/gpu-check.XXXXXX)
@@ -50,7 +51,7 @@ trap cleanup EXIT
 
 # The worst case of each drill in seconds, start to teardown: its deadline, the stack's start
 # (engine on CUDA, Prometheus, Alertmanager, sidecar), diagnose and the report.
-declare -A NEED_S=([healthy-gpu]=110 [h2d-stall]=250 [memory-pressure]=250 [hbm-saturation]=330)
+declare -A NEED_S=([healthy-gpu]=100 [h2d-stall]=235 [memory-pressure]=235 [hbm-saturation]=330)
 
 # --- 0. preflight ---------------------------------------------------------------------------
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -61,6 +62,10 @@ fi
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 if [ -f .gpu-tools/prom.tar.xz ]; then
   mkdir -p "$WORK/bin" && tar -xJf .gpu-tools/prom.tar.xz -C "$WORK/bin" && export PATH=$WORK/bin:$PATH
+fi
+# Debian's Alertmanager reads its default template from /usr/share (a machine of its own, as root).
+if [ -f .gpu-tools/share.tar.xz ] && [ ! -e /usr/share/prometheus/alertmanager/default.tmpl ]; then
+  mkdir -p /usr/share/prometheus && tar -xJf .gpu-tools/share.tar.xz -C /usr/share/prometheus
 fi
 {
   echo "## environment"
@@ -84,6 +89,7 @@ preflight() {
 from exporter.backends.nvml_library import PynvmlApi
 api = PynvmlApi(); api.init(); print('NVML devices', api.device_count(), api.driver_version())" || return 1
   command -v prometheus >/dev/null || { echo "prometheus not on PATH"; return 1; }
+  [ -e /usr/share/prometheus/alertmanager/default.tmpl ] || { echo "no Alertmanager template"; return 1; }
   $PY -m pytest --collect-only -q -p no:cacheprovider tests/drills/test_drills.py -k gpu_drill || return 1
 }
 if ! preflight >>"$OUT/run.log" 2>&1; then
@@ -118,35 +124,49 @@ drill() {  # drill NAME: one GPU drill in its own pytest run; false when it fail
   return $rc
 }
 
-# --- 1. healthy on the GPU, the NVML trace and the call timing meanwhile ---------------------
-log "1. healthy-gpu with the NVML trace (${RECORD_S}s) and NVML call timing"
-drill healthy-gpu &
-HEALTHY=$!
-PIDS+=($HEALTHY)
-# Wait for the engine to compute (its load starts once the stack is up), then record.
-for _ in $(seq 90); do
-  ls "$WORK"/pt-healthy-gpu/*/load.json >/dev/null 2>&1 && break
-  sleep 1
-done
-sleep 10
-$PY -m exporter.cli record --duration "${RECORD_S}s" --gpu.poll-interval 1s \
-  --process.match '-m exporter\.lab\.refengine(?:\s|$)' \
-  --out "$OUT/nvml-trace.jsonl" >"$OUT/record.txt" 2>&1 &
-RECORD=$!
-PIDS+=($RECORD)
-$PY bench/gpu/nvml_timing.py --calls 200 --probe-seconds 30 --out "$OUT/nvml-timing.json" \
-  >>"$OUT/run.log" 2>&1 || log "NVML timing failed (see run.log)"
-wait $RECORD; log "record exit code $?"
-wait $HEALTHY
-PIDS=()
+# --- 1. the drills; the NVML trace and the call timing beside the first ones ---------------------
+RECORDED=""
+TIMED=""
+drill_recorded() {  # drill_recorded NAME: the drill, with an NVML trace of its engine meanwhile
+  local name=$1
+  drill "$name" &
+  local pid=$!
+  PIDS+=($pid)
+  # Wait until the engine computes (the drill's load starts once its stack is up).
+  for _ in $(seq 90); do
+    ls "$WORK/pt-$name"/*/load.json >/dev/null 2>&1 && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 1
+  done
+  if kill -0 $pid 2>/dev/null; then
+    sleep 15
+    log "$name: recording the NVML trace for ${RECORD_S}s"
+    $PY -m exporter.cli record --duration "${RECORD_S}s" --gpu.poll-interval 1s \
+      --process.match '-m exporter\.lab\.refengine(?:\s|$)' \
+      --out "$OUT/nvml-trace-$name.jsonl" >"$WORK/record-$name.txt" 2>&1 &
+    local record=$!
+    if [ -z "$TIMED" ]; then
+      TIMED=1
+      $PY bench/gpu/nvml_timing.py --calls 200 --probe-seconds 30 \
+        --out "$OUT/nvml-timing.json" >>"$OUT/run.log" 2>&1 || log "NVML timing failed (see run.log)"
+    fi
+    wait $record
+    log "$name: record exit code $?: $(tail -1 "$WORK/record-$name.txt")"
+  fi
+  wait $pid
+  PIDS=()
+}
 
-# --- 2. the GPU drills ----------------------------------------------------------------------
-log "2. GPU drills: $GPU_DRILLS ($(left)s left)"
+log "1. GPU drills: $GPU_DRILLS, recording during: $RECORD_DURING ($(left)s left)"
 for name in $GPU_DRILLS; do
-  drill "$name"
+  if [[ " $RECORD_DURING " == *" $name "* ]]; then
+    drill_recorded "$name"
+  else
+    drill "$name"
+  fi
 done
 
-# --- 3. results -----------------------------------------------------------------------------
+# --- 2. results -----------------------------------------------------------------------------
 $PY - "$WORK" "$OUT" <<'EOF'
 import json, sys
 from pathlib import Path
@@ -167,11 +187,9 @@ if skipped.exists():
     results["not_started"] = skipped.read_text().split()
 (out / "drills.json").write_text(json.dumps(results, indent=2))
 EOF
-healthy_metrics=$(ls "$WORK"/pt-healthy-gpu/*/sidecar-metrics.txt 2>/dev/null | head -1)
-[ -n "$healthy_metrics" ] && cp "$healthy_metrics" "$OUT/sidecar-metrics.txt"
 (cd "$WORK" && find . -path './pt-*/drill-*' \( -name result.json -o -name gpu-signals.json \
     -o -name sidecar-metrics.txt -o -name postmortem.html -o -name load.json \
     -o -name '*.log' -o -name 'site-config.yaml' \) -size -4M -print0 \
-  | tar -czf "$OUT/drills.tar.gz" --null -T - pytest-*.log 2>/dev/null)
+  | tar -czf "$OUT/drills.tar.gz" --null -T - pytest-*.log record-*.txt 2>/dev/null)
 $PY bench/gpu/summarise.py --out "$OUT" >"$OUT/results.md" 2>>"$OUT/run.log"
 log "done: $(ls "$OUT" | tr '\n' ' ')"

@@ -113,13 +113,16 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     out = parser.parse_args().out
     lines = ["# GPU check (bench/gpu/run.sh)", "", *_environment(out)]
-    trace = out / "nvml-trace.jsonl"
-    if trace.exists():
+    for trace in sorted(out.glob("nvml-trace*.jsonl")):
         records = trace.read_text(encoding="utf-8").splitlines()
-        lines.append(f"NVML trace: {len(records) - 1} records (`nvml-trace.jsonl`).")
-    record = out / "record.txt"
-    if record.exists():
-        lines += ["", "`record` summary:", "```", record.read_text().strip()[-3000:], "```"]
+        lines.append(f"NVML trace `{trace.name}`: {len(records) - 1} records.")
+    try:
+        log = (out / "run.log").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        log = []
+    recorded = [line.split("] ", 1)[-1] for line in log if ": record exit code" in line]
+    if recorded:
+        lines += ["", "`record` summaries:", "```", *recorded, "```"]
     timing = _json(out / "nvml-timing.json")
     if timing:
         lines += _timing(timing)

@@ -4,7 +4,7 @@ A pool is every engine of one model with one role (``prefill``, ``decode``) that
 join labels that do not name a pod, as in the rule pack's pool records and signatures
 (``exporter/signatures/records/pool_records.py``). The panels group the sidecar's series the
 same way: engines per role, the queue by stage, the KV-cache transfer between the pools (its
-time, its bandwidth) and the transfers that failed, by reason.
+time, its bandwidth), the transfers that failed, by reason, and the router's P/D decisions.
 """
 
 from __future__ import annotations
@@ -79,14 +79,23 @@ def queue_by_stage() -> AnyPanel:
 
 def transfer_time() -> AnyPanel:
     buckets = by_pool("sum", rate("inference_kv_transfer_seconds_bucket", MODEL), "le")
+    bound = by_pool("sum", rate("inference_kv_transfer_upper_bound_seconds_bucket", MODEL), "le")
     return timeseries(
         "KV-cache transfer time",
         "Median and 90th percentile of one KV-cache transfer from the prefill to the decode "
-        "pool, wherever an engine observes it. Bad: a p90 rising at constant prompt length "
-        "(a slow or shared link), or the transfer a large share of the time to first token.",
+        "pool, wherever an engine observes it; where only a router sees the hand-over "
+        "(Dynamo's KV router), the p90 of its upper bound (prefill done to the first decode "
+        "token: the transfer plus dispatch and one decode step), drawn apart. Bad: a p90 "
+        "rising at constant prompt length (a slow or shared link), or the transfer a large "
+        "share of the time to first token.",
         [
             Query(f"histogram_quantile(0.5, {buckets})", f"p50 {pool_legend()}"),
             Query(f"histogram_quantile(0.9, {buckets})", f"p90 {pool_legend()}", dashed=True),
+            Query(
+                f"histogram_quantile(0.9, {bound})",
+                f"p90 upper bound (router) {pool_legend()}",
+                dashed=True,
+            ),
         ],
         unit=Unit.SECONDS,
     )
@@ -124,5 +133,23 @@ def failures() -> AnyPanel:
     )
 
 
+def decisions() -> AnyPanel:
+    return timeseries(
+        "P/D routing decisions",
+        "Requests per second a disaggregation-aware router sent through a prefill pod first "
+        "(prefill_decode) or straight to decode (decode_only; encode_* for multimodal), per "
+        "model, from the router's own counter (llm-d's endpoint picker). Bad: decode_only "
+        "rising while the prefill pool idles (the router's threshold keeps prompts away from "
+        "it), or prefill_decode rising with the prefill pool's queue (scale prefill).",
+        [
+            Query(
+                by_pool("sum", rate("inference_pd_decisions_total", MODEL), "decision"),
+                pool_legend("decision"),
+            )
+        ],
+        unit=Unit.PER_SECOND,
+    )
+
+
 def panels() -> Sequence[AnyPanel]:
-    return [sizes(), queue_by_stage(), transfer_time(), bandwidth(), failures()]
+    return [sizes(), queue_by_stage(), transfer_time(), bandwidth(), failures(), decisions()]

@@ -25,6 +25,7 @@ from exporter.engines import (
     custom,
     dynamo,
     llamacpp,
+    llmd,
     lmdeploy,
     nim,
     ray,
@@ -78,6 +79,7 @@ SPECS: tuple[EngineSpec, ...] = (
     dynamo.SPEC,
     lmdeploy.SPEC,
     ray.SPEC,
+    llmd.SPEC,
 )
 BY_ENGINE: dict[str, EngineSpec] = {spec.name: spec for spec in SPECS}
 

@@ -30,6 +30,24 @@ inference_inter_token_latency_seconds       dynamo_frontend_inter_token_latency_
 inference_e2e_request_latency_seconds       dynamo_frontend_request_duration_seconds
 ==========================================  ==================================================
 
+``dynamo_frontend_queued_requests`` counts the requests that have not had their first response
+yet (queued in the HTTP service, or being prefilled, or waiting for their KV transfer): the
+frontend's queue, wider than an engine's waiting queue, and not split by stage, so it feeds
+``inference_queue_depth`` only (``inference_queue_depth_by_stage`` comes from the engines'
+own disaggregation queues). ``dynamo_frontend_inflight_requests`` counts every request in
+flight to the engines.
+
+The KV router (``--router-mode kv``) in the frontend adds
+``dynamo_component_router_kv_transfer_estimated_latency_seconds``, a histogram of the time
+from the prefill's completion to the decode worker's first token as the router sees it: the
+KV transfer plus dispatch, network and one decode step, an upper bound (Dynamo's own word:
+"estimated"). It is exported as ``inference_kv_transfer_upper_bound_seconds``, never into the
+measured ``inference_kv_transfer_seconds``; its series carry no model (one per router), so it
+belongs to the exposition's only model. Names from ai-dynamo/dynamo
+``lib/runtime/src/metrics/prometheus_names.rs`` (``frontend_service``, ``router_request``; the
+estimate is not there at 04070c75 and arrives in 2026) and ``lib/llm/src/kv_router``
+(``kv_transfer_estimated_latency_secs``).
+
 The frontend writes its request metrics' ``model`` label in lower case and its model
 configuration gauges in the model's own case (``qwen/qwen3-0.6b`` and ``Qwen/Qwen3-0.6B``):
 the lower-case names are mapped back to the configured spelling, so the frontend's series and
@@ -85,6 +103,17 @@ FRONTEND_RULES: tuple[Rule, ...] = (
     ),
 )
 
+#: The KV router's per-request metrics: ``dynamo_component_`` + ``router_`` + the frontend's
+#: name (``dynamo_component="router"``), served by the frontend that routes.
+ROUTER = COMPONENT + "router_"
+
+ROUTER_RULES: tuple[Rule, ...] = (
+    rule(
+        "inference_kv_transfer_upper_bound_seconds",
+        Source(ROUTER + "kv_transfer_estimated_latency_seconds", engine_wide=True),
+    ),
+)
+
 COMPONENT_RULES: tuple[Rule, ...] = (
     rule(
         "inference_kv_cache_usage_ratio",
@@ -112,12 +141,14 @@ def model_alias(index: SampleIndex) -> dict[str, str]:
 SPEC = EngineSpec(
     name="dynamo",
     prefixes=(FRONTEND, COMPONENT),
-    rules=merge_tables(vllm.RULES, sglang.RULES, trtllm.RULES, FRONTEND_RULES, COMPONENT_RULES),
+    rules=merge_tables(
+        vllm.RULES, sglang.RULES, trtllm.RULES, FRONTEND_RULES, ROUTER_RULES, COMPONENT_RULES
+    ),
     tokenize=None,
     preallocates_memory=True,
     process=r"dynamo\.(frontend|vllm|sglang|trtllm)|dynamo-run",
     wraps=("vllm", "sglang", "trtllm"),
-    frontend_prefixes=(FRONTEND,),
+    frontend_prefixes=(FRONTEND, ROUTER),
     model_alias=model_alias,
     role=sglang.ROLE,
     # The frontend serves /metrics on its HTTP port, a worker on DYN_SYSTEM_PORT (the

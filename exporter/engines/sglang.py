@@ -50,11 +50,34 @@ inference_queue_depth_by_stage              sglang:num_queue_reqs (prefill; deco
                                             sglang:num_decode_prealloc_queue_reqs (prealloc),
                                             sglang:num_prefill_inflight_queue_reqs and
                                             sglang:num_decode_transfer_queue_reqs (transfer)
-inference_kv_transfer_seconds               sglang:kv_transfer_latency_ms (the histogram of
-                                            2026; the older gauge is not read)
+inference_kv_transfer_seconds               sglang:kv_transfer_latency_ms, the histogram of
+                                            2026 (ms converted)
+inference_kv_transfer_last_seconds          sglang:kv_transfer_latency_ms where it is a gauge
+                                            (older releases: the last transfer's latency; on
+                                            a prefill server, the only one that sets it)
+inference_kv_transfer_bytes_total           sglang:kv_transfer_total_mb_sum x 2^20 (the
+                                            histogram of 2026)
+inference_kv_transfer_bootstrap_seconds     sglang:kv_transfer_bootstrap_ms (histogram)
+inference_kv_transfer_alloc_wait_seconds    sglang:kv_transfer_alloc_ms (histogram)
 inference_kv_transfer_failures_total        sglang:num_transfer_failed_reqs_total (transfer),
                                             sglang:num_bootstrap_failed_reqs_total (bootstrap)
 ==========================================  ==================================================
+
+The KV-transfer families changed type in 2026 (``SchedulerMetricsCollector`` in
+``python/sglang/srt/observability/metrics_collector.py``; at 00ae9c15, in
+``python/sglang/srt/metrics/collector.py``, gauges). The histograms are observed once per
+transfer by the prefill server (``compute_and_observe_kv_transfer_metrics`` in
+``req_time_stats.py``: latency, size in MB = bytes / 2^20, speed in "GB/s" = MB / 1024 / s)
+and, for bootstrap and allocation waits, by both servers. The gauges hold the last finished
+transfer's values at the scheduler's last stats log (``multiprocess_mode="mostrecent"``): a
+gauge of one transfer is not a distribution, so only the latency gauge is read, as the gauge
+``inference_kv_transfer_last_seconds``; the size gauge cannot become a byte counter and the
+bootstrap and allocation gauges are not read. ``sglang:kv_transfer_speed_gb_s`` is not read
+in either form: each observation is the size over the latency of the same transfer, and the
+bandwidth is ``rate(inference_kv_transfer_bytes_total)`` over
+``rate(inference_kv_transfer_seconds_sum)`` of the same (prefill) server.
+``sglang:kv_transfer_timeouts_total{stage}`` counts timeout observations per sender and
+receiver, not failed requests, and is not added to the failures.
 
 The server's role is the scheduler's ``engine_type`` label (``--disaggregation-mode``:
 prefill, decode; unified is ``both``).
@@ -80,6 +103,8 @@ PREFIX = "sglang:"
 MODEL_LABELS = ("model_name", "name")
 #: Labels whose values are copies of one scheduler's numbers (see the module docstring).
 REPLICAS = ("tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank", "cp_rank", "pid")
+#: SGLang's "MB" of KV transferred: the byte count divided by 1024 * 1024.
+MIB = 1048576.0
 
 
 def _s(metric: str, *matchers: LabelMatcher) -> Source:
@@ -87,9 +112,14 @@ def _s(metric: str, *matchers: LabelMatcher) -> Source:
     return Source(metric, matchers, model_label=MODEL_LABELS)
 
 
-def _sched(metric: str, *matchers: LabelMatcher) -> Source:
+def _sched(metric: str, *matchers: LabelMatcher, scale: float = 1.0) -> Source:
     """A scheduler series: tensor-parallel copies collapse to one."""
-    return Source(metric, matchers, model_label=MODEL_LABELS, replicas=REPLICAS)
+    return Source(metric, matchers, model_label=MODEL_LABELS, replicas=REPLICAS, scale=scale)
+
+
+def _ms(metric: str, *matchers: LabelMatcher) -> Source:
+    """A scheduler series in milliseconds, read in seconds."""
+    return Source(metric, matchers, model_label=MODEL_LABELS, replicas=REPLICAS, divisor=1000.0)
 
 
 def _stage(stage: str) -> Source:
@@ -164,15 +194,20 @@ RULES: tuple[Rule, ...] = (
             _waiting("sglang:num_decode_transfer_queue_reqs", "transfer"),
         ),
     ),
+    rule("inference_kv_transfer_seconds", _ms("sglang:kv_transfer_latency_ms")),
+    # The same name as a gauge (releases before the histogram): a histogram rule reads only
+    # _bucket/_sum/_count, this gauge rule only the bare sample, so each form feeds one name.
+    # Only a prefill server sets it; elsewhere it stays at 0, which is no transfer's latency.
     rule(
-        "inference_kv_transfer_seconds",
-        Source(
-            "sglang:kv_transfer_latency_ms",
-            model_label=MODEL_LABELS,
-            replicas=REPLICAS,
-            divisor=1000.0,
-        ),
+        "inference_kv_transfer_last_seconds",
+        _ms("sglang:kv_transfer_latency_ms", LabelMatcher("engine_type", "=", "prefill")),
     ),
+    rule(
+        "inference_kv_transfer_bytes_total",
+        _sched("sglang:kv_transfer_total_mb_sum", scale=MIB),
+    ),
+    rule("inference_kv_transfer_bootstrap_seconds", _ms("sglang:kv_transfer_bootstrap_ms")),
+    rule("inference_kv_transfer_alloc_wait_seconds", _ms("sglang:kv_transfer_alloc_ms")),
     rule(
         "inference_kv_transfer_failures_total",
         (

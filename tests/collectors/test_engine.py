@@ -436,3 +436,46 @@ async def test_the_engine_s_own_role_wins_over_the_flag(session: aiohttp.ClientS
         assert g("inference_queue_depth_by_stage", {**p, "stage": "transfer"}) == 4
         assert g("inference_queue_depth", p) == 9
         assert g("inference_queue_depth", {**p, "role": "decode"}) is None
+
+
+async def test_sglang_transfer_families_are_exposed_in_base_units(
+    session: aiohttp.ClientSession,
+) -> None:
+    body = (FIXTURES / "sglang-pd-prefill-handwritten.txt").read_text()
+    async with FakeEngine(metrics_body=body) as fake:
+        collector = make(fake.url + "/metrics")
+        await collector.tick(session)
+        reg, _ = scrape(collector)
+        p = {"engine": "sglang", "model": "Qwen/Qwen3-0.6B", "role": "prefill"}
+        g = reg.get_sample_value
+        assert g("inference_kv_transfer_bytes_total", p) == 8 * 1048576
+        assert g("inference_kv_transfer_bootstrap_seconds_bucket", {**p, "le": "0.005"}) == 3
+        assert g("inference_kv_transfer_bootstrap_seconds_sum", p) == pytest.approx(0.04)
+        assert g("inference_kv_transfer_alloc_wait_seconds_count", p) == 4
+        assert g("inference_kv_transfer_last_seconds", p) is None
+
+
+async def test_older_sglang_latency_gauge_is_a_gauge(session: aiohttp.ClientSession) -> None:
+    body = (FIXTURES / "sglang-pd-prefill-gauges-handwritten.txt").read_text()
+    async with FakeEngine(metrics_body=body) as fake:
+        collector = make(fake.url + "/metrics")
+        await collector.tick(session)
+        reg, collection = scrape(collector)
+        kinds = {m.name: m.type for m in collection.metrics if m.samples}
+        assert kinds["inference_kv_transfer_last_seconds"] == "gauge"
+        assert "inference_kv_transfer_seconds" not in kinds
+        p = {"engine": "sglang", "model": "Qwen/Qwen3-0.6B", "role": "prefill"}
+        assert reg.get_sample_value("inference_kv_transfer_last_seconds", p) == 0.0125
+
+
+async def test_llmd_picker_decisions_as_a_counter(session: aiohttp.ClientSession) -> None:
+    body = (FIXTURES / "llmd-epp-handwritten.txt").read_text()
+    async with FakeEngine(metrics_body=body) as fake:
+        collector = make(fake.url + "/metrics")
+        await collector.tick(session)
+        reg, _ = scrape(collector)
+        d = {"engine": "llmd-epp", "model": "Qwen/Qwen3-0.6B", "role": "both"}
+        g = reg.get_sample_value
+        assert g("inference_engine_up", {"engine": "llmd-epp"}) == 1
+        assert g("inference_pd_decisions_total", {**d, "decision": "prefill_decode"}) == 70
+        assert g("inference_pd_decisions_total", {**d, "decision": "decode_only"}) == 30

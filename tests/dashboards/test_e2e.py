@@ -44,6 +44,12 @@ NO_DATA = {
     ("ibe-inference-bottlenecks", "Pool queue by stage", "A"): (
         "the engine is vLLM, whose queue has no stages (SGLang's prealloc and transfer queues)"
     ),
+    ("ibe-inference-bottlenecks", "KV-cache transfer time", "C"): (
+        "the engine is vLLM; the upper bound is a router's (Dynamo's KV router)"
+    ),
+    ("ibe-inference-bottlenecks", "P/D routing decisions", "A"): (
+        "the engine is vLLM; the decisions are a router's (llm-d's endpoint picker)"
+    ),
     ("ibe-exporter-health", "Poll and probe failures", "C"): (
         "no engine metric exceeds --engine.max-series, so no series is dropped"
     ),

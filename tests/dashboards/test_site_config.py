@@ -53,6 +53,7 @@ SITE: dict[str, Any] = {
 PANEL_LABELS = {
     "gpu", "uuid", "xid", "reason", "le", "source", "collector", "engine", "metric", "process",
     "name", "driver_version", "pci_bus_id", "mig_mode", "model", "role", "stage",
+    "decision",
 }  # fmt: skip
 # Labels the rules group by beside the target's join labels.
 RULE_LABELS = {

@@ -224,15 +224,18 @@ def render(results: Mapping[str, DrillResult], *, machine: str, total_s: float, 
         "memory at 96 %; expected `InferenceGPUMemoryHeadroomLow`) and `hbm-saturation` (from "
         "120 s on, a neighbour copying 4 GiB device to device back to back on the same GPU; "
         "expected `InferenceHBMBandwidthSaturated`) use the same harness with NVML instead of "
-        "a replay. They need a GPU: `bench/gpu/run.sh` runs them on a lent GPU machine "
-        "together with an NVML trace recording and NVML call timings, and writes its results "
-        "under `$OUT`; h2d-stall and memory-pressure fit one 10-minute session with the "
-        "recording, hbm-saturation takes a second one (`GPU_DRILLS=hbm-saturation "
-        "SKIP_RECORD=1`). The HBM signature compares decode speed with one baseline window "
+        "a replay, and so does `healthy-gpu` (nothing injected, 60 s, nothing may fire). "
+        "They need a GPU: `bench/gpu/run.sh` runs them on a lent GPU machine in one command "
+        "of under 10 minutes, each drill only when the time left holds its worst case, with "
+        "an NVML trace recorded and NVML calls timed beside the first ones, and writes its "
+        "results under `$OUT`. The HBM signature compares decode speed with one baseline window "
         "earlier (6 minutes in the fast profile): the drill runs the rules with a site config "
         "(`windows.baseline: 20m`, the signature's `for: 5m`; 2 minutes and 30 s in the fast "
-        "profile), given to Prometheus and to `diagnose` alike. None of the three has run yet: "
-        "no GPU machine has been available to run them.",
+        "profile), given to Prometheus and to `diagnose` alike. None has run to the end yet: "
+        "on the one H200 lent so far (2026-12-04) every drill stopped at the start, because "
+        "the Debian Alertmanager carried there lacked its template files (now carried and "
+        "checked before any drill starts), and no second machine was lent; that run's NVML "
+        "timings and its recorded (idle) trace are in `docs/gpu-runs/2026-12-04-h200.md`.",
         "",
         "## The softirq flood",
         "",

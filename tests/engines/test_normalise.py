@@ -80,6 +80,7 @@ def test_engine_types() -> None:
         "dynamo",
         "lmdeploy",
         "ray",
+        "llmd-epp",
         "custom",
     )
 
