@@ -169,6 +169,7 @@ class StackConfig:
     # Disaggregated: the prefill engine's flags (None: one colocated engine) and its sidecar's.
     prefill_args: Sequence[str] | None = None
     prefill_sidecar_args: Sequence[str] = ()
+    prefill_trace: Path | None = None  # the prefill sidecar's replayed GPU (None: ``trace``)
     # "reference", or a third-party engine of :mod:`exporter.lab.thirdparty` ("llamacpp",
     # "triton"): its ``engine_args`` are that server's flags, and injections that act from
     # outside an engine (cpu-contention, softirq) run in its session (thirdparty.with_helpers).
@@ -234,6 +235,7 @@ class Stack:
                 cfg.workdir / "prefill-model",
                 0,
                 cfg.prefill_sidecar_args,
+                trace=cfg.prefill_trace or cfg.trace,
             )
         self._start_engine()
         self._start_sidecar()
@@ -332,11 +334,23 @@ class Stack:
     def _start_sidecar(self) -> None:
         cfg = self.cfg
         self.sidecar_url = self._sidecar(
-            "sidecar", self.metrics_url, self.model_dir, cfg.sidecar_port, cfg.sidecar_args
+            "sidecar",
+            self.metrics_url,
+            self.model_dir,
+            cfg.sidecar_port,
+            cfg.sidecar_args,
+            trace=cfg.trace,
         )
 
     def _sidecar(
-        self, name: str, metrics_url: str, model_dir: Path, port: int, args: Sequence[str]
+        self,
+        name: str,
+        metrics_url: str,
+        model_dir: Path,
+        port: int,
+        args: Sequence[str],
+        *,
+        trace: Path | None,
     ) -> str:
         cfg = self.cfg
         port = free_port(port) if port else 0
@@ -361,8 +375,8 @@ class Stack:
             # A third-party engine's processes are found by the default --process.match (every
             # engine's process regex) and it has no Hugging Face model directory.
             cmd += ["--process.match", PROCESS_MATCH, "--model.path", str(model_dir)]
-        if cfg.trace is not None:
-            cmd += ["--gpu.replay-file", str(cfg.trace)]
+        if trace is not None:
+            cmd += ["--gpu.replay-file", str(trace)]
         sidecar = spawn(name, cmd, cfg.workdir)
         self.children.append(sidecar)
         wait_until(

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from drills.harness import DrillResult, dump_results, has_gpu, machine
+from drills.harness import DisaggResult, DrillResult, dump_results, has_gpu, machine
 from drills.report import write
 from drills.scenarios import CPU_SCENARIOS
 from support.paths import ROOT
@@ -68,8 +68,15 @@ def external_tools() -> None:
 
 
 @pytest.fixture(scope="session")
-def drill_results() -> Iterator[dict[str, DrillResult]]:
-    """Results by scenario; writes the report when the whole CPU matrix has run."""
+def disagg_results() -> dict[str, DisaggResult]:
+    """The disaggregated drills' results by scenario, for the report."""
+    return {}
+
+
+@pytest.fixture(scope="session")
+def drill_results(disagg_results: dict[str, DisaggResult]) -> Iterator[dict[str, DrillResult]]:
+    """Results by scenario; writes the report (with the disaggregated drills that ran) when
+    the whole CPU matrix has run."""
     results: dict[str, DrillResult] = {}
     began = time.monotonic()
     when = time.strftime("%Y-%m-%d %H:%M")
@@ -77,4 +84,11 @@ def drill_results() -> Iterator[dict[str, DrillResult]]:
     dump_results(results)
     if all(s.name in results for s in CPU_SCENARIOS):
         REPORT.parent.mkdir(parents=True, exist_ok=True)
-        write(REPORT, results, machine=machine(), total_s=time.monotonic() - began, when=when)
+        write(
+            REPORT,
+            results,
+            machine=machine(),
+            total_s=time.monotonic() - began,
+            when=when,
+            disagg=disagg_results,
+        )

@@ -23,7 +23,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drills.scenarios import CPU_SITE_CONFIG, ENGINE_ARGS, DisaggScenario, Load, Scenario
+from drills.scenarios import (
+    DISAGG_SITE_CONFIG,
+    ENGINE_ARGS,
+    DisaggScenario,
+    Load,
+    Scenario,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.lab.processes import child_pythonpath, http_get, stop_process
@@ -281,7 +287,7 @@ def _evidence(stack: Stack, result: DrillResult) -> None:
     _diagnose(stack, result)
 
 
-def _diagnose(stack: Stack, result: DrillResult) -> None:
+def _diagnose(stack: Stack, result: DrillResult | DisaggResult) -> None:
     cmd = [
         sys.executable,
         "-m",
@@ -345,6 +351,18 @@ ENGINE_SERIES = (
 )
 WARM_UP_S = 10.0
 SAMPLE_S = 2.0
+# The pool records a disaggregated drill reads when its signature fires (healthy: at the end).
+POOL_SIGNALS = {
+    "transfer_share": "inference_pool:ttft_transfer:ratio30s",
+    "transfer_s": "inference_pool:kv_transfer_seconds:mean30s",
+    "decode_queue": "inference_pool:decode_queue_depth:mean30s",
+    "decode_trend_per_min": "60 * inference_pool:decode_queue_depth:deriv1m",
+    "prefill_queue": "inference_pool:prefill_queue_depth:mean30s",
+    "prefill_trend_per_min": "60 * inference_pool:prefill_queue_depth:deriv1m",
+    "decode_kv_cache": "inference_pool:decode_kv_cache_usage:mean30s",
+    "decode_running": "inference_pool:decode_requests_running:mean30s",
+    "ratio_suggested": "inference_pool:prefill_decode_ratio:suggested30s",
+}
 
 
 @dataclass
@@ -360,6 +378,11 @@ class DisaggResult:
     load: dict[str, Any] | None = None
     error: str = ""
     workdir: str = ""
+    pages: list[dict[str, Any]] = field(default_factory=list)
+    diagnose: dict[str, Any] | None = None
+    diagnose_error: str = ""
+    signals: dict[str, float | None] = field(default_factory=dict)
+    missed_polls: int = 0  # engine polls that failed (each a sample missing)
 
     def fired(self) -> dict[str, float]:
         return {a: s.firing_at for a, s in self.alerts.items() if s.firing_at is not None}
@@ -388,11 +411,15 @@ class DisaggResult:
         return [v.get(name, 0.0) for t, v in self.samples[role] if t >= WARM_UP_S]
 
 
-def engine_values(url: str) -> dict[str, float]:
-    """The followed series of one engine's /metrics (summed over label sets)."""
-    status, body = http_get(url + "/metrics", 5)
+def engine_values(url: str) -> dict[str, float] | None:
+    """The followed series of one engine's /metrics (summed over label sets); None when the
+    poll failed (the drill then misses one sample, as a scrape would)."""
+    try:
+        status, body = http_get(url + "/metrics", 5)
+    except OSError:  # refused or timed out: seen once on a loaded machine, the engine alive
+        return None
     if status != 200:
-        return {}
+        return None
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(body.decode()):
         for sample in family.samples:
@@ -412,14 +439,18 @@ def run_disagg_drill(scenario: DisaggScenario, workdir: Path) -> DisaggResult:
         workdir=str(workdir),
     )
     rules_config = workdir / "site-config.yaml"
-    rules_config.write_text(CPU_SITE_CONFIG, encoding="utf-8")
+    rules_config.write_text(DISAGG_SITE_CONFIG, encoding="utf-8")
     cfg = StackConfig(
         workdir=workdir,
         injections=scenario.injections,
         engine_args=[*ENGINE_ARGS, *scenario.engine_args, "--device", "cpu"],
-        trace=write_trace("starved", workdir / "trace.jsonl"),
+        trace=write_trace(scenario.look, workdir / "trace.jsonl"),
         prefill_args=[*ENGINE_ARGS, *scenario.prefill_args, "--device", "cpu"],
+        prefill_trace=write_trace("starved", workdir / "prefill-trace.jsonl"),
         rules_config=rules_config,
+        # vLLM's metrics do not say a server's role in the pair: each sidecar is told.
+        sidecar_args=("--engine.role", "decode"),
+        prefill_sidecar_args=("--engine.role", "prefill"),
     )
     began = time.monotonic()
     with Stack(cfg) as stack:
@@ -427,8 +458,11 @@ def run_disagg_drill(scenario: DisaggScenario, workdir: Path) -> DisaggResult:
         t0 = time.monotonic()
         try:
             _follow(stack, scenario, result, t0)
+            if not result.error and result.diagnose is None and not result.diagnose_error:
+                _pool_evidence(stack, result)
         finally:
             result.load = _stop_load(load, workdir / "load.json")
+            result.pages = _pages(stack, t0)
     result.duration_s = round(time.monotonic() - began, 1)
     (workdir / "result.json").write_text(json.dumps(asdict(result), indent=2), "utf-8")
     return result
@@ -438,7 +472,11 @@ def _follow(stack: Stack, scenario: DisaggScenario, result: DisaggResult, t0: fl
     urls = {"prefill": stack.prefill_url, "decode": stack.engine_url}
     while (now := time.monotonic() - t0) < scenario.deadline_s:
         for role, url in urls.items():
-            result.samples.setdefault(role, []).append((round(now, 1), engine_values(url)))
+            values = engine_values(url)
+            if values is None:
+                result.missed_polls += 1
+            else:
+                result.samples.setdefault(role, []).append((round(now, 1), values))
         for alert in stack.alerts():
             name = alert["labels"]["alertname"]
             seen = result.alerts.setdefault(name, AlertSeen())
@@ -447,10 +485,39 @@ def _follow(stack: Stack, scenario: DisaggScenario, result: DisaggResult, t0: fl
                 pods.append(alert["labels"].get("pod", ""))
             if seen.pending_at is None:
                 seen.pending_at = round(now, 1)
+            seen.severity = alert["labels"].get("severity", "")
             if alert["state"] == "firing" and seen.firing_at is None:
                 seen.firing_at = round(now, 1)
+                seen.description = alert.get("annotations", {}).get("description", "")
         for child in stack.children:
             if not child.alive():
                 result.error = f"{child.name} exited: {child.log_tail(5)}"
                 return
+        if scenario.signature is not None and scenario.signature in result.fired():
+            if result.diagnose is None and not result.diagnose_error:
+                _pool_evidence(stack, result)  # what the on-call would do when paged
+            if any(p["alertname"] == scenario.signature for p in _pages(stack, t0)):
+                return
         time.sleep(SAMPLE_S)
+
+
+def _pool_evidence(stack: Stack, result: DisaggResult) -> None:
+    """The pool records and diagnose's ranking, when the signature fired (healthy: at the end)."""
+    result.signals = {k: stack.scalar(e) for k, e in POOL_SIGNALS.items()}
+    _diagnose(stack, result)
+
+
+def _pages(stack: Stack, t0: float) -> list[dict[str, Any]]:
+    """The PagerDuty triggers Alertmanager sent so far."""
+    if stack.capture is None:
+        return []
+    return [
+        {
+            "after_s": round(p.at - t0, 1),
+            "receiver": p.receiver,
+            "alertname": p.alertname,
+            "body": p.body,
+        }
+        for p in stack.capture.snapshot()
+        if p.action == "trigger"
+    ]

@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from drills.harness import DrillResult
+from drills.harness import DisaggResult, DrillResult
 from drills.scenarios import (
     BLIND,
+    DISAGG_SCENARIOS,
     EXTERNAL_ENGINES,
     EXTERNAL_LOADS,
     EXTERNAL_SCENARIOS,
     LOAD,
     SCENARIOS,
+    DisaggScenario,
     Scenario,
 )
 
@@ -56,7 +58,7 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else fmt % value
 
 
-def _diagnose_first(result: DrillResult) -> str:
+def _diagnose_first(result: DrillResult | DisaggResult) -> str:
     if result.diagnose is None:
         return f"(not run: {result.diagnose_error})" if result.diagnose_error else "-"
     holds = [f for f in result.diagnose.get("findings", []) if f.get("status") == "holds"]
@@ -107,7 +109,14 @@ def _row(scenario: Scenario, result: DrillResult | None) -> str:
     )
 
 
-def render(results: Mapping[str, DrillResult], *, machine: str, total_s: float, when: str) -> str:
+def render(
+    results: Mapping[str, DrillResult],
+    *,
+    machine: str,
+    total_s: float,
+    when: str,
+    disagg: Mapping[str, DisaggResult] | None = None,
+) -> str:
     lines = [HEADER]
     lines += [
         f"Last run: {when} on {machine}; the CPU matrix took {total_s / 60:.1f} minutes "
@@ -214,6 +223,7 @@ def render(results: Mapping[str, DrillResult], *, machine: str, total_s: float, 
             f"{_num(g('softirq_core'), '%.2f')} |"
         )
     lines += _external_section(results)
+    lines += _disagg_section(disagg or {})
     lines += [
         "",
         "## GPU-only scenarios",
@@ -340,7 +350,81 @@ def _external_section(results: Mapping[str, DrillResult]) -> list[str]:
     return lines
 
 
+def _disagg_row(scenario: DisaggScenario, result: DisaggResult | None) -> str:
+    injected = ", ".join(f"`{i}`" for i in scenario.injections) or "nothing"
+    expected = f"`{scenario.signature}`" if scenario.signature else "nothing fires"
+    if result is None:
+        return f"| {scenario.name} | {injected} | {expected} | not run | | | | | | | | |"
+    fired = result.fired()
+    if scenario.signature is None:
+        ok = "yes, nothing fired" if not fired else "NO: " + ", ".join(sorted(fired))
+        to_fire = f"quiet for {scenario.deadline_s:.0f} s"
+    else:
+        at = fired.get(scenario.signature)
+        ok = "yes" if at is not None else "NO"
+        to_fire = _fmt_s(at)
+    if result.error:
+        ok = f"ERROR: {result.error.splitlines()[0][:80]}"
+    others = sorted(a for a in fired if a != scenario.signature)
+    also = ", ".join(f"`{a}` ({_fmt_s(fired[a])})" for a in others) or "-"
+    mine = [p for p in result.pages if p["alertname"] == scenario.signature]
+    paged = f"{len(mine)} ({mine[0]['receiver']})" if mine else f"{len(result.pages)} pages"
+    g = result.signals.get
+    return (
+        f"| {scenario.name} | {injected} | {expected} | {ok} | {to_fire} | "
+        f"{_fmt_s(result.duration_s)} | {also} | {_diagnose_first(result)} | {paged} | "
+        f"{_num(g('transfer_share'), '%.2f')} | {_num(g('decode_queue'), '%.1f')} "
+        f"({_num(g('decode_trend_per_min'), '%+.0f')}/min) | "
+        f"{_num(g('prefill_queue'), '%.1f')} |"
+    )
+
+
+def _disagg_section(results: Mapping[str, DisaggResult]) -> list[str]:
+    lines = [
+        "",
+        "## Disaggregated serving: a prefill and a decode engine",
+        "",
+        "Two reference engines, `--role prefill` and `--role decode` (the decode one the "
+        "front): the decode server fetches each request's KV cache (the tiny model's real "
+        "tensors) from the prefill server over a loopback TCP connection, and both report "
+        "vLLM's NIXL metrics. Each has its own sidecar, told its role (`--engine.role "
+        "prefill` / `decode`); Prometheus scrapes both and evaluates the pool records and "
+        "signatures over the model's engines. The pool signatures' `for` is 5 minutes "
+        "(30 s fast) in these drills' site config (`DISAGG_SITE_CONFIG` in "
+        "`tests/drills/scenarios.py`, given to Prometheus and to `diagnose`); thresholds and "
+        "windows are the shipped ones. Load: "
+        + "; ".join(
+            f"{s.name} {s.load.rate:g} requests/s, {s.load.prompt_tokens} prompt tokens, "
+            f"{s.load.output_tokens} output tokens"
+            for s in DISAGG_SCENARIOS
+        )
+        + ". Signals are the pool records when the signature fired (healthy: at the end): "
+        "*share* the KV transfer's share of queue + prefill + transfer, the decode pool's "
+        "mean queue (and its trend) and the prefill pool's.",
+        "",
+        "| scenario | injected | expected alert | fired? | time to fire | drill | also fired "
+        "| `diagnose` rank 1 | PagerDuty | share | decode queue | prefill queue |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [_disagg_row(s, results.get(s.name)) for s in DISAGG_SCENARIOS]
+    lines += ["", "Why each:", ""]
+    for s in DISAGG_SCENARIOS:
+        lines.append(f"- **{s.name}**: {s.why}.")
+        if s.load_why:
+            lines.append(f"  - load: {s.load_why}.")
+        for alert, reason in s.allowed.items():
+            lines.append(f"  - may also fire: `{alert}` - {reason}.")
+    return lines
+
+
 def write(
-    path: Path, results: Mapping[str, DrillResult], *, machine: str, total_s: float, when: str
+    path: Path,
+    results: Mapping[str, DrillResult],
+    *,
+    machine: str,
+    total_s: float,
+    when: str,
+    disagg: Mapping[str, DisaggResult] | None = None,
 ) -> None:
-    path.write_text(render(results, machine=machine, total_s=total_s, when=when), "utf-8")
+    text = render(results, machine=machine, total_s=total_s, when=when, disagg=disagg)
+    path.write_text(text, "utf-8")

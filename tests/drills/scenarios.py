@@ -55,6 +55,7 @@ class Scenario:
     deadline_s: float  # from the start of the load
     look: str | None = "starved"  # replayed GPU; None: the real GPU through NVML
     allowed: dict[str, str] = field(default_factory=dict)  # co-firing alert -> reason
+    look: str = "starved"
     engine_args: tuple[str, ...] = ()
     gpu: bool = False
     rules_config: str = ""  # site config of the rule pack (YAML), for Prometheus and diagnose
@@ -420,16 +421,30 @@ EXTERNAL_NAMES = tuple(dict.fromkeys(s.name for s in EXTERNAL_SCENARIOS))
 
 KV_BOUND = "InferenceKVTransferBound"
 DECODE_SHORT = "InferenceDecodePoolShort"
+PREFILL_SHORT = "InferencePrefillPoolShort"
+KV_FAILING = "InferenceKVTransferFailing"
+# The pool family: what a disaggregated drill may fire (healthy: none of them).
+POOL_ALERTS = (KV_BOUND, KV_FAILING, PREFILL_SHORT, DECODE_SHORT)
 # The share of time-to-first-token the KV transfer takes above which the pair is transfer-bound
 # (the signature's example threshold).
 KV_SHARE_BOUND = 0.3
+# The site config of the disaggregated drills: the CPU drills' one, and the pool signatures'
+# `for` at 5 min (30 s in the fast profile) instead of 10 min (1 min), as the HBM drill sets its
+# own. The pool-short rules' cold-start guard needs a queue-trend window (1 min fast) of the
+# pool's history; with the default `for` on top a drill would take three and a half minutes,
+# with this one about two. Thresholds and windows stay the shipped ones (transfer > 30 % of
+# time to first token, a queue of at least one request, 30 s and 1 min windows).
+DISAGG_SITE_CONFIG = CPU_SITE_CONFIG + "".join(
+    f"  {alert}:\n    for: 5m\n" for alert in (KV_BOUND, PREFILL_SHORT, DECODE_SHORT)
+)
 
 
 @dataclass(frozen=True)
 class DisaggScenario:
     """A prefill and a decode reference engine (the decode one the pair's front), each with
     its sidecar, under one load; the injections go to the decode engine, ``prefill_args`` to
-    the prefill one."""
+    the prefill one. The decode engine's sidecar replays the GPU ``look``, the prefill
+    engine's ``starved`` (a GPU waiting for work)."""
 
     name: str
     injections: tuple[str, ...]
@@ -440,6 +455,8 @@ class DisaggScenario:
     prefill_args: tuple[str, ...] = ()
     load: Load = LOAD
     load_why: str = ""
+    allowed: dict[str, str] = field(default_factory=dict)  # co-firing alert -> reason
+    look: str = "starved"
 
 
 DISAGG_LOAD = Load(rate=2.0, prompt_tokens=256, output_tokens=64)
@@ -451,9 +468,18 @@ DISAGG_SCENARIOS: tuple[DisaggScenario, ...] = (
         why=(
             "the pair with nothing injected: each request's 2 MiB cache crosses the loopback "
             "link in a few tens of milliseconds at most (42 ms on a busy 2-core machine, 4 % "
-            "of the time to first token); decode keeps up"
+            "of the time to first token); decode keeps up. No alert may fire, and `diagnose` "
+            "may find no pool signature holding at the end; the per-pod ones it may find are "
+            "the CPU matrix's to judge (its healthy drill asserts them): the latency budget "
+            "does not split a disaggregated request yet, so on the decode pod the remote "
+            "prefill and the transfer, on the prefill pod the wait until the cache is read, "
+            "count as host time (29 % and 47 % at load 9), and "
+            "`InferenceHostLatencyShareHigh` goes pending; on a machine at load 10 "
+            "`InferenceDecodeOverheadBound` held too"
         ),
-        deadline_s=60.0,
+        # The pool-short signatures' cold-start guard holds from a minute after Prometheus's
+        # first scrape, their `for` is 30 s: 100 s covers the earliest any could fire.
+        deadline_s=100.0,
         load=DISAGG_LOAD,
     ),
     DisaggScenario(
@@ -465,8 +491,15 @@ DISAGG_SCENARIOS: tuple[DisaggScenario, ...] = (
             "takes about half a second, most of the time to first token (a healthy pair's "
             "transfer took 4 % of it), while decode has free slots"
         ),
-        deadline_s=60.0,
-        load=DISAGG_LOAD,
+        deadline_s=120.0,
+        load=Load(rate=0.5, prompt_tokens=256, output_tokens=64),
+        load_why=(
+            "vLLM counts a request whose KV cache is still crossing the link as waiting, and "
+            "so does the reference engine: at 2 requests/s the half-second transfers kept a "
+            "mean of one request in the decode server's queue, the decode pool looked short "
+            "and the signature's 'decode has no queue' never held; at 0.5 requests/s about "
+            "0.3 wait"
+        ),
     ),
     DisaggScenario(
         name="decode-pool-short",
@@ -477,7 +510,17 @@ DISAGG_SCENARIOS: tuple[DisaggScenario, ...] = (
             "its queue grows, while the prefill server runs each prompt once and idles"
         ),
         engine_args=("--decode-pool-slots", "1"),
-        deadline_s=60.0,
+        deadline_s=120.0,
+        # A decode engine decoding its one sequence back to back keeps its GPU busy (as in the
+        # queue-flood drill): a starved-looking one with the growing queue would add the
+        # critical InferenceGPUStarvedQueueGrowing, which diagnose ranks first.
+        look="busy",
+        allowed={
+            "InferenceQueueWaitDominatesLatency": (
+                "the decode engine's own queue holds the requests: on that pod queue wait "
+                "dominates latency; the pool signature says which pool to grow"
+            ),
+        },
         load=Load(rate=2.0, prompt_tokens=256, output_tokens=512),
         load_why=(
             "512 output tokens at one sequence a time take about a second even on a quiet "
