@@ -1,39 +1,61 @@
 """The rule pack at fleet scale: a real Prometheus scraping N simulated sidecars.
 
-A *fleet* is N GPUs in pods of 8, 4, 2 and 1 GPUs (half the GPUs in 8-GPU pods, a quarter in
-4-GPU pods, 15 % in 2-GPU and 10 % in 1-GPU pods: 3.3 GPUs per pod on average). Every pod is
-one sidecar: the exposition the real CLI serves at its defaults, captured once at start-up from
-``python -m exporter.cli`` on an 8-GPU synthetic replay trace, reading a fake vLLM engine that
-serves the full vLLM fixture (histograms and all, normalised by the sidecar) and watching two
-processes named like vLLM's. Each pod serves that exposition with its own GPU count (the lines of
-GPUs it lacks dropped), its own GPU UUIDs, counters that grow at the captured rate times a
-per-pod factor and gauges that move every scrape, so Prometheus stores and compresses what a
-real fleet sends.
+A *fleet* is N GPUs in pods of 8, 4, 2 and 1 GPUs (``--mix default``: half the GPUs in 8-GPU
+pods, a quarter in 4-GPU pods, 15 % in 2-GPU and 10 % in 1-GPU pods, 3.3 GPUs per pod on
+average; ``--mix 1``: every pod one GPU; ``--mix 1+2``: half the GPUs in 2-GPU pods), packed
+onto 8-GPU nodes. Every pod is one sidecar: the exposition the real CLI serves at its defaults,
+captured once at start-up from ``python -m exporter.cli`` on an 8-GPU synthetic replay trace,
+reading a fake vLLM engine that serves the full vLLM fixture (histograms and all, normalised by
+the sidecar) and watching two processes named like vLLM's. Each pod serves that exposition with
+its own GPU count (the lines of GPUs it lacks dropped), its own GPU UUIDs, counters that grow at
+the captured rate times a per-pod factor and gauges that move every scrape, so Prometheus stores
+and compresses what a real fleet sends.
 
-The pods are N *targets* of one job, as a PodMonitor makes them: one simulator process answers
-``/pods/<i>/metrics`` on one loopback port, and a file_sd target list gives each target its
-``__metrics_path__`` and the labels the Prometheus Operator sets (``namespace``, ``pod``,
-``container``, ``endpoint``, ``instance``, ``job``). One target with ``honor_labels`` would be
-cheaper to serve but not what Prometheus does for a fleet: a scrape loop, a staleness tracker,
-``up`` and the ``scrape_*`` series per target, and the rules' per-target aggregations over
-series that really belong to different targets.
+Two layouts (``--layout``; several are measured side by side):
 
-Prometheus (Debian's 2.42) loads the pack's ``recording_rules.yaml`` and ``alerts.yaml``
-(profile ``sidecar``) and scrapes every 15 s (the chart's PodMonitor default) and evaluates
-every 30 s (the Prometheus Operator's default). After a warm-up that fills the longest window
-the records read (10 min), the run samples for ``--measure`` minutes: each rule group's
-``prometheus_rule_group_last_duration_seconds`` and each rule's evaluation time from
+* ``sidecar`` - today's: each pod's sidecar reads its own GPUs through NVML; the pack's
+  ``sidecar`` profile (``alert_rules/``).
+* ``node`` - the chart's node mode: the sidecars run without NVML (captured with
+  ``--no-collector.nvml``), and one node agent per 8-GPU node (captured with the chart's agent
+  flags: ``nvml``, ``cpu`` and ``podresources`` against the tests' fake kubelet, the real
+  PodResources protocol) exports the node's GPUs once, with ``inference_gpu_pod_info`` naming
+  the pod that holds each GPU; the agents are a second job scraped with ``honor_labels`` (the
+  chart's second PodMonitor) and the pack's ``node`` profile (``alert_rules/node/``) joins them.
+
+Disaggregated fleets (``--pool-pods-per-model``): ``--pool-models`` models, each served by that
+many 1-GPU pods, half ``prefill`` and half ``decode`` (the sidecar captured with
+``--engine.role`` over vLLM's fixture plus the NixlConnector families of the hand-written NIXL
+fixtures), each model in its own namespace; each is measured by two Prometheus side by side,
+one with the full pack and one without the ``pool`` family (its record group and its alerts).
+
+The pods are *targets* of one job, as a PodMonitor makes them: one simulator process per fleet
+answers ``/pods/<i>/metrics`` (and ``/nodes/<j>/metrics``) on one loopback port, and a file_sd
+target list gives each target its ``__metrics_path__`` and the labels the Prometheus Operator
+sets (``namespace``, ``pod``, ``container``, ``endpoint``, ``instance``, ``job``). One target
+with ``honor_labels`` would be cheaper to serve but not what Prometheus does for a fleet: a
+scrape loop, a staleness tracker, ``up`` and the ``scrape_*`` series per target, and the rules'
+per-target aggregations over series that really belong to different targets.
+
+Prometheus (Debian's 2.42) scrapes every 15 s (the chart's PodMonitor default) and evaluates
+every 30 s (the Prometheus Operator's default). Every fleet of a batch (one ``--gpus`` size with
+its layouts and mixes; the disaggregated fleets join the first) runs at once, each with its own
+simulator and Prometheus, so all of them meet the same machine. After a warm-up that fills the
+longest window the records read (10 min), the run samples for ``--measure`` minutes: each rule
+group's ``prometheus_rule_group_last_duration_seconds`` and each rule's evaluation time from
 ``/api/v1/rules`` (one value per evaluation, medians reported), the active series
-(``prometheus_tsdb_head_series``; the fleet's own series, the pack's recorded series and the
-raw series the pack's selectors read, counted by queries), Prometheus's RSS (median of samples)
-and CPU (cores, over the measuring window).
+(``prometheus_tsdb_head_series``; the fleet's own series by job, the pack's recorded series and
+the raw series the pack's selectors read, counted by queries), Prometheus's RSS (median of
+samples) and CPU (cores, over the measuring window).
 
     python bench/fleet.py run --gpus 1000 5000 10000 [--warmup 11] [--measure 5]
+    python bench/fleet.py run --gpus 800 --layout sidecar node --mix 1 1+2 \
+        --pool-pods-per-model 4 16 64 --pool-models 8
     python bench/fleet.py serve --gpus 1000 --port 9400 --targets /tmp/targets.json
 
 ``run`` writes ``bench/results/fleet-<UTC time>.json`` and ``bench/results/fleet-latest.json``;
 ``python bench/fleet.py report`` prints the tables of ``docs/scale.md`` from the latest.
-This is a benchmark: it is not part of the test suite.
+This is a benchmark: the test suite checks its fleets and expositions
+(``tests/test_fleet_bench.py``), not its numbers.
 """
 
 from __future__ import annotations
@@ -56,7 +78,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +89,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from common import (  # noqa: E402
     FIXTURES,
@@ -80,6 +103,7 @@ from common import (  # noqa: E402
 from support.synthetic import write_synthetic_trace  # noqa: E402
 
 from exporter.lab.processes import stop_process  # noqa: E402
+from exporter.signatures.records.record_groups import POOL_GROUP  # noqa: E402
 
 SCRAPE_INTERVAL_S = 15
 EVALUATION_INTERVAL_S = 30
@@ -87,6 +111,12 @@ JOB = "llm/inference-bottleneck-exporter"
 NAMESPACES = 20
 # GPUs per pod and the share of the fleet's GPUs in pods of that size.
 POD_MIX = ((8, 0.50), (4, 0.25), (2, 0.15), (1, 0.10))
+MIXES = {"default": POD_MIX, "1": ((1, 1.0),), "1+2": ((2, 0.5), (1, 0.5))}
+NODE_GPUS = 8
+# The node layout's agents: a DaemonSet in its own namespace, scraped with honor_labels.
+NODE_JOB = "monitoring/inference-bottleneck-exporter-node"
+ROLES = ("prefill", "decode")
+LAYOUTS = ("sidecar", "node")
 RULES = ROOT / "alert_rules"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
 _GPU = re.compile(r'\bgpu="(\d+)"')
@@ -106,13 +136,16 @@ _CONSTANT = (
 # --- the fleet ---------------------------------------------------------------------------------
 
 
-def pod_sizes(gpus: int) -> list[int]:
-    """GPUs per pod for a fleet of ``gpus``, in a fixed interleaved order (deterministic)."""
-    # One unit of 80 GPUs holds the mix exactly: 5x8, 5x4, 6x2, 8x1 (24 pods).
+def pod_sizes(gpus: int, mix: str = "default") -> list[int]:
+    """GPUs per pod for a fleet of ``gpus``, in a fixed interleaved order (deterministic).
+
+    ``mix``: ``default`` (:data:`POD_MIX`), ``1`` (every pod one GPU) or ``1+2`` (half the
+    GPUs in 2-GPU pods, half in 1-GPU pods)."""
+    # One unit holds the mix exactly; the default's 80 GPUs: 5x8, 5x4, 6x2, 8x1 (24 pods).
+    counts = {size: round(share * 80 / size) for size, share in MIXES[mix]}
     unit: list[int] = []
-    counts = {size: round(share * 80 / size) for size, share in POD_MIX}
     while any(counts.values()):
-        for size, _ in POD_MIX:
+        for size, _ in MIXES[mix]:
             if counts[size]:
                 unit.append(size)
                 counts[size] -= 1
@@ -135,6 +168,10 @@ class PodIdentity:
     namespace: str
     pod: str
     instance: str
+    node: int = 0  # the 8-GPU node it runs on
+    first_gpu: int = 0  # the node's GPU index of its first GPU
+    template: str = "sidecar"  # which captured exposition it serves
+    model: str = ""  # the model label its engine series carry ("": the captured one)
 
     def target(self, address: str) -> dict[str, Any]:
         """The file_sd entry: what a PodMonitor's relabelling gives the target."""
@@ -152,14 +189,99 @@ class PodIdentity:
         }
 
 
-def fleet(gpus: int) -> list[PodIdentity]:
+@dataclass(frozen=True)
+class NodeIdentity:
+    """One node agent (the node layout's DaemonSet pod) and the pods on its node."""
+
+    index: int
+    pods: tuple[PodIdentity, ...]
+
+    @property
+    def instance(self) -> str:
+        return f"10.250.{(self.index >> 8) & 255}.{self.index & 255}:10960"
+
+    def target(self, address: str) -> dict[str, Any]:
+        """The file_sd entry of the agent: its own pod's labels (``honor_labels`` keeps the
+        holders' namespace, pod and container that ``inference_gpu_pod_info`` carries)."""
+        return {
+            "targets": [address],
+            "labels": {
+                "__metrics_path__": f"/nodes/{self.index}/metrics",
+                "namespace": "monitoring",
+                "pod": f"ibe-node-{self.index:05d}",
+                "container": "inference-bottleneck-exporter",
+                "endpoint": "metrics",
+                "instance": self.instance,
+                "job": NODE_JOB,
+            },
+        }
+
+    def holder(self, gpu: int) -> PodIdentity | None:
+        for pod in self.pods:
+            if pod.first_gpu <= gpu < pod.first_gpu + pod.gpus:
+                return pod
+        return None
+
+
+def _address(i: int) -> str:
+    return f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}:10960"
+
+
+def _on_nodes(sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """(node, first GPU) of each pod: first fit, largest pods first, on 8-GPU nodes (the
+    sizes divide 8, so every node but the last is full)."""
+    free: list[int] = []
+    place: dict[int, tuple[int, int]] = {}
+    for i in sorted(range(len(sizes)), key=lambda k: (-sizes[k], k)):
+        node = next((n for n, left in enumerate(free) if left >= sizes[i]), len(free))
+        if node == len(free):
+            free.append(NODE_GPUS)
+        place[i] = (node, NODE_GPUS - free[node])
+        free[node] -= sizes[i]
+    return [place[i] for i in range(len(sizes))]
+
+
+def fleet(gpus: int, mix: str = "default") -> list[PodIdentity]:
+    sizes = pod_sizes(gpus, mix)
     pods = []
-    for i, size in enumerate(pod_sizes(gpus)):
+    for i, (size, (node, first)) in enumerate(zip(sizes, _on_nodes(sizes), strict=True)):
         namespace = f"llm-{i % NAMESPACES:02d}"
         model = {8: "llama-70b", 4: "mixtral", 2: "llama-8b-tp2", 1: "llama-8b"}[size]
-        address = f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}:10960"
-        pods.append(PodIdentity(i, size, namespace, f"{model}-{i:05d}", address))
+        pods.append(PodIdentity(i, size, namespace, f"{model}-{i:05d}", _address(i), node, first))
     return pods
+
+
+def pool_fleet(models: int, pods_per_model: int) -> list[PodIdentity]:
+    """Disaggregated serving: ``models`` models, each served by ``pods_per_model`` 1-GPU
+    pods, half prefill and half decode, each model in its own namespace (one pool per model
+    and role)."""
+    pods = []
+    for m in range(models):
+        for k in range(pods_per_model):
+            i = len(pods)
+            role = ROLES[k % 2]
+            name = f"model-{m:02d}"
+            pods.append(
+                PodIdentity(
+                    i,
+                    1,
+                    f"llm-{m:02d}",
+                    f"{name}-{role}-{k // 2:03d}",
+                    _address(i),
+                    i // NODE_GPUS,
+                    i % NODE_GPUS,
+                    template=role,
+                    model=f"org/{name}",
+                )
+            )
+    return pods
+
+
+def nodes(pods: Sequence[PodIdentity]) -> list[NodeIdentity]:
+    by_node: dict[int, list[PodIdentity]] = {}
+    for pod in pods:
+        by_node.setdefault(pod.node, []).append(pod)
+    return [NodeIdentity(n, tuple(by_node[n])) for n in sorted(by_node)]
 
 
 # --- the exposition template --------------------------------------------------------------------
@@ -240,17 +362,18 @@ class Template:
         return found
 
 
-class PodBody:
-    """One pod's exposition at any time ``t`` (seconds since the simulator started)."""
+_MODEL = re.compile(r'\bmodel="[^"]*"')
+_HOLDER = re.compile(r'\b(namespace|pod|container)="[^"]*"')
+Rewrite = Callable[[Line], "str | None"]
 
-    def __init__(self, template: Template, pod: PodIdentity) -> None:
-        self.pod = pod
-        # Pods differ in load by up to 20 %: a healthy fleet, GPUs mostly 50-90 % busy.
-        factor = 0.8 + 0.2 * _unit(f"rate/{pod.index}")
-        uuids = {
-            old: f"GPU-{pod.index:08x}-{k:04x}-4{pod.index % 4096:03x}-8000-{k:012x}"
-            for k, old in enumerate(template.uuids())
-        }
+
+class Body:
+    """One target's exposition at any time ``t`` (seconds since the simulator started): the
+    template's lines that ``rewrite`` keeps, with the heads it gives them."""
+
+    def __init__(self, template: Template, seed: str, rewrite: Rewrite) -> None:
+        # Targets differ in load by up to 20 %: a healthy fleet, GPUs mostly 50-90 % busy.
+        factor = 0.8 + 0.2 * _unit(f"rate/{seed}")
         statics: list[str] = []
         pending = ""
         self.values: list[tuple[float, float, int, float]] = []  # (v0, rate, kind, phase)
@@ -258,16 +381,13 @@ class PodBody:
             if isinstance(entry, str):
                 pending += entry + "\n"
                 continue
-            if entry.gpu is not None and entry.gpu >= pod.gpus:
+            head = rewrite(entry)
+            if head is None:
                 continue
-            head = entry.head
-            match = _UUID.search(head)
-            if match:
-                head = head.replace(match[1], uuids[match[1]])
             statics.append(pending + head + " ")
             pending = "\n"
             kind = {"counter": 0, "flag": 1, "gauge": 2, "clock": 3}[entry.kind]
-            phase = 2 * math.pi * _unit(f"{pod.index}/{head}")
+            phase = 2 * math.pi * _unit(f"{seed}/{head}")
             self.values.append((entry.value, entry.rate * factor, kind, phase))
         self.statics = statics
         self.tail = pending
@@ -289,6 +409,50 @@ class PodBody:
                 append(repr(v0 * (1.0 + 0.1 * math.sin(t / 97.0 + phase))))
         append(self.tail)
         return "".join(parts).encode()
+
+
+def _uuid_of(owner: int, k: int) -> str:
+    return f"GPU-{owner:08x}-{k:04x}-4{owner % 4096:03x}-8000-{k:012x}"
+
+
+def pod_body(template: Template, pod: PodIdentity) -> Body:
+    """A sidecar's exposition: the template's GPUs cut to the pod's, with its own UUIDs (none
+    where the sidecar runs without NVML) and its model."""
+    uuids = {old: _uuid_of(pod.index, k) for k, old in enumerate(template.uuids())}
+
+    def rewrite(line: Line) -> str | None:
+        if line.gpu is not None and line.gpu >= pod.gpus:
+            return None
+        head = line.head
+        match = _UUID.search(head)
+        if match:
+            head = head.replace(match[1], uuids[match[1]])
+        if pod.model:
+            head = _MODEL.sub(f'model="{pod.model}"', head)
+        return head
+
+    return Body(template, str(pod.index), rewrite)
+
+
+def node_body(template: Template, node: NodeIdentity) -> Body:
+    """A node agent's exposition: its node's eight GPUs with their own UUIDs, each GPU's
+    ``inference_gpu_pod_info`` naming the pod that holds it (dropped for a GPU no pod holds)."""
+    uuids = {old: _uuid_of(1_000_000 + node.index, k) for k, old in enumerate(template.uuids())}
+
+    def rewrite(line: Line) -> str | None:
+        head = line.head
+        match = _UUID.search(head)
+        if match:
+            head = head.replace(match[1], uuids[match[1]])
+        if head.startswith(("inference_gpu_pod_info{", "inference_gpu_pods{")):
+            holder = node.holder(line.gpu if line.gpu is not None else -1)
+            if holder is None:
+                return None
+            labels = {"namespace": holder.namespace, "pod": holder.pod, "container": "engine"}
+            head = _HOLDER.sub(lambda m: f'{m[1]}="{labels[m[1]]}"', head)
+        return head
+
+    return Body(template, f"node/{node.index}", rewrite)
 
 
 # --- capture ------------------------------------------------------------------------------------
@@ -314,14 +478,107 @@ def engine_lookalikes() -> Iterator[None]:
             proc.wait(5)
 
 
-def capture(workdir: Path) -> tuple[str, float]:
-    """The real sidecar's exposition (8 GPUs, vLLM) and its uptime when it was read."""
+# What each captured exposition must show before it is taken (a sidecar: the engine, its
+# tokenizer probe and processes, and the H100's GPM series, which need two samples a period
+# apart; a node agent: the GPUs and who holds them).
+_SIDECAR_READY = (
+    "inference_tokenizer_probe_tokens{",
+    'inference_engine_up{engine="vllm"',
+    "inference_engine_hottest_thread_cpu_ratio ",
+)
+_GPM_READY = ("inference_gpu_sm_active_ratio{",)
+AGENT_FLAGS = (
+    "--collector.nvml",
+    "--collector.cpu",
+    "--collector.podresources",
+    "--no-collector.engine",
+    "--no-collector.tokenizer",
+    "--no-collector.process",
+    "--no-collector.model",
+)
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One exposition to capture: the engine body, the exporter's flags, what must show."""
+
+    body: str  # a fixture under tests/fixtures/engines, or "vllm+nixl-<role>"
+    args: tuple[str, ...] = ()
+    nvml: bool = True
+    ready: tuple[str, ...] = _SIDECAR_READY + _GPM_READY
+    kubelet: bool = False
+
+
+CAPTURES = {
+    # today's sidecar: every collector at its defaults, NVML on the pod's GPUs
+    "sidecar": Capture("vllm.txt"),
+    # the node layout's sidecar: the same without NVML (the chart's --no-collector.nvml)
+    "sidecar-nonvml": Capture("vllm.txt", ("--no-collector.nvml",), False, _SIDECAR_READY),
+    # the node layout's agent: NVML on the node's GPUs, the host's CPU, the kubelet's answer
+    "agent": Capture("vllm.txt", AGENT_FLAGS, True, (*_GPM_READY, "inference_gpu_pod_info{"), True),
+    # disaggregated serving: vLLM's full exposition plus NixlConnector's, by role
+    "prefill": Capture("vllm+nixl-prefill", ("--engine.role", "prefill")),
+    "decode": Capture("vllm+nixl-decode", ("--engine.role", "decode")),
+}
+
+
+def disaggregated_body(role: str, workdir: Path) -> Path:
+    """vLLM's full fixture with the NixlConnector families of the ``role``'s hand-written
+    fixture appended (their model renamed to vLLM's fixture's, so both are one engine's)."""
+    base = (FIXTURES / "vllm.txt").read_text()
+    model = re.search(r'model_name="([^"]*)"', base)
+    assert model is not None
+    nixl = (FIXTURES / f"vllm-nixl-{role}-handwritten.txt").read_text()
+    lines = [
+        re.sub(r'model_name="[^"]*"', f'model_name="{model[1]}"', line)
+        for line in nixl.splitlines()
+        if "vllm:nixl_" in line
+    ]
+    path = workdir / f"vllm-nixl-{role}.txt"
+    path.write_text(base.rstrip("\n") + "\n" + "\n".join(lines) + "\n")
+    return path
+
+
+@contextlib.contextmanager
+def _kubelet(trace: Path, workdir: Path, wanted: bool) -> Iterator[tuple[str, ...]]:
+    """A kubelet's PodResources socket (the tests' fake, the real protocol) in which eight
+    1-GPU pods hold the trace's eight GPUs: the flag that points the agent at it."""
+    if not wanted:
+        yield ()
+        return
+    from support.kubelet import FakeContainer, FakeKubelet, FakePod, serve  # noqa: PLC0415
+
+    uuids = [gpu["uuid"] for gpu in json.loads(trace.read_text().splitlines()[0])["gpus"]]
+    pods = [
+        FakePod("serving", f"vllm-{n}", [FakeContainer("vllm", {"nvidia.com/gpu": [uuid]})])
+        for n, uuid in enumerate(uuids)
+    ]
+    kubelet = FakeKubelet(pods, {"nvidia.com/gpu": uuids})
+    with serve(kubelet, workdir / "kubelet.sock") as socket:
+        yield (f"--podresources.socket={socket}",)
+
+
+def capture(workdir: Path, kind: str = "sidecar") -> tuple[str, float]:
+    """The real CLI's exposition (8 GPUs, vLLM) as ``kind`` (:data:`CAPTURES`) serves it, and
+    its uptime when it was read."""
+    spec = CAPTURES[kind]
     trace = workdir / "trace-8gpu.jsonl"
-    write_synthetic_trace(trace, gpus=8, duration_s=120.0)
+    if not trace.exists():
+        write_synthetic_trace(trace, gpus=8, duration_s=120.0)
+    if spec.body.startswith("vllm+nixl-"):
+        body = disaggregated_body(spec.body.removeprefix("vllm+nixl-"), workdir)
+    else:
+        body = FIXTURES / spec.body
     with (
         engine_lookalikes(),
-        EngineServer(FIXTURES / "vllm.txt", workdir) as engine,
-        exporter(trace, engine.metrics_url, workdir) as sidecar,
+        EngineServer(body, workdir) as engine,
+        _kubelet(trace, workdir, spec.kubelet) as kubelet_flags,
+        exporter(
+            trace if spec.nvml else None,
+            engine.metrics_url,
+            workdir,
+            (*spec.args, *kubelet_flags),
+        ) as sidecar,
     ):
         deadline = time.monotonic() + 60
         headers = {"Accept": "text/plain;version=0.0.4"}
@@ -329,19 +586,16 @@ def capture(workdir: Path) -> tuple[str, float]:
             request = urllib.request.Request(sidecar.base + "/metrics", headers=headers)
             with urllib.request.urlopen(request, timeout=10) as response:
                 text = response.read().decode()
-            ready = (
-                "inference_tokenizer_probe_tokens{" in text
-                and 'inference_engine_up{engine="vllm"} 1.0' in text
-                and re.search(r"^inference_engine_processes [2-9]", text, re.M) is not None
-                and "inference_engine_hottest_thread_cpu_ratio " in text
-                # GPM needs two samples a period apart: the H100's full set of series
-                and "inference_gpu_sm_active_ratio{" in text
+            processes = kind == "agent" or (
+                re.search(r"^inference_engine_processes [2-9]", text, re.M) is not None
             )
+            ready = processes and all(marker in text for marker in spec.ready)
             if ready or time.monotonic() > deadline:
                 break
             time.sleep(1)
         if not ready:
-            raise RuntimeError("the sidecar never reported the engine, its probe and processes")
+            missing = [marker for marker in spec.ready if marker not in text]
+            raise RuntimeError(f"the {kind} exposition never showed {missing or 'processes'}")
         start = re.search(r"^process_start_time_seconds (\S+)$", text, re.M)
         age = time.time() - float(start[1]) if start else 10.0
     return text, age
@@ -350,20 +604,21 @@ def capture(workdir: Path) -> tuple[str, float]:
 # --- the simulator server -----------------------------------------------------------------------
 
 
-async def _serve(bodies: list[PodBody], port: int, ready: Path | None) -> None:
+async def _serve(bodies: dict[str, list[Body]], port: int, ready: Path | None) -> None:
     from aiohttp import web  # noqa: PLC0415
 
     t0 = time.monotonic()
 
     async def metrics(request: web.Request) -> web.Response:
-        index = int(request.match_info["index"])
-        if not 0 <= index < len(bodies):
+        kind, index = request.match_info["kind"], int(request.match_info["index"])
+        served = bodies.get(kind, [])
+        if not 0 <= index < len(served):
             raise web.HTTPNotFound()
-        body = bodies[index].render(time.monotonic() - t0)
+        body = served[index].render(time.monotonic() - t0)
         return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
     app = web.Application()
-    app.router.add_get("/pods/{index}/metrics", metrics)
+    app.router.add_get("/{kind}/{index}/metrics", metrics)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port, backlog=4096)
@@ -378,19 +633,78 @@ async def _serve(bodies: list[PodBody], port: int, ready: Path | None) -> None:
     await runner.cleanup()
 
 
-def serve(args: argparse.Namespace) -> int:
-    workdir = Path(tempfile.mkdtemp(prefix="fleet-capture-"))
+@dataclass(frozen=True)
+class Scenario:
+    """One simulated fleet: its size, pod mix, layout, or disaggregated pools."""
+
+    gpus: int = 0
+    layout: str = "sidecar"
+    mix: str = "default"
+    pool_models: int = 0  # > 0: a disaggregated fleet (pool_fleet) instead of ``gpus``
+    pods_per_model: int = 0
+
+    @property
+    def name(self) -> str:
+        if self.pool_models:
+            return f"pool-{self.pool_models}x{self.pods_per_model}"
+        return f"{self.layout}-{self.gpus}-mix{self.mix}"
+
+    def pods(self) -> list[PodIdentity]:
+        if self.pool_models:
+            return pool_fleet(self.pool_models, self.pods_per_model)
+        return fleet(self.gpus, self.mix)
+
+    def agents(self) -> list[NodeIdentity]:
+        return nodes(self.pods()) if self.layout == "node" else []
+
+    def args(self) -> list[str]:
+        return [
+            "--gpus",
+            str(self.gpus),
+            "--layout",
+            self.layout,
+            "--mix",
+            self.mix,
+            "--pool-models",
+            str(self.pool_models),
+            "--pods-per-model",
+            str(self.pods_per_model),
+        ]
+
+
+def _templates(args: argparse.Namespace, workdir: Path) -> dict[str, Template]:
+    """The captured expositions by kind, from ``--exposition`` (JSON: kind -> text and age,
+    or one ``{"text", "age_s"}``, the sidecar's) or captured now."""
     if args.exposition:
         data = json.loads(Path(args.exposition).read_text())
-        text, age = data["text"], data["age_s"]
+        if "text" in data:
+            data = {"sidecar": data}
     else:
-        text, age = capture(workdir)
-    template = Template.parse(text, age)
-    pods = fleet(args.gpus)
-    bodies = [PodBody(template, pod) for pod in pods]
+        data = {}
+        for kind in CAPTURES:
+            text, age = capture(workdir, kind)
+            data[kind] = {"text": text, "age_s": age}
+    return {kind: Template.parse(d["text"], d["age_s"]) for kind, d in data.items()}
+
+
+def serve(args: argparse.Namespace) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="fleet-capture-"))
+    scenario = Scenario(args.gpus, args.layout, args.mix, args.pool_models, args.pods_per_model)
+    templates = _templates(args, workdir)
+    pods, agents = scenario.pods(), scenario.agents()
+    sidecar = "sidecar-nonvml" if scenario.layout == "node" else "sidecar"
+    bodies = {
+        "pods": [
+            pod_body(templates[sidecar if pod.template == "sidecar" else pod.template], pod)
+            for pod in pods
+        ],
+        "nodes": [node_body(templates["agent"], node) for node in agents],
+    }
     address = f"127.0.0.1:{args.port}"
     Path(args.targets).write_text(json.dumps([pod.target(address) for pod in pods]))
-    print(f"fleet: {args.gpus} GPUs, {len(pods)} pods on {address}", flush=True)
+    if args.node_targets:
+        Path(args.node_targets).write_text(json.dumps([a.target(address) for a in agents]))
+    print(f"fleet {scenario.name}: {len(pods)} pods, {len(agents)} node agents on {address}")
     asyncio.run(_serve(bodies, args.port, Path(args.ready) if args.ready else None))
     shutil.rmtree(workdir, ignore_errors=True)
     return 0
@@ -399,7 +713,21 @@ def serve(args: argparse.Namespace) -> int:
 # --- Prometheus ---------------------------------------------------------------------------------
 
 
-def prometheus_config(targets: Path, rules: Sequence[Path]) -> dict[str, Any]:
+def prometheus_config(
+    targets: Path, rules: Sequence[Path], node_targets: Path | None = None
+) -> dict[str, Any]:
+    scrape: list[dict[str, Any]] = [
+        {"job_name": "fleet", "file_sd_configs": [{"files": [str(targets)]}]}
+    ]
+    if node_targets is not None:
+        # The node agents' PodMonitor keeps the holders' labels (the chart's honorLabels).
+        scrape.append(
+            {
+                "job_name": "fleet-node",
+                "honor_labels": True,
+                "file_sd_configs": [{"files": [str(node_targets)]}],
+            }
+        )
     return {
         "global": {
             "scrape_interval": f"{SCRAPE_INTERVAL_S}s",
@@ -407,7 +735,7 @@ def prometheus_config(targets: Path, rules: Sequence[Path]) -> dict[str, Any]:
             "evaluation_interval": f"{EVALUATION_INTERVAL_S}s",
         },
         "rule_files": [str(p) for p in rules],
-        "scrape_configs": [{"job_name": "fleet", "file_sd_configs": [{"files": [str(targets)]}]}],
+        "scrape_configs": scrape,
     }
 
 
@@ -543,189 +871,354 @@ class Running:
             stop_process(proc, timeout=30)
 
 
-def measure_scale(  # noqa: PLR0917
-    gpus: int,
+@dataclass(frozen=True)
+class Pack:
+    """A rule pack as Prometheus loads it: its label and its rule files."""
+
+    label: str
+    files: tuple[Path, ...]
+
+
+def pack_of(directory: Path) -> Pack:
+    return Pack(directory.name, (directory / "recording_rules.yaml", directory / "alerts.yaml"))
+
+
+def family_alerts(family: str) -> set[str]:
+    """The alerts of one signature family, from the catalogue."""
+    from exporter.signatures.catalogue import all_signatures  # noqa: PLC0415
+    from exporter.signatures.site import parse_config  # noqa: PLC0415
+
+    return {s.alert for s in all_signatures(parse_config({}, "sidecar")) if s.family == family}
+
+
+def without_family(pack: Pack, family: str, group: str, workdir: Path) -> Pack:
+    """``pack`` without one signature family: its records' ``group`` and its alerts (copies
+    of the files in ``workdir``)."""
+    alerts = family_alerts(family)
+    label = f"{pack.label}-without-{family}"
+    out = workdir / label
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for path in pack.files:
+        doc = yaml.safe_load(path.read_text())
+        groups = []
+        for g in doc["groups"]:
+            if g["name"] == group:
+                continue
+            rules = [r for r in g["rules"] if r.get("alert") not in alerts]
+            groups.append({**g, "rules": rules})
+        (out / path.name).write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+        files.append(out / path.name)
+    return Pack(label, tuple(files))
+
+
+@dataclass
+class Instance:
+    """One Prometheus: one scenario's simulator scraped, one pack evaluated."""
+
+    scenario: Scenario
+    pack: Pack
+    directory: Path
+    sim: subprocess.Popen[bytes]
+    prom: subprocess.Popen[bytes]
+    api: Api
+    targets: int
+    sample: Sample = field(default_factory=Sample)
+    cold_start: list[dict[str, Any]] = field(default_factory=list)
+    cpu0: float = 0.0
+
+
+def _start_simulator(
+    scenario: Scenario, directory: Path, exposition: Path
+) -> tuple[subprocess.Popen[bytes], Path, Path | None]:
+    directory.mkdir(parents=True, exist_ok=True)
+    targets, ready = directory / "targets.json", directory / "ready"
+    node_targets = directory / "targets-node.json" if scenario.layout == "node" else None
+    sim = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__)),
+            "serve",
+            *scenario.args(),
+            "--port",
+            str(free_port()),
+            "--targets",
+            str(targets),
+            "--ready",
+            str(ready),
+            "--exposition",
+            str(exposition),
+            *(["--node-targets", str(node_targets)] if node_targets else []),
+        ],
+        stdout=(directory / "sim.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 600
+    while not ready.exists():
+        if sim.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the simulator did not start; see {directory / 'sim.log'}")
+        time.sleep(0.5)
+    return sim, targets, node_targets
+
+
+def _start_prometheus(
+    directory: Path, targets: Path, node_targets: Path | None, pack: Pack, binary: str
+) -> tuple[subprocess.Popen[bytes], Api]:
+    port = free_port()
+    config = directory / "scrape-and-rules.yml"
+    config.write_text(json.dumps(prometheus_config(targets, pack.files, node_targets), indent=2))
+    prom = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={directory / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=2h",
+        ],
+        stdout=(directory / "prometheus.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    return prom, Api(f"http://127.0.0.1:{port}")
+
+
+def _alerts_now(api: Api) -> dict[str, int]:
+    found = api.get("/api/v1/query", query="count by (alertname, alertstate) (ALERTS)")
+    return {
+        f"{r['metric']['alertname']}/{r['metric']['alertstate']}": int(float(r["value"][1]))
+        for r in found["data"]["result"]
+    }
+
+
+def measure_side_by_side(  # noqa: PLR0917
+    runs: Sequence[tuple[Scenario, Sequence[Pack]]],
     warmup_min: float,
     measure_min: float,
     workdir: Path,
     exposition: Path,
-    pack: Path = RULES,
-) -> dict[str, Any]:
-    """One fleet size: the simulator, Prometheus, the warm-up, the measurements."""
-    scale_dir = workdir / f"fleet-{gpus}"
-    scale_dir.mkdir(parents=True, exist_ok=True)
-    sim_port, prom_port = free_port(), free_port()
-    targets, ready = scale_dir / "targets.json", scale_dir / "ready"
+    cost_repeat: int = 3,
+    binary: str = "prometheus",
+) -> list[dict[str, Any]]:
+    """Every scenario's simulator and, per pack, a Prometheus over it, all at once: one warm-up,
+    one measuring window, so every number of the batch met the same machine."""
     running = Running()
+    instances: list[Instance] = []
     try:
-        sim = subprocess.Popen(
-            [
-                sys.executable,
-                str(Path(__file__)),
-                "serve",
-                "--gpus",
-                str(gpus),
-                "--port",
-                str(sim_port),
-                "--targets",
-                str(targets),
-                "--ready",
-                str(ready),
-                "--exposition",
-                str(exposition),
-            ],
-            stdout=(scale_dir / "sim.log").open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        running.processes.append(sim)
-        deadline = time.monotonic() + 600
-        while not ready.exists():
-            if sim.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the simulator did not start; see {scale_dir / 'sim.log'}")
-            time.sleep(0.5)
-        rules = [pack / "recording_rules.yaml", pack / "alerts.yaml"]
-        config = scale_dir / "prometheus.yml"
-        config.write_text(json.dumps(prometheus_config(targets, rules), indent=2))
-        prom = subprocess.Popen(
-            [
-                shutil.which("prometheus") or "prometheus",
-                f"--config.file={config}",
-                f"--storage.tsdb.path={scale_dir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-                "--storage.tsdb.retention.time=2h",
-            ],
-            stdout=(scale_dir / "prometheus.log").open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        running.processes.append(prom)
-        api = Api(f"http://127.0.0.1:{prom_port}")
-        pods = len(pod_sizes(gpus))
+        for scenario, packs in runs:
+            sim_dir = workdir / scenario.name
+            sim, targets, node_targets = _start_simulator(scenario, sim_dir, exposition)
+            running.processes.append(sim)
+            count = len(scenario.pods()) + len(scenario.agents())
+            for pack in packs:
+                directory = sim_dir / pack.label
+                directory.mkdir(parents=True, exist_ok=True)
+                prom, api = _start_prometheus(directory, targets, node_targets, pack, binary)
+                running.processes.append(prom)
+                instances.append(Instance(scenario, pack, directory, sim, prom, api, count))
         started = time.monotonic()
-        while True:
-            with contextlib.suppress(OSError, KeyError, IndexError, ValueError):
-                if api.scalar(f'count(up{{job="{JOB}"}} == 1)') >= pods:
-                    break
-            if prom.poll() is not None or time.monotonic() - started > 300:
-                raise RuntimeError(f"targets not up; see {scale_dir / 'prometheus.log'}")
-            time.sleep(2)
-        took = time.monotonic() - started
-        print(f"  {gpus} GPUs: {pods} targets up after {took:.0f} s", flush=True)
+        for inst in instances:
+            while True:
+                with contextlib.suppress(OSError, KeyError, IndexError, ValueError):
+                    if inst.api.scalar("count(up == 1)") >= inst.targets:
+                        break
+                if inst.prom.poll() is not None or time.monotonic() - started > 600:
+                    raise RuntimeError(f"targets not up; see {inst.directory / 'prometheus.log'}")
+                time.sleep(2)
+            took = time.monotonic() - started
+            print(f"  {inst.scenario.name} / {inst.pack.label}: {inst.targets} up, {took:.0f} s")
         # The cold start: active alerts by state every 30 s while the windows fill.
-        cold_start: list[dict[str, Any]] = []
         while time.monotonic() - started < warmup_min * 60:
-            found = api.get("/api/v1/query", query="count by (alertname, alertstate) (ALERTS)")
-            cold_start.append(
-                {
-                    "s": round(time.monotonic() - started),
-                    "alerts": {
-                        f"{r['metric']['alertname']}/{r['metric']['alertstate']}": int(
-                            float(r["value"][1])
-                        )
-                        for r in found["data"]["result"]
-                    },
-                }
-            )
+            _alive(instances)
+            for inst in instances:
+                with contextlib.suppress(OSError, KeyError, ValueError):
+                    inst.cold_start.append(
+                        {"s": round(time.monotonic() - started), "alerts": _alerts_now(inst.api)}
+                    )
             time.sleep(30)
-        proc = psutil.Process(prom.pid)
-        sim_proc = psutil.Process(sim.pid)
-        cpu0 = proc.cpu_times()
-        sim_cpu0 = sim_proc.cpu_times()
+        sims = {id(inst.sim): inst.sim for inst in instances}
+        sim_cpu0 = {k: _cpu(p.pid) for k, p in sims.items()}
+        for inst in instances:
+            inst.cpu0 = _cpu(inst.prom.pid)
         wall0 = time.monotonic()
         load0 = os.getloadavg()
-        sample = Sample()
         while time.monotonic() - wall0 < measure_min * 60:
-            _poll(api, proc, sample)
+            _alive(instances)
+            for inst in instances:
+                _poll(inst.api, psutil.Process(inst.prom.pid), inst.sample)
             time.sleep(EVALUATION_INTERVAL_S / 3)
         wall = time.monotonic() - wall0
-        cpu1, sim_cpu1 = proc.cpu_times(), sim_proc.cpu_times()
-        cores = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / wall
-        sim_cores = (sim_cpu1.user + sim_cpu1.system - sim_cpu0.user - sim_cpu0.system) / wall
-        load1 = os.getloadavg()
-        own = api.text("/metrics")
-        head = _metric_values(own, "prometheus_tsdb_head_series").get(
-            "prometheus_tsdb_head_series", 0.0
-        )
-        # The fleet's own series: everything of the job but records and alert state (which
-        # carry the job label as a join label).
-        fleet_series = api.scalar(
-            f'count({{job="{JOB}",__name__!~"inference(_gpu)?:.+|ALERTS|ALERTS_FOR_STATE"}})'
-        )
-        recorded = api.scalar('count({__name__=~"inference(_gpu)?:.+"})')
-        alerts = api.scalar("count(ALERTS)")
-        read = raw_read(api, pack_selectors(rules))
-        scrape_p50 = api.scalar(f'quantile(0.5, scrape_duration_seconds{{job="{JOB}"}})')
-        up = api.scalar(f'count(up{{job="{JOB}"}} == 1)')
-        firing = api.get("/api/v1/query", query="count by (alertname, alertstate) (ALERTS)")
-        groups = {
-            name: {
-                "median_ms": round(_median(list(values.values())) * 1000, 1),
-                "max_ms": round(max(values.values()) * 1000, 1),
-                "evaluations": len(values),
-            }
-            for name, values in sorted(sample.groups.items())
-        }
-        rule_times = {
-            name: round(_median([v for v in values.values() if v > 0]) * 1000, 2)
-            for name, values in sample.rules.items()
-        }
-        costs = rule_costs(api, rules)
-        return {
-            "gpus": gpus,
-            "pods": pods,
-            "targets_up": up,
-            "head_series": head,
-            "fleet_series": fleet_series,
-            "recorded_series": recorded,
-            "alerts_series": alerts,
-            "raw_series_read": read,
-            "rss_mib_median": round(_median(sample.rss_mib), 1),
-            "rss_mib_max": round(max(sample.rss_mib), 1),
-            "cpu_cores": round(cores, 3),
-            "simulator_cpu_cores": round(sim_cores, 3),
-            "scrape_duration_p50_s": round(scrape_p50, 4),
-            "measured_s": round(wall, 1),
-            "groups": groups,
-            "load_average": [round(load0[0], 2), round(load1[0], 2)],
-            "rules_ms": dict(sorted(rule_times.items(), key=lambda kv: -kv[1])),
-            "rule_costs": costs,
-            "cold_start": cold_start,
-            "alerts": [
-                {**r["metric"], "count": int(float(r["value"][1]))}
-                for r in firing["data"]["result"]
-            ],
-        }
+        sim_cores = {k: (_cpu(p.pid) - sim_cpu0[k]) / wall for k, p in sims.items()}
+        cores = {id(i): (_cpu(i.prom.pid) - i.cpu0) / wall for i in instances}
+        load = [round(load0[0], 2), round(os.getloadavg()[0], 2)]
+        out = []
+        for inst in instances:
+            result = _results(inst, cost_repeat)
+            result.update(
+                cpu_cores=round(cores[id(inst)], 3),
+                simulator_cpu_cores=round(sim_cores[id(inst.sim)], 3),
+                measured_s=round(wall, 1),
+                load_average=load,
+                cold_start=inst.cold_start,
+            )
+            out.append(result)
+        return out
     finally:
         running.stop()
-        shutil.rmtree(scale_dir / "data", ignore_errors=True)
+        for inst in instances:
+            shutil.rmtree(inst.directory / "data", ignore_errors=True)
+
+
+def _alive(instances: Sequence[Instance]) -> None:
+    """Stops the run as soon as a simulator or a Prometheus is gone (numbers without it would
+    compare unlike things)."""
+    for inst in instances:
+        for what, proc in (("simulator", inst.sim), ("prometheus", inst.prom)):
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"{inst.scenario.name}/{inst.pack.label}: the {what} exited "
+                    f"({proc.returncode}); see {inst.directory}"
+                )
+
+
+def _cpu(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+_RECORDED = r"inference[a-z_]*:.+"
+
+
+def _results(inst: Instance, cost_repeat: int) -> dict[str, Any]:
+    """What one Prometheus measured, once the window is over."""
+    api, sc, sample = inst.api, inst.scenario, inst.sample
+    head = _metric_values(api.text("/metrics"), "prometheus_tsdb_head_series").get(
+        "prometheus_tsdb_head_series", 0.0
+    )
+    own = f'__name__!~"{_RECORDED}|ALERTS|ALERTS_FOR_STATE"'
+    # The fleet's own series: everything of the jobs but records and alert state (which carry
+    # the job label as a join label).
+    sidecar_series = api.scalar(f'count({{job="{JOB}",{own}}})')
+    agent_series = api.scalar(f'count({{job="{NODE_JOB}",{own}}})')
+    pods = len(sc.pods())
+    gpus = sum(p.gpus for p in sc.pods())
+    groups = {
+        name: {
+            "median_ms": round(_median(list(values.values())) * 1000, 1),
+            "max_ms": round(max(values.values()) * 1000, 1),
+            "evaluations": len(values),
+        }
+        for name, values in sorted(sample.groups.items())
+    }
+    rule_times = {
+        name: round(_median([v for v in values.values() if v > 0]) * 1000, 2)
+        for name, values in sample.rules.items()
+    }
+    firing = api.get("/api/v1/query", query="count by (alertname, alertstate) (ALERTS)")
+    fleet_series = sidecar_series + agent_series
+    return {
+        "scenario": sc.name,
+        "layout": sc.layout,
+        "mix": sc.mix,
+        "pool_models": sc.pool_models,
+        "pods_per_model": sc.pods_per_model,
+        "pack": inst.pack.label,
+        "gpus": gpus,
+        "pods": pods,
+        "node_agents": len(sc.agents()),
+        "targets_up": api.scalar("count(up == 1)"),
+        "head_series": head,
+        "fleet_series": fleet_series,
+        "sidecar_series": sidecar_series,
+        "agent_series": agent_series,
+        "series_per_gpu": round(fleet_series / gpus, 1),
+        "series_per_pod": round(fleet_series / pods, 1),
+        "recorded_series": api.scalar(f'count({{__name__=~"{_RECORDED}"}})'),
+        # Checks that the layouts recorded what they should: each pod's GPU utilisation (the
+        # node layout's join of agent, attribution and sidecar), and every pool.
+        "pods_with_gpu_record": api.scalar("count(inference:gpu_utilization:mean5m)"),
+        "pools_recorded": api.scalar(
+            "count(inference_pool:prefill_engines:count)"
+            " + count(inference_pool:decode_engines:count)"
+        ),
+        "alerts_series": api.scalar("count(ALERTS)"),
+        "raw_series_read": raw_read(api, pack_selectors(inst.pack.files)),
+        "rss_mib_median": round(_median(sample.rss_mib), 1),
+        "rss_mib_max": round(max(sample.rss_mib), 1),
+        "scrape_duration_p50_s": round(api.scalar("quantile(0.5, scrape_duration_seconds)"), 4),
+        "groups": groups,
+        "groups_total_median_ms": round(sum(g["median_ms"] for g in groups.values()), 1),
+        "rules_ms": dict(sorted(rule_times.items(), key=lambda kv: -kv[1])),
+        "rule_costs": rule_costs(api, inst.pack.files, cost_repeat) if cost_repeat else {},
+        "alerts": [
+            {**r["metric"], "count": int(float(r["value"][1]))} for r in firing["data"]["result"]
+        ],
+    }
+
+
+def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario, list[Pack]]]]:
+    """What ``run`` measures: per fleet size, every layout and mix side by side; the
+    disaggregated fleets (with and without the pool family) join the first batch."""
+    sidecar = pack_of(args.rules)
+    packs = {"sidecar": [sidecar], "node": [pack_of(args.rules / "node")]}
+    out: list[list[tuple[Scenario, list[Pack]]]] = [
+        [(Scenario(gpus, layout, mix), packs[layout]) for layout in args.layout for mix in args.mix]
+        for gpus in args.gpus
+    ]
+    if args.pool_pods_per_model:
+        without = without_family(sidecar, "pool", POOL_GROUP, workdir)
+        pools = [
+            (
+                Scenario(layout="sidecar", pool_models=args.pool_models, pods_per_model=n),
+                [sidecar, without],
+            )
+            for n in args.pool_pods_per_model
+        ]
+        if out:
+            out[0] += pools
+        else:
+            out.append(pools)
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
-    if shutil.which("prometheus") is None:
-        print("prometheus not found: apt-get install prometheus", file=sys.stderr)
+    binary = shutil.which(args.prometheus)
+    if binary is None:
+        print(f"{args.prometheus} not found: apt-get install prometheus", file=sys.stderr)
         return 2
     workdir = Path(tempfile.mkdtemp(prefix="fleet-"))
     started = dt.datetime.now(dt.UTC)
-    print(f"capturing the sidecar's exposition (work dir {workdir})", flush=True)
-    text, age = capture(workdir)
+    print(f"capturing the expositions (work dir {workdir})", flush=True)
+    captured = {}
+    for kind in CAPTURES:
+        text, age = capture(workdir, kind)
+        captured[kind] = {"text": text, "age_s": age}
     exposition = workdir / "exposition.json"
-    exposition.write_text(json.dumps({"text": text, "age_s": age}))
+    exposition.write_text(json.dumps(captured))
     per_pod = {
-        size: sum(1 for line in Template.parse(text, age).lines if _keeps(line, size))
-        for size, _ in POD_MIX
+        kind: {
+            size: sum(
+                1 for line in Template.parse(d["text"], d["age_s"]).lines if _keeps(line, size)
+            )
+            for size, _ in POD_MIX
+        }
+        for kind, d in captured.items()
     }
-    scales = []
-    for gpus in args.gpus:
-        print(f"fleet of {gpus} GPUs", flush=True)
-        result = measure_scale(gpus, args.warmup, args.measure, workdir, exposition, args.rules)
-        scales.append(result)
-        long = ("rules_ms", "rule_costs", "cold_start")
-        brief = {k: v for k, v in result.items() if k not in long}
-        print(json.dumps(brief), flush=True)
+    scales: list[dict[str, Any]] = []
+    for batch in batches(args, workdir):
+        names = ", ".join(f"{sc.name} ({'/'.join(p.label for p in packs)})" for sc, packs in batch)
+        print(f"side by side: {names}", flush=True)
+        results = measure_side_by_side(
+            batch, args.warmup, args.measure, workdir, exposition, args.cost_repeat, binary
+        )
+        for result in results:
+            long = ("rules_ms", "rule_costs", "cold_start")
+            print(json.dumps({k: v for k, v in result.items() if k not in long}), flush=True)
+        scales += results
     out = {
         "started": started.isoformat(timespec="seconds"),
+        "command": " ".join(["python", "bench/fleet.py", *sys.argv[1:]]),
         "machine": machine(),
         "prometheus": subprocess.run(
-            ["prometheus", "--version"], capture_output=True, text=True, check=False
+            [binary, "--version"], capture_output=True, text=True, check=False
         ).stdout.splitlines()[0],
         "scrape_interval_s": SCRAPE_INTERVAL_S,
         "evaluation_interval_s": EVALUATION_INTERVAL_S,
@@ -758,10 +1251,112 @@ def _slope(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def report_layouts(scales: Sequence[dict[str, Any]]) -> None:
+    """The sidecar and node layouts side by side, and the node layout's ratios."""
+    runs = [sc for sc in scales if not sc.get("pool_models")]
+    groups = sorted({g for sc in runs for g in sc["groups"]})
+    head = ["layout", "GPUs per pod", "GPUs", "pods", "agents", "series", "per GPU", "per pod"]
+    head += ["recorded", "RSS MiB", "CPU", "all groups ms"]
+    head += [f"`{g.removeprefix('inference.')}` ms" for g in groups]
+    print(_row(head))
+    print("|" + "---|" * len(head))
+    for sc in runs:
+        row = [
+            sc["layout"],
+            sc["mix"],
+            f"{sc['gpus']:,}",
+            f"{sc['pods']:,}",
+            f"{sc['node_agents']:,}",
+            f"{sc['fleet_series']:,.0f}",
+            f"{sc['series_per_gpu']:.1f}",
+            f"{sc['series_per_pod']:.1f}",
+            f"{sc['recorded_series']:,.0f}",
+            f"{sc['rss_mib_median']:,.0f}",
+            f"{sc['cpu_cores']:.3f}",
+            f"{sc['groups_total_median_ms']:,.0f}",
+        ]
+        row += [f"{sc['groups'].get(g, {}).get('median_ms', 0):,.1f}" for g in groups]
+        print(_row(row))
+    print()
+    for sc in runs:
+        if sc["layout"] != "node":
+            continue
+        base = next(
+            (
+                b
+                for b in runs
+                if b["layout"] == "sidecar" and (b["gpus"], b["mix"]) == (sc["gpus"], sc["mix"])
+            ),
+            None,
+        )
+        if base is None:
+            continue
+        ratios = {
+            key: sc[key] / base[key] if base[key] else math.nan
+            for key in (
+                "fleet_series",
+                "recorded_series",
+                "rss_mib_median",
+                "cpu_cores",
+                "groups_total_median_ms",
+            )
+        }
+        gpu = ("inference.records.gpu", "inference.records.gpu_state")
+        mine = sum(sc["groups"][g]["median_ms"] for g in gpu)
+        theirs = sum(base["groups"][g]["median_ms"] for g in gpu)
+        print(
+            f"node / sidecar, {sc['gpus']} GPUs, mix {sc['mix']}: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())
+            + f", GPU record groups {mine:.0f} / {theirs:.0f} ms = {mine / theirs:.2f}; "
+            f"pods with a GPU record {sc.get('pods_with_gpu_record', 0):.0f} of {sc['pods']} "
+            f"(sidecar {base.get('pods_with_gpu_record', 0):.0f})"
+        )
+
+
+def report_pools(scales: Sequence[dict[str, Any]]) -> None:
+    """The disaggregated fleets with and without the pool family."""
+    runs = [sc for sc in scales if sc.get("pool_models")]
+    if not runs:
+        return
+    pool_alerts = family_alerts("pool")
+    head = ["pods per model", "pods", "pack", "pools", "recorded", "RSS MiB"]
+    head += ["`records.pool` ms", "pool alerts ms", "`signatures` ms", "all groups ms"]
+    print()
+    print(_row(head))
+    print("|" + "---|" * len(head))
+    for sc in runs:
+        alerts = sum(
+            ms for key, ms in sc["rules_ms"].items() if key.split("/", 1)[1] in pool_alerts
+        )
+        pool = sc["groups"].get(POOL_GROUP, {}).get("median_ms", 0.0)
+        row = [
+            str(sc["pods_per_model"]),
+            f"{sc['pods']:,}",
+            "without pool" if "without" in sc["pack"] else "full",
+            f"{sc.get('pools_recorded', 0):.0f}",
+            f"{sc['recorded_series']:,.0f}",
+            f"{sc['rss_mib_median']:,.0f}",
+            f"{pool:,.1f}",
+            f"{alerts:,.1f}",
+            f"{sc['groups']['inference.signatures']['median_ms']:,.1f}",
+            f"{sc['groups_total_median_ms']:,.1f}",
+        ]
+        print(_row(row))
+
+
 def report(args: argparse.Namespace) -> int:
     """The tables of docs/scale.md from a results file (default: the latest run)."""
     data = json.loads(Path(args.results).read_text())
     scales = data["scales"]
+    if "layout" in scales[0]:
+        print(f"command: {data.get('command', '')}; machine: {data['machine']}")
+        report_layouts(scales)
+        report_pools(scales)
+        return 0
     groups = sorted({g for scale in scales for g in scale["groups"]})
     head = ["GPUs", "pods", "raw series", "recorded", "recorded / raw read", "RSS MiB", "CPU"]
     head += [f"`{g}` ms" for g in groups]
@@ -802,23 +1397,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="measure Prometheus with the pack at fleet sizes")
-    p_run.add_argument("--gpus", type=int, nargs="+", default=[1000, 5000, 10000])
+    p_run.add_argument("--gpus", type=int, nargs="*", default=[1000, 5000, 10000])
+    p_run.add_argument(
+        "--layout",
+        nargs="+",
+        choices=LAYOUTS,
+        default=["sidecar"],
+        help="sidecar: a sidecar per pod reads its GPUs; node: sidecars without NVML and one "
+        "node agent per 8-GPU node (the node rule profile); several are measured side by side",
+    )
+    p_run.add_argument(
+        "--mix", nargs="+", choices=sorted(MIXES), default=["default"], help="GPUs per pod"
+    )
+    p_run.add_argument(
+        "--pool-pods-per-model",
+        type=int,
+        nargs="*",
+        default=[],
+        help="disaggregated fleets (half prefill, half decode pods per model), each measured "
+        "with and without the pool family, side by side with the first size",
+    )
+    p_run.add_argument("--pool-models", type=int, default=8, help="models of those fleets")
     p_run.add_argument("--warmup", type=float, default=11.0, help="minutes before measuring")
     p_run.add_argument("--measure", type=float, default=5.0, help="minutes of measurement")
+    p_run.add_argument(
+        "--cost-repeat",
+        type=int,
+        default=3,
+        help="evaluations of each rule as an instant query at the end (0: none)",
+    )
     p_run.add_argument(
         "--rules", type=Path, default=RULES, help=f"the pack's directory (default {RULES})"
     )
     p_run.add_argument("--label", default="", help="a name for this run in the results file")
+    p_run.add_argument(
+        "--prometheus", default="prometheus", help="the Prometheus binary (default: on PATH)"
+    )
     p_serve = sub.add_parser("serve", help="only the simulator")
     p_serve.add_argument("--gpus", type=int, required=True)
+    p_serve.add_argument("--layout", choices=LAYOUTS, default="sidecar")
+    p_serve.add_argument("--mix", choices=sorted(MIXES), default="default")
+    p_serve.add_argument("--pool-models", type=int, default=0)
+    p_serve.add_argument("--pods-per-model", type=int, default=0)
     p_serve.add_argument("--port", type=int, required=True)
     p_serve.add_argument("--targets", required=True, help="file_sd target file to write")
+    p_serve.add_argument("--node-targets", help="file_sd target file of the node agents")
     p_serve.add_argument("--ready", help="file to create once listening")
-    p_serve.add_argument("--exposition", help="a captured exposition (JSON) instead of capturing")
+    p_serve.add_argument("--exposition", help="captured expositions (JSON) instead of capturing")
     p_report = sub.add_parser("report", help="the tables of docs/scale.md")
     p_report.add_argument("results", nargs="?", default=str(RESULTS / "fleet-latest.json"))
     args = parser.parse_args(argv)
     if args.command == "run":
+        sizes = [*args.gpus, *args.pool_pods_per_model, args.pool_models]
+        if min(sizes) < 1 or not (args.gpus or args.pool_pods_per_model):
+            print("fleet: sizes must be positive, and a run needs --gpus or pools", file=sys.stderr)
+            return 2
         return run(args)
     if args.command == "report":
         return report(args)

@@ -82,6 +82,13 @@ _SHARES = (
     "device"
 )
 
+# The node agent's per-pod shares.
+_POD_SHARES = (
+    "the node agent where the host's /proc is visible (hostPID or --gpu.host-procfs) and the "
+    "podresources collector is on; MIG devices: memory, and the utilisation share only when "
+    "one container's processes are alone on the device"
+)
+
 CATALOGUE: tuple[MetricSpec, ...] = (
     # --- self ---------------------------------------------------------------------------------
     MetricSpec(
@@ -496,6 +503,40 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         unit="bytes",
         source="nvmlDeviceGetComputeRunningProcesses usedGpuMemory",
         gpus=_ALL + "; " + _SHARES,
+    ),
+    MetricSpec(
+        "inference_gpu_pod_utilization_ratio",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "pod_uid", "container_id"),
+        "A container's own share of the GPU (0-1): the sum of its processes' newest "
+        "per-process SM samples (the node agent with hostPID; pod_uid joins kube-state-metrics' "
+        "kube_pod_info{uid} for the namespace and pod).",
+        unit="ratio",
+        source="nvmlDeviceGetProcessUtilization smUtil, host PIDs mapped to pods by "
+        "/proc/<pid>/cgroup",
+        gpus=_ALL + "; " + _POD_SHARES,
+    ),
+    MetricSpec(
+        "inference_gpu_pod_memory_used_bytes",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "pod_uid", "container_id"),
+        "Framebuffer memory of a container's processes on the GPU (the node agent with hostPID).",
+        unit="bytes",
+        source="nvmlDeviceGetComputeRunningProcesses usedGpuMemory, host PIDs mapped to pods",
+        gpus=_ALL + "; " + _POD_SHARES,
+    ),
+    MetricSpec(
+        "inference_gpu_pod_unattributed_processes",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "reason"),
+        "Processes on the GPU the node agent gave to no pod, by reason: host (in no pod's "
+        "cgroup: a host daemon, the MPS server), gone (ended before its cgroup was read), "
+        "unreadable (its cgroup file could not be read).",
+        source="nvmlDeviceGetComputeRunningProcesses, host /proc/<pid>/cgroup",
+        gpus=_ALL + "; " + _POD_SHARES,
     ),
     # --- cpu ----------------------------------------------------------------------------------
     MetricSpec(

@@ -49,6 +49,15 @@ NOT_PRODUCIBLE = {
     "inference_cpu_softirq_hottest_core_ratio": (
         "needs two procfs reads that differ; the fixture tree never changes"
     ),
+    # Per-pod shares are mapped on the live node only (tests/collectors/test_nvml.py covers them).
+    **dict.fromkeys(
+        (
+            "inference_gpu_pod_utilization_ratio",
+            "inference_gpu_pod_memory_used_bytes",
+            "inference_gpu_pod_unattributed_processes",
+        ),
+        "a replayed trace's PIDs are another machine's: never mapped to this one's pods",
+    ),
 }
 
 NAME_RE = re.compile(r"^inference_[a-z0-9_]+$")

@@ -84,13 +84,16 @@ def budget() -> AnyPanel:
     parts = (
         ("queue", r.budget_queue),
         ("prefill", r.budget_prefill),
+        ("KV transfer", r.budget_transfer),
         ("decode", r.budget_decode),
         ("host", r.budget_host),
     )
     return timeseries(
-        "Latency budget: queue, prefill, decode, host",
+        "Latency budget: queue, prefill, KV transfer, decode, host",
         "Where a request's end-to-end time goes, per served model, from rates of the engine's "
-        "histogram sums: waiting in the queue, prefill, decode, and the rest on the host "
+        "histogram sums: waiting in the queue, prefill, the KV transfer between prefill and "
+        "decode engines (disaggregated serving; a decode engine's queue wait without it), "
+        "decode, and the rest on the host "
         "(tokenize, detokenize, post-processing, streaming), stacked to 100 %. Engines that "
         "report all four histograms only (vLLM, SGLang, TensorRT-LLM, LMDeploy). Bad: the host "
         f"band above {pct(above)} (InferenceHostLatencyShareHigh); a growing queue band is "

@@ -24,6 +24,9 @@ Emits (labels ``gpu``, ``uuid`` unless noted; see ``docs/metrics.md``)::
     inference_gpu_processes{owner}                     compute processes, engine | other
     inference_gpu_engine_utilization_ratio             the engine's own SM share
     inference_gpu_engine_memory_used_bytes             the engine's own framebuffer memory
+    inference_gpu_pod_utilization_ratio{pod_uid,container_id}   a container's own SM share
+    inference_gpu_pod_memory_used_bytes{pod_uid,container_id}   its framebuffer memory
+    inference_gpu_pod_unattributed_processes{reason}   processes of no pod: host, gone, unreadable
 
 How it reads: one thread per GPU polls every ``poll_interval`` (default 3 s, about 3.3 NVML
 calls per GPU per second), so a hung call stalls only its own GPU and never a scrape. The
@@ -45,6 +48,13 @@ utilisation samples: the engine's share is the sum of its processes' newest SM s
 memory the sum of their memory, and the rest are counted as ``other``. On MIG, NVML has no
 per-process utilisation; a MIG device whose processes are all the engine's gives it the
 device's utilisation.
+
+Per-pod shares (the node agent): with the ``podresources`` collector on and the host's ``/proc``
+visible (hostPID, or ``--gpu.host-procfs``), every compute process NVML lists is mapped to its
+pod and container by its cgroup (:mod:`exporter.backends.pod_cgroups`), and each container's
+share is the sum of its processes' newest SM samples, as the engine's is. A process of no pod,
+one that ended before its cgroup was read, or one whose cgroup cannot be read is counted by
+reason, never given to a pod.
 
 The peak figures are computed once per NVML session from the identity-time facts
 (:func:`exporter.hardware.gpus.peaks_of`; a MIG device's share: ``slice_peaks``) and cost no
@@ -79,6 +89,7 @@ from exporter.backends.nvml_api import (
     NvmlError,
 )
 from exporter.backends.pidns import EngineProcesses, FixedPids, HostPids, is_host_procfs
+from exporter.backends.pod_cgroups import Lookup, PodProcesses
 from exporter.collectors.base import Collection, Collector
 from exporter.collectors.nvml_attribution import (
     ATTRIBUTION_CHOICES,
@@ -134,9 +145,10 @@ class NvmlOptions:
     host_procfs: Path | None = flag(
         "gpu.host-procfs",
         None,
-        "The host's /proc mounted read-only in the sidecar: matches the host PIDs NVML "
-        "reports to the engine's processes for the engine's own share of a shared GPU "
-        "(not needed with hostPID).",
+        "The host's /proc mounted read-only: matches the host PIDs NVML reports to the "
+        "engine's processes for the engine's own share of a shared GPU (sidecar), or maps "
+        "them to pods by cgroup with the podresources collector on (node agent); not needed "
+        "with hostPID.",
         kind="path",
         metavar="PATH",
     )
@@ -177,6 +189,7 @@ class NvmlCollector(Collector):
         engine: EngineProcesses | None = None,
         published: GpuDevices | None = None,
         attribution: str = "all-visible",
+        pods: PodProcesses | None = None,
     ) -> None:
         self._api_factory = api_factory
         # Where each session's devices are published for other collectors (podresources).
@@ -191,6 +204,8 @@ class NvmlCollector(Collector):
         self.devices = DeviceFilter(devices)
         # Tells the engine's processes among NVML's (None: no per-process reads).
         self._engine = engine
+        # Maps NVML's processes to pods by cgroup (the node agent; None: not mapped).
+        self._pods = pods
         self._said_processes = False
         self._reenumerate_at = 0.0
         self._states: dict[str, GpuState] = {}
@@ -249,7 +264,9 @@ class NvmlCollector(Collector):
 
     def _open(self, api: NvmlApi) -> list[object]:
         api.init()
-        per_process = self._engine is not None and self._engine.available
+        per_process = (self._engine is not None and self._engine.available) or (
+            self._pods is not None
+        )
         try:
             driver = api.driver_version()
             handles = [api.handle(i) for i in range(api.device_count())]
@@ -311,10 +328,16 @@ class NvmlCollector(Collector):
         return state
 
     def _say_processes(self, per_process: bool) -> None:
-        if self._said_processes or self._engine is None:
+        if self._said_processes or (self._engine is None and self._pods is None):
             return
         self._said_processes = True
-        if per_process:
+        if self._pods is not None:
+            log.info(
+                "per-pod GPU shares on: NVML's processes are mapped to pods by their cgroup "
+                "under %s",
+                self._pods.root,
+            )
+        elif per_process:
             log.info(
                 "per-process GPU shares on: the engine's processes are told apart among "
                 "NVML's host PIDs"
@@ -388,6 +411,7 @@ class NvmlCollector(Collector):
         try:
             reading = reader.read()
             engine = self._engine_pids(reading)
+            pods = self._pod_owners(reading)
         except NvmlError as err:
             if err.code in SESSION_ERRORS:
                 log.warning("NVML session lost (%s); re-initialising", err.name)
@@ -408,7 +432,7 @@ class NvmlCollector(Collector):
             with state.lock:
                 if state.error:
                     log.info("GPU %s recovered", state.identity.label)
-                state.apply(reading, self._clock(), engine)
+                state.apply(reading, self._clock(), engine, pods)
         finally:
             state.inflight_since = None
             with state.lock:
@@ -424,6 +448,13 @@ class NvmlCollector(Collector):
         pids = {p.pid for p in reading.processes}
         pids.update(s.pid for s in reading.process_samples or ())
         return self._engine.engine(pids)
+
+    def _pod_owners(self, reading: GpuReading) -> dict[int, Lookup] | None:
+        if self._pods is None or reading.processes is None:
+            return None
+        pids = {p.pid for p in reading.processes}
+        pids.update(s.pid for s in reading.process_samples or ())
+        return self._pods.owners(pids)
 
     def _reconfigured(self, state: GpuState, err: NvmlError) -> bool:
         """A MIG device that no longer exists (MIG reconfigured): enumerate again, at most
@@ -487,6 +518,7 @@ class NvmlCollector(Collector):
         self.attribution.check(states)
         families = GpuFamilies()
         stuck: list[str] = []
+        blind: list[str] = []
         stale_after = max(3 * self.poll_interval, self.deadline)
         for state in states:
             with state.lock:
@@ -496,12 +528,31 @@ class NvmlCollector(Collector):
                 healthy = not hung and not state.error and fresh
                 if hung:
                     stuck.append(state.identity.label)
+                if healthy and _cgroups_unreadable(state):
+                    blind.append(state.identity.label)
                 families.add_gpu(state, healthy)
         out.metrics.extend(families.families())
         if stuck:
             out.success = False
             out.error = f"NVML call hanging for GPU {', '.join(stuck)}"
+        elif blind and self._pods is not None:
+            # Per-pod shares were asked for and none can be given: say so, not just count it.
+            out.success = False
+            out.error = (
+                f"no GPU process's cgroup readable under {self._pods.root} (GPU "
+                f"{', '.join(blind)}): per-pod shares absent there"
+            )
         return out
+
+
+def _cgroups_unreadable(state: GpuState) -> bool:
+    """Whether the GPU had processes and none of their cgroups could be read (the host's
+    /proc unmounted or refused). Call with ``state.lock``."""
+    counts = state.unattributed
+    if not counts or not counts.get("unreadable"):
+        return False
+    others = sum(n for reason, n in counts.items() if reason != "unreadable")
+    return others == 0 and not state.pod_util and not state.pod_memory
 
 
 def _said_peaks(identity: GpuIdentity, peaks: Peaks) -> Peaks:
@@ -546,6 +597,8 @@ def build(settings: Settings, shared: Shared) -> NvmlCollector:
     api_factory: Callable[[], NvmlApi]
     engine: EngineProcesses | None = None
     devices: Iterable[str] = opts.device_set
+    # A replayed trace's PIDs are another machine's: never mapped to this one's pods.
+    pods: PodProcesses | None = None
     if opts.replay_file is not None:
         from exporter.backends.replay import ReplayApi, load_trace  # noqa: PLC0415
 
@@ -562,6 +615,7 @@ def build(settings: Settings, shared: Shared) -> NvmlCollector:
         devices = devices or visible_device_uuids(os.environ.get("NVIDIA_VISIBLE_DEVICES", ""))
         if settings.collectors.get("process", True):
             engine = HostPids(shared.engine_pids.get, host_procfs=opts.host_procfs)
+        pods = pod_processes(settings, opts.host_procfs)
     method = attribution_method(
         opts.attribution,
         replay=opts.replay_file is not None,
@@ -576,4 +630,23 @@ def build(settings: Settings, shared: Shared) -> NvmlCollector:
         engine=engine,
         published=shared.gpu_devices,
         attribution=method,
+        pods=pods,
     )
+
+
+def pod_processes(settings: Settings, host_procfs: Path | None) -> PodProcesses | None:
+    """The node agent's mapping of NVML's processes to pods: on with the ``podresources``
+    collector where the host's ``/proc`` is visible (``--gpu.host-procfs``, else hostPID);
+    None elsewhere."""
+    if not settings.collectors.get("podresources", False):
+        return None
+    if host_procfs is not None:
+        return PodProcesses(host_procfs)
+    own = Path("/proc")
+    if is_host_procfs(own):
+        return PodProcesses(own)
+    log.info(
+        "per-pod GPU shares off: the node agent sees neither the host's PID namespace "
+        "(hostPID) nor the host's /proc (--gpu.host-procfs)"
+    )
+    return None

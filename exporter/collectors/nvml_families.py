@@ -8,8 +8,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporter import metrics as m
+from exporter.backends.pod_cgroups import PodContainer
 from exporter.collectors.nvml_fields import FIELDS
 from exporter.collectors.nvml_state import GpuState
+
+
+def _by_owner(item: tuple[PodContainer, float]) -> tuple[str, str]:
+    return item[0].pod_uid, item[0].container_id
 
 
 def _family(name: str) -> GaugeMetricFamily | CounterMetricFamily:
@@ -34,6 +39,9 @@ class GpuFamilies:
         self.peak_flops = m.gauge("inference_gpu_peak_flops")
         self.mig_info = m.gauge("inference_gpu_mig_info")
         self.mig_instance = m.gauge("inference_gpu_mig_instance_info")
+        self.pod_util = m.gauge("inference_gpu_pod_utilization_ratio")
+        self.pod_memory = m.gauge("inference_gpu_pod_memory_used_bytes")
+        self.unattributed = m.gauge("inference_gpu_pod_unattributed_processes")
         self.fields: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
         for row in FIELDS:
             self.fields.setdefault(row.metric, _family(row.metric))
@@ -43,6 +51,7 @@ class GpuFamilies:
         families: list[Metric] = [self.calls, self.info, self.mig_mode, self.up, self.xid]
         families += [self.histogram, self.busy, self.peak_bandwidth, self.peak_flops]
         families += [self.mig_info, self.mig_instance, *self.fields.values()]
+        families += [self.pod_util, self.pod_memory, self.unattributed]
         return [family for family in families if family.samples]
 
     def add_gpu(self, state: GpuState, healthy: bool) -> None:
@@ -74,6 +83,16 @@ class GpuFamilies:
             family = self.fields[row.metric]
             for extra, value in row.samples(state, latest):
                 family.add_metric([*labels, *extra], value)
+        self._add_pods(state, labels)
+
+    def _add_pods(self, state: GpuState, labels: list[str]) -> None:
+        """Each container's share and memory of the GPU, and the processes of no pod."""
+        for owner, value in sorted((state.pod_util or {}).items(), key=_by_owner):
+            self.pod_util.add_metric([*labels, owner.pod_uid, owner.container_id], value)
+        for owner, value in sorted((state.pod_memory or {}).items(), key=_by_owner):
+            self.pod_memory.add_metric([*labels, owner.pod_uid, owner.container_id], value)
+        for reason, count in (state.unattributed or {}).items():
+            self.unattributed.add_metric([*labels, reason], float(count))
 
     def _add_histogram(self, state: GpuState, labels: list[str]) -> None:
         """Every driver sample in the histogram, and their integral in busy seconds."""

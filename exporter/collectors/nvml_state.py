@@ -12,6 +12,7 @@ from prometheus_client.samples import Sample
 
 from exporter import metrics as m
 from exporter.backends.gpu_reader import GpuIdentity, GpuReader, GpuReading
+from exporter.backends.pod_cgroups import POD, UNATTRIBUTED, Lookup, PodContainer
 from exporter.hardware.gpus import Peaks
 
 # A driver sample stands for the period since the one before it. Periods longer than this
@@ -62,13 +63,25 @@ class GpuState:
     engine_memory: float | None = None
     engine_processes: int | None = None
     other_processes: int | None = None
+    # Each container's share and memory, and the processes given to no pod by reason (the
+    # node agent's mapping of NVML's processes to pods); None where not mapped.
+    pod_util: dict[PodContainer, float] | None = None
+    pod_memory: dict[PodContainer, float] | None = None
+    unattributed: dict[str, int] | None = None
     # The histogram's samples as last rendered, with the counts and count they came from:
     # they change once per poll, scrapes come far more often.
     hist_rendered: tuple[m.BucketCounts, int, list[Sample]] | None = None
 
-    def apply(self, reading: GpuReading, now: float, engine: frozenset[int] | None = None) -> None:
+    def apply(
+        self,
+        reading: GpuReading,
+        now: float,
+        engine: frozenset[int] | None = None,
+        pods: dict[int, Lookup] | None = None,
+    ) -> None:
         """Fold one successful reading into the state (counters only grow); ``engine`` is
-        the engine's PIDs among the reading's processes (None: not known)."""
+        the engine's PIDs among the reading's processes (None: not known), ``pods`` the owner
+        of each of its PIDs (None: not mapped)."""
         busy, self.last_sample = integrate_samples(self.last_sample, reading.samples)
         self.busy_seconds += busy
         for _, value in reading.samples:
@@ -90,6 +103,7 @@ class GpuState:
         if dram is not None and reading.gpm_interval_s:
             self.dram_active_seconds += reading.gpm_interval_s * dram / 100.0
         self._apply_processes(reading, engine)
+        self._apply_pods(reading, pods)
         self.latest = reading
         self.latest_at = now
         self.error = ""
@@ -118,3 +132,45 @@ class GpuState:
             self.engine_util = self.latest_util
         else:
             self.engine_util = None
+
+    def _apply_pods(self, reading: GpuReading, pods: dict[int, Lookup] | None) -> None:
+        """Each container's share of the device: its processes' newest SM samples summed, as
+        the engine's share is; processes of no pod only counted."""
+        procs = reading.processes
+        if procs is None or pods is None:
+            self.pod_util = self.pod_memory = self.unattributed = None
+            return
+        pids = {p.pid for p in procs} | {s.pid for s in reading.process_samples or ()}
+        owner: dict[int, PodContainer] = {}
+        unattributed = dict.fromkeys(UNATTRIBUTED, 0)
+        for pid in pids:
+            found = pods.get(pid)
+            if found is not None and found.result == POD and found.owner is not None:
+                owner[pid] = found.owner
+            else:
+                unattributed[found.result if found is not None else "gone"] += 1
+        util: dict[PodContainer, float] = dict.fromkeys(owner.values(), 0.0)
+        if reading.process_samples is not None:
+            newest = {
+                s.pid: s for s in sorted(reading.process_samples, key=lambda s: s.timestamp_us)
+            }
+            for pid, sample in newest.items():
+                if pid in owner:
+                    util[owner[pid]] += min(max(sample.sm_pct, 0), 100) / 100.0
+        elif len(util) == 1 and not any(unattributed.values()) and self.latest_util is not None:
+            # No per-process utilisation (MIG), but one container alone on the device.
+            util = {next(iter(util)): self.latest_util}
+        else:
+            util = {}
+        memory: dict[PodContainer, float] = {}
+        unknown: set[PodContainer] = set()
+        for proc in procs:
+            container = owner.get(proc.pid)
+            if container is None:
+                continue
+            if proc.used_bytes is None:
+                unknown.add(container)
+            memory[container] = memory.get(container, 0.0) + float(proc.used_bytes or 0)
+        self.pod_util = {k: min(v, 1.0) for k, v in util.items()}
+        self.pod_memory = {k: v for k, v in memory.items() if k not in unknown}
+        self.unattributed = unattributed

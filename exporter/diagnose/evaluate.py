@@ -21,10 +21,13 @@ from exporter.diagnose.datasources import (
 )
 from exporter.diagnose.findings import (
     FIGURES,
+    POOL_BUDGET,
+    TTFT_SPLIT,
     Condition,
     EvidenceValue,
     Finding,
     Instance,
+    PoolBudget,
     Report,
     Roofline,
     format_value,
@@ -51,7 +54,8 @@ from exporter.diagnose.timeline import timeline
 from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.definitions import AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import matchers
-from exporter.signatures.records import RecordNames
+from exporter.signatures.records import RecordNames, pool_labels
+from exporter.signatures.records.pool_records import POD_LABELS
 from exporter.signatures.site import SiteConfig
 
 ORDERED = frozenset({">", "<", ">=", "<="})
@@ -211,7 +215,12 @@ async def _evidence_value(
 
 
 def target_name(cfg: SiteConfig, labels: dict[str, str]) -> str:
-    """How the alerts name a scrape target: ``namespace/pod``, else ``instance``."""
+    """How the alerts name a scrape target: ``namespace/pod``, else ``instance``; a pool of
+    disaggregated serving (no pod, no instance) by its labels: ``pool namespace=llm``."""
+    if not any(labels.get(name) for name in POD_LABELS):
+        pool = [f"{k}={labels[k]}" for k in pool_labels(cfg.join_labels) if labels.get(k)]
+        if pool:
+            return "pool " + " ".join(pool)
     if labels.get("pod"):
         namespace = labels.get("namespace")
         return f"{namespace}/{labels['pod']}" if namespace else labels["pod"]
@@ -307,6 +316,42 @@ async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) 
     return sorted(out, key=lambda r: (r.target, r.model))
 
 
+async def _record(backend: Backend, name: str) -> list[Sample]:
+    """A record's finite samples; none where it cannot be read here."""
+    try:
+        value = await backend.value(name, parse(name))
+    except (NeedsHistoryError, PromQLError):
+        return []
+    if isinstance(value, float):
+        return []
+    return [s for s in value if math.isfinite(s.value)]
+
+
+async def pool_budgets(backend: Backend, cfg: SiteConfig) -> list[PoolBudget]:
+    """The latency budget of each pool by role, and its time to first token split, from the
+    pack's pool records; none unless the targets include more than one role (colocated
+    serving has the per-target budget of :func:`roofline` only). Ordered by pool."""
+    records = RecordNames.of(cfg)
+    roles: dict[Labels, dict[str, dict[str, float]]] = {}
+    for key, attribute in POOL_BUDGET.items():
+        for s in await _record(backend, getattr(records, attribute)):
+            labels = dict(s.without_name())
+            role = labels.pop("role", "")
+            pool = tuple(sorted(labels.items()))
+            roles.setdefault(pool, {}).setdefault(role, {})[key] = s.value
+    if len({role for by_role in roles.values() for role in by_role}) < 2:
+        return []
+    ttft: dict[Labels, dict[str, float]] = {}
+    for key, attribute in TTFT_SPLIT.items():
+        for s in await _record(backend, getattr(records, attribute)):
+            ttft.setdefault(s.without_name(), {})[key] = s.value
+    pools = sorted(roles.keys() | ttft.keys())
+    return [
+        PoolBudget(pool, target_name(cfg, dict(pool)), roles.get(pool, {}), ttft.get(pool, {}))
+        for pool in pools
+    ]
+
+
 # --- the two modes ----------------------------------------------------------------------------
 
 
@@ -329,6 +374,7 @@ async def diagnose_prometheus(
         states = await backend.vector('ALERTS{alertname=~"Inference.+"}')
         await evaluate(backend, report, None, states)
         report.roofline = await roofline(backend, cfg, None)
+        report.pools = await pool_budgets(backend, cfg)
         if window is not None:
             report.timeline = await timeline(backend, report, window)
     return report
@@ -345,4 +391,5 @@ async def diagnose_target(
     backend = TargetBackend(evaluator)
     await evaluate(backend, report, url)
     report.roofline = await roofline(backend, cfg, url)
+    report.pools = await pool_budgets(backend, cfg)
     return report

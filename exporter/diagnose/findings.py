@@ -18,6 +18,8 @@ SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 # Among signatures that hold, an alert already firing (it held for its whole `for`) ranks
 # before a pending one, before none.
 _STATE_RANK = {"firing": 0, "pending": 1}
+# Among signatures that hold and share a severity: pools, then targets, then measures.
+_TIER = {"pool": 0.0, "roofline": 2.0}
 
 
 class DiagnoseError(Exception):
@@ -112,11 +114,14 @@ class Finding:
         severity = float(SEVERITY_RANK[self.rule.severity])
         conditions = self.instance.conditions
         if self.instance.holds:
-            # Among signatures that hold: by severity, then a cause before a measure of where
-            # the time goes (the roofline group: a host-latency share, a decode far from its
-            # floor, which a saturated thread or a flooded core explains), then an alert
-            # already firing before a pending one before none, then by margin.
-            measure = 1.0 if self.sig.family == "roofline" else 0.0
+            # Among signatures that hold: by severity, then a pool's cause (disaggregated
+            # serving: a short pool, the KV link; it reads every engine of the pool, and the
+            # queue waits on the pods of a short pool are its consequence), then a target's
+            # cause, then a measure of where the time goes (the roofline group: a host-latency
+            # share, a decode far from its floor, which a saturated thread or a flooded core
+            # explains), then an alert already firing before a pending one before none, then
+            # by margin.
+            measure = _TIER.get(self.sig.family, 1.0)
             persisted = float(_STATE_RANK.get(self.state or "", len(_STATE_RANK)))
             margins = [c.gap for c in conditions if c.holds and c.gap is not None]
             return (0.0, severity, measure, persisted, -min(margins, default=math.inf))
@@ -138,6 +143,7 @@ FIGURES: dict[str, str] = {
     "prefill": "budget_prefill",
     "decode": "budget_decode",
     "host": "budget_host",
+    "transfer": "budget_transfer",
     "prompt_tokens": "prompt_tokens",
     "output_tokens": "output_tokens",
 }
@@ -180,6 +186,51 @@ class Roofline:
         if prefill is None or decode is None or prefill + decode <= 0:
             return None
         return prefill / (prefill + decode), decode / (prefill + decode)
+
+
+# Each pool's latency budget (one series per pool, model and role) and its time to first
+# token split (one per pool and model), by key, from the records of the pack.
+POOL_BUDGET: dict[str, str] = {
+    "queue": "pool_budget_queue",
+    "prefill": "pool_budget_prefill",
+    "transfer": "pool_budget_transfer",
+    "decode": "pool_budget_decode",
+}
+TTFT_SPLIT: dict[str, str] = {
+    "queue_seconds": "ttft_queue_mean",
+    "prefill_seconds": "ttft_prefill_mean",
+    "transfer_seconds": "kv_transfer_mean",
+    "queue": "ttft_queue_share",
+    "prefill": "ttft_prefill_share",
+    "transfer": "ttft_transfer_share",
+}
+#: The roles a pool budget is printed in, in the order a request meets them.
+ROLE_ORDER = ("prefill", "decode", "both")
+
+
+@dataclass
+class PoolBudget:
+    """Where the time of one model's requests goes in each pool of disaggregated serving:
+    each role's shares of its engines' end-to-end latency (:data:`POOL_BUDGET`), and time to
+    first token split into queue, prefill and KV transfer (:data:`TTFT_SPLIT`)."""
+
+    labels: Labels  # the pool's labels and model
+    name: str  # as the pool signatures' findings name it: ``pool namespace=llm job=...``
+    roles: dict[str, dict[str, float]]
+    ttft: dict[str, float]
+
+    @property
+    def model(self) -> str:
+        return dict(self.labels).get("model", "")
+
+    @property
+    def ttft_seconds(self) -> float | None:
+        """Time to first token: queue + prefill + transfer, means per request."""
+        parts = [self.ttft.get(f"{key}_seconds") for key in ("queue", "prefill", "transfer")]
+        return None if any(p is None for p in parts) else sum(p or 0.0 for p in parts)
+
+    def ordered_roles(self) -> list[str]:
+        return sorted(self.roles, key=lambda r: (*ROLE_ORDER, r).index(r))
 
 
 def workload_advice(prompt_tokens: float | None, output_tokens: float | None) -> str | None:
@@ -228,6 +279,8 @@ class Report:
     samples: int = 0
     span: float = 0.0
     roofline: list[Roofline] = field(default_factory=list)
+    # The latency budget per pool, where the targets include more than one role.
+    pools: list[PoolBudget] = field(default_factory=list)
     # The window around the evaluation time (``--report``, Prometheus only).
     timeline: Timeline | None = None
 

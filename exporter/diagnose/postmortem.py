@@ -20,7 +20,7 @@ from pathlib import Path
 
 from exporter.config import format_duration as duration
 from exporter.diagnose.findings import Condition, Finding, Report, format_value
-from exporter.diagnose.report import roofline_summary, texts
+from exporter.diagnose.report import pool_lines, roofline_summary, texts
 from exporter.diagnose.timeline import Interval, Panel, Timeline
 from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.render import runbook_url
@@ -319,6 +319,14 @@ def as_html(report: Report, tl: Timeline | None, config_text: str | None = None)
             for r in report.roofline
         )
         body.append(f"<h3>Roofline and latency budget now</h3><ul>{items}</ul>")
+    if report.pools:
+        items = "".join(
+            f'<li data-pool="{_e(p.name)}">{_e(p.name)} {_e(p.model)}<ul>'
+            + "".join(f"<li>{_e(line)}</li>" for line in pool_lines(p))
+            + "</ul></li>"
+            for p in report.pools
+        )
+        body.append(f'<h3>Latency budget per pool now</h3><ul id="pools">{items}</ul>')
     body.append('<h2 id="plots">The window</h2>')
     if tl is None:
         body.append("<p>No time series: plots need <code>--prometheus.url</code>.</p>")
@@ -401,6 +409,12 @@ def as_markdown(
     if report.roofline:
         lines += ["### Roofline and latency budget now", ""]
         lines += [f"- {r.target} {r.model}: {roofline_summary(r)}" for r in report.roofline] + [""]
+    if report.pools:
+        lines += ["### Latency budget per pool now", ""]
+        for p in report.pools:
+            lines.append(f"- {p.name} {p.model}")
+            lines += [f"  - {line}" for line in pool_lines(p)]
+        lines.append("")
     lines += ["## The window", ""]
     if tl is None:
         lines += ["No time series: plots need `--prometheus.url`.", ""]

@@ -9,6 +9,7 @@ from exporter.config import format_duration as duration
 from exporter.diagnose.findings import (
     Condition,
     Finding,
+    PoolBudget,
     Report,
     Roofline,
     format_value,
@@ -59,9 +60,11 @@ def roofline_summary(r: Roofline) -> str:
     budget = [r.get(key) for key in ("e2e", "queue", "prefill", "decode", "host")]
     if all(value is not None for value in budget):
         e2e, queue, prefill, decode, host = (float(v or 0.0) for v in budget)
+        transfer = r.get("transfer")
+        moved = "" if transfer is None else f"KV transfer {_share(transfer)}, "
         parts.append(
             f"of {e2e:.1f} s end to end: queue {_share(queue)}, prefill {_share(prefill)}, "
-            f"decode {_share(decode)}, host {_share(host)}"
+            f"{moved}decode {_share(decode)}, host {_share(host)}"
         )
     return "; ".join(parts) or "no roofline figures (see docs/roofline.md for their inputs)"
 
@@ -119,6 +122,7 @@ def _roofline_json(r: Roofline) -> dict[str, Any]:
             "queue": r.get("queue"),
             "prefill": r.get("prefill"),
             "decode": r.get("decode"),
+            "transfer": r.get("transfer"),
             "host": r.get("host"),
         },
         "workload": {
@@ -127,6 +131,48 @@ def _roofline_json(r: Roofline) -> dict[str, Any]:
             "prefill_time_share": None if split is None else split[0],
             "decode_time_share": None if split is None else split[1],
             "advice": workload_advice(r.get("prompt_tokens"), r.get("output_tokens")),
+        },
+    }
+
+
+BUDGET_PARTS = ("queue", "prefill", "transfer", "decode")
+
+
+def _part(values: dict[str, float], key: str) -> str:
+    value = values.get(key)
+    return f"{key} -" if value is None else f"{key} {_share(value)}"
+
+
+def pool_lines(pool: PoolBudget) -> list[str]:
+    """One pool's budget: time to first token split, then each role's shares of its
+    engines' end-to-end latency."""
+    lines = []
+    ttft = pool.ttft_seconds
+    if ttft is not None:
+        split = ", ".join(_part(pool.ttft, key) for key in ("queue", "prefill", "transfer"))
+        lines.append(f"time to first token {1000 * ttft:.0f} ms: {split}")
+    for role in pool.ordered_roles():
+        shares = ", ".join(_part(pool.roles[role], key) for key in BUDGET_PARTS)
+        lines.append(f"{role} pool, of its end-to-end latency: {shares}")
+    return lines
+
+
+def _pool_json(pool: PoolBudget) -> dict[str, Any]:
+    return {
+        "labels": dict(pool.labels),
+        "pool": pool.name,
+        "model": pool.model,
+        "time_to_first_token": {
+            "seconds": pool.ttft_seconds,
+            **{
+                f"{key}_seconds": pool.ttft.get(f"{key}_seconds")
+                for key in ("queue", "prefill", "transfer")
+            },
+            **{key: pool.ttft.get(key) for key in ("queue", "prefill", "transfer")},
+        },
+        "roles": {
+            role: {key: pool.roles[role].get(key) for key in BUDGET_PARTS}
+            for role in pool.ordered_roles()
         },
     }
 
@@ -178,6 +224,7 @@ def as_json(report: Report) -> dict[str, Any]:
         ],
         "no_data": report.no_data,
         "roofline": [_roofline_json(r) for r in report.roofline],
+        "pools": [_pool_json(p) for p in report.pools],
     }
     if report.mode == "target":
         out["samples"] = report.samples
@@ -247,6 +294,11 @@ def as_text(report: Report) -> str:
             lines.append(f"  {r.target} {r.model}".rstrip())
             lines.append(f"    {roofline_summary(r)}")
             lines += [f"    {line}" for line in _roofline_details(r)]
+    if report.pools:
+        lines += ["", "Latency budget per pool:"]
+        for pool in report.pools:
+            lines.append(f"  {pool.name} {pool.model}".rstrip())
+            lines += [f"    {line}" for line in pool_lines(pool)]
     if report.not_evaluated:
         lines += ["", "Not evaluated:"]
         lines += [f"  {alert}: {reason}" for alert, reason in report.not_evaluated.items()]

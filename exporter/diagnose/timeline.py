@@ -20,7 +20,8 @@ from exporter.diagnose.findings import Finding, Report
 from exporter.diagnose.promql_eval import NAME, Labels
 from exporter.diagnose.promql_syntax import PromQLError
 from exporter.signatures.promql_text import matchers, selector
-from exporter.signatures.records import RecordNames
+from exporter.signatures.records import RecordNames, pool_labels
+from exporter.signatures.records.pool_records import POD_LABELS
 from exporter.signatures.site import SiteConfig
 
 # Points per plot: Prometheus answers at most 11,000 per series; a page needs far fewer.
@@ -114,6 +115,23 @@ PANELS: tuple[PanelSpec, ...] = (
         (SeriesSpec("busiest thread", "hottest_thread"),),
         threshold=("InferenceFrontendCPUSaturated", "hottest_thread_above"),
         threshold_label="saturated above",
+    ),
+)
+
+# A pool's incident (disaggregated serving) adds where its requests' first token waits.
+POOL_PANELS: tuple[PanelSpec, ...] = (
+    PanelSpec(
+        "ttft",
+        "Time to first token of the pool: shares in queue, prefill and KV transfer",
+        "ratio",
+        (
+            SeriesSpec("queue", "ttft_queue_share"),
+            SeriesSpec("prefill", "ttft_prefill_share"),
+            SeriesSpec("KV transfer", "ttft_transfer_share"),
+        ),
+        stacked=True,
+        threshold=("InferenceKVTransferBound", "transfer_share_above"),
+        threshold_label="transfer-bound above",
     ),
 )
 
@@ -214,11 +232,22 @@ def _lead(report: Report) -> Finding | None:
     return chosen[0] if chosen else None
 
 
+def _pooled(lead: Finding | None) -> bool:
+    """Whether the lead is a pool's (its labels name no pod nor instance)."""
+    if lead is None:
+        return False
+    labels = dict(lead.instance.labels)
+    return not any(labels.get(k) for k in POD_LABELS)
+
+
 def _scope(cfg: SiteConfig, lead: Finding | None) -> dict[str, str]:
+    """The lead's target, or its pool (a pool signature's labels name no pod): the plots then
+    show the pool's targets."""
     if lead is None:
         return {}
     labels = dict(lead.instance.labels)
-    return {k: labels.get(k, "") for k in cfg.join_labels}
+    keys = pool_labels(cfg.join_labels) if _pooled(lead) else cfg.join_labels
+    return {k: labels.get(k, "") for k in keys}
 
 
 def _name(base: str, labels: Labels, scope: dict[str, str]) -> str:
@@ -337,7 +366,8 @@ async def timeline(backend: PrometheusBackend, report: Report, span: float) -> T
     window = (start, end, step)
     lead = _lead(report)
     scope = _scope(report.cfg, lead)
-    panels = [await _panel(backend, report.cfg, spec, window, scope) for spec in PANELS]
+    specs = PANELS + (POOL_PANELS if _pooled(lead) else ())
+    panels = [await _panel(backend, report.cfg, spec, window, scope) for spec in specs]
     incident = await _incident(backend, lead, window)
     quality = await _quality(backend, report.cfg, scope, window)
     return Timeline(start, end, step, scope, panels, incident, quality)

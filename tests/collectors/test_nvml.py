@@ -17,10 +17,11 @@ from support.nvml import FaultyApi
 
 from exporter.backends import nvml_api
 from exporter.backends.pidns import FixedPids
+from exporter.backends.pod_cgroups import PodProcesses
 from exporter.backends.replay import ReplayApi, parse_trace
 from exporter.collectors import default_settings
 from exporter.collectors.base import Collection
-from exporter.collectors.nvml import NvmlCollector, check
+from exporter.collectors.nvml import NvmlCollector, check, pod_processes
 from exporter.collectors.nvml_devices import visible_device_uuids
 from exporter.collectors.nvml_state import integrate_samples
 from exporter.config import ConfigError
@@ -826,3 +827,114 @@ def test_host_procfs_must_be_the_hosts(tmp_path: Path) -> None:
     for path in (pod, tmp_path / "missing"):
         with pytest.raises(ConfigError, match=r"--gpu.host-procfs.*not the host's /proc"):
             check(default_settings(gpu_host_procfs=path))
+
+
+# --- per-pod shares (the node agent) -----------------------------------------------------------
+
+POD_A = "4a1b2c3d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
+POD_B = "9e8d7c6b-5a4f-4e3d-8c2b-1a0f9e8d7c6b"
+CID_A = "a" * 64
+CID_B = "b" * 64
+
+
+def write_cgroup(proc: Path, pid: int, text: str) -> None:
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    (proc / str(pid) / "cgroup").write_text(text)
+
+
+def test_each_pods_share_of_a_shared_gpu(clock: FakeClock, tmp_path: Path) -> None:
+    """PIDs 100 and 101 are pod A's (systemd driver), 200 pod B's (cgroupfs); then 200 ends and
+    101 turns out a host daemon's PID: counted, never given to a pod."""
+    proc = tmp_path / "proc"
+    slice_a = f"kubepods-burstable-pod{POD_A.replace('-', '_')}.slice"
+    write_cgroup(
+        proc,
+        100,
+        f"0::/kubepods.slice/kubepods-burstable.slice/{slice_a}/cri-containerd-{CID_A}.scope\n",
+    )
+    write_cgroup(
+        proc,
+        101,
+        f"0::/kubepods.slice/kubepods-burstable.slice/{slice_a}/cri-containerd-{CID_A}.scope\n",
+    )
+    write_cgroup(proc, 200, f"0::/kubepods/besteffort/pod{POD_B}/{CID_B}\n")
+    api = ReplayApi(
+        parse_trace(trace_lines(shared_records())),
+        clock=clock,
+        wall_us=lambda: 1_700_000_000_000_000,
+    )
+    collector = NvmlCollector(
+        lambda: api, poll_interval=3600, deadline=2.0, clock=clock, pods=PodProcesses(proc)
+    )
+    a = lab(0, pod_uid=POD_A, container_id=CID_A)
+    b = lab(0, pod_uid=POD_B, container_id=CID_B)
+    for c in run(collector):
+        out, collection = scrape(c)
+        g = out.get_sample_value
+        assert collection.success
+        assert g("inference_gpu_pod_utilization_ratio", a) == pytest.approx(0.20)
+        assert g("inference_gpu_pod_utilization_ratio", b) == pytest.approx(0.75)
+        assert g("inference_gpu_pod_memory_used_bytes", a) == 22 * GIB
+        assert g("inference_gpu_pod_memory_used_bytes", b) == 40 * GIB
+        for reason in ("host", "gone", "unreadable"):
+            assert g("inference_gpu_pod_unattributed_processes", lab(0, reason=reason)) == 0
+        # no engine attribution here: the sidecar's series stay absent
+        assert g("inference_gpu_engine_utilization_ratio", lab(0)) is None
+        # GPU 1's trace has no processes: nothing mapped, nothing counted
+        assert g("inference_gpu_pod_unattributed_processes", lab(1, reason="host")) is None
+
+        (proc / "200" / "cgroup").unlink()
+        (proc / "200").rmdir()
+        write_cgroup(proc, 101, "0::/system.slice/nvidia-persistenced.service\n")
+        clock.now += 1.0
+        c.poll_now()
+        out, collection = scrape(c)
+        g = out.get_sample_value
+        # the GPU was read; the mapping's misses are counted, not failures
+        assert collection.success
+        assert g("inference_gpu_pod_utilization_ratio", b) is None
+        assert g("inference_gpu_pod_memory_used_bytes", b) is None
+        assert g("inference_gpu_pod_utilization_ratio", a) == pytest.approx(0.16)  # 100 alone
+        assert g("inference_gpu_pod_memory_used_bytes", a) == 20 * GIB
+        assert g("inference_gpu_pod_unattributed_processes", lab(0, reason="gone")) == 1
+        assert g("inference_gpu_pod_unattributed_processes", lab(0, reason="host")) == 1
+
+
+def test_pod_mapping_is_the_node_agents(tmp_path: Path) -> None:
+    """On with the podresources collector where the host's /proc is given; off elsewhere."""
+    host = tmp_path / "host-proc"
+    settings = default_settings(collector_podresources=True)
+    mapped = pod_processes(settings, host)
+    assert mapped is not None and mapped.root == host
+    assert pod_processes(default_settings(), host) is None  # a sidecar: the engine's share only
+
+
+def test_no_readable_cgroup_is_a_failing_collector(clock: FakeClock, tmp_path: Path) -> None:
+    """Every GPU process's cgroup unreadable (here each is a directory: EISDIR): counted, no
+    pod given anything, and the collector says it cannot do what it was asked."""
+    proc = tmp_path / "proc"
+    for pid in (100, 101, 200):
+        (proc / str(pid) / "cgroup").mkdir(parents=True)
+    api = ReplayApi(
+        parse_trace(trace_lines(shared_records())),
+        clock=clock,
+        wall_us=lambda: 1_700_000_000_000_000,
+    )
+    collector = NvmlCollector(
+        lambda: api, poll_interval=3600, deadline=2.0, clock=clock, pods=PodProcesses(proc)
+    )
+    for c in run(collector):
+        out, collection = scrape(c)
+        g = out.get_sample_value
+        assert g("inference_gpu_pod_unattributed_processes", lab(0, reason="unreadable")) == 3
+        assert not [s for s in out.collect() if s.name == "inference_gpu_pod_utilization_ratio"]
+        assert not collection.success
+        assert "cgroup" in collection.error and "GPU 0" in collection.error
+        assert g("inference_gpu_utilization_ratio", lab(0)) == pytest.approx(0.9)  # still read
+        # one readable cgroup again: the collector is honest the other way too
+        (proc / "200" / "cgroup").rmdir()
+        write_cgroup(proc, 200, f"0::/kubepods/besteffort/pod{POD_B}/{CID_B}\n")
+        clock.now += 1.0
+        c.poll_now()
+        _, collection = scrape(c)
+        assert collection.success

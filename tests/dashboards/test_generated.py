@@ -45,7 +45,7 @@ REQUIRED_PANELS = {
         "Driver utilisation samples over time",
         "Decode roofline efficiency",
         "Decode step: HBM floor vs observed",
-        "Latency budget: queue, prefill, decode, host",
+        "Latency budget: queue, prefill, KV transfer, decode, host",
         "Prefill compute efficiency",
         "Pool sizes: engines per role",
         "Pool queue by stage",

@@ -193,6 +193,18 @@ def test_the_node_agent_is_privileged_only_by_the_kubelet_socket() -> None:
     ]
 
 
+def test_host_pid_is_opt_in_and_keeps_the_agent_privileged_only() -> None:
+    (daemonset,) = of_kind(render(SCENARIOS["node-hostpid"]), "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True
+    assert baseline_violations(pod) == ["hostPID", "volume pod-resources: hostPath"]
+    assert pod_security_level(pod) == "privileged"
+    # no capability comes with it: reading /proc/<pid>/cgroup needs none
+    assert exporter_container(pod)["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    (default,) = of_kind(render(), "DaemonSet")
+    assert "hostPID" not in default["spec"]["template"]["spec"]
+
+
 def test_restricted_check_sees_a_violation() -> None:
     _, pod = next(pod_specs(render(SCENARIOS["sidecar"])))
     exporter_container(pod)["securityContext"]["allowPrivilegeEscalation"] = True

@@ -1,162 +1,29 @@
 """The node profile passes the sidecar profile's own promtool tests, with its GPU series moved
 to a node agent.
 
-Each test group of ``tests/promtool/sidecar/{signatures,baseline}.yaml`` is rewritten
-as the node layout would expose it: every ``inference_gpu_*`` series of a PodMonitor target
-leaves the sidecar and is the node agent's (the agent's own target labels; one agent per
-sidecar, so no two pods' GPUs collide), and the agent says which pod holds each GPU
-(``inference_gpu_pod_info`` with that pod's namespace, pod and container, as honorLabels
-keeps them). Then promtool runs the rewritten groups against ``alert_rules/node/``: every
-alert expected of a pod must fire with the same labels and annotations, every near miss stay
-silent. What the node layout cannot do is left out, and said here: static targets (no pod to
-join a GPU to), and the alerts that read the sidecar's raw GPU series or its per-process
-shares.
+Each test group of ``tests/promtool/sidecar/{signatures,baseline}.yaml`` is rewritten as the
+node layout would expose it (:mod:`support.node_layout`); then promtool runs the rewritten groups
+against ``alert_rules/node/``: every alert expected of a pod must fire with the same labels and
+annotations, every near miss stay silent.
 """
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from support.node_layout import GPU_SOURCED, SIDECAR_TESTS, node_layout_groups
 from support.paths import ROOT
 
-from exporter.signatures import all_signatures as catalogue
-from exporter.signatures.records import recording_rules
-from exporter.signatures.site import parse_config
-
-SIDECAR_TESTS = ROOT / "tests" / "promtool" / "sidecar"
 RULES = ROOT / "alert_rules" / "node"
-_SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\}$")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-TARGET = ("namespace", "pod", "container", "endpoint", "instance", "job")
-# Read the sidecar's own GPU series (up, the per-process shares, the attribution method): a
-# node agent's belong to the node, not to a pod's sidecar.
-SIDECAR_ONLY = {
-    "InferenceGPULost",
-    "InferenceNVMLUnavailable",
-    "InferenceGPUContended",
-    "InferenceGPUAttributionUncertain",
-}
-# The sidecar's per-process series: in the node layout nothing exports them per pod.
-PER_PROCESS = {
-    "inference_gpu_processes",
-    "inference_gpu_engine_utilization_ratio",
-    "inference_gpu_engine_memory_used_bytes",
-    "inference_gpu_attribution_info",
-}
-
-
-def gpu_sourced_alerts() -> set[str]:
-    """Alerts whose expression or evidence reads a record the node profile fills differently:
-    those can no longer fire for a static target (no pod to give a GPU to)."""
-    side = {r.record: r.expr for r in recording_rules(parse_config({}, "sidecar"))}
-    node = {r.record: r.expr for r in recording_rules(parse_config({}, "node"))}
-    differ = {name for name in side if side[name] != node.get(name)}
-    out = set()
-    for sig in catalogue(parse_config({}, "node")):
-        for rule in sig.rules:
-            texts = [rule.expr, *(e.expr or "" for e in rule.evidence)]
-            if any(name in text for text in texts for name in differ):
-                out.add(sig.alert)
-    return out
-
-
-GPU_SOURCED = gpu_sourced_alerts()
-
-
-def _labels(text: str) -> dict[str, str]:
-    return dict(_LABEL.findall(text))
-
-
-def _series(name: str, labels: dict[str, str]) -> str:
-    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    return f"{name}{{{inner}}}"
-
-
-def _length(values: str) -> int:
-    """How many samples a promtool values string holds (``a+bxN`` is N+1)."""
-    total = 0
-    for part in str(values).split():
-        match = re.match(r"^.*x(\d+)$", part)
-        total += int(match[1]) + 1 if match else 1
-    return total
-
-
-def to_node_layout(group: dict[str, Any]) -> dict[str, Any] | None:
-    """The group as the node layout exposes it; None when nothing of it can be checked."""
-    series: list[dict[str, Any]] = []
-    holders: dict[tuple[str, str, str], tuple[dict[str, str], int]] = {}
-    agents: dict[str, dict[str, str]] = {}
-    for item in group["input_series"]:
-        match = _SERIES.match(item["series"])
-        assert match, item["series"]
-        name, labels = match[1], _labels(match[2])
-        gpu_series = name.startswith(("inference_gpu_", "inference_nvml_"))
-        if not gpu_series:
-            series.append(item)
-            continue
-        if name in PER_PROCESS or "pod" not in labels:
-            continue  # the sidecar's own, or a static target's: no pod to give it to
-        agent = agents.setdefault(
-            labels["instance"],
-            {
-                "namespace": "monitoring",
-                "pod": f"ibe-node-{len(agents)}",
-                "container": "inference-bottleneck-exporter",
-                "endpoint": "metrics",
-                "instance": f"10.0.200.{len(agents)}:10960",
-                "job": "monitoring/ibe-node",
-            },
-        )
-        own = {k: v for k, v in labels.items() if k not in TARGET}
-        series.append({"series": _series(name, {**own, **agent}), "values": item["values"]})
-        if "gpu" in labels and "uuid" in labels:
-            key = (agent["instance"], labels["gpu"], labels["uuid"])
-            length = max(_length(item["values"]), holders.get(key, ({}, 0))[1])
-            holder = {
-                "gpu": labels["gpu"],
-                "uuid": labels["uuid"],
-                "namespace": labels["namespace"],
-                "pod": labels["pod"],
-                "container": "engine",
-                "endpoint": "metrics",
-                "instance": agent["instance"],
-                "job": agent["job"],
-            }
-            holders[key] = (holder, length)
-    for holder, length in holders.values():
-        series.append(
-            {"series": _series("inference_gpu_pod_info", holder), "values": f"1x{length}"}
-        )
-    cases = []
-    for case in group.get("alert_rule_test", []):
-        if case["alertname"] in SIDECAR_ONLY:
-            continue
-        expected = case.get("exp_alerts") or []
-        if case["alertname"] in GPU_SOURCED:
-            expected = [a for a in expected if "pod" in a["exp_labels"]]
-            if len(expected) != len(case.get("exp_alerts") or []) and not expected:
-                continue  # it fired only for a static target: nothing left to check
-        cases.append({**case, "exp_alerts": expected})
-    if not cases:
-        return None
-    out = {k: v for k, v in group.items() if k not in ("promql_expr_test", "alert_rule_test")}
-    return {**out, "input_series": series, "alert_rule_test": cases}
-
-
-def _groups(name: str) -> list[dict[str, Any]]:
-    document = yaml.safe_load((SIDECAR_TESTS / name).read_text(encoding="utf-8"))
-    return [g for g in (to_node_layout(g) for g in document["tests"]) if g is not None]
 
 
 @pytest.mark.parametrize("name", ["signatures.yaml", "baseline.yaml"])
 def test_sidecar_cases_hold_in_the_node_layout(name: str, tmp_path: Path) -> None:
-    groups = _groups(name)
+    groups = node_layout_groups(name)
     assert groups
     source = yaml.safe_load((SIDECAR_TESTS / name).read_text(encoding="utf-8"))
     document = {
@@ -185,7 +52,7 @@ def test_the_rewrite_keeps_firing_cases_of_every_gpu_signature() -> None:
     node layout's own, two pods on one node and the cold start)."""
     fired = {
         case["alertname"]
-        for group in _groups("signatures.yaml")
+        for group in node_layout_groups("signatures.yaml")
         for case in group["alert_rule_test"]
         if case["exp_alerts"]
     }

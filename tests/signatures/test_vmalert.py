@@ -17,6 +17,11 @@ The alerts are replayed test group by test group, each from a fresh state as in 
 
 Where MetricsQL differs from PromQL on this data, the difference is asserted here and written
 in docs/deployment.md ("Two engines"); the alerts do not differ.
+
+The ``node`` profile is replayed the same way over its own promtool tests
+(``tests/promtool/node/``: two pods on one node, only one starved; a time-sliced GPU's contended
+pod) and the sidecar profile's signature and baseline groups in the node layout
+(:mod:`support.node_layout`, the groups ``test_node_profile.py`` runs with promtool).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.node_layout import node_layout_groups
 from support.paths import ROOT
 from support.victoria import (
     VictoriaMetrics,
@@ -45,11 +51,21 @@ from exporter.config import parse_duration
 from exporter.signatures.definitions import RECORD_NAME
 
 RULES = ROOT / "alert_rules"
+# The sidecar profile's groups replayed against the node profile in the node layout.
+NODE_LAYOUT = ("signatures.yaml", "baseline.yaml")
 TESTS = [
     ROOT / "tests" / "promtool" / "sidecar" / name
-    for name in ("signatures.yaml", "meta.yaml", "baseline.yaml", "shared.yaml", "pools.yaml")
+    for name in (
+        "signatures.yaml",
+        "meta.yaml",
+        "baseline.yaml",
+        "shared.yaml",
+        "pools.yaml",
+        "split.yaml",
+    )
 ]
 COLD_START = ROOT / "tests" / "promtool" / "sidecar" / "coldstart.yaml"
+NODE_TESTS = sorted((ROOT / "tests" / "promtool" / "node").glob("*.yaml"))
 # Between two test groups: longer than any window, offset (the 1h baseline) and lookback.
 GAP_S = 2 * 3600
 HOUR = 3600
@@ -59,7 +75,7 @@ HOUR = 3600
 class Slot:
     """One promtool test group placed at ``start`` (Unix seconds) in VictoriaMetrics."""
 
-    path: Path
+    source: str
     index: int
     group: dict[str, Any]
     start: int
@@ -67,34 +83,39 @@ class Slot:
 
     @property
     def name(self) -> str:
-        return f"{self.path.name}#{self.index}"
+        return f"{self.source}#{self.index}"
 
 
 def _seconds(text: str) -> int:
     return round(parse_duration(str(text)))
 
 
-def _slots(paths: list[Path], base: int) -> list[Slot]:
+def _test_groups(path: Path) -> tuple[str, list[dict[str, Any]]]:
+    """A promtool test file's groups, named by the file."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert data.get("evaluation_interval", "1m") == "1m", path
+    return path.name, data["tests"]
+
+
+def _slots(sources: list[tuple[str, list[dict[str, Any]]]], base: int) -> list[Slot]:
     out: list[Slot] = []
     start = base
-    for path in paths:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        assert data.get("evaluation_interval", "1m") == "1m", path
-        for index, group in enumerate(data["tests"]):
+    for source, groups in sources:
+        for index, group in enumerate(groups):
             interval = _seconds(group.get("interval", "1m"))
-            assert interval == 60, f"{path.name}#{index}: the replay evaluates every minute"
+            assert interval == 60, f"{source}#{index}: the replay evaluates every minute"
             samples = max(len(expand(s["values"])) for s in group["input_series"])
             length = samples * interval
-            out.append(Slot(path, index, group, start, length))
+            out.append(Slot(source, index, group, start, length))
             start += length + GAP_S
     return out
 
 
-def _levels() -> list[list[dict[str, Any]]]:
+def _levels(pack: Path) -> list[list[dict[str, Any]]]:
     """The pack's groups split by dependency level: records over raw series, records over
     those, ..., then the alerts."""
-    records = yaml.safe_load((RULES / "recording_rules.yaml").read_text())["groups"]
-    alerts = yaml.safe_load((RULES / "alerts.yaml").read_text())["groups"]
+    records = yaml.safe_load((pack / "recording_rules.yaml").read_text())["groups"]
+    alerts = yaml.safe_load((pack / "alerts.yaml").read_text())["groups"]
     level: dict[str, int] = {}
     by_level: dict[int, list[dict[str, Any]]] = {}
     for group in records:
@@ -115,14 +136,13 @@ def _levels() -> list[list[dict[str, Any]]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def replayed(
-    tmp_path_factory: pytest.TempPathFactory,
+def _replay(
+    workdir: Path, pack: Path, sources: list[tuple[str, list[dict[str, Any]]]]
 ) -> Iterator[tuple[VictoriaMetrics, list[Slot]]]:
-    workdir = tmp_path_factory.mktemp("vmalert")
+    """VictoriaMetrics with ``sources``' series and ``pack`` replayed over them."""
     # Three days back, on the hour: inside retention, evaluation steps on whole minutes.
     base = (int(time.time()) - 3 * 24 * HOUR) // HOUR * HOUR
-    slots = _slots([*TESTS, COLD_START], base)
+    slots = _slots(sources, base)
     vm = start_victoria_metrics(workdir)
     try:
         lines: list[str] = []
@@ -132,7 +152,7 @@ def replayed(
         vm.import_text(lines)
         vm.flush()
         end = slots[-1].start + slots[-1].length
-        *records, alerts = _levels()
+        *records, alerts = _levels(pack)
         for n, groups in enumerate(records):
             rules = workdir / f"records-{n}.yaml"
             rules.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
@@ -149,6 +169,23 @@ def replayed(
         yield vm, slots
     finally:
         vm.stop()
+
+
+@pytest.fixture(scope="module")
+def replayed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[VictoriaMetrics, list[Slot]]]:
+    sources = [_test_groups(path) for path in [*TESTS, COLD_START]]
+    yield from _replay(tmp_path_factory.mktemp("vmalert"), RULES, sources)
+
+
+@pytest.fixture(scope="module")
+def node_replayed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[VictoriaMetrics, list[Slot]]]:
+    sources = [_test_groups(path) for path in NODE_TESTS]
+    sources += [(f"node-layout:{name}", node_layout_groups(name)) for name in NODE_LAYOUT]
+    yield from _replay(tmp_path_factory.mktemp("vmalert-node"), RULES / "node", sources)
 
 
 def _firing(vm: VictoriaMetrics, alertname: str, at: int) -> set[frozenset[tuple[str, str]]]:
@@ -174,10 +211,11 @@ def _cases(slots: list[Slot], kind: str) -> Iterator[tuple[Slot, dict[str, Any]]
             yield slot, case
 
 
-def test_the_same_alerts_fire_as_in_prometheus(
-    replayed: tuple[VictoriaMetrics, list[Slot]],
-) -> None:
-    vm, slots = replayed
+def _compare_alerts(
+    vm: VictoriaMetrics, slots: list[Slot]
+) -> tuple[int, set[str], set[str], list[str]]:
+    """Each ``alert_rule_test`` case of ``slots`` against vmalert's ``ALERTS``: how many were
+    checked, the alerts expected to fire and to stay quiet, the mismatches."""
     checked, firing, quiet = 0, set(), set()
     mismatches = []
     for slot, case in _cases(slots, "alert_rule_test"):
@@ -194,6 +232,14 @@ def test_the_same_alerts_fire_as_in_prometheus(
             )
         (firing if expected else quiet).add(case["alertname"])
         checked += 1
+    return checked, firing, quiet, mismatches
+
+
+def test_the_same_alerts_fire_as_in_prometheus(
+    replayed: tuple[VictoriaMetrics, list[Slot]],
+) -> None:
+    vm, slots = replayed
+    checked, firing, quiet, mismatches = _compare_alerts(vm, slots)
     assert not mismatches, "\n".join(mismatches)
     # Every signature's firing case and near miss went through vmalert.
     from exporter.signatures import all_signatures, parse_config  # noqa: PLC0415
@@ -208,7 +254,7 @@ def test_cold_starts_are_quiet_in_vmalert_too(
 ) -> None:
     vm, slots = replayed
     checked = 0
-    for slot, case in _cases([s for s in slots if s.path == COLD_START], "promql_expr_test"):
+    for slot, case in _cases([s for s in slots if s.source == COLD_START.name], "promql_expr_test"):
         if "ALERTS" not in case["expr"]:
             continue
         at = slot.start + _seconds(case["eval_time"])
@@ -295,6 +341,12 @@ def test_records_agree_but_where_documented(
     """The promtool record checks of the replayed tests, against VictoriaMetrics: equal, or
     different exactly as :data:`DIFFERENT` says."""
     vm, slots = replayed
+    assert _compare_records(vm, slots) == set(DIFFERENT)
+
+
+def _compare_records(vm: VictoriaMetrics, slots: list[Slot]) -> set[tuple[str, str, str]]:
+    """Each ``promql_expr_test`` record check of ``slots`` against VictoriaMetrics; returns the
+    :data:`DIFFERENT` cases met."""
     seen = set()
     for slot, case in _cases(slots, "promql_expr_test"):
         if "ALERTS" in case["expr"]:
@@ -320,4 +372,21 @@ def test_records_agree_but_where_documented(
             seen.add(key)
         else:
             assert got == expected, key
-    assert seen == set(DIFFERENT)
+    return seen
+
+
+def test_the_node_profile_fires_as_in_prometheus(
+    node_replayed: tuple[VictoriaMetrics, list[Slot]],
+) -> None:
+    """The node profile in vmalert: the alerts promtool expects of its own tests and of the
+    sidecar groups in the node layout, and its record checks."""
+    vm, slots = node_replayed
+    checked, firing, quiet, mismatches = _compare_alerts(vm, slots)
+    assert not mismatches, "\n".join(mismatches)
+    assert "InferenceGPUStarvedQueueGrowing" in firing & quiet
+    assert "InferenceGPUContended" in firing & quiet
+    # the GPU signatures the node layout keeps for pods, each firing and near-missing
+    for alert in ("InferenceGPUUtilizationPulsing", "InferenceHBMBandwidthSaturated"):
+        assert alert in firing & quiet, alert
+    assert checked >= 40
+    assert _compare_records(vm, slots) == set()

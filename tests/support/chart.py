@@ -47,6 +47,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     "dcgm": {"mode": "dcgm", "example": {"enabled": True}},
     "node": {"mode": "node", "gpu": {"runtimeClassName": "nvidia"}},
+    # The node agent in the host's PID namespace: per-pod shares of time-sliced and MPS GPUs.
+    "node-hostpid": {"mode": "node", "node": {"hostPID": True}},
     # The default mode with the example: the node agent and a sidecar without NVML.
     "node-example": {"example": {"enabled": True}},
     "all-objects": {

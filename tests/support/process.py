@@ -22,10 +22,12 @@ _LISTEN = re.compile(r"listening on (127\.0\.0\.1|\[::1\]):(\d+)")
 class ExporterProcess:
     """A running ``inference-bottleneck-exporter`` with its log captured."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str] | None = None, *, module: str = "exporter.cli"
+    ) -> None:
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter.cli", "--log.format", "json", *args],
+            [sys.executable, "-m", module, "--log.format", "json", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -31,8 +31,8 @@ vLLM's P/D request protocol (``kv_transfer_params``, as its NixlConnector proxie
 
 The front's time to first token is the client's: from the request's arrival, through the
 prefill server's answer and the transfer, to the first token decoded here. While its cache is
-being read a request counts as waiting (vLLM keeps a request waiting for remote KV in its
-waiting queue).
+being read a request counts as waiting, and its queue time holds the read (vLLM keeps a request
+waiting for remote KV in its waiting queue and records it scheduled once the cache is in).
 
 Tokenization runs in the event loop (the fast tokenizer takes about a millisecond for 512
 tokens), as in vLLM's API server; ``tokenizer-slow`` moves it to the pure-Python path on one
@@ -103,6 +103,7 @@ class _Stream:
     last_token_at: float = 0.0  # worker clock
     finished: Finished | None = None
     kv: bytes | None = None  # prefill role: the prompt's exported KV cache
+    kv_wait: float = 0.0  # decode role: seconds spent reading the KV cache before admission
 
 
 class WorkerGoneError(RuntimeError):
@@ -281,7 +282,9 @@ class Frontend:
             if fin.reason.startswith("error"):
                 continue
             metrics.e2e.observe(now - stream.arrival)
-            metrics.queue_time.observe(max(0.0, fin.scheduled - fin.queued))
+            # As vLLM's: a decode request waits in the queue while its cache is read
+            # (WAITING_FOR_REMOTE_KVS), so its queue time holds the transfer.
+            metrics.queue_time.observe(max(0.0, fin.scheduled - fin.queued) + stream.kv_wait)
             metrics.prefill_time.observe(max(0.0, fin.first_token - fin.scheduled))
             metrics.decode_time.observe(max(0.0, fin.last_token - fin.first_token))
             metrics.success(fin.reason)
@@ -340,9 +343,10 @@ class Frontend:
         *,
         export_kv: bool = False,
         kv: bytes | None = None,
+        kv_wait: float = 0.0,
     ) -> _Stream:
         rid = uuid.uuid4().hex
-        stream = _Stream(rid=rid, arrival=arrival, prompt_tokens=len(prompt))
+        stream = _Stream(rid=rid, arrival=arrival, prompt_tokens=len(prompt), kv_wait=kv_wait)
         self._streams[rid] = stream
         req = Request(rid, tuple(prompt), max_tokens, temperature, seed, export_kv, kv)
         try:
@@ -463,7 +467,7 @@ class Frontend:
         export = self.cfg.role == "prefill" and _flag(transfer, "do_remote_decode")
         if export and params.stream:
             raise _error(400, "a remote decode's prefill is answered whole, not streamed")
-        kv = await self._remote_prefill(transfer, prompt_ids, params)
+        kv, kv_wait = await self._remote_prefill(transfer, prompt_ids, params)
         try:
             stream = await self.submit(
                 prompt_ids,
@@ -473,6 +477,7 @@ class Frontend:
                 arrival,
                 export_kv=export,
                 kv=kv,
+                kv_wait=kv_wait,
             )
         except WorkerGoneError as err:
             raise _error(503, str(err), "ServiceUnavailable") from None
@@ -514,14 +519,15 @@ class Frontend:
 
     async def _remote_prefill(
         self, transfer: Any, prompt_ids: list[int], params: _Params
-    ) -> bytes | None:
+    ) -> tuple[bytes | None, float]:
         """decode: the prompt's KV cache from the prefill server (asked first when this server
-        is the front), or None to run the prompt here."""
+        is the front), or None to run the prompt here; and the seconds spent reading it (the
+        request's wait for its cache, which vLLM counts as queue time)."""
         if self.cfg.role != "decode":
-            return None
+            return None, 0.0
         if not _flag(transfer, "do_remote_prefill"):
             if not self.cfg.prefill_url:
-                return None
+                return None, 0.0
             transfer = await self._ask_prefill(prompt_ids, params)
         host, port, rid = (
             transfer.get(k) for k in ("remote_host", "remote_port", "remote_request_id")
@@ -534,6 +540,7 @@ class Frontend:
         nixl = self.metrics.nixl
         pull = functools.partial(kv_transfer.pull, host, port, rid, rate=self.cfg.kv_rate)
         self._pulling += 1
+        started = time.monotonic()
         try:
             pulled = await asyncio.get_running_loop().run_in_executor(self._kv_pool, pull)
             if pulled.meta.tokens != len(prompt_ids):
@@ -544,9 +551,10 @@ class Frontend:
         except kv_transfer.TransferError as err:
             nixl.failed_transfers.inc()
             log.warning("%s; recomputing the prompt", err)
-            return None
+            return None, time.monotonic() - started
         finally:
             self._pulling -= 1
+        waited = time.monotonic() - started
         if not pulled.notified:
             nixl.failed_notifications.inc()
         nixl.transfer(
@@ -555,7 +563,7 @@ class Frontend:
             nbytes=len(pulled.payload),
             descriptors=pulled.meta.descriptors(self.worker_cfg.block_size),
         )
-        return pulled.payload
+        return pulled.payload, waited
 
     async def _ask_prefill(self, prompt_ids: list[int], params: _Params) -> dict[str, Any]:
         """The front's first hop: the prompt to the prefill server, its cache's address back."""

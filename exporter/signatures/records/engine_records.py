@@ -16,7 +16,6 @@ def engine_records(ctx: RecordContext) -> list[RecordingRule]:
     running = ctx.sidecar_series("inference_requests_running")
     generated = ctx.sidecar_series("inference_generation_tokens_total")
     queue = ctx.sidecar_series("inference_queue_depth")
-    queue_time = ctx.sidecar_series("inference_queue_time_seconds_sum")
     e2e_time = ctx.sidecar_series("inference_e2e_request_latency_seconds_sum")
     finished = ctx.sidecar_series("inference_e2e_request_latency_seconds_count")
     return [
@@ -57,10 +56,11 @@ def engine_records(ctx: RecordContext) -> list[RecordingRule]:
         ),
         RecordingRule(
             records.queue_wait_share,
-            f"sum {by_target} (rate({queue_time}[{latency}]))\n"
+            f"{ctx.queue_less_transfer(ctx.join, latency)}\n"
             f"/\n"
             f"sum {by_target} (rate({e2e_time}[{latency}]))",
-            "share of end-to-end request latency spent waiting in the queue",
+            "share of end-to-end request latency spent waiting in the queue (a decode "
+            "engine's wait for the KV transfer left out: it has its own share)",
         ),
     ]
 

@@ -4,6 +4,10 @@ The node agent's series belong to the node: ``inference_gpu_pod_info`` names the
 each GPU (``namespace``, ``pod``, kept by ``honorLabels``). Each GPU series is joined to it by
 the agent's ``instance`` and the GPU, aggregated by pod, and given the sidecar target's
 remaining join labels the same way the dcgm profile gives dcgm-exporter's (:func:`node_per_gpu`).
+
+A pod's own share of a shared GPU comes from the agent's per-pod shares (hostPID), which name
+the pod by UID only: kube-state-metrics' ``kube_pod_info{uid, namespace, pod}`` names it
+(:func:`node_pod_share`).
 """
 
 from __future__ import annotations
@@ -154,9 +158,12 @@ def node_gpu_records(ctx: RecordContext) -> list[RecordingRule]:
 
 
 def node_shares(ctx: RecordContext) -> tuple[RecordingRule, RecordingRule, RecordingRule]:
-    """Each GPU's utilisation for each pod holding it; no engine share (the attribution is by
-    pod, not by process); the target's own utilisation is its GPUs'."""
+    """Each GPU's utilisation for each pod holding it; the pod's own share of a GPU other
+    tenants' processes share (the node agent's per-pod shares, where it runs with hostPID,
+    named by kube-state-metrics' ``kube_pod_info``); the target's own utilisation counting only
+    that share."""
     records = ctx.records
+    on_gpu = on((*ctx.join, *GPU_LABELS))
     busy = ctx.sidecar_series("inference_gpu_busy_seconds_total")
     device = RecordingRule(
         records.gpu_device_utilization,
@@ -166,16 +173,57 @@ def node_shares(ctx: RecordContext) -> tuple[RecordingRule, RecordingRule, Recor
     )
     engine_share = RecordingRule(
         records.gpu_engine_share,
-        f"{records.gpu_device_utilization} unless {records.gpu_device_utilization}",
-        "none: the node agent's attribution by pod does not tell the engine's processes from "
-        "other tenants'",
+        node_pod_share(ctx),
+        "the pod's own mean share (0-1) of each GPU that other pods' or the host's processes "
+        "share (the node agent's per-pod shares with hostPID, the pod UID named by "
+        "kube-state-metrics' kube_pod_info); absent on a GPU the pod has to itself",
     )
     own = RecordingRule(
         records.gpu_own_utilization,
-        records.gpu_utilization,
-        "mean GPU utilisation (0-1) over the target's GPUs (no per-process shares here)",
+        f"avg {ctx.by_target} (\n{records.gpu_engine_share}\nor {on_gpu}\n"
+        f"{records.gpu_device_utilization}\n)",
+        "mean GPU utilisation (0-1) over the target's GPUs, counting only the pod's own "
+        "share of a GPU shared with other tenants",
     )
     return device, engine_share, own
+
+
+def node_pod_share(ctx: RecordContext) -> str:
+    """Each pod's own share of each GPU its processes run on, where the GPU is shared: the
+    node agent's ``inference_gpu_pod_utilization_ratio{pod_uid}`` summed over the pod's
+    containers, joined to ``kube_pod_info{uid}`` for ``namespace`` and ``pod`` (the agent's own
+    target labels dropped first), then given the target's remaining join labels.
+
+    Shared: processes of more than one pod on the GPU, or a live process of no pod (a host
+    tenant). A pod UID without a ``kube_pod_info`` row joins no one; a process the agent could
+    not map is no pod's share; a pod's processes on a GPU the kubelet did not give it are not
+    its share (the device record, :func:`node_shares`, has only the GPUs it holds).
+    """
+    pj, agent = pod_labels(ctx), agent_gpu(ctx)
+    rest = [label for label in ctx.join if label not in pj]
+    rate = ctx.window("rate")
+    util = ctx.sidecar_series("inference_gpu_pod_utilization_ratio")
+    host = ctx.sidecar_series("inference_gpu_pod_unattributed_processes", 'reason="host"')
+    cluster = (CLUSTER,) if CLUSTER in ctx.join else ()
+    by_uid = by((*agent, "uid"))
+    share = (
+        f"sum {by_uid} (\nlabel_replace(avg_over_time({util}[{rate}]), "
+        f'"uid", "$1", "pod_uid", "(.+)")\n)'
+    )
+    pods_on_gpu = (
+        f"count {by(agent)} (max {by((*agent, 'pod_uid'))} (max_over_time({util}[{rate}])))"
+    )
+    shared = f"(\n{pods_on_gpu} > 1\nor\nmax {by(agent)} (max_over_time({host}[{rate}])) > 0\n)"
+    names = f"max {by((*cluster, 'uid', 'namespace', 'pod'))} (kube_pod_info)"
+    named = (
+        f"(\n{share}\nand {on(agent)}\n{shared}\n)\n"
+        f"* {on((*cluster, 'uid'))} group_left (namespace, pod)\n{names}"
+    )
+    grouped = f"max {by((*pj, *GPU_LABELS))} (\n{named}\n)"
+    pods = selector(ctx.records.target_info, 'namespace!=""', 'pod!=""')
+    # Only GPUs the kubelet gave the pod: its processes on another GPU are no share of its own.
+    held = f"and {on((*ctx.join, *GPU_LABELS))}\n{ctx.records.gpu_device_utilization}"
+    return f"{grouped}\n* {on(pj)} group_left ({', '.join(rest)})\n{pods}\n{held}"
 
 
 def node_peaks(ctx: RecordContext, precision: str) -> tuple[str, str]:

@@ -7,7 +7,7 @@ through a label selector).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from exporter.config import format_duration
@@ -37,8 +37,8 @@ def pool_records(ctx: RecordContext) -> list[RecordingRule]:
     the engines it needs are its engines x (waiting + running) / running - what it takes
     to run its waiting requests at today's concurrency per engine - and the suggested
     prefill:decode ratio is the two pools' needs. Time to first token splits into queue +
-    prefill + transfer (the prefill-capable engines' queue and prefill times, the transfer
-    wherever the engine observes it).
+    prefill + transfer (:func:`_ttft_split`), and each role's end-to-end latency into the
+    shares of the latency budget (:func:`_budget_by_role`).
     """
     r = ctx.records
     pool = pool_labels(ctx.join)
@@ -76,7 +76,6 @@ def pool_records(ctx: RecordContext) -> list[RecordingRule]:
     ]
     for role in ROLES:
         out += _pool_role(ctx, role, (*pool, "model"), rate, trend)
-    prefill_side = 'role!="decode"'
     needed = {role: r.of_role(r.pool_engines_needed, role) for role in ROLES}
     engines = {role: r.of_role(r.pool_engines, role) for role in ROLES}
     return [
@@ -96,18 +95,115 @@ def pool_records(ctx: RecordContext) -> list[RecordingRule]:
             mean_of("inference_kv_transfer_seconds"),
             "mean duration of one KV-cache transfer between the pools, seconds",
         ),
-        RecordingRule(
-            r.ttft_transfer_share,
-            f"{r.kv_transfer_mean}\n/ {op}\n(\n{r.kv_transfer_mean}\n+ {op}\n"
-            f"{mean_of('inference_queue_time_seconds', prefill_side)}\n+ {op}\n"
-            f"{mean_of('inference_prefill_time_seconds', prefill_side)}\n)",
-            "share of time to first token in the KV transfer: transfer / (queue + prefill "
-            "+ transfer), means over the model's engines",
-        ),
+        *_ttft_split(ctx, pool, mean_of),
+        *_budget_by_role(ctx, pool),
         RecordingRule(
             r.kv_failure_ratio,
             f"{failures}\n/\n(\n{failures}\n+ {op}\n({transfers} or 0 * {failures})\n)",
             "share of KV-cache transfers that failed or expired",
+        ),
+    ]
+
+
+def _ttft_split(
+    ctx: RecordContext, pool: tuple[str, ...], mean_of: Callable[..., str]
+) -> list[RecordingRule]:
+    """Time to first token of the model's disaggregated requests as queue + prefill +
+    transfer, means per request over the window, and each part's share of their sum.
+
+    A request waits and is prefilled on a prefill-capable engine (``role!="decode"``), its
+    cache crosses once (the transfer's mean wherever the engine observes it: vLLM's decode
+    engine, SGLang's prefill engine), and the decode engine computes the one position the
+    cache leaves out before the first token. A decode engine's own wait counts as queue less
+    the transfer it holds (vLLM keeps a request waiting while its cache is read:
+    :meth:`RecordContext.queue_less_transfer`), so no second counts twice; parts a pool does
+    not report count 0. The shares add up to 1.
+    """
+    r = ctx.records
+    labels = (*pool, "model")
+    bp, op = by(labels), on(labels)
+    lat = ctx.window("latency")
+    prefill_side, decode_side = 'role!="decode"', 'role="decode"'
+    queued = ctx.sidecar_series("inference_queue_time_seconds_count", decode_side)
+    decode_requests = f"sum {bp} (rate({queued}[{lat}]))"
+    decode_wait = f"{ctx.queue_less_transfer(labels, lat, decode_side)}\n/\n({decode_requests} > 0)"
+
+    def plus_decode(prefill_part: str, decode_part: str) -> str:
+        return f"{prefill_part}\n+ {op}\n(\n{decode_part}\nor\n0 * {prefill_part}\n)"
+
+    total = (
+        f"(\n{r.ttft_queue_mean}\n+ {op}\n{r.ttft_prefill_mean}\n+ {op}\n{r.kv_transfer_mean}\n)"
+    )
+    return [
+        RecordingRule(
+            r.ttft_queue_mean,
+            plus_decode(mean_of("inference_queue_time_seconds", prefill_side), decode_wait),
+            "time to first token in queues, seconds: the prefill engines' queue wait plus "
+            "the decode engines' wait beyond the KV transfer, means per request",
+        ),
+        RecordingRule(
+            r.ttft_prefill_mean,
+            plus_decode(
+                mean_of("inference_prefill_time_seconds", prefill_side),
+                mean_of("inference_prefill_time_seconds", decode_side),
+            ),
+            "time to first token in prefill, seconds: the prefill engines' prefill plus the "
+            "decode engines' step to the first token, means per request",
+        ),
+        RecordingRule(
+            r.ttft_queue_share,
+            f"{r.ttft_queue_mean}\n/ {op}\n{total}",
+            "share of time to first token in queues: queue / (queue + prefill + transfer)",
+        ),
+        RecordingRule(
+            r.ttft_prefill_share,
+            f"{r.ttft_prefill_mean}\n/ {op}\n{total}",
+            "share of time to first token in prefill: prefill / (queue + prefill + transfer)",
+        ),
+        RecordingRule(
+            r.ttft_transfer_share,
+            f"{r.kv_transfer_mean}\n/ {op}\n{total}",
+            "share of time to first token in the KV transfer: transfer / (queue + prefill "
+            "+ transfer)",
+        ),
+    ]
+
+
+def _budget_by_role(ctx: RecordContext, pool: tuple[str, ...]) -> list[RecordingRule]:
+    """The latency budget of each pool: the shares of its engines' end-to-end latency in
+    queue (less a decode engine's wait for the transfer), prefill, KV transfer and decode,
+    one series per pool, model and ``role`` (``both`` for colocated engines)."""
+    r = ctx.records
+    labels = (*pool, "model", "role")
+    bp = by(labels)
+    lat = ctx.window("latency")
+
+    def rate(metric: str) -> str:
+        return f"sum {bp} (rate({ctx.sidecar_series(metric)}[{lat}]))"
+
+    e2e = f"({rate('inference_e2e_request_latency_seconds_sum')} > 0)"
+    return [
+        RecordingRule(
+            r.pool_budget_queue,
+            f"{ctx.queue_less_transfer(labels, lat)}\n/\n{e2e}",
+            "latency budget of each pool (role): share of end-to-end latency waiting in "
+            "the engines' queue, a decode engine's wait for the KV transfer left out",
+        ),
+        RecordingRule(
+            r.pool_budget_prefill,
+            f"{rate('inference_prefill_time_seconds_sum')}\n/\n{e2e}",
+            "latency budget of each pool (role): share of end-to-end latency in prefill",
+        ),
+        RecordingRule(
+            r.pool_budget_transfer,
+            f"{rate('inference_kv_transfer_seconds_sum')}\n/\n{e2e}",
+            "latency budget of each pool (role): share of end-to-end latency in the KV "
+            "transfer, on the engines that observe it",
+        ),
+        RecordingRule(
+            r.pool_budget_decode,
+            f"{rate('inference_decode_time_seconds_sum')}\n/\n{e2e}",
+            "latency budget of each pool (role): share of end-to-end latency in decode",
         ),
     ]
 

@@ -6,11 +6,21 @@ site's config regenerates every record.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from exporter.config import format_duration
 from exporter.metrics import GPU_LABELS
-from exporter.signatures.promql_text import by, selector
+from exporter.signatures.promql_text import by, on, selector
 from exporter.signatures.records.record_names import RecordNames
 from exporter.signatures.site import SiteConfig
+
+#: The engines that decode: every engine but a disaggregated prefill engine (role ``prefill``),
+#: whose one token per request is no decode step. Their queue time holds the KV transfer they
+#: observe: a decode engine reads the cache while its request waits (vLLM keeps it in the
+#: waiting queue, WAITING_FOR_REMOTE_KVS, and records it scheduled only once the cache is in);
+#: a prefill engine that observes the transfer (SGLang's sender) does so after the request left
+#: its queue.
+DECODES = 'role!="prefill"'
 
 
 class RecordContext:
@@ -45,6 +55,23 @@ class RecordContext:
     def sidecar_series(self, metric: str, *matchers: str) -> str:
         """``metric{...}`` with the site's sidecar matchers and ``matchers``."""
         return selector(metric, self.cfg.selectors.sidecar, *matchers)
+
+    def queue_less_transfer(self, labels: Sequence[str], window: str, *matchers: str) -> str:
+        """Seconds per second requests wait in the engines' queue, grouped by ``labels``, less
+        the KV transfer where it is part of that wait (:data:`DECODES`): the
+        transfer has a share of its own, counted once. At most the queue time is taken
+        away (an engine that starts the queue clock after the transfer loses no more than
+        its queue); engines without transfer metrics keep their queue time as it is."""
+        group, match = by(labels), on(labels)
+        queue = self.sidecar_series("inference_queue_time_seconds_sum", *matchers)
+        transfer = self.sidecar_series("inference_kv_transfer_seconds_sum", DECODES, *matchers)
+        waited = f"sum {group} (rate({queue}[{window}]))"
+        moved = f"sum {group} (rate({transfer}[{window}]))"
+        return (
+            f"(\n{waited}\n- {match}\n(\n{moved} < {match} {waited}\n"
+            f"or {match}\n{waited} and {match} {moved}\n"
+            f"or {match}\n0 * {waited}\n)\n)"
+        )
 
     def history_record(self, seconds: float) -> str:
         """The history record of ``seconds``, for a record that reads it itself."""

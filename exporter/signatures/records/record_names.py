@@ -70,6 +70,7 @@ class RecordNames:
     budget_prefill: str
     budget_decode: str
     budget_host: str
+    budget_transfer: str
     prompt_tokens: str
     output_tokens: str
     # Pools of disaggregated serving: per pool (the join labels less pod and instance) and
@@ -84,6 +85,15 @@ class RecordNames:
     pool_ratio_suggested: str
     kv_transfer_mean: str
     ttft_transfer_share: str
+    ttft_queue_mean: str
+    ttft_prefill_mean: str
+    ttft_queue_share: str
+    ttft_prefill_share: str
+    # The latency budget of each pool, one series per pool, model and role.
+    pool_budget_queue: str
+    pool_budget_prefill: str
+    pool_budget_transfer: str
+    pool_budget_decode: str
     kv_failure_ratio: str
 
     @staticmethod
@@ -168,6 +178,7 @@ class RecordNames:
             budget_prefill=f"inference:latency_budget_prefill:ratio{latency}",
             budget_decode=f"inference:latency_budget_decode:ratio{latency}",
             budget_host=f"inference:latency_budget_host:ratio{latency}",
+            budget_transfer=f"inference:latency_budget_transfer:ratio{latency}",
             prompt_tokens=f"inference:request_prompt_tokens:mean{latency}",
             output_tokens=f"inference:request_generation_tokens:mean{latency}",
             pool_engines="inference_pool:{role}_engines:count",
@@ -180,5 +191,13 @@ class RecordNames:
             pool_ratio_suggested=f"inference_pool:prefill_decode_ratio:suggested{rate}",
             kv_transfer_mean=f"inference_pool:kv_transfer_seconds:mean{latency}",
             ttft_transfer_share=f"inference_pool:ttft_transfer:ratio{latency}",
+            ttft_queue_mean=f"inference_pool:ttft_queue_seconds:mean{latency}",
+            ttft_prefill_mean=f"inference_pool:ttft_prefill_seconds:mean{latency}",
+            ttft_queue_share=f"inference_pool:ttft_queue:ratio{latency}",
+            ttft_prefill_share=f"inference_pool:ttft_prefill:ratio{latency}",
+            pool_budget_queue=f"inference_pool:latency_budget_queue:ratio{latency}",
+            pool_budget_prefill=f"inference_pool:latency_budget_prefill:ratio{latency}",
+            pool_budget_transfer=f"inference_pool:latency_budget_transfer:ratio{latency}",
+            pool_budget_decode=f"inference_pool:latency_budget_decode:ratio{latency}",
             kv_failure_ratio=f"inference_pool:kv_transfer_failures:ratio{rate}",
         )

@@ -20,7 +20,7 @@ from exporter.signatures.params import PREFILL_PRECISION
 from exporter.signatures.promql_text import by, num, on
 from exporter.signatures.records.dcgm_records import dcgm_per_target, dcgm_series
 from exporter.signatures.records.node_records import node_peaks
-from exporter.signatures.records.record_context import RecordContext
+from exporter.signatures.records.record_context import DECODES, RecordContext
 from exporter.signatures.records.record_groups import ROOFLINE_GROUP
 
 _REGEX_META = frozenset(".+*?()|{}^$")
@@ -38,13 +38,14 @@ class _PerModel:
         """The largest value of a model gauge (the model facts)."""
         return f"max {self.by_model} ({self.ctx.sidecar_series(metric)})"
 
-    def rate(self, metric: str) -> str:
+    def rate(self, metric: str, *matchers: str) -> str:
         """A counter's rate over the latency window."""
-        return f"sum {self.by_model} (rate({self.ctx.sidecar_series(metric)}[{self.latency}]))"
+        series = self.ctx.sidecar_series(metric, *matchers)
+        return f"sum {self.by_model} (rate({series}[{self.latency}]))"
 
-    def mean(self, metric: str) -> str:
+    def mean(self, metric: str, *matchers: str) -> str:
         """A gauge's mean over the latency window."""
-        series = self.ctx.sidecar_series(metric)
+        series = self.ctx.sidecar_series(metric, *matchers)
         return f"sum {self.by_model} (avg_over_time({series}[{self.latency}]))"
 
     def share_of_e2e(self, metric: str) -> str:
@@ -97,7 +98,7 @@ def _decode_records(ctx: RecordContext) -> list[RecordingRule]:
     per_model = _PerModel(ctx)
     on_model = on((*ctx.join, "model"))
     to_target = f"{on(ctx.join)} group_left ()"
-    usage = ctx.sidecar_series("inference_kv_cache_usage_ratio")
+    usage = ctx.sidecar_series("inference_kv_cache_usage_ratio", DECODES)
     prompt = per_model.rate("inference_prompt_tokens_total")
     cached = per_model.rate("inference_prompt_tokens_cached_total")
     return [
@@ -107,7 +108,8 @@ def _decode_records(ctx: RecordContext) -> list[RecordingRule]:
             f"* {on_model}\n{per_model.max('inference_kv_cache_capacity_tokens')}\n"
             f"* {on_model}\n{per_model.max('inference_model_kv_cache_bytes_per_token')}",
             "live KV-cache bytes one GPU of the engine reads per decode step: usage x "
-            "capacity (tokens) x bytes per token on one GPU, mean over the window",
+            "capacity (tokens) x bytes per token on one GPU, mean over the window (engines "
+            "that decode: a disaggregated prefill engine has no decode floor)",
         ),
         RecordingRule(
             records.decode_floor,
@@ -118,28 +120,30 @@ def _decode_records(ctx: RecordContext) -> list[RecordingRule]:
         ),
         RecordingRule(
             records.inter_token_mean,
-            f"{per_model.rate('inference_inter_token_latency_seconds_sum')}\n/\n"
-            f"({per_model.rate('inference_inter_token_latency_seconds_count')} > 0)",
-            "mean inter-token latency, the decode step a request sees, seconds",
+            f"{per_model.rate('inference_inter_token_latency_seconds_sum', DECODES)}\n/\n"
+            f"({per_model.rate('inference_inter_token_latency_seconds_count', DECODES)} > 0)",
+            "mean inter-token latency, the decode step a request sees, seconds (engines that "
+            "decode: not a disaggregated prefill engine)",
         ),
         RecordingRule(
             records.decode_efficiency,
             f"(\n{records.decode_floor}\n/\n{records.inter_token_mean}\n)\nor\n(\n"
-            f"({per_model.rate('inference_estimated_read_bytes_total')} > 0)\n"
+            f"({per_model.rate('inference_estimated_read_bytes_total', DECODES)} > 0)\n"
             f"/ {to_target}\n{records.peak_bandwidth}\n)",
             "decode roofline efficiency (0-1): the HBM floor of a step / the mean "
             "inter-token latency; without the model facts, the engine's estimated read "
-            "bytes per second / peak bandwidth (a time average: idle time reads low)",
+            "bytes per second / peak bandwidth (a time average: idle time reads low); read "
+            "where decode runs, never on a disaggregated prefill engine",
         ),
         RecordingRule(
             records.roofline_tokens,
-            f"{per_model.mean('inference_requests_running')}\n/\n{records.decode_floor}",
+            f"{per_model.mean('inference_requests_running', DECODES)}\n/\n{records.decode_floor}",
             "tokens per second the running batch would generate with every step at its "
             "HBM floor (mean requests running / floor)",
         ),
         RecordingRule(
             records.roofline_throughput,
-            f"{per_model.rate('inference_generation_tokens_total')}\n/\n"
+            f"{per_model.rate('inference_generation_tokens_total', DECODES)}\n/\n"
             f"({records.roofline_tokens} > 0)",
             "generated tokens per second as a share of the roofline's at the current batch",
         ),
@@ -171,8 +175,15 @@ def _latency_budget_records(ctx: RecordContext) -> list[RecordingRule]:
         ),
         RecordingRule(
             records.budget_queue,
-            per_model.share_of_e2e("inference_queue_time_seconds_sum"),
-            "latency budget: share of end-to-end latency waiting in the engine's queue",
+            f"{ctx.queue_less_transfer((*ctx.join, 'model'), per_model.latency)}\n/\n({e2e} > 0)",
+            "latency budget: share of end-to-end latency waiting in the engine's queue (a "
+            "decode engine's wait for the KV transfer left out: that is the transfer's share)",
+        ),
+        RecordingRule(
+            records.budget_transfer,
+            per_model.share_of_e2e("inference_kv_transfer_seconds_sum"),
+            "latency budget: share of end-to-end latency in the KV-cache transfer between "
+            "prefill and decode engines (disaggregated serving; absent elsewhere)",
         ),
         RecordingRule(
             records.budget_prefill,
@@ -187,9 +198,10 @@ def _latency_budget_records(ctx: RecordContext) -> list[RecordingRule]:
         RecordingRule(
             records.budget_host,
             f"1 - (\n{records.budget_queue}\n+\n{records.budget_prefill}\n+\n"
-            f"{records.budget_decode}\n)",
-            "latency budget: share of end-to-end latency outside queue, prefill and decode "
-            "(tokenize, detokenize, post-processing, streaming on the host)",
+            f"{records.budget_decode}\n+\n"
+            f"(\n{records.budget_transfer}\nor\n0 * {records.budget_queue}\n)\n)",
+            "latency budget: share of end-to-end latency outside queue, prefill, decode and "
+            "the KV transfer (tokenize, detokenize, post-processing, streaming on the host)",
         ),
         RecordingRule(
             records.prompt_tokens,

@@ -1,9 +1,9 @@
 """The engine's own share of GPUs it shares with other tenants (time-slicing, MPS).
 
 A GPU counts as shared while other processes hold a compute context on it; the sidecar's NVML
-collector tells them apart. dcgm-exporter and the node agent's attribution by pod do not, so
-in the dcgm and node profiles no GPU counts as shared and the target's own utilisation is the
-GPUs'.
+collector tells them apart, and so does the node agent with hostPID (its processes mapped to
+pods by cgroup). dcgm-exporter does not, so in the dcgm profile no GPU counts as shared and the
+target's own utilisation is the GPUs'.
 """
 
 from __future__ import annotations

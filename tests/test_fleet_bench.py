@@ -1,0 +1,154 @@
+"""The fleet benchmark's fleets and expositions (``bench/fleet.py``): what it simulates must be
+the layout it claims to measure. Its numbers are not tested; its Prometheus runs take minutes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+from support.paths import ROOT
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fleet_bench", ROOT / "bench" / "fleet.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fleet = _load()
+
+# Hand-written: a node agent's exposition cut to what the tests read (two GPUs' series, the
+# attribution the podresources collector writes for a node of 1-GPU pods, one node series).
+AGENT = "\n".join(
+    [
+        "# TYPE inference_gpu_busy_seconds_total counter",
+        *(
+            f'inference_gpu_busy_seconds_total{{gpu="{k}",uuid="GPU-0000000{k}-aaaa"}} {10.0 * k}'
+            for k in range(8)
+        ),
+        "# TYPE inference_gpu_pod_info gauge",
+        *(
+            f'inference_gpu_pod_info{{container="vllm",gpu="{k}",namespace="serving",'
+            f'pod="vllm-{k}",uuid="GPU-0000000{k}-aaaa"}} 1.0'
+            for k in range(8)
+        ),
+        "# TYPE inference_gpu_pods gauge",
+        *(f'inference_gpu_pods{{gpu="{k}",uuid="GPU-0000000{k}-aaaa"}} 1.0' for k in range(8)),
+        "# TYPE inference_podresources_devices gauge",
+        'inference_podresources_devices{state="attributed"} 8.0',
+        "",
+    ]
+)
+_LABELS = re.compile(r'(\w+)="([^"]*)"')
+
+
+def _samples(body: bytes, name: str) -> list[dict[str, str]]:
+    return [
+        dict(_LABELS.findall(line))
+        for line in body.decode().splitlines()
+        if line.startswith(name + "{")
+    ]
+
+
+@pytest.mark.parametrize("mix", ["1", "1+2", "default"])
+def test_pods_fill_eight_gpu_nodes_without_sharing_a_gpu(mix: str) -> None:
+    pods = fleet.fleet(800, mix)
+    assert sum(p.gpus for p in pods) == 800
+    agents = fleet.nodes(pods)
+    assert len(agents) == 100
+    for node in agents:
+        held = Counter(g for p in node.pods for g in range(p.first_gpu, p.first_gpu + p.gpus))
+        assert sorted(held) == list(range(8)), (mix, node.index)
+        assert set(held.values()) == {1}
+
+
+def test_mixes_hold_the_gpus_they_say() -> None:
+    assert {p.gpus for p in fleet.fleet(800, "1")} == {1}
+    sizes = Counter(p.gpus for p in fleet.fleet(800, "1+2"))
+    assert sizes == {1: 400, 2: 200}  # half the GPUs in 2-GPU pods
+    # The default mix is the one the earlier runs measured: 24 pods per 80 GPUs.
+    assert len(fleet.fleet(80)) == 24
+
+
+def test_agent_names_the_pod_holding_each_gpu_and_only_its_node() -> None:
+    template = fleet.Template.parse(AGENT, 10.0)
+    pods = fleet.fleet(16, "1+2")
+    agents = fleet.nodes(pods)
+    seen_uuids: set[str] = set()
+    for node in agents:
+        body = fleet.node_body(template, node).render(30.0)
+        info = _samples(body, "inference_gpu_pod_info")
+        assert len(info) == 8
+        for sample in info:
+            holder = node.holder(int(sample["gpu"]))
+            assert holder is not None
+            assert (sample["namespace"], sample["pod"]) == (holder.namespace, holder.pod)
+        # A 2-GPU pod is named on both its GPUs, a 1-GPU pod on one.
+        named = Counter(s["pod"] for s in info)
+        assert named == {p.pod: p.gpus for p in node.pods}
+        busy = _samples(body, "inference_gpu_busy_seconds_total")
+        uuids = {s["uuid"] for s in busy}
+        assert len(uuids) == 8 and not uuids & seen_uuids  # every node its own GPUs
+        assert {s["uuid"] for s in info} == uuids
+        seen_uuids |= uuids
+
+
+def test_gpu_no_pod_holds_is_attributed_to_no_one() -> None:
+    template = fleet.Template.parse(AGENT, 10.0)
+    (node,) = fleet.nodes(fleet.fleet(5, "1"))  # five pods on an eight-GPU node
+    body = fleet.node_body(template, node).render(0.0)
+    assert sorted(int(s["gpu"]) for s in _samples(body, "inference_gpu_pod_info")) == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
+    assert len(_samples(body, "inference_gpu_pods")) == 5
+    assert len(_samples(body, "inference_gpu_busy_seconds_total")) == 8  # the node still has 8
+
+
+def test_disaggregated_fleet_has_both_roles_per_model() -> None:
+    pods = fleet.pool_fleet(3, 4)
+    assert len(pods) == 12
+    for m in range(3):
+        mine = [p for p in pods if p.model == f"org/model-{m:02d}"]
+        assert Counter(p.template for p in mine) == {"prefill": 2, "decode": 2}
+        assert {p.namespace for p in mine} == {f"llm-{m:02d}"}
+    template = fleet.Template.parse(
+        '# TYPE inference_queue_depth gauge\ninference_queue_depth{model="x",role="decode"} 3\n',
+        10.0,
+    )
+    body = fleet.pod_body(template, pods[1]).render(0.0).decode()
+    assert 'model="org/model-00"' in body and 'model="x"' not in body
+
+
+def test_pack_without_the_pool_family_drops_only_it(tmp_path: Path) -> None:
+    full = fleet.pack_of(fleet.RULES)
+    without = fleet.without_family(full, "pool", fleet.POOL_GROUP, tmp_path)
+
+    def rules(files: tuple[Path, ...]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for path in files:
+            for group in yaml.safe_load(path.read_text())["groups"]:
+                out[group["name"]] = [r.get("record") or r["alert"] for r in group["rules"]]
+        return out
+
+    before, after = rules(full.files), rules(without.files)
+    assert fleet.POOL_GROUP in before and fleet.POOL_GROUP not in after
+    dropped = set(before["inference.signatures"]) - set(after["inference.signatures"])
+    assert dropped == fleet.family_alerts("pool")
+    assert {"InferencePrefillPoolShort", "InferenceDecodePoolShort"} <= dropped
+    for name, kept in after.items():
+        if name != "inference.signatures":
+            assert kept == before[name]
