@@ -25,7 +25,7 @@ from exporter.diagnose.findings import DiagnoseError
 from exporter.diagnose.promql_eval import NAME, Evaluator, Labels, Sample, Scrape, Value
 from exporter.diagnose.promql_syntax import Node, PromQLError
 from exporter.signatures.promql_text import split_matchers
-from exporter.signatures.records import recording_rules
+from exporter.signatures.signals import recording_rules
 from exporter.signatures.site import SiteConfig
 
 MAX_BODY = 16 * 1024 * 1024

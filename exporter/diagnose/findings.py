@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from exporter.diagnose.promql_eval import Labels
 from exporter.signatures.definitions import AlertRule, Signature
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS
+from exporter.signatures.signals import pool_signals, roofline_signals
+from exporter.signatures.signals.signal import Signal
 from exporter.signatures.site import SiteConfig
 
 if TYPE_CHECKING:
@@ -129,23 +131,22 @@ class Finding:
         return (1.0, max(gaps, default=0.0), severity)
 
 
-# The roofline figures diagnose shows, by key, and the record of the pack each comes from
-# (:class:`exporter.signatures.records.RecordNames` attribute names).
-FIGURES: dict[str, str] = {
-    "floor": "decode_floor",
-    "itl": "inter_token_mean",
-    "efficiency": "decode_efficiency",
-    "roofline_tokens": "roofline_tokens",
-    "throughput": "roofline_throughput",
-    "prefill_efficiency": "prefill_efficiency",
-    "e2e": "e2e_mean",
-    "queue": "budget_queue",
-    "prefill": "budget_prefill",
-    "decode": "budget_decode",
-    "host": "budget_host",
-    "transfer": "budget_transfer",
-    "prompt_tokens": "prompt_tokens",
-    "output_tokens": "output_tokens",
+# The roofline figures diagnose shows, by key, and the signal of the pack each comes from.
+FIGURES: dict[str, Signal] = {
+    "floor": roofline_signals.DECODE_FLOOR,
+    "itl": roofline_signals.INTER_TOKEN_MEAN,
+    "efficiency": roofline_signals.DECODE_EFFICIENCY,
+    "roofline_tokens": roofline_signals.ROOFLINE_TOKENS,
+    "throughput": roofline_signals.ROOFLINE_THROUGHPUT,
+    "prefill_efficiency": roofline_signals.PREFILL_EFFICIENCY,
+    "e2e": roofline_signals.E2E_MEAN,
+    "queue": roofline_signals.BUDGET_QUEUE,
+    "prefill": roofline_signals.BUDGET_PREFILL,
+    "decode": roofline_signals.BUDGET_DECODE,
+    "host": roofline_signals.BUDGET_HOST,
+    "transfer": roofline_signals.BUDGET_TRANSFER,
+    "prompt_tokens": roofline_signals.PROMPT_TOKENS,
+    "output_tokens": roofline_signals.OUTPUT_TOKENS,
 }
 
 
@@ -189,20 +190,20 @@ class Roofline:
 
 
 # Each pool's latency budget (one series per pool, model and role) and its time to first
-# token split (one per pool and model), by key, from the records of the pack.
-POOL_BUDGET: dict[str, str] = {
-    "queue": "pool_budget_queue",
-    "prefill": "pool_budget_prefill",
-    "transfer": "pool_budget_transfer",
-    "decode": "pool_budget_decode",
+# token split (one per pool and model), by key, from the signals of the pack.
+POOL_BUDGET: dict[str, Signal] = {
+    "queue": pool_signals.POOL_BUDGET_QUEUE,
+    "prefill": pool_signals.POOL_BUDGET_PREFILL,
+    "transfer": pool_signals.POOL_BUDGET_TRANSFER,
+    "decode": pool_signals.POOL_BUDGET_DECODE,
 }
-TTFT_SPLIT: dict[str, str] = {
-    "queue_seconds": "ttft_queue_mean",
-    "prefill_seconds": "ttft_prefill_mean",
-    "transfer_seconds": "kv_transfer_mean",
-    "queue": "ttft_queue_share",
-    "prefill": "ttft_prefill_share",
-    "transfer": "ttft_transfer_share",
+TTFT_SPLIT: dict[str, Signal] = {
+    "queue_seconds": pool_signals.TTFT_QUEUE_MEAN,
+    "prefill_seconds": pool_signals.TTFT_PREFILL_MEAN,
+    "transfer_seconds": pool_signals.KV_TRANSFER_MEAN,
+    "queue": pool_signals.TTFT_QUEUE_SHARE,
+    "prefill": pool_signals.TTFT_PREFILL_SHARE,
+    "transfer": pool_signals.TTFT_TRANSFER_SHARE,
 }
 #: The roles a pool budget is printed in, in the order a request meets them.
 ROLE_ORDER = ("prefill", "decode", "both")
