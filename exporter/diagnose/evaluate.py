@@ -19,6 +19,7 @@ from exporter.diagnose.datasources import (
     sample_target,
     target_evaluator,
 )
+from exporter.diagnose.diagnosis import Report
 from exporter.diagnose.findings import (
     FIGURES,
     POOL_BUDGET,
@@ -28,7 +29,6 @@ from exporter.diagnose.findings import (
     Finding,
     Instance,
     PoolBudget,
-    Report,
     Roofline,
     format_value,
 )
@@ -373,7 +373,9 @@ async def diagnose_prometheus(
         report.roofline = await roofline(backend, cfg, None)
         report.pools = await pool_budgets(backend, cfg)
         if window is not None:
-            report.timeline = await timeline(backend, report, window)
+            report.timeline = await timeline(
+                backend, cfg, report.findings, report.evaluated_at, window
+            )
     return report
 
 

@@ -1,20 +1,17 @@
-"""What a diagnosis finds: conditions, instances, evidence, findings, the report."""
+"""What a diagnosis finds: conditions, instances, evidence, findings, the roofline figures and
+the pools' budgets (the whole run's result is :class:`~exporter.diagnose.diagnosis.Report`)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from exporter.diagnose.promql_eval import Labels
 from exporter.signatures.definitions import AlertRule, Signature
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS
 from exporter.signatures.signals import pool_signals, roofline_signals
 from exporter.signatures.signals.signal import Signal
-from exporter.signatures.site import SiteConfig
-
-if TYPE_CHECKING:
-    from exporter.diagnose.timeline import Timeline
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 # Among signatures that hold, an alert already firing (it held for its whole `for`) ranks
@@ -22,10 +19,6 @@ SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 _STATE_RANK = {"firing": 0, "pending": 1}
 # Among signatures that hold and share a severity: pools, then targets, then measures.
 _TIER = {"pool": 0.0, "roofline": 2.0}
-
-
-class DiagnoseError(Exception):
-    """Something the user can fix; ``str()`` is the one line printed."""
 
 
 def json_number(value: float | None) -> float | str | None:
@@ -262,29 +255,3 @@ def workload_advice(prompt_tokens: float | None, output_tokens: float | None) ->
         f"prompts up to {LONG_PROMPT_TOKENS} tokens and outputs up to {LONG_OUTPUT_TOKENS}: "
         "neither phase dominates by length; disaggregated serving would not pay"
     )
-
-
-@dataclass
-class Report:
-    """Everything one run found, in rank order once :func:`evaluate` has sorted it."""
-
-    mode: str
-    source: str
-    cfg: SiteConfig
-    margin: float
-    evaluated_at: float
-    findings: list[Finding] = field(default_factory=list)
-    not_evaluated: dict[str, str] = field(default_factory=dict)
-    no_data: list[str] = field(default_factory=list)
-    checked: int = 0
-    samples: int = 0
-    span: float = 0.0
-    roofline: list[Roofline] = field(default_factory=list)
-    # The latency budget per pool, where the targets include more than one role.
-    pools: list[PoolBudget] = field(default_factory=list)
-    # The window around the evaluation time (``--report``, Prometheus only).
-    timeline: Timeline | None = None
-
-    @property
-    def found(self) -> bool:
-        return any(f.instance.holds for f in self.findings)

@@ -13,10 +13,11 @@ import itertools
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from exporter.diagnose.datasources import Matrix, PrometheusBackend
-from exporter.diagnose.findings import Finding, Report
+from exporter.diagnose.findings import Finding
 from exporter.diagnose.promql_eval import NAME, Labels
 from exporter.diagnose.promql_syntax import PromQLError
 from exporter.signatures.promql_text import matchers, selector
@@ -241,9 +242,9 @@ def runs(points: Points, step: float) -> list[Interval]:
     return out
 
 
-def _lead(report: Report) -> Finding | None:
-    held = [f for f in report.findings if f.instance.holds]
-    chosen = held or report.findings
+def _lead(findings: Sequence[Finding]) -> Finding | None:
+    held = [f for f in findings if f.instance.holds]
+    chosen = held or findings
     return chosen[0] if chosen else None
 
 
@@ -372,16 +373,23 @@ async def _quality(
     return quality
 
 
-async def timeline(backend: PrometheusBackend, report: Report, span: float) -> Timeline:
-    """The window of ``span`` seconds that ends at the report's evaluation time."""
-    end = report.evaluated_at
+async def timeline(
+    backend: PrometheusBackend,
+    cfg: SiteConfig,
+    findings: Sequence[Finding],
+    evaluated_at: float,
+    span: float,
+) -> Timeline:
+    """The window of ``span`` seconds that ends at the evaluation time, around the first of the
+    ranked ``findings``."""
+    end = evaluated_at
     start = end - span
     step = max(span / POINTS, 1.0)
     window = (start, end, step)
-    lead = _lead(report)
-    scope = _scope(report.cfg, lead)
+    lead = _lead(findings)
+    scope = _scope(cfg, lead)
     specs = PANELS + (POOL_PANELS if _pooled(lead) else ())
-    panels = [await _panel(backend, report.cfg, spec, window, scope) for spec in specs]
+    panels = [await _panel(backend, cfg, spec, window, scope) for spec in specs]
     incident = await _incident(backend, lead, window)
-    quality = await _quality(backend, report.cfg, scope, window)
+    quality = await _quality(backend, cfg, scope, window)
     return Timeline(start, end, step, scope, panels, incident, quality)
