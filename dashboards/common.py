@@ -49,6 +49,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from prometheus_client.utils import floatToGoString
 
 from exporter.signatures.promql_text import split_matchers
+from exporter.signatures.signals.signal import Signal
 from exporter.signatures.site import SignatureConfigError, SiteConfig
 
 # --- identity ---------------------------------------------------------------------------------
@@ -204,6 +205,12 @@ def series(metric: str, *matchers: str) -> str:
     site_matchers = sidecar_matchers() if _is_sidecar_series(metric) else ()
     own = [part for text in matchers for part in split_matchers(text)]
     return metric + _body((*target_matchers(), *site_matchers, *own))
+
+
+def signal(sig: Signal, *matchers: str) -> str:
+    """A signal of the rule pack (a recording rule the alerts read) as the site's pack names
+    it, ``{<target variables>, <matchers>}``."""
+    return series(sig.record(site()), *matchers)
 
 
 def over(metric: str, *matchers: str, window: str = RATE_INTERVAL) -> str:

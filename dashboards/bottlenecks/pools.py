@@ -2,7 +2,7 @@
 
 A pool is every engine of one model with one role (``prefill``, ``decode``) that shares the
 join labels that do not name a pod, as in the rule pack's pool records and signatures
-(``exporter/signatures/records/pool_records.py``). The panels group the sidecar's series the
+(``exporter/signatures/signals/pool.py``). The panels group the sidecar's series the
 same way: engines per role, the queue by stage, the KV-cache transfer between the pools (its
 time, its bandwidth), the transfers that failed, by reason, and the router's P/D decisions.
 """
@@ -21,7 +21,7 @@ from dashboards.common import (
     target_labels,
     timeseries,
 )
-from exporter.signatures.records import pool_labels
+from exporter.signatures.signals import pool_labels
 
 TITLE = "Prefill and decode pools"
 

@@ -22,24 +22,32 @@ from dashboards.common import (
     pct,
     rate,
     series,
-    site,
+    signal,
     target_legend,
     timeseries,
     warn,
 )
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS, PREFILL_PRECISION
-from exporter.signatures.records import RecordNames
+from exporter.signatures.signals.roofline_signals import (
+    BUDGET_DECODE,
+    BUDGET_HOST,
+    BUDGET_PREFILL,
+    BUDGET_QUEUE,
+    BUDGET_TRANSFER,
+    DECODE_EFFICIENCY,
+    DECODE_FLOOR,
+    INTER_TOKEN_MEAN,
+    OUTPUT_TOKENS,
+    PREFILL_EFFICIENCY,
+    PROMPT_TOKENS,
+    ROOFLINE_TOKENS,
+)
 
 TITLE = "Roofline and latency budget"
 
 OVERHEAD = "InferenceDecodeOverheadBound"
 SMS_IDLE = "InferenceGPUBusySMsIdle"
 HOST = "InferenceHostLatencyShareHigh"
-
-
-def records() -> RecordNames:
-    """The record names of the site's pack (its windows are in the names)."""
-    return RecordNames.of(site())
 
 
 def model_legend() -> str:
@@ -56,14 +64,13 @@ def efficiency() -> AnyPanel:
         "(--model.path) it is the engine's estimated read bytes per second over the peak. Bad: "
         f"below {pct(below)} while the HBM bus is under half busy - steps wait on kernel "
         "launches, the scheduler or the host (CUDA graphs, overlap scheduling, larger batches).",
-        [Query(series(records().decode_efficiency, MODEL), model_legend())],
+        [Query(signal(DECODE_EFFICIENCY, MODEL), model_legend())],
         unit=Unit.RATIO,
         thresholds=[warn(below)],
     )
 
 
 def floor_vs_step() -> AnyPanel:
-    r = records()
     return timeseries(
         "Decode step: HBM floor vs observed",
         "The shortest a decode step can take (the dashed line: weights and live KV cache read "
@@ -71,22 +78,21 @@ def floor_vs_step() -> AnyPanel:
         "is time spent on anything but moving bytes. Bad: the observed step several times its "
         "floor; the floor rising with the KV cache while the step rises faster.",
         [
-            Query(series(r.decode_floor, MODEL), f"floor {model_legend()}", dashed=True),
-            Query(series(r.inter_token_mean, MODEL), f"observed {model_legend()}"),
+            Query(signal(DECODE_FLOOR, MODEL), f"floor {model_legend()}", dashed=True),
+            Query(signal(INTER_TOKEN_MEAN, MODEL), f"observed {model_legend()}"),
         ],
         unit=Unit.SECONDS,
     )
 
 
 def budget() -> AnyPanel:
-    r = records()
     above = alert_threshold(HOST, "host_share_above")
     parts = (
-        ("queue", r.budget_queue),
-        ("prefill", r.budget_prefill),
-        ("KV transfer", r.budget_transfer),
-        ("decode", r.budget_decode),
-        ("host", r.budget_host),
+        ("queue", BUDGET_QUEUE),
+        ("prefill", BUDGET_PREFILL),
+        ("KV transfer", BUDGET_TRANSFER),
+        ("decode", BUDGET_DECODE),
+        ("host", BUDGET_HOST),
     )
     return timeseries(
         "Latency budget: queue, prefill, KV transfer, decode, host",
@@ -98,7 +104,7 @@ def budget() -> AnyPanel:
         "report all four histograms only (vLLM, SGLang, TensorRT-LLM, LMDeploy). Bad: the host "
         f"band above {pct(above)} (InferenceHostLatencyShareHigh); a growing queue band is "
         "overload.",
-        [Query(series(record, MODEL), f"{part} {model_legend()}") for part, record in parts],
+        [Query(signal(record, MODEL), f"{part} {model_legend()}") for part, record in parts],
         unit=Unit.RATIO,
         maximum=1.0,
         stack=True,
@@ -115,7 +121,7 @@ def prefill_efficiency() -> AnyPanel:
         "prefilled together are each charged the whole step, so batched prefills read low. "
         "Bad: low while prefill dominates the latency budget - prefill kernels or chunking "
         "leave the tensor cores idle.",
-        [Query(series(records().prefill_efficiency, MODEL), model_legend())],
+        [Query(signal(PREFILL_EFFICIENCY, MODEL), model_legend())],
         unit=Unit.RATIO,
         span=8,
     )
@@ -132,7 +138,7 @@ def tokens_vs_roofline() -> AnyPanel:
         [
             Query(generated, f"generated {model_legend()}"),
             Query(
-                series(records().roofline_tokens, MODEL),
+                signal(ROOFLINE_TOKENS, MODEL),
                 f"roofline {model_legend()}",
                 dashed=True,
             ),
@@ -170,7 +176,6 @@ def utilisation_vs_sm_activity() -> AnyPanel:
 
 
 def workload_shape() -> AnyPanel:
-    r = records()
     return timeseries(
         "Workload shape: tokens per request",
         "Mean prompt and output tokens per finished request; the dashed lines are the rule of "
@@ -180,12 +185,12 @@ def workload_shape() -> AnyPanel:
         "prefill and decode pools would serve each better.",
         [
             Query(
-                series(r.prompt_tokens, MODEL),
+                signal(PROMPT_TOKENS, MODEL),
                 f"prompt {model_legend()}",
                 thresholds=(warn(LONG_PROMPT_TOKENS),),
             ),
             Query(
-                series(r.output_tokens, MODEL),
+                signal(OUTPUT_TOKENS, MODEL),
                 f"output {model_legend()}",
                 thresholds=(warn(LONG_OUTPUT_TOKENS),),
             ),

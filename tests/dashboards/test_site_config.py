@@ -32,7 +32,7 @@ from support.paths import ROOT
 
 from dashboards import generate
 from exporter.signatures.promql_text import split_matchers
-from exporter.signatures.records import pool_labels, recording_rules
+from exporter.signatures.signals import pool_labels, recording_rules
 from exporter.signatures.site import SiteConfig, parse_config
 
 SIDECAR = 'job="inference/ibe-sidecar"'
