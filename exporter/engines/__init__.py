@@ -8,7 +8,7 @@ Pure functions over the exposition (no I/O except :func:`load_mapping`, no regis
     engine = detect(families)                  # "vllm", "sglang", ... or None
     snapshot = normalise(families, engine, mapping=None, max_series=1000)
 
-One module per engine holds its :class:`~exporter.engines.snapshot.EngineSpec` (metric prefixes
+One module per engine holds its :class:`~exporter.engines.spec.EngineSpec` (metric prefixes
 or name signatures, the declarative mapping table with current and deprecated names, model
 label and unit conversion, tokenize endpoint, process regex, version endpoint) and documents
 what it maps and why; :mod:`.rules` applies the tables the same way for every engine. Adding
@@ -46,7 +46,8 @@ from exporter.engines.rules import (
     source_names,
 )
 from exporter.engines.scan import family_key, line_name, scan
-from exporter.engines.snapshot import EngineSnapshot, EngineSpec, Layer, Role, RoleLabel, Series
+from exporter.engines.snapshot import EngineSnapshot, Layer, Role, Series
+from exporter.engines.spec import EngineSpec, RoleLabel
 from exporter.priority import no_pause
 
 __all__ = [

@@ -14,14 +14,8 @@ its old name is deprecated (dual emission), and two plugins write two counters: 
 alternative that has series, newest first, so a request is counted once whatever the picker
 emits.
 
-==========================================  ==================================================
-normalised                                  llm-d endpoint picker
-==========================================  ==================================================
-inference_pd_decisions_total                llm_d_epp_disagg_decision_total{decision_type};
-                                            llm_d_router_epp_disagg_decision_total;
-                                            llm_d_inference_scheduler_disagg_decision_total;
-                                            then pd_decision_total under the same prefixes
-==========================================  ==================================================
+The mapping is :data:`RULES` below, each source with its note; ``docs/engines.md`` shows
+it as a table (``python build-tools/docgen.py``).
 
 The picker routes; it runs no model. Its endpoint is of layer ``frontend`` (nothing it
 exports is counted twice against the engines polled with it) and its ``role`` is what
@@ -33,7 +27,7 @@ means over pods that the engines' own series give per pod.
 from __future__ import annotations
 
 from exporter.engines.rules import LabelMatcher, Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec
+from exporter.engines.spec import EngineSpec
 
 #: Newest first.
 PREFIXES = ("llm_d_epp_", "llm_d_router_epp_", "llm_d_inference_scheduler_")
@@ -71,6 +65,7 @@ RULES: tuple[Rule, ...] = (
 
 SPEC = EngineSpec(
     name="llmd-epp",
+    title="llm-d endpoint picker",
     prefixes=PREFIXES,
     rules=RULES,
     tokenize=None,

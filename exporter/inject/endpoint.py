@@ -1,7 +1,7 @@
 """Which container of a pod is the engine, and the URL of its metrics from the sidecar.
 
 Read from the containers alone (their command line, image, environment and ports), with each
-engine's :class:`~exporter.engines.snapshot.Serving`: an engine's command line (its spec's
+engine's :class:`~exporter.engines.spec.Serving`: an engine's command line (its spec's
 ``process`` expression) is the strongest sign; its image counts only for a container that runs
 the image's own entrypoint (no ``command``). Engines that wrap others (Dynamo, Triton) are
 tried first, as when reading their metrics.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.engines import SPECS
-from exporter.engines.snapshot import EngineSpec, Serving
+from exporter.engines.spec import EngineSpec, Serving
 
 _SERVED: tuple[EngineSpec, ...] = tuple(
     sorted(

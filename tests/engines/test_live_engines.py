@@ -24,7 +24,8 @@ from support.metrics import metric_value
 from support.process import ExporterProcess
 
 from exporter.engines import digest, poll_keys
-from exporter.engines.snapshot import EngineSnapshot, Series, token_count
+from exporter.engines.snapshot import EngineSnapshot, Series
+from exporter.engines.spec import token_count
 from exporter.lab import thirdparty
 from exporter.lab.processes import child_pythonpath, free_port, http_get, spawn, wait_until
 
