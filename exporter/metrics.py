@@ -714,6 +714,16 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "per model of the last good poll.",
     ),
     MetricSpec(
+        "inference_engine_model_info",
+        "gauge",
+        "engine",
+        ("engine", "model", "raw_model", "origin"),
+        "The engine's own name for each model of inference_engine_info: raw_model as the "
+        "engine gave it (a served name, a Hugging Face id or the path it loaded the model "
+        "from), model as every series labels it (a path becomes the model it holds), origin "
+        "where the name came from (metrics, or the API path that said it).",
+    ),
+    MetricSpec(
         "inference_queue_depth_by_reason",
         "gauge",
         "engine",
@@ -1018,7 +1028,7 @@ class SeriesBudget:
 
 
 SERIES_BUDGET = SeriesBudget(
-    per_gpu=47, per_engine=192, per_engine_process=1, per_sidecar=44, max_labels=10
+    per_gpu=47, per_engine=193, per_engine_process=1, per_sidecar=44, max_labels=10
 )
 # The labels Prometheus adds to every series of a target found through the chart's PodMonitor.
 POD_MONITOR_TARGET_LABELS = ("namespace", "pod", "container", "endpoint", "instance", "job")

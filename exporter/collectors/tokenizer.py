@@ -163,7 +163,7 @@ class TokenizerCollector(HttpPollingCollector):
             self._note(None, why)
             return
         engine, url = target
-        model = self.model or next(iter(self.hub.models()), "")
+        model = self.model or next(iter(self.hub.served_names()), "")
         with self._lock:
             self._probes += 1
         try:

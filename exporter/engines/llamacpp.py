@@ -3,7 +3,7 @@
 Source: the ``/metrics`` handler of ``tools/server/server.cpp`` (``examples/server/server.cpp``
 before 2025): plain lines written by hand, every value printed as a C++ double (so counters
 above 999999 come out as e.g. ``1.23457e+06``), no labels, no histograms. One model per
-server: model ``""``.
+server, named by ``GET /v1/models`` (the ``--alias``, else the model file's path).
 
 The mapping is :data:`RULES` below, each source with its note; ``docs/engines.md`` shows
 it as a table (``python build-tools/docgen.py``).
@@ -15,7 +15,7 @@ No latency histograms (only cumulative ``prompt_seconds_total`` and
 from __future__ import annotations
 
 from exporter.engines.rules import Rule, Source, noted, rule
-from exporter.engines.spec import EngineSpec, Serving, Tokenize, Version
+from exporter.engines.spec import OPENAI_MODELS, EngineSpec, Serving, Tokenize, Version
 
 PREFIX = "llamacpp:"
 
@@ -52,6 +52,7 @@ SPEC = EngineSpec(
     rules=RULES,
     tokenize=Tokenize(body=lambda text, model: {"content": text}),
     process="llama-server",
+    model=OPENAI_MODELS,
     version=Version(path="/props", keys=("build_info",)),
     serving=Serving(images=(r"llama\.cpp",), port=8080, port_env=("LLAMA_ARG_PORT",)),
 )

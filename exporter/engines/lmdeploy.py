@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from exporter.engines.rules import Rule, Source, noted, rule
-from exporter.engines.spec import EngineSpec, Serving, Tokenize
+from exporter.engines.spec import OPENAI_MODELS, EngineSpec, Serving, Tokenize
 
 PREFIX = "lmdeploy:"
 MODEL_LABEL = "model_name"
@@ -75,5 +75,6 @@ SPEC = EngineSpec(
     tokenize=Tokenize(path="/v1/encode", body=_encode_body),
     preallocates_memory=True,
     process="lmdeploy",
+    model=OPENAI_MODELS,
     serving=Serving(images=(r"openmmlab/lmdeploy",), port=23333, port_flags=("--server-port",)),
 )

@@ -19,7 +19,7 @@ else) is not NIM. No queue, prefill or decode time, KV capacity or tokenize endp
 from __future__ import annotations
 
 from exporter.engines.rules import Rule, Source, noted, rule
-from exporter.engines.spec import EngineSpec, Serving, Version
+from exporter.engines.spec import OPENAI_MODELS, EngineSpec, Serving, Version
 
 MODEL_LABEL = "model_name"
 
@@ -62,6 +62,7 @@ SPEC = EngineSpec(
         frozenset({"num_request_max"}),
         frozenset({"num_requests_running", "num_requests_waiting", "gpu_cache_usage_perc"}),
     ),
+    model=OPENAI_MODELS,
     version=Version(path="/v1/version", keys=("release",)),
     serving=Serving(
         images=(r"(^|/)nim/",), port=8000, port_flags=(), port_env=("NIM_SERVER_PORT",)

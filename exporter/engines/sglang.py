@@ -48,7 +48,7 @@ series (tokens, TTFT, ITL, e2e) are per request already. SGLang's version comes 
 from __future__ import annotations
 
 from exporter.engines.rules import LabelMatcher, Rule, Source, noted, rule
-from exporter.engines.spec import EngineSpec, RoleLabel, Serving, Tokenize, Version
+from exporter.engines.spec import OPENAI_MODELS, EngineSpec, RoleLabel, Serving, Tokenize, Version
 
 PREFIX = "sglang:"
 MODEL_LABELS = ("model_name", "name")
@@ -214,6 +214,7 @@ SPEC = EngineSpec(
     tokenize=Tokenize(),
     preallocates_memory=True,
     process="sglang",
+    model=OPENAI_MODELS,
     version=Version(path="/get_server_info"),
     role=ROLE,
     serving=Serving(images=(r"lmsysorg/sglang",), port=30000),

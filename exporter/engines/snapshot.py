@@ -41,8 +41,10 @@ class Series:
 class EngineSnapshot:
     """Everything normalised from one successful poll: the series, the series dropped over
     the limit, what the endpoint is (``layer``) and the engine's version where its metrics
-    carry it (``""`` otherwise), and the server's role where its metrics say it (None
-    otherwise: the configured ``--engine.role`` applies)."""
+    carry it (``""`` otherwise), the server's role where its metrics say it (None otherwise:
+    the configured ``--engine.role`` applies), and each model name of the series with the
+    raw name the engine gave and where it came from (``"metrics"``, or the API path that
+    named it: :func:`exporter.engines.models.name_models`)."""
 
     engine: str
     series: list[Series] = field(default_factory=list)
@@ -50,3 +52,4 @@ class EngineSnapshot:
     layer: Layer = "engine"
     version: str = ""
     role: Role | None = None
+    models: dict[str, tuple[str, str]] = field(default_factory=dict)

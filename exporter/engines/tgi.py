@@ -3,8 +3,8 @@
 Source: ``router/src/server.rs`` and ``router/src/infer/`` (``metrics::`` calls rendered by the
 ``metrics-exporter-prometheus`` crate: counters without ``_total``, no ``_created``, duration
 histograms with 35 buckets 0.0001 x 1.5^k s, k = 1..35) and
-``docs/source/reference/metrics.md``. One model per router, so there is no model label: model
-``""``.
+``docs/source/reference/metrics.md``. One model per router, so there is no model label: the
+model is ``model_id`` of ``GET /info``.
 
 The mapping is :data:`RULES` below, each source with its note; ``docs/engines.md`` shows
 it as a table (``python build-tools/docgen.py``).
@@ -18,7 +18,7 @@ not requests).
 from __future__ import annotations
 
 from exporter.engines.rules import Rule, Source, noted, rule
-from exporter.engines.spec import EngineSpec, Serving, Tokenize, Version
+from exporter.engines.spec import EngineSpec, ModelName, Serving, Tokenize, Version
 
 PREFIX = "tgi_"
 
@@ -62,6 +62,7 @@ SPEC = EngineSpec(
     tokenize=Tokenize(body=lambda text, model: {"inputs": text}),
     preallocates_memory=True,
     process="text-generation-launcher|text-generation-router|text-generation-server",
+    model=ModelName("/info", (("model_id",),)),
     version=Version(path="/info"),
     # The image sets PORT=80; the launcher alone defaults to 3000.
     serving=Serving(

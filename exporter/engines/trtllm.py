@@ -28,7 +28,7 @@ those rows follow the collector's source. No tokenize endpoint; the version come
 from __future__ import annotations
 
 from exporter.engines.rules import Product, Rule, Source, rule
-from exporter.engines.spec import EngineSpec, Serving, Version
+from exporter.engines.spec import OPENAI_MODELS, EngineSpec, Serving, Version
 
 PREFIXES = ("trtllm_", "trtllm:", "pytrtllm:")
 MODEL_LABEL = "model_name"
@@ -104,6 +104,7 @@ SPEC = EngineSpec(
     signatures=tuple(
         frozenset({a, b}) for i, a in enumerate(UNPREFIXED) for b in UNPREFIXED[i + 1 :]
     ),
+    model=OPENAI_MODELS,
     version=Version(path="/version"),
     serving=Serving(images=(r"tensorrt-llm",), port=8000),
 )

@@ -37,7 +37,7 @@ latency and no version; the version comes from ``GET /version``.
 from __future__ import annotations
 
 from exporter.engines.rules import LabelMatcher, Rule, Source, rule
-from exporter.engines.spec import EngineSpec, Serving, Tokenize, Version
+from exporter.engines.spec import OPENAI_MODELS, EngineSpec, Serving, Tokenize, Version
 
 PREFIX = "vllm:"
 MODEL_LABEL = "model_name"
@@ -148,6 +148,7 @@ SPEC = EngineSpec(
     tokenize=Tokenize(),
     preallocates_memory=True,
     process="vllm",
+    model=OPENAI_MODELS,
     version=Version(path="/version"),
     serving=Serving(
         images=(
