@@ -857,6 +857,70 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "(the copy's completion notice failed), bootstrap (the two servers never connected), "
         "expired (the prefill server freed the KV before the decode server read it).",
     ),
+    # --- the gateway in front of the engines: its queue (llm-d's endpoint picker) ------------
+    MetricSpec(
+        "inference_gateway_queue_depth",
+        "gauge",
+        "engine",
+        ("engine", "model", "pool", "priority"),
+        "Requests the gateway holds in its own queue (flow control) until the pool has room, by "
+        "priority band, summed over tenants (fairness ids). They wait before any engine: the "
+        "engines' queues stay short while this one grows.",
+    ),
+    MetricSpec(
+        "inference_gateway_queue_time_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model", "pool"),
+        "Time requests the gateway dispatched had waited in its queue (the gateway's own buckets).",
+        unit="seconds",
+    ),
+    MetricSpec(
+        "inference_gateway_pool_saturation",
+        "gauge",
+        "engine",
+        ("engine", "model", "pool", "stage"),
+        "The pool's saturation as the gateway computes it to gate dispatch, by stage (prefill, "
+        "decode, effective: the larger, the one that gates). 1 is the gating set point, above "
+        "1 oversubscription; an empty pool, or endpoints whose metrics are missing or stale, "
+        "read as 1 (fail-closed): see inference_gateway_stale_endpoints.",
+    ),
+    MetricSpec(
+        "inference_gateway_requests_total",
+        "counter",
+        "engine",
+        ("engine", "model", "pool", "outcome"),
+        "Requests the gateway's queue finished with, by outcome: dispatched, rejected_capacity "
+        "(the queue full), rejected_no_endpoints, rejected_other, evicted_ttl (waited past "
+        "their deadline), evicted_no_endpoints, evicted_context_cancelled (the client gave "
+        "up), evicted_other, unknown (an outcome this exporter does not know yet).",
+    ),
+    MetricSpec(
+        "inference_gateway_stale_endpoints",
+        "gauge",
+        "engine",
+        ("engine", "model"),
+        "Endpoints whose metrics the gateway found missing or stale at its last saturation "
+        "check; it counts them as saturated, so a nonzero value while it queues or sheds load "
+        "means its scrape of the engines is broken, not that the pool is full.",
+    ),
+    MetricSpec(
+        "inference_gateway_ready_endpoints",
+        "gauge",
+        "engine",
+        ("engine", "model", "pool"),
+        "Endpoints of the pool the gateway can route to.",
+    ),
+    # --- requests refused at admission, by the engine or the gateway --------------------------
+    MetricSpec(
+        "inference_requests_rejected_total",
+        "counter",
+        "engine",
+        ("engine", "model", "layer", "reason"),
+        "Requests refused at admission, before any work: layer engine (the engine's own "
+        "limit, e.g. vLLM's --max-num-queued-reqs, answered 503) or gateway (the gateway's "
+        "queue: capacity, no_endpoints, other); reason as the layer names it.",
+    ),
     # --- tokenizer ----------------------------------------------------------------------------
     MetricSpec(
         "inference_tokenizer_latency_seconds",

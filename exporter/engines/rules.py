@@ -98,7 +98,7 @@ class LabelMatcher:
 @dataclass(frozen=True)
 class Source:
     """One source metric: its exposed name, label matchers, the label that carries the model
-    (``None``: the engine has none, model ``""``; several: the first present) and the unit
+    (``None``: the engine has none, model ``""``; several: the first not empty) and the unit
     conversion to base units (value x ``scale`` / ``divisor``; histograms convert bucket bounds
     and ``_sum``).
 
@@ -107,7 +107,9 @@ class Source:
     sample's; ``engine_wide``: the series have no model label and belong to the exposition's
     only model; ``blank_models``: model label values that mean "no model" (``""``);
     ``fixed``: values of the rule's own labels that the source sets rather than reads (which
-    of several failure counters a series came from: ``reason="expired"``); ``note``: what a
+    of several failure counters a series came from: ``reason="expired"``); ``relabel``: the
+    rule's labels read from a source label of another name (``("pool", "inference_pool")``);
+    ``note``: what a
     reader of the mapping should know of this source (since when, what it means), shown in
     ``docs/engines.md`` and ``docs/metrics.md``, never read by the code.
     """
@@ -122,6 +124,7 @@ class Source:
     engine_wide: bool = False
     blank_models: tuple[str, ...] = ()
     fixed: tuple[tuple[str, str], ...] = ()
+    relabel: tuple[tuple[str, str], ...] = ()
     note: str = ""
 
     @cached_property
@@ -143,7 +146,7 @@ class Source:
         elif isinstance(names, str):
             model = labels.get(names, "")
         else:
-            model = next((labels[n] for n in names if n in labels), "")
+            model = next((labels[n] for n in names if labels.get(n)), "")
         if model in self.blank_models:
             model = ""
         if not model and self.engine_wide:
@@ -370,10 +373,15 @@ def _rows(samples: _Samples, name: str, source: Source, keep: tuple[str, ...]) -
     replicas = source.replicas
     model_of = source.model_of
     fixed = dict(source.fixed)
+    read = tuple(dict(source.relabel).get(k, k) for k in keep)
     for key, labels, value in rows:
         if matchers and not _accepted(matchers, key, labels):
             continue
-        kept = tuple(fixed.get(k) or labels.get(k, "") for k in keep) if keep else ()
+        kept = (
+            tuple(fixed.get(k) or labels.get(r, "") for k, r in zip(keep, read, strict=True))
+            if keep
+            else ()
+        )
         series_key = tuple(kv for kv in key if kv[0] not in replicas) if replicas else key
         yield (model_of(labels), kept), series_key, key, labels, value
 

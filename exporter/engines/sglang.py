@@ -190,6 +190,16 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     rule(
+        "inference_requests_rejected_total",
+        Source(
+            "sglang:num_queue_rejected_requests_total",
+            model_label=MODEL_LABELS,
+            replicas=REPLICAS,
+            fixed=(("layer", "engine"),),
+            note="the scheduler's waiting queue full or timed out; SGLang PR 34320",
+        ),
+    ),
+    rule(
         "inference_estimated_flops_total",
         _sched("sglang:estimated_flops_per_gpu_total"),
         aggregate="mean",

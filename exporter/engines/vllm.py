@@ -124,6 +124,15 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     rule(
+        "inference_requests_rejected_total",
+        Source(
+            "vllm:admission_rejections_total",
+            model_label=MODEL_LABEL,
+            fixed=(("layer", "engine"),),
+            note="--max-num-queued-reqs, --max-num-queued-tokens: HTTP 503; vLLM PR 55812",
+        ),
+    ),
+    rule(
         "inference_estimated_flops_total",
         _s("vllm:estimated_flops_per_gpu_total", note="--enable-mfu-metrics"),
         aggregate="mean",

@@ -545,3 +545,22 @@ async def test_an_engine_that_names_its_model_is_not_asked(
     raw = {"raw_model": MODEL, "origin": "metrics"}
     labels = {"engine": "vllm", "model": MODEL, **raw}
     assert reg.get_sample_value("inference_engine_model_info", labels) == 1
+
+
+async def test_the_gateway_s_queue_has_no_role(session: aiohttp.ClientSession) -> None:
+    body = (FIXTURES / "llmd-epp-flow-control-handwritten.txt").read_text()
+    async with FakeEngine(metrics_body=body) as fake:
+        collector = make(fake.url + "/metrics", role="decode")
+        await collector.tick(session)
+        reg, _ = scrape(collector)
+        g = reg.get_sample_value
+        gw = {"engine": "llmd-epp", "model": "Qwen/Qwen3-0.6B", "pool": "qwen-pool"}
+        assert g("inference_gateway_queue_depth", {**gw, "priority": "0"}) == 32
+        assert g("inference_gateway_pool_saturation", {**gw, "stage": "effective"}) == 1
+        assert g("inference_gateway_queue_time_seconds_count", gw) == 1500
+        assert g("inference_gateway_stale_endpoints", {"engine": "llmd-epp", "model": gw["model"]})
+        rejected = {"engine": "llmd-epp", "model": gw["model"], "layer": "gateway"}
+        assert g("inference_requests_rejected_total", {**rejected, "reason": "capacity"}) == 48
+        # the picker itself is still of the role the flag gives
+        info = {"engine": "llmd-epp", "model": gw["model"], "role": "decode", "version": ""}
+        assert g("inference_engine_info", info) == 1
