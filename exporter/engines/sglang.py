@@ -223,7 +223,8 @@ SPEC = EngineSpec(
     rules=RULES,
     tokenize=Tokenize(),
     preallocates_memory=True,
-    process="sglang",
+    # The router (sglang_router, sglang-router) is no engine: it has no sglang: metrics.
+    process=r"sglang(?![-_]router)",
     model=OPENAI_MODELS,
     version=Version(path="/get_server_info"),
     role=ROLE,

@@ -164,6 +164,7 @@ SPEC = EngineSpec(
             r"vllm-openai",
             r"(^|/)vllm/",
             r"llm-d/llm-d(-(cuda|rocm|xpu|cpu|gaudi|hpu))?(:|@|$)",
+            r"kthena-engine:vllm",
         ),
         port=8000,
     ),
