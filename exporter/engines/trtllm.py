@@ -15,27 +15,8 @@ The names changed three times, all read:
 3. ``trtllm_*`` (Dynamo's TensorRT-LLM worker added the prefix first, briefly as ``trtllm:``,
    then TensorRT-LLM itself, with the iteration gauges).
 
-==========================================  ==================================================
-normalised                                  TensorRT-LLM (older names after the first)
-==========================================  ==================================================
-inference_queue_depth                       trtllm_num_requests_waiting;
-                                            pytrtllm:num_requests_waiting
-inference_requests_running                  trtllm_num_requests_running;
-                                            pytrtllm:num_requests_running
-inference_kv_cache_usage_ratio              trtllm_kv_cache_utilization (used / max blocks)
-inference_kv_cache_capacity_tokens          trtllm_kv_cache_max_blocks x
-                                            trtllm_kv_cache_tokens_per_block
-inference_prompt_tokens_total               trtllm_prompt_tokens_total; pytrtllm:...
-inference_generation_tokens_total           trtllm_generation_tokens_total; pytrtllm:...
-inference_time_to_first_token_seconds       trtllm_time_to_first_token_seconds; unprefixed
-inference_inter_token_latency_seconds       trtllm_time_per_output_token_seconds (one
-                                            observation per request: its mean time per
-                                            output token); unprefixed
-inference_e2e_request_latency_seconds       trtllm_e2e_request_latency_seconds; unprefixed
-inference_queue_time_seconds                trtllm_request_queue_time_seconds; unprefixed
-inference_prefill_time_seconds              trtllm_request_prefill_time_seconds
-inference_decode_time_seconds               trtllm_request_decode_time_seconds
-==========================================  ==================================================
+The mapping is :data:`RULES` below, each source with its note; ``docs/engines.md`` shows
+it as a table (``python build-tools/docgen.py``).
 
 Recognised by the ``trtllm_``, ``trtllm:`` or ``pytrtllm:`` prefix, or, for the unprefixed
 releases, by two of the four unprefixed histograms together (an exposition with NIM's gauges
@@ -47,7 +28,7 @@ those rows follow the collector's source. No tokenize endpoint; the version come
 from __future__ import annotations
 
 from exporter.engines.rules import Product, Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Serving, Version
+from exporter.engines.spec import OPENAI_MODELS, EngineSpec, Serving, Version
 
 PREFIXES = ("trtllm_", "trtllm:", "pytrtllm:")
 MODEL_LABEL = "model_name"
@@ -81,7 +62,12 @@ RULES: tuple[Rule, ...] = (
         "inference_requests_running",
         *_named("num_requests_running", older=("trtllm:", "pytrtllm:")),
     ),
-    rule("inference_kv_cache_usage_ratio", *_named("kv_cache_utilization"), aggregate="max"),
+    rule(
+        "inference_kv_cache_usage_ratio",
+        *_named("kv_cache_utilization"),
+        aggregate="max",
+        note="used over max blocks",
+    ),
     rule(
         "inference_kv_cache_capacity_tokens",
         Product(_s("trtllm_kv_cache_max_blocks"), _s("trtllm_kv_cache_tokens_per_block")),
@@ -95,7 +81,11 @@ RULES: tuple[Rule, ...] = (
         *_named("generation_tokens_total", older=("trtllm:", "pytrtllm:")),
     ),
     rule("inference_time_to_first_token_seconds", *_histogram("time_to_first_token_seconds")),
-    rule("inference_inter_token_latency_seconds", *_histogram("time_per_output_token_seconds")),
+    rule(
+        "inference_inter_token_latency_seconds",
+        *_histogram("time_per_output_token_seconds"),
+        note="one observation per request: its mean time per output token",
+    ),
     rule("inference_e2e_request_latency_seconds", *_histogram("e2e_request_latency_seconds")),
     rule("inference_queue_time_seconds", *_histogram("request_queue_time_seconds")),
     rule("inference_prefill_time_seconds", *_named("request_prefill_time_seconds")),
@@ -104,6 +94,7 @@ RULES: tuple[Rule, ...] = (
 
 SPEC = EngineSpec(
     name="trtllm",
+    title="TensorRT-LLM",
     prefixes=PREFIXES,
     rules=RULES,
     tokenize=None,
@@ -113,6 +104,7 @@ SPEC = EngineSpec(
     signatures=tuple(
         frozenset({a, b}) for i, a in enumerate(UNPREFIXED) for b in UNPREFIXED[i + 1 :]
     ),
+    model=OPENAI_MODELS,
     version=Version(path="/version"),
     serving=Serving(images=(r"tensorrt-llm",), port=8000),
 )
