@@ -538,6 +538,258 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         source="nvmlDeviceGetComputeRunningProcesses, host /proc/<pid>/cgroup",
         gpus=_ALL + "; " + _POD_SHARES,
     ),
+    # --- nvml: energy shares, power state, links (issue 36) ----------------------------------
+    MetricSpec(
+        "inference_gpu_engine_busy_seconds_total",
+        "counter",
+        "nvml",
+        GPU_LABELS,
+        "The engine's own share of the GPU integrated over time: at each poll, the engine's "
+        "share (inference_gpu_engine_utilization_ratio) times the time since the previous "
+        "poll; rate() is the engine's mean share, the key to splitting a shared GPU's energy.",
+        unit="seconds",
+        source="nvmlDeviceGetProcessUtilization(last_seen_timestamp) smUtil, per poll",
+        gpus=_ALL + "; " + _SHARES,
+    ),
+    MetricSpec(
+        "inference_gpu_pod_busy_seconds_total",
+        "counter",
+        "nvml",
+        (*GPU_LABELS, "pod_uid", "container_id"),
+        "A container's own share of the GPU integrated over time (the node agent): at each "
+        "poll, inference_gpu_pod_utilization_ratio times the time since the previous poll. "
+        "Restarts from 0 when the container comes back to the GPU.",
+        unit="seconds",
+        source="nvmlDeviceGetProcessUtilization smUtil, host PIDs mapped to pods, per poll",
+        gpus=_ALL + "; " + _POD_SHARES,
+    ),
+    MetricSpec(
+        "inference_gpu_idle_energy_joules_total",
+        "counter",
+        "nvml",
+        GPU_LABELS,
+        "Energy the GPU consumed over poll intervals in which every utilisation sample of the "
+        "driver was 0 % (no kernel ran at all); an interval with any work counts as busy, so "
+        "this is a lower bound at poll resolution. rate() over rate() of "
+        "inference_gpu_energy_joules_total is the share of energy spent idle.",
+        unit="joules",
+        source="nvmlDeviceGetTotalEnergyConsumption (mJ) and nvmlDeviceGetSamples, per poll",
+        gpus="Volta and newer with a utilisation sample buffer; not MIG (no buffer there)",
+    ),
+    MetricSpec(
+        "inference_gpu_power_limit_watts",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "The power limit the GPU enforces now: the lowest of the administrator's, the "
+        "default and any set out of band; inference_gpu_clock_event_active{reason="
+        '"power_cap"} means the GPU draws against it.',
+        unit="watts",
+        source="field NVML_FI_DEV_POWER_CURRENT_LIMIT (mW, GPU scope); older drivers: "
+        "nvmlDeviceGetEnforcedPowerLimit",
+        gpus=_GPU_ONLY,
+    ),
+    MetricSpec(
+        "inference_gpu_power_smoothing_enabled",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "1 while power smoothing holds the GPU's power between a floor and a ceiling (the "
+        "GPU then burns power at the floor even when idle and ramps clocks gradually), 0 "
+        "when it is off.",
+        source="field NVML_FI_PWR_SMOOTHING_ENABLED (id 251 from driver 590, 256 on 570-580)",
+        gpus="Blackwell and newer with driver 570 or later; absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_power_smoothing_floor_watts",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "The power floor power smoothing applies now (total module power): the GPU's draw "
+        "does not fall below it, idle or not.",
+        unit="watts",
+        source="field NVML_FI_PWR_SMOOTHING_APPLIED_TMP_FLOOR (W; id 255 from driver 590, "
+        "260 on 570-580)",
+        gpus="Blackwell and newer with driver 570 or later; absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_power_profile_info",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "profile"),
+        "A workload power profile the GPU enforces now (max_p, max_q, llm_inference, "
+        "memory_bound, ...: NVML_POWER_PROFILE_* in lower case); constant 1, one series per "
+        "enforced profile, none when no profile is enforced.",
+        source="nvmlDeviceWorkloadPowerProfileGetCurrentProfiles enforcedProfilesMask",
+        gpus="Blackwell and newer; absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_transmit_bytes_total",
+        "counter",
+        "nvml",
+        GPU_LABELS,
+        "Bytes the GPU sent over all its NVLink links (header and payload) since the "
+        "exporter started; tensor-parallel all-reduces and expert-parallel all-to-alls travel "
+        "here.",
+        unit="bytes",
+        source="GPM NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC (MiB/s) x the poll interval "
+        "(Hopper and newer); else field NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX, all links (KiB)",
+        gpus="GPUs with NVLink (Ampere and newer); not MIG devices",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_receive_bytes_total",
+        "counter",
+        "nvml",
+        GPU_LABELS,
+        "Bytes the GPU received over all its NVLink links (header and payload) since the "
+        "exporter started.",
+        unit="bytes",
+        source="GPM NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC (MiB/s) x the poll interval "
+        "(Hopper and newer); else field NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX, all links (KiB)",
+        gpus="GPUs with NVLink (Ampere and newer); not MIG devices",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_links",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "state"),
+        "The GPU's NVLink links by state: active, sleep (idle in low power, woken by traffic), "
+        "inactive, active_traffic_disabled, unknown (the driver gives no state); every state "
+        "is a series, 0 where no link is in it. All 0 on a GPU without NVLink (PCIe only).",
+        source="field NVML_FI_DEV_NVLINK_LINK_COUNT (once), NVML_FI_DEV_NVLINK_GET_STATE per link",
+        gpus=_GPU_ONLY + " that answer the link count",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_peak_bytes_per_second",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "The GPU's NVLink peak in one direction: the speeds of its usable (active or "
+        "sleeping) links summed; rate() of inference_gpu_nvlink_transmit_bytes_total over it "
+        "is how close the links run to their peak.",
+        unit="bytes per second",
+        source="field NVML_FI_DEV_NVLINK_GET_SPEED per link (MBps; else "
+        "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON), NVML_FI_DEV_NVLINK_GET_STATE",
+        gpus="GPUs with NVLink (driver 520 and newer); not MIG devices",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_link_transmit_bytes_total",
+        "counter",
+        "nvml",
+        (*GPU_LABELS, "link"),
+        "Bytes the GPU sent over one NVLink link since the exporter started (with "
+        "--gpu.nvlink-per-link).",
+        unit="bytes",
+        source="GPM NVML_GPM_METRIC_NVLINK_L<n>_TX_PER_SEC x the poll interval; else field "
+        "NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX with the link as scope",
+        gpus="GPUs with NVLink, with --gpu.nvlink-per-link; not MIG devices",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_link_receive_bytes_total",
+        "counter",
+        "nvml",
+        (*GPU_LABELS, "link"),
+        "Bytes the GPU received over one NVLink link since the exporter started (with "
+        "--gpu.nvlink-per-link).",
+        unit="bytes",
+        source="GPM NVML_GPM_METRIC_NVLINK_L<n>_RX_PER_SEC x the poll interval; else field "
+        "NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX with the link as scope",
+        gpus="GPUs with NVLink, with --gpu.nvlink-per-link; not MIG devices",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_link_peak_bytes_per_second",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "link"),
+        "One usable NVLink link's speed in one direction (with --gpu.nvlink-per-link).",
+        unit="bytes per second",
+        source="field NVML_FI_DEV_NVLINK_GET_SPEED with the link as scope (MBps)",
+        gpus="GPUs with NVLink, with --gpu.nvlink-per-link; not MIG devices",
+    ),
+    MetricSpec(
+        "inference_gpu_c2c_transmit_bytes_total",
+        "counter",
+        "nvml",
+        GPU_LABELS,
+        "Bytes the GPU sent to its Grace CPU over the C2C link (offloaded KV cache, weights "
+        "streamed from CPU memory) since the exporter started.",
+        unit="bytes",
+        source="GPM NVML_GPM_METRIC_C2C_TOTAL_TX_PER_SEC (MiB/s) x the poll interval",
+        gpus="Grace parts (GH200, GB200) with driver 550 and newer; absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_c2c_receive_bytes_total",
+        "counter",
+        "nvml",
+        GPU_LABELS,
+        "Bytes the GPU received from its Grace CPU over the C2C link since the exporter started.",
+        unit="bytes",
+        source="GPM NVML_GPM_METRIC_C2C_TOTAL_RX_PER_SEC (MiB/s) x the poll interval",
+        gpus="Grace parts (GH200, GB200) with driver 550 and newer; absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_c2c_links",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "state"),
+        "The GPU's C2C links by status: active, inactive, unknown; every state is a series.",
+        source="field NVML_FI_DEV_C2C_LINK_COUNT (once), NVML_FI_DEV_C2C_LINK_GET_STATUS per link",
+        gpus="Grace parts (GH200, GB200); absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_c2c_peak_bytes_per_second",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "The C2C peak in one direction: the bandwidth of the active C2C links summed.",
+        unit="bytes per second",
+        source="field NVML_FI_DEV_C2C_LINK_GET_MAX_BW per link (MBps)",
+        gpus="Grace parts (GH200, GB200); absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_fabric_state",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "state"),
+        "The GPU's registration in the NVLink fabric (Fabric Manager, NVSwitch systems) as a "
+        "state set: not_started, in_progress, completed, failed (completed with an error "
+        "status); 1 for the current state. Until completed the GPU has no NVLink peers.",
+        source="nvmlDeviceGetGpuFabricInfoV state and status (older drivers: "
+        "nvmlDeviceGetGpuFabricInfo)",
+        gpus="Hopper and newer on NVSwitch systems (HGX, NVL); absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_fabric_health",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "status"),
+        "The NVLink fabric's health summary for the GPU as a state set: healthy, unhealthy, "
+        "limited_capacity; 1 for the current one.",
+        source="nvmlDeviceGetGpuFabricInfoV healthSummary (v3 of the structure)",
+        gpus="Hopper and newer on NVSwitch systems with a driver that has the v3 structure",
+    ),
+    MetricSpec(
+        "inference_gpu_fabric_condition_active",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "condition"),
+        "1 while a fabric health condition holds, 0 otherwise: degraded_bandwidth, "
+        "route_recovery, route_unhealthy, access_timeout_recovery, incorrect_configuration; "
+        "only the conditions the driver reports.",
+        source="nvmlDeviceGetGpuFabricInfoV healthMask (v2 and later)",
+        gpus="Hopper and newer on NVSwitch systems with driver 550 and newer",
+    ),
+    MetricSpec(
+        "inference_gpu_fabric_info",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "cluster_uuid", "clique_id"),
+        "The NVLink domain the GPU joined once registered: GPUs with the same cluster_uuid "
+        "and clique_id reach each other over NVLink (one NVL72 rack, one HGX board); "
+        "constant 1.",
+        source="nvmlDeviceGetGpuFabricInfoV clusterUuid, cliqueId",
+        gpus="Hopper and newer on NVSwitch systems; absent elsewhere",
+    ),
     # --- cpu ----------------------------------------------------------------------------------
     MetricSpec(
         "inference_cpu_seconds_total",
@@ -1092,7 +1344,7 @@ class SeriesBudget:
 
 
 SERIES_BUDGET = SeriesBudget(
-    per_gpu=47, per_engine=193, per_engine_process=1, per_sidecar=44, max_labels=10
+    per_gpu=66, per_engine=193, per_engine_process=1, per_sidecar=44, max_labels=10
 )
 # The labels Prometheus adds to every series of a target found through the chart's PodMonitor.
 POD_MONITOR_TARGET_LABELS = ("namespace", "pod", "container", "endpoint", "instance", "job")
