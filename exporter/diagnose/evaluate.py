@@ -23,6 +23,7 @@ from exporter.diagnose.diagnosis import Report
 from exporter.diagnose.findings import (
     FIGURES,
     POOL_BUDGET,
+    TARGET_FIGURES,
     TTFT_SPLIT,
     Condition,
     EvidenceValue,
@@ -291,8 +292,10 @@ MAIN_FIGURES = frozenset({"efficiency", "e2e", "prefill_efficiency", "prompt_tok
 
 async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) -> list[Roofline]:
     """The roofline figures and latency budget of each served model, from the pack's records
-    (:data:`~exporter.diagnose.findings.FIGURES`); NaN and infinities (a zero division) left out,
-    and models with none of :data:`MAIN_FIGURES`. Ordered by target and model."""
+    (:data:`~exporter.diagnose.findings.FIGURES`, and the target's own
+    :data:`~exporter.diagnose.findings.TARGET_FIGURES` with each model it serves); NaN and
+    infinities (a zero division) left out, and models with none of :data:`MAIN_FIGURES`.
+    Ordered by target and model."""
     found: dict[Labels, dict[str, float]] = {}
     for key, signal in FIGURES.items():
         name = signal.record(cfg)
@@ -311,6 +314,12 @@ async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) 
         # a model with nothing but its inter-token latency has nothing to show
         if values.keys() & MAIN_FIGURES
     ]
+    for key, signal in TARGET_FIGURES.items():
+        for s in await _record(backend, signal.record(cfg)):
+            target = set(s.without_name())
+            for r in out:
+                if target <= set(r.labels):
+                    r.values[key] = s.value
     return sorted(out, key=lambda r: (r.target, r.model))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from exporter.diagnose.promql_eval import Labels
 from exporter.signatures.definitions import AlertRule, Signature
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS
-from exporter.signatures.signals import pool_signals, roofline_signals
+from exporter.signatures.signals import link_signals, pool_signals, roofline_signals
 from exporter.signatures.signals.signal import Signal
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -142,6 +142,12 @@ FIGURES: dict[str, Signal] = {
     "output_tokens": roofline_signals.OUTPUT_TOKENS,
 }
 
+# Figures of the whole target (its GPUs), shown with each model it serves.
+TARGET_FIGURES: dict[str, Signal] = {
+    "gpus": link_signals.GPUS,
+    "nvlink": link_signals.NVLINK_UTILIZATION,
+}
+
 
 @dataclass
 class Roofline:
@@ -172,6 +178,16 @@ class Roofline:
         """Generated tokens per second (the roofline's times the share of it generated)."""
         roofline, share = self.get("roofline_tokens"), self.get("throughput")
         return None if roofline is None or share is None else roofline * share
+
+    @property
+    def communication_share(self) -> float | None:
+        """The least share of a step spent moving data between the target's GPUs: NVLink use
+        against its peak (the time the links would be busy at their peak rate), where the
+        target has more than one GPU and its links are read; ``None`` elsewhere."""
+        gpus, nvlink = self.get("gpus"), self.get("nvlink")
+        if nvlink is None or (gpus is not None and gpus < 2):
+            return None
+        return nvlink
 
     @property
     def engine_time_split(self) -> tuple[float, float] | None:

@@ -66,6 +66,14 @@ def roofline_summary(r: Roofline) -> str:
             f"of {e2e:.1f} s end to end: queue {_share(queue)}, prefill {_share(prefill)}, "
             f"{moved}decode {_share(decode)}, host {_share(host)}"
         )
+    communication = r.communication_share
+    if communication is not None:
+        gpus = r.get("gpus")
+        over = "" if gpus is None else f" of its {gpus:.0f} GPUs"
+        parts.append(
+            f"communication at least {_share(communication)} of a step (NVLink{over} at "
+            f"{_share(communication)} of its peak)"
+        )
     return "; ".join(parts) or "no roofline figures (see docs/roofline.md for their inputs)"
 
 
@@ -117,6 +125,11 @@ def _roofline_json(r: Roofline) -> dict[str, Any]:
             "share": r.get("throughput"),
         },
         "prefill_efficiency": r.get("prefill_efficiency"),
+        "interconnect": {
+            "gpus": r.get("gpus"),
+            "nvlink_utilization": r.get("nvlink"),
+            "communication_share_at_least": r.communication_share,
+        },
         "latency_budget": {
             "e2e_seconds": r.get("e2e"),
             "queue": r.get("queue"),

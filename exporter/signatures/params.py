@@ -189,6 +189,17 @@ PARAMS: dict[str, tuple[Param, ...]] = {
         Param("utilization_above", "ratio", 0.9, "mean GPU utilisation (GPU-Util) above this"),
         Param("sm_active_below", "ratio", 0.3, "while mean SM activity is below this"),
     ),
+    "InferenceInterconnectBound": (
+        _for(15 * MIN),
+        Param(
+            "link_utilization_above",
+            "ratio",
+            0.7,
+            "mean NVLink use of the pod's GPUs (bytes per second in the busier direction over "
+            "the links' peak) above this: the links run near their peak",
+        ),
+        Param("sm_active_below", "ratio", 0.3, "while mean SM activity is below this"),
+    ),
     "InferenceHostLatencyShareHigh": (
         _for(15 * MIN),
         Param(

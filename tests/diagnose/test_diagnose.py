@@ -271,10 +271,17 @@ def test_target_prints_the_roofline_and_the_latency_budget(
     lines = text.stdout.splitlines()
     at = lines.index("Roofline and latency budget:")
     assert lines[at + 1] == f"  {proc.base}/metrics {MODEL}"
-    assert lines[at + 2] == (
-        f"    decode at {100 * efficiency:.0f} % of its HBM floor ({1000 * floor:.1f} ms floor, "
-        f"45.0 ms observed); {BUDGET_LINE}"
+    # the replayed HGX pair's NVLink carries 15 % of its peak times each GPU's utilisation
+    summary = re.fullmatch(
+        re.escape(
+            f"    decode at {100 * efficiency:.0f} % of its HBM floor ({1000 * floor:.1f} ms "
+            f"floor, 45.0 ms observed); {BUDGET_LINE}; communication at least "
+        )
+        + r"(\d+) % of a step \(NVLink of its 2 GPUs at \1 % of its peak\)",
+        lines[at + 2],
     )
+    assert summary, lines[at + 2]
+    assert 1 <= int(summary[1]) <= 15
     # 3 requests per 45 ms step: 67 tokens/s, the roofline's share as the efficiency's
     throughput = re.fullmatch(
         r"    throughput: (\d+) tokens/s, (\d+) % of the (\d+) tokens/s its batch would reach "
@@ -334,6 +341,10 @@ def test_target_prints_the_roofline_and_the_latency_budget(
         tokens["share"] * tokens["roofline_tokens_per_second"], rel=1e-9
     )
     assert tokens["roofline_tokens_per_second"] == pytest.approx(3 / floor, rel=1e-3)
+    links = entry["interconnect"]
+    assert links["gpus"] == 2
+    assert links["communication_share_at_least"] == links["nvlink_utilization"]
+    assert 0.01 <= links["nvlink_utilization"] <= 0.15
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -530,7 +541,9 @@ def test_prometheus_mode_prints_the_roofline_and_the_latency_budget(
         }
         assert entry["decode"]["floor_seconds"] == pytest.approx(floor, rel=1e-9)
         assert entry["decode"]["efficiency"] == pytest.approx(floor / 0.045, rel=1e-3)
-        assert entry["summary"].endswith(BUDGET_LINE)
+        # the target's figures (its GPUs, their NVLink) join each model's row by its labels
+        assert f"{BUDGET_LINE}; communication at least " in entry["summary"]
+        assert entry["interconnect"]["gpus"] == 2
 
         text = diagnose("--prometheus.url", prometheus.url, "--profile", "fast")
         lines = text.stdout.splitlines()

@@ -199,6 +199,10 @@ class Sidecar:
     engine_processes: tuple[int, ...] = (1,)
     # how the sidecar chose its GPUs (inference_gpu_attribution_info): every GPU it sees
     attribution: str = "all-visible"
+    # NVLink: each GPU's transmit and receive bytes per second as shares of its links' peak
+    # (an HGX board's 18 links; None: a GPU without NVLink)
+    nvlink: tuple[float, float] | None = (0.15, 0.14)
+    nvlink_peak: float = 4.78116e11
 
 
 def _elapsed(restart: int | None, times: list[float], k: int, uptime: float) -> float:
@@ -252,6 +256,11 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
         out["inference_gpu_peak_flops"][(*key, "fp8")] = 2 * s.peak_bf16
         out["inference_gpu_sm_active_ratio"][key] = s.sm_active[i % len(s.sm_active)]
         out["inference_gpu_sm_clock_hertz"][key] = s.sm_clock
+        if s.nvlink is not None:
+            transmit, receive = s.nvlink
+            out["inference_gpu_nvlink_transmit_bytes_total"][key] = transmit * s.nvlink_peak * up
+            out["inference_gpu_nvlink_receive_bytes_total"][key] = receive * s.nvlink_peak * up
+            out["inference_gpu_nvlink_peak_bytes_per_second"][key] = s.nvlink_peak
         if s.engine_share is not None:
             out["inference_gpu_engine_utilization_ratio"][key] = s.engine_share[
                 i % len(s.engine_share)
@@ -549,6 +558,13 @@ SETS: tuple[SeriesSet, ...] = (
                 _nan("inference_tokenizer_latency_seconds", lambda k: k == 11),
             ),
         ),
+    ),
+    # a tensor-parallel pod bound by its links: NVLink at 88 % of its peak, SMs 8 % active
+    one(
+        "interconnect-bound",
+        "sidecar",
+        every(5, 13),
+        replace(STEADY, util=(0.96, 0.96), sm_active=(0.08, 0.08), nvlink=(0.88, 0.85)),
     ),
     one(
         "tokenizer-slower-than-decode",

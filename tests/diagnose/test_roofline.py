@@ -53,6 +53,22 @@ def test_without_model_facts_the_engines_read_bytes_stand_in() -> None:
     )
 
 
+def test_a_tensor_parallel_pod_shows_its_communication() -> None:
+    """The link-bound pair of tests/promtool/sidecar/signatures.yaml: NVLink at 88 % of its
+    peak is at least 88 % of each step moving data; one GPU, or no link read, shows none."""
+    bound = Roofline("llm/vllm-tp-0", LABELS, {**WORKED, "gpus": 2.0, "nvlink": 0.88})
+    assert bound.communication_share == 0.88
+    assert roofline_summary(bound).endswith(
+        "host 44 %; communication at least 88 % of a step (NVLink of its 2 GPUs at 88 % of its "
+        "peak)"
+    )
+    single = Roofline("t", LABELS, {**WORKED, "gpus": 1.0, "nvlink": 0.88})
+    assert single.communication_share is None
+    assert "communication" not in roofline_summary(single)
+    pcie = Roofline("t", LABELS, {**WORKED, "gpus": 2.0})
+    assert pcie.communication_share is None
+
+
 def test_a_budget_needs_every_part() -> None:
     values = {k: v for k, v in WORKED.items() if k != "queue"}
     summary = roofline_summary(Roofline("t", LABELS, values))

@@ -41,6 +41,7 @@ CONTRACT = {
     "InferenceGPUXidErrors": ({"critical", "warning"}, "gpu"),
     "InferenceGPUThrottled": ({"warning"}, "gpu"),
     "InferenceGPUContended": ({"warning"}, "gpu"),
+    "InferenceInterconnectBound": ({"warning"}, "gpu"),
 }
 PROFILES = ("sidecar", "dcgm", "fast")
 

@@ -258,8 +258,13 @@ def test_profiles_differ_only_in_gpu_records() -> None:
     differ = {name for name in side if name in dcgm and side[name] != dcgm[name]}
     assert all("gpu" in name for name in differ), differ
     # The dcgm profile reads no GPU series of the sidecar but its peak figures, which
-    # dcgm-exporter does not report (the roofline records need them in every profile).
-    peaks = ("inference_gpu_peak_memory_bandwidth_bytes_per_second", "inference_gpu_peak_flops")
+    # dcgm-exporter does not report (the roofline records need them in every profile, the
+    # NVLink record the links' peak).
+    peaks = (
+        "inference_gpu_peak_memory_bandwidth_bytes_per_second",
+        "inference_gpu_peak_flops",
+        "inference_gpu_nvlink_peak_bytes_per_second",
+    )
     for name, expr in dcgm.items():
         read = set(re.findall(r"\binference_gpu_[a-z0-9_]+", expr))
         assert read <= set(peaks), (name, read)

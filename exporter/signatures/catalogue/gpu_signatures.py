@@ -1,5 +1,5 @@
-"""The GPU itself: idle under load, lost, reporting Xid errors, clocks held down, contended by
-other tenants of a shared GPU.
+"""The GPU itself: idle under load, waiting on its peers' links, lost, reporting Xid errors,
+clocks held down, contended by other tenants of a shared GPU.
 
 Alerts carry ``signature="gpu"``.
 """
@@ -15,9 +15,18 @@ from exporter.signatures.signals.engine_signals import (
     QUEUE_DEPTH,
     QUEUE_TREND,
     REQUESTS_RUNNING,
+    TRAFFIC,
 )
-from exporter.signatures.signals.gpu_signals import CLOCK_EVENTS, SM_CLOCK, TEMPERATURE, XID_NEW
+from exporter.signatures.signals.gpu_signals import (
+    CLOCK_EVENTS,
+    GPU_UTILIZATION,
+    SM_ACTIVE,
+    SM_CLOCK,
+    TEMPERATURE,
+    XID_NEW,
+)
 from exporter.signatures.signals.latency_signals import INTER_TOKEN_MEDIAN
+from exporter.signatures.signals.link_signals import GPUS, NVLINK_UTILIZATION
 from exporter.signatures.signals.shared_gpu_signals import (
     GPU_DEVICE_UTILIZATION,
     GPU_ENGINE_SHARE,
@@ -66,6 +75,72 @@ def gpu_underutilized(ctx: Context) -> Signature:
                 ("generation throughput (tokens/s)", ctx.name(GENERATION_TOKENS)),
             ),
             utilization_below=pct(util),
+        ),
+    )
+
+
+def interconnect_bound(ctx: Context) -> Signature:
+    """A tensor- or expert-parallel pod whose GPUs wait on their links: NVLink near its peak
+    while the SMs idle, in a pod of more than one GPU."""
+    alert = "InferenceInterconnectBound"
+    links = ctx.ratio(alert, "link_utilization_above")
+    sm_below = ctx.ratio(alert, "sm_active_below")
+    join = on(ctx.join)
+    rule = AlertRule(
+        severity="warning",
+        expr=(
+            f"{ctx.name(NVLINK_UTILIZATION)} > {num(links)}\n"
+            f"and {join}\n{ctx.name(SM_ACTIVE)} < {num(sm_below)}\n"
+            f"and {join}\n{ctx.name(GPUS)} > 1\n"
+            f"and {join}\n{ctx.name(TRAFFIC)}"
+        ),
+        for_seconds=ctx.for_seconds(alert),
+        summary="GPUs wait on their NVLink peers on {target}",
+        description=(
+            "The pod's {gpus} GPUs move data over NVLink at {links} % of the links' peak "
+            f"(above {pct(links)} %) while their SMs are active {{sm}} % of the time (below "
+            f"{pct(sm_below)} %), GPU utilisation {{util}} %, with traffic: at least {{links}} % "
+            "of each step is communication that does not overlap compute - the all-reduce of "
+            "tensor parallelism or the all-to-all of expert parallelism."
+        ),
+        evidence=(
+            percent("links", "mean NVLink use against its peak", ctx.name(NVLINK_UTILIZATION)),
+            percent("sm", "mean SM activity", ctx.name(SM_ACTIVE)),
+            percent("util", "mean GPU utilisation", ctx.name(GPU_UTILIZATION)),
+            Evidence("gpus", "GPUs of the pod", f"{ctx.name(GPUS)}{TARGET}", "GPUs"),
+        ),
+        when=(
+            f"mean NVLink use > {pct(links)} % of the links' peak while mean SM activity "
+            f"< {pct(sm_below)} %, in a pod of more than one GPU, with traffic"
+        ),
+    )
+    rate = ctx.window("rate")
+    return Signature(
+        alert=alert,
+        family="gpu",
+        title="Bound by the GPU interconnect",
+        rules=(rule,),
+        runbook=ctx.runbook(
+            alert,
+            queries=(
+                ("NVLink use against its peak, per pod", ctx.name(NVLINK_UTILIZATION)),
+                ("GPUs per pod (the tensor-parallel degree)", ctx.name(GPUS)),
+                (
+                    "each GPU's usable and lost links",
+                    ctx.selector("inference_gpu_nvlink_links"),
+                ),
+                (
+                    "the NVLink fabric's health (NVSwitch systems)",
+                    ctx.selector("inference_gpu_fabric_condition_active") + " == 1",
+                ),
+                (
+                    "C2C use against its peak (Grace parts: offloaded KV and weights)",
+                    f"rate({ctx.selector('inference_gpu_c2c_transmit_bytes_total')}[{rate}])\n"
+                    f"/\n{ctx.selector('inference_gpu_c2c_peak_bytes_per_second')}",
+                ),
+            ),
+            link_utilization_above=pct(links),
+            sm_active_below=pct(sm_below),
         ),
     )
 

@@ -14,6 +14,7 @@ from (the sidecar's NVML, the node agent, dcgm-exporter) without touching them. 
 - :mod:`.gpu`: utilisation, driver samples, HBM, SMs, framebuffer, Xids, clock events, each
   layout from its source (:mod:`.node_join`, :mod:`.dcgm_join`);
 - :mod:`.shared_gpu`: the engine's own share of GPUs other tenants use too;
+- :mod:`.link`: the GPUs a pod holds and their NVLink use against its peak;
 - :mod:`.roofline`: the roofline, latency budget and workload shape (``docs/roofline.md``);
 - :mod:`.pool`: the pools of disaggregated serving, across targets.
 
@@ -34,6 +35,7 @@ from exporter.signatures.signals import (
     engine_signals,
     gpu_signals,
     latency_signals,
+    link_signals,
     pool_signals,
     roofline_signals,
     shared_gpu_signals,
@@ -120,6 +122,8 @@ SIGNALS: tuple[Declaration, ...] = (
     shared_gpu_signals.GPU_ENGINE_SHARE,
     shared_gpu_signals.GPU_OTHER_TENANTS,
     shared_gpu_signals.GPU_OWN_UTILIZATION,
+    link_signals.NVLINK_UTILIZATION,
+    link_signals.GPUS,
 )
 
 _RANGE = re.compile(r"\[([0-9smhdwy]+)\]")
