@@ -189,6 +189,11 @@ async def _evidence(
 ) -> list[EvidenceValue]:
     out = []
     for item in rule.evidence:
+        if item.name is not None:  # a name: a label of the first series, not a number
+            found = await _evidence_sample(backend, cfg, rule, item, inst)
+            text = "?" if found is None else found.get(item.name) or "?"
+            out.append(EvidenceValue(item.key, item.label, None, item.unit, text))
+            continue
         value = (
             inst.value
             if item.expr is None
@@ -199,19 +204,36 @@ async def _evidence(
     return out
 
 
-async def _evidence_value(
+async def _evidence_result(
     backend: Backend, cfg: SiteConfig, rule: AlertRule, item: Evidence, inst: Instance
-) -> float | None:
+) -> Value | None:
+    """An evidence query's answer for the instance; ``None`` where it cannot be had here."""
     scope = rule.scope if item.scope is None else item.scope
     wanted = {label: inst.get(label) for label in (*cfg.join_labels, *scope)}
     query = item.query(matchers(wanted))
     try:
-        value = await backend.value(query, parse(query))
+        return await backend.value(query, parse(query))
     except (NeedsHistoryError, PromQLError):
         return None
-    if isinstance(value, float):
+
+
+async def _evidence_value(
+    backend: Backend, cfg: SiteConfig, rule: AlertRule, item: Evidence, inst: Instance
+) -> float | None:
+    value = await _evidence_result(backend, cfg, rule, item, inst)
+    if value is None or isinstance(value, float):
         return value
     return value[0].value if value else None
+
+
+async def _evidence_sample(
+    backend: Backend, cfg: SiteConfig, rule: AlertRule, item: Evidence, inst: Instance
+) -> Sample | None:
+    """The first series of a ``name`` evidence's query for the instance, if any."""
+    value = await _evidence_result(backend, cfg, rule, item, inst)
+    if value is None or isinstance(value, float) or not value:
+        return None
+    return value[0]
 
 
 def target_name(cfg: SiteConfig, labels: dict[str, str]) -> str:

@@ -256,5 +256,12 @@ PARAMS: dict[str, tuple[Param, ...]] = {
             "clock event reasons that count: hardware and thermal slowdowns, not power caps "
             "or idle clocks",
         ),
+        Param(
+            "power_cap_draw_at_least",
+            "ratio",
+            0.95,
+            "a slowdown counts as the power cap when the GPU draws at least this share of the "
+            "power limit it enforces (the description names the cause)",
+        ),
     ),
 }

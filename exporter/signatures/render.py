@@ -139,7 +139,8 @@ def matchers_template(labels: Sequence[str]) -> str:
 
 
 def evidence_template(evidence: Evidence, join: Sequence[str] = ()) -> str:
-    """The number of one evidence item at alert time, via the ``query`` template function.
+    """The number (or, for a ``name`` evidence, the label) of one evidence item at alert
+    time, via the ``query`` template function.
 
     Uses ``$m`` (the rule's matchers) unless the evidence has a scope of its own.
     """
@@ -147,9 +148,14 @@ def evidence_template(evidence: Evidence, join: Sequence[str] = ()) -> str:
         return f"{{{{ $value | printf `{evidence.fmt}` }}}}"
     expr = evidence.expr.replace("%", "%%").replace(TARGET, "{%s}")
     matchers = "$m" if evidence.scope is None else f"({_printf_matchers((*join, *evidence.scope))})"
+    shown = (
+        f'label "{evidence.name}"'
+        if evidence.name is not None
+        else f"value | printf `{evidence.fmt}`"
+    )
     return (
         f"{{{{ with printf `{expr}` {matchers} | query }}}}"
-        f"{{{{ . | first | value | printf `{evidence.fmt}` }}}}{{{{ else }}}}?{{{{ end }}}}"
+        f"{{{{ . | first | {shown} }}}}{{{{ else }}}}?{{{{ end }}}}"
     )
 
 

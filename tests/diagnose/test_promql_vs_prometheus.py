@@ -203,6 +203,9 @@ class Sidecar:
     # (an HGX board's 18 links; None: a GPU without NVLink)
     nvlink: tuple[float, float] | None = (0.15, 0.14)
     nvlink_peak: float = 4.78116e11
+    # each GPU's board power and the limit it enforces (W)
+    power: float = 350.0
+    power_limit: float = 700.0
 
 
 def _elapsed(restart: int | None, times: list[float], k: int, uptime: float) -> float:
@@ -256,6 +259,8 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
         out["inference_gpu_peak_flops"][(*key, "fp8")] = 2 * s.peak_bf16
         out["inference_gpu_sm_active_ratio"][key] = s.sm_active[i % len(s.sm_active)]
         out["inference_gpu_sm_clock_hertz"][key] = s.sm_clock
+        out["inference_gpu_power_watts"][key] = s.power + 10 * i
+        out["inference_gpu_power_limit_watts"][key] = s.power_limit
         if s.nvlink is not None:
             transmit, receive = s.nvlink
             out["inference_gpu_nvlink_transmit_bytes_total"][key] = transmit * s.nvlink_peak * up
@@ -603,6 +608,13 @@ SETS: tuple[SeriesSet, ...] = (
         "fast",
         every(2, 10),
         replace(STEADY, clock_events=("hw_slowdown", "sw_thermal"), temperature=88, sm_clock=1.2e9),
+    ),
+    # a hardware slowdown while GPU 0 draws 697 W of its 700 W limit: the power cap
+    one(
+        "throttled-at-power-cap",
+        "sidecar",
+        every(5, 10),
+        replace(STEADY, clock_events=("hw_slowdown",), power=697.0, sm_clock=1.4e9),
     ),
     one(
         "memory-headroom",

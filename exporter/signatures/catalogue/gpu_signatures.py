@@ -27,6 +27,7 @@ from exporter.signatures.signals.gpu_signals import (
 )
 from exporter.signatures.signals.latency_signals import INTER_TOKEN_MEDIAN
 from exporter.signatures.signals.link_signals import GPUS, NVLINK_UTILIZATION
+from exporter.signatures.signals.power_signals import CLOCK_CAUSE, POWER_DRAW, POWER_LIMIT
 from exporter.signatures.signals.shared_gpu_signals import (
     GPU_DEVICE_UTILIZATION,
     GPU_ENGINE_SHARE,
@@ -220,6 +221,7 @@ def gpu_xid_errors(ctx: Context) -> Signature:
 def gpu_throttled(ctx: Context) -> Signature:
     alert = "InferenceGPUThrottled"
     hold = ctx.for_duration(alert)
+    capped = ctx.ratio(alert, "power_cap_draw_at_least")
     rule = AlertRule(
         severity="warning",
         expr=f"{ctx.name(CLOCK_EVENTS)} > 0",
@@ -227,16 +229,39 @@ def gpu_throttled(ctx: Context) -> Signature:
         summary="GPU {labels.gpu} clocks held down ({labels.reason}) on {target}",
         description=(
             f"GPU {{labels.gpu}} ({{labels.uuid}}) has been slowed by {{labels.reason}} for "
-            f"{hold}; die at {{temp}} °C, SM clock {{clock}} MHz: every kernel runs slower "
-            "until the cause (cooling, power delivery) is fixed."
+            f"{hold}, cause: {{cause}}; die at {{temp}} °C, drawing {{power}} W of the "
+            "{limit} W limit it enforces, SM clock {clock} MHz: every kernel runs slower "
+            "until the cause is fixed."
         ),
         scope=("gpu", "uuid", "reason"),
         evidence=(
+            Evidence(
+                "cause",
+                "what holds the clocks down",
+                f"{ctx.name(CLOCK_CAUSE)}{TARGET}",
+                "",
+                scope=("gpu", "uuid", "reason"),
+                name="cause",
+            ),
             Evidence(
                 "temp",
                 "GPU temperature",
                 f"{ctx.name(TEMPERATURE)}{TARGET}",
                 "°C",
+                scope=GPU_LABELS,
+            ),
+            Evidence(
+                "power",
+                "power draw",
+                f"{ctx.name(POWER_DRAW)}{TARGET}",
+                "W",
+                scope=GPU_LABELS,
+            ),
+            Evidence(
+                "limit",
+                "enforced power limit",
+                f"{ctx.name(POWER_LIMIT)}{TARGET}",
+                "W",
                 scope=GPU_LABELS,
             ),
             Evidence(
@@ -261,9 +286,26 @@ def gpu_throttled(ctx: Context) -> Signature:
         runbook=ctx.runbook(
             alert,
             queries=(
+                ("what holds each throttled GPU's clocks down", ctx.name(CLOCK_CAUSE)),
                 ("GPU temperature", ctx.name(TEMPERATURE)),
                 ("SM clock (MHz)", f"{ctx.name(SM_CLOCK)} / 1000000"),
+                (
+                    "power draw against the enforced limit",
+                    f"{ctx.name(POWER_DRAW)}\n/\n{ctx.name(POWER_LIMIT)}",
+                ),
+                (
+                    "power smoothing and its floor (Blackwell)",
+                    ctx.selector("inference_gpu_power_smoothing_floor_watts")
+                    + "\nand\n"
+                    + ctx.selector("inference_gpu_power_smoothing_enabled")
+                    + " == 1",
+                ),
+                (
+                    "workload power profiles enforced",
+                    ctx.selector("inference_gpu_power_profile_info"),
+                ),
             ),
+            power_cap_draw_at_least=pct(capped),
         ),
     )
 

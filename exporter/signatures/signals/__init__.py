@@ -15,6 +15,8 @@ from (the sidecar's NVML, the node agent, dcgm-exporter) without touching them. 
   layout from its source (:mod:`.node_join`, :mod:`.dcgm_join`);
 - :mod:`.shared_gpu`: the engine's own share of GPUs other tenants use too;
 - :mod:`.link`: the GPUs a pod holds and their NVLink use against its peak;
+- :mod:`.power`: what holds a throttled GPU's clocks down (heat, power brake, power cap,
+  smoothing), from its power draw and enforced limit;
 - :mod:`.roofline`: the roofline, latency budget and workload shape (``docs/roofline.md``);
 - :mod:`.pool`: the pools of disaggregated serving, across targets.
 
@@ -37,6 +39,7 @@ from exporter.signatures.signals import (
     latency_signals,
     link_signals,
     pool_signals,
+    power_signals,
     roofline_signals,
     shared_gpu_signals,
 )
@@ -124,6 +127,9 @@ SIGNALS: tuple[Declaration, ...] = (
     shared_gpu_signals.GPU_OWN_UTILIZATION,
     link_signals.NVLINK_UTILIZATION,
     link_signals.GPUS,
+    power_signals.POWER_DRAW,
+    power_signals.POWER_LIMIT,
+    power_signals.CLOCK_CAUSE,
 )
 
 _RANGE = re.compile(r"\[([0-9smhdwy]+)\]")

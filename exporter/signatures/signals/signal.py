@@ -41,6 +41,9 @@ Unit = Literal[
     "flops",  # FLOP per second
     "celsius",
     "hertz",
+    "watts",
+    "joules",
+    "cost",  # in the site config's currency (cost.currency)
     "count",  # engines, samples, errors, targets
     "flag",  # 1 while something holds, absent otherwise
 ]
