@@ -309,7 +309,9 @@ def _state(states: list[Sample], sig: Signature, rule: AlertRule, inst: Instance
 # --- roofline and latency budget --------------------------------------------------------------
 
 
-MAIN_FIGURES = frozenset({"efficiency", "e2e", "prefill_efficiency", "prompt_tokens"})
+MAIN_FIGURES = frozenset(
+    {"efficiency", "e2e", "prefill_efficiency", "prompt_tokens", "joules_generated"}
+)
 
 
 async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) -> list[Roofline]:

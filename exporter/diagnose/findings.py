@@ -10,7 +10,12 @@ from typing import Any
 from exporter.diagnose.promql_eval import Labels
 from exporter.signatures.definitions import AlertRule, Signature
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS
-from exporter.signatures.signals import link_signals, pool_signals, roofline_signals
+from exporter.signatures.signals import (
+    energy_signals,
+    link_signals,
+    pool_signals,
+    roofline_signals,
+)
 from exporter.signatures.signals.signal import Signal
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -140,12 +145,19 @@ FIGURES: dict[str, Signal] = {
     "transfer": roofline_signals.BUDGET_TRANSFER,
     "prompt_tokens": roofline_signals.PROMPT_TOKENS,
     "output_tokens": roofline_signals.OUTPUT_TOKENS,
+    "joules_generated": energy_signals.ENERGY_PER_GENERATED,
+    "joules_prompt": energy_signals.ENERGY_PER_PROMPT,
+    "cost_generated": energy_signals.COST_PER_GENERATED,
+    "cost_prompt": energy_signals.COST_PER_PROMPT,
 }
 
 # Figures of the whole target (its GPUs), shown with each model it serves.
 TARGET_FIGURES: dict[str, Signal] = {
     "gpus": link_signals.GPUS,
     "nvlink": link_signals.NVLINK_UTILIZATION,
+    "power": energy_signals.POWER,
+    "idle_energy": energy_signals.IDLE_ENERGY,
+    "cost_per_hour": energy_signals.COST,
 }
 
 

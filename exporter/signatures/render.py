@@ -28,7 +28,13 @@ from exporter.signatures.promql_text import indent, num
 from exporter.signatures.runbook_templates import template_path
 from exporter.signatures.signals import recording_rules
 from exporter.signatures.signals.target_signals import TARGET_INFO
-from exporter.signatures.site import PROFILES, SELECTOR_HELP, WINDOW_HELP, SiteConfig
+from exporter.signatures.site import (
+    COST_HELP,
+    PROFILES,
+    SELECTOR_HELP,
+    WINDOW_HELP,
+    SiteConfig,
+)
 
 GENERATOR = "python -m exporter.signatures"
 ALERT_GROUPS = (("inference.signatures", False), ("inference.meta", True))
@@ -363,6 +369,11 @@ def runbook_index(cfg: SiteConfig, signatures: Sequence[Signature]) -> str:
         "  InferenceGPUStarvedQueueGrowing:",
         "    for: 10m",
         "    utilization_below: 0.6",
+        "cost:  # no price by default: no cost records",
+        f"  # gpu_hour_price: 2.5  # {COST_HELP['gpu_hour_price']}",
+        f"  currency: {cfg.cost.currency}  # {COST_HELP['currency']}",
+        f"  # gpu_hour_price_by_product:  # {COST_HELP['gpu_hour_price_by_product']}",
+        '  #   "NVIDIA H100 80GB HBM3": 3.9',
         "```",
     ]
     return "\n".join(out) + "\n"

@@ -18,6 +18,9 @@ pack. A profile picks where the GPU signals come from and how time is scaled:
     the sidecar profile with every window and ``for`` scaled by 1/10, for drills and
     end-to-end tests.
 
+``cost`` sets the price of a GPU-hour: the cost per million tokens is recorded only where a
+price is set (:class:`Cost`).
+
 Every mistake raises :class:`SignatureConfigError`, whose ``str()`` is one line naming the
 field (``signatures.InferenceGPUStarvedQueueGrowing.utilization_below: must be ...``).
 """
@@ -75,6 +78,7 @@ RESERVED_LABELS = frozenset(
     }
 )
 _ENGINE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_CURRENCY = re.compile(r"^[A-Z]{3}$")
 
 
 class SignatureConfigError(ValueError):
@@ -187,6 +191,33 @@ class DcgmJoin:
 
 
 @dataclass(frozen=True)
+class Cost:
+    """What a GPU-hour costs the site: the cost records (cost per million tokens, a pod's GPUs'
+    cost per hour) exist only where a price is set.
+
+    ``gpu_hour_price`` is the price of one GPU-hour in ``currency``; ``by_product`` the price of
+    particular products by the name NVML gives them (``NVIDIA H100 80GB HBM3``, compared in any
+    case and spacing), before ``gpu_hour_price`` for the rest.
+    """
+
+    gpu_hour_price: float | None = None
+    currency: str = "USD"
+    by_product: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def priced(self) -> bool:
+        """Whether any GPU has a price (the cost records exist)."""
+        return self.gpu_hour_price is not None or bool(self.by_product)
+
+
+COST_HELP = {
+    "gpu_hour_price": "price of one GPU-hour (a number above 0; no cost records without it)",
+    "currency": "ISO 4217 code of the prices, for the views' units (default USD)",
+    "gpu_hour_price_by_product": "price of a GPU-hour per product, by NVML's name",
+}
+
+
+@dataclass(frozen=True)
 class SiteConfig:
     """The validated configuration; windows and durations are unscaled seconds."""
 
@@ -197,6 +228,7 @@ class SiteConfig:
     dcgm: DcgmJoin = field(default_factory=DcgmJoin)
     windows: Windows = field(default_factory=Windows)
     overrides: Mapping[str, Mapping[str, ParamValue]] = field(default_factory=dict)
+    cost: Cost = field(default_factory=Cost)
 
     def with_profile(self, name: str) -> SiteConfig:
         """The same site settings under another profile (validated for it)."""
@@ -213,6 +245,7 @@ class SiteConfig:
             dcgm=self.dcgm,
             windows=self.windows,
             overrides=self.overrides,
+            cost=self.cost,
         )
 
     def window_seconds(self, name: str) -> float:
@@ -283,7 +316,7 @@ def parse_config(data: object, profile: str = "sidecar") -> SiteConfig:
     _known_keys(
         root,
         "",
-        ("runbook_url", "join_labels", "selectors", "dcgm", "windows", "signatures"),
+        ("runbook_url", "join_labels", "selectors", "dcgm", "windows", "signatures", "cost"),
     )
     join_labels = _join_labels(root.get("join_labels", list(DEFAULT_JOIN_LABELS)))
     cfg = SiteConfig(
@@ -293,6 +326,7 @@ def parse_config(data: object, profile: str = "sidecar") -> SiteConfig:
         dcgm=_dcgm(root.get("dcgm", {}), join_labels),
         windows=_windows(root.get("windows", {})),
         overrides=_signatures(root.get("signatures", {})),
+        cost=_cost(root.get("cost", {})),
     )
     return cfg.with_profile(profile)
 
@@ -457,6 +491,39 @@ def _windows(value: object) -> Windows:
             if name in section
         }
     )
+
+
+def _price(value: object, where: str) -> float:
+    number = _number(value, where)
+    if number <= 0:
+        raise SignatureConfigError(where, f"must be a price above 0, got {value}")
+    return number
+
+
+def _cost(value: object) -> Cost:
+    section = _mapping(value, "cost")
+    _known_keys(section, "cost", tuple(COST_HELP))
+    price = None
+    if section.get("gpu_hour_price") is not None:
+        price = _price(section["gpu_hour_price"], "cost.gpu_hour_price")
+    currency = section.get("currency", Cost.currency)
+    if not isinstance(currency, str) or not _CURRENCY.match(currency):
+        raise SignatureConfigError(
+            "cost.currency", f"must be an ISO 4217 code such as USD or EUR, got {_kind(currency)}"
+        )
+    where = "cost.gpu_hour_price_by_product"
+    products = _mapping(section.get("gpu_hour_price_by_product", {}), where)
+    by_product: list[tuple[str, float]] = []
+    seen: set[str] = set()
+    for name, raw in products.items():
+        key = " ".join(name.split()).lower()
+        if not key:
+            raise SignatureConfigError(where, "a product name must not be empty")
+        if key in seen:
+            raise SignatureConfigError(f"{where}.{name}", "is listed twice")
+        seen.add(key)
+        by_product.append((" ".join(name.split()), _price(raw, f"{where}.{name}")))
+    return Cost(price, currency, tuple(by_product))
 
 
 def _signatures(value: object) -> dict[str, dict[str, ParamValue]]:

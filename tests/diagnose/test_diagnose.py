@@ -207,8 +207,12 @@ def test_target_nearly_holds_and_json_schema(
         "reason": "needs Prometheus history (offset 1h)",
     } in report["not_evaluated"]
     assert "InferenceQueueWaitDominatesLatency" in report["no_data"]
-    # no model facts and no request histograms: nothing to set against the roofline
-    assert report["roofline"] == []
+    # no model facts and no request histograms: nothing to set against the roofline, but the
+    # GPUs' energy over the tokens generated (all of it: no phase times to split it by)
+    (row,) = report["roofline"]
+    assert row["decode"]["efficiency"] is None and row["latency_budget"]["e2e_seconds"] is None
+    assert row["energy"]["joules_per_generated_token"] > 0
+    assert row["energy"]["joules_per_prompt_token"] is None
     # the threshold of "nearly" is a flag
     strict = sample(proc, "--output", "json", "--nearly", "0")
     assert json.loads(strict.stdout)["findings"] == []
@@ -299,6 +303,14 @@ def test_target_prints_the_roofline_and_the_latency_budget(
         "    workload: 3000 prompt and 33 output tokens per request, prefill 9 % and decode 91 % "
         "of the engine's time; long prompts (> 2048 tokens): this pod is prefill-bound"
     )
+    # the replayed GPUs' energy counters over the engine's tokens, split by its phase times
+    energy = re.fullmatch(
+        r"    energy: ([\d.e+-]+) J per generated token, ([\d.e+-]+) J per prompt token "
+        r"\((\d+) W over 2 GPUs, (\d+) % of the energy idle\)",
+        lines[at + 6],
+    )
+    assert energy, lines[at + 6]
+    assert float(energy[1]) > 0 and float(energy[2]) > 0 and 0 < int(energy[3]) <= 1400
     # the budget's host share is a signature of its own, and holds
     assert re.search(
         r"^1\. HOLDS  warning  InferenceHostLatencyShareHigh \[roofline\]$", text.stdout, re.M
@@ -341,6 +353,12 @@ def test_target_prints_the_roofline_and_the_latency_budget(
         tokens["share"] * tokens["roofline_tokens_per_second"], rel=1e-9
     )
     assert tokens["roofline_tokens_per_second"] == pytest.approx(3 / floor, rel=1e-3)
+    joules = entry["energy"]
+    # prefill 0.05 and decode 0.5 of each request's time: a tenth of the energy to prompts
+    prompt_energy = joules["joules_per_prompt_token"] * 4800  # 2 x 2400 tokens computed a second
+    generated_energy = joules["joules_per_generated_token"] * tokens["tokens_per_second"]
+    assert prompt_energy / (prompt_energy + generated_energy) == pytest.approx(0.05 / 0.55, rel=0.3)
+    assert joules["cost_per_million_generated_tokens"] is None  # no price: no cost
     links = entry["interconnect"]
     assert links["gpus"] == 2
     assert links["communication_share_at_least"] == links["nvlink_utilization"]

@@ -261,6 +261,9 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
         out["inference_gpu_sm_clock_hertz"][key] = s.sm_clock
         out["inference_gpu_power_watts"][key] = s.power + 10 * i
         out["inference_gpu_power_limit_watts"][key] = s.power_limit
+        # the energy counters: the board power since the start, a tenth of it idle
+        out["inference_gpu_energy_joules_total"][key] = (s.power + 10 * i) * up
+        out["inference_gpu_idle_energy_joules_total"][key] = 0.1 * s.power * up
         if s.nvlink is not None:
             transmit, receive = s.nvlink
             out["inference_gpu_nvlink_transmit_bytes_total"][key] = transmit * s.nvlink_peak * up
@@ -286,6 +289,7 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
         out["inference_engine_poll_failures_total"][(e, "timeout")] = s.poll_failures * up
         if s.engine_up:
             m = (e, MODEL)
+            out["inference_engine_info"][(e, "0.11.0", MODEL, "both")] = 1.0
             out["inference_queue_depth"][m] = s.queue(t)
             out["inference_requests_running"][m] = s.running
             out["inference_kv_cache_usage_ratio"][m] = s.kv

@@ -124,6 +124,7 @@ def test_rendered_records_parse_and_are_named_level_metric_operation(profile: st
         "inference.records.gpu",
         "inference.records.gpu_state",
         "inference.records.roofline",
+        "inference.records.energy",
         "inference.records.pool",
     ]
     rules = [rule for group in data["groups"] for rule in group["rules"]]
