@@ -8,8 +8,8 @@ The engines of its pool are the engine targets that share the gateway's pool lab
 (``gateway.join`` in the site config: ``namespace``, and ``cluster`` where it is a join label)
 and ``model``: an ``InferencePool`` selects model-server pods of its own namespace, and the
 model a request is sent with is the name the engine serves (:class:`~exporter.signatures.site.
-GatewayJoin`). An engine target is a target with engine info that is not a gateway (one that
-writes a gateway queue).
+GatewayJoin`). An engine target is a target with engine info of an engine that is no gateway
+(:data:`GATEWAYS`), so a sidecar that polls a gateway next to its engine counts as both.
 
 Each engine of the pool gets an equal share of the gateway's queue and of its growth
 (:data:`QUEUE_SHARE`, :data:`QUEUE_TREND_SHARE`), which the engine's queue signals add to its
@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from exporter.signatures.promql_text import by, on
+from exporter.engines import SPECS
+from exporter.signatures.promql_text import by, on, regex_alternatives
 from exporter.signatures.signals.gpu_signals import GPU_UTILIZATION
 from exporter.signatures.signals.signal import Rule, Signal
 from exporter.signatures.signals.signal_groups import GATEWAY_GROUP, TARGET_GROUP
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
     from exporter.signatures.signals.signal_context import SignalContext
 
 GATEWAY_QUEUE_METRIC = "inference_gateway_queue_depth"
+#: The engines that are gateways (they write a gateway's queue): they route, they run no model.
+GATEWAYS = tuple(
+    spec.name for spec in SPECS if any(r.target == GATEWAY_QUEUE_METRIC for r in spec.rules)
+)
 #: Outcomes by which the gateway sheds a request: refused at admission or evicted from its
 #: queue (a client that gives up, ``evicted_context_cancelled``, is not shed by the gateway).
 SHED_OUTCOMES = "rejected_.*|evicted_ttl|evicted_no_endpoints|evicted_other"
@@ -45,11 +50,11 @@ def _per_gateway(ctx: SignalContext) -> tuple[str, ...]:
 
 
 def engine_targets(ctx: SignalContext) -> str:
-    """1 per engine target and model: targets with engine info, less the gateways (the
-    targets that write a gateway queue)."""
-    info = ctx.sidecar_series("inference_engine_info")
-    gateways = ctx.sidecar_series(GATEWAY_QUEUE_METRIC)
-    return f"group {by((*ctx.join, 'model'))} (\n{info}\nunless {on(ctx.join)}\n{gateways}\n)"
+    """1 per engine target and model: the targets' engine info but a gateway's own (a sidecar
+    may poll a gateway next to its engine: that target is an engine target too)."""
+    gateways = regex_alternatives(GATEWAYS)
+    info = ctx.sidecar_series("inference_engine_info", f'engine!~"{gateways}"')
+    return f"group {by((*ctx.join, 'model'))} ({info})"
 
 
 def _queue(ctx: SignalContext) -> str:
