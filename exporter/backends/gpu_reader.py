@@ -4,17 +4,18 @@ Fields a GPU does not support are dropped after the first ``NOT_SUPPORTED`` (log
 info) and cost no further calls. Errors that concern the whole GPU (lost, hung, unknown)
 propagate as :class:`NvmlError` so the caller can mark the GPU down.
 
-Call budget (counted in :attr:`GpuReader.calls`): one read makes at most 10 driver calls
-(samples, utilisation rates, memory, power, energy, temperature, two clocks, clock events,
-one GPM sample), or 11 on GPUs without GPM (two PCIe throughput calls instead of the GPM
-sample), plus 2 with per-process reads on (compute processes, process utilisation). GPM sample
-allocation, freeing and metric computation happen inside the library without the driver and
-are not counted. The links and the power state add (:func:`GpuReader._read_links`): one
-``nvmlDeviceGetFieldValues`` for every field value at once (the enforced power limit, power
+Call budget (counted in :attr:`GpuReader.calls`): one read makes at most 10 driver calls for
+the readings (samples, utilisation rates, memory, power, energy, temperature, two clocks,
+clock events, one GPM sample), or 11 on GPUs without GPM (two PCIe throughput calls instead of
+the GPM sample), plus 2 with per-process reads on (compute processes, process utilisation).
+GPM sample allocation, freeing and metric computation happen inside the library without the
+driver and are not counted. The links and the power state add (:meth:`GpuReader._read_links`)
+one ``nvmlDeviceGetFieldValues`` for every field value at once (the enforced power limit, power
 smoothing, each NVLink and C2C link's state and speed, and the NVLink throughput counters
 where GPM has none), ``nvmlDeviceGetGpuFabricInfoV`` (NVSwitch systems) and the workload power
 profiles (Blackwell); each of these is made only while the GPU answers it, so a GPU without any
-costs one call each on the first read and none after.
+costs one call each on the first read and none after; fabric and power profiles, which change
+only when someone acts, are read every :data:`SLOW_EVERY` reads.
 
 A MIG device (:class:`MigSlice`) is read by the same :class:`GpuReader`: its memory and
 processes through its own handle, GPM through the parent GPU's handle and the GPU instance id
@@ -71,6 +72,11 @@ T = TypeVar("T")
 
 # GPM needs two samples at least this far apart to compute rates.
 GPM_MIN_INTERVAL_S = 0.1
+
+# The fabric and the workload power profiles change when an operator or the Fabric Manager
+# acts, not from poll to poll: read on the first poll and every this many after (30 s at the
+# default interval), the last answer standing in between.
+SLOW_EVERY = 10
 
 TX_RX: tuple[Direction, Direction] = ("tx", "rx")
 # What each C2C link answers, every read.
@@ -357,6 +363,9 @@ class GpuReader:
         self.last_seen_us = 0
         self.last_process_us = 0
         self.calls = 0
+        self.reads = 0
+        self._fabric: FabricInfo | None = None
+        self._profiles: frozenset[int] | None = None
         self._gpm_prev: object | None = None
         self._gpm_prev_at = 0.0
 
@@ -424,6 +433,7 @@ class GpuReader:
         speed (the throughput counters too where GPM has no NVLink metrics)."""
         keys: list[FieldKey] = [
             ("power_limit_mw", None),
+            ("power_default_limit_mw", None),
             ("power_smoothing_enabled", None),
             ("power_smoothing_floor_w", None),
         ]
@@ -470,8 +480,11 @@ class GpuReader:
         if reading.power_limit_mw is None and missing:
             limit = self._field("power_limit", lambda: api.enforced_power_limit_mw(h))
             reading.power_limit_mw = None if limit is None else float(limit)
-        reading.fabric = self._field("fabric", lambda: api.fabric_info(h))
-        reading.power_profiles = self._field("power_profiles", lambda: api.power_profiles(h))
+        if self.reads % SLOW_EVERY == 0:
+            self._fabric = self._field("fabric", lambda: api.fabric_info(h))
+            self._profiles = self._field("power_profiles", lambda: api.power_profiles(h))
+        self.reads += 1
+        reading.fabric, reading.power_profiles = self._fabric, self._profiles
 
     def _read_processes(self, reading: GpuReading) -> None:
         api, h = self.api, self.handle

@@ -60,6 +60,7 @@ NEW = tuple(
     or s.name
     in {
         "inference_gpu_power_limit_watts",
+        "inference_gpu_power_default_limit_watts",
         "inference_gpu_power_smoothing_enabled",
         "inference_gpu_power_smoothing_floor_watts",
         "inference_gpu_power_profile_info",
@@ -237,7 +238,11 @@ def test_gpu_without_nvlink_says_so_and_keeps_everything_else(replayed: Any) -> 
     for absent in ("nvlink_transmit_bytes_total", "nvlink_peak_bytes_per_second"):
         assert p.value(f"inference_gpu_{absent}", **lab) is None
     assert p.value("inference_gpu_fabric_state", **lab, state="completed") is None
-    assert p.value("inference_gpu_power_limit_watts", **lab) == 350
+    # and what holds its clocks: a cap below its default limit, drawn against
+    assert p.value("inference_gpu_power_limit_watts", **lab) == 300
+    assert p.value("inference_gpu_power_default_limit_watts", **lab) == 350
+    assert p.value("inference_gpu_clock_event_active", **lab, reason="power_cap") == 1
+    assert p.value("inference_gpu_power_watts", **lab) > 0.95 * 300
     assert p.value("inference_gpu_sm_active_ratio", **lab) > 0.6
 
 
@@ -377,11 +382,12 @@ def test_driver_without_any_of_it_leaves_every_other_series_intact(driven: Any) 
     assert new  # the full driver gives them
     assert not {k for k in kept if k[0].removesuffix("_total") in NEW}
     assert {k: v for k, v in had.items() if k not in new} == kept
-    # Three polls of the HGX H100. With everything: field values and fabric each poll, power
-    # profiles once (not an H100's); without: each of the four asked once, then never.
+    # Three polls of the HGX H100. With everything: field values each poll, fabric and power
+    # profiles on the first (every tenth after; profiles not an H100's); without: each of the
+    # four asked once, then never.
     calls = without.value("inference_nvml_calls_total", gpu="0")
     baseline = with_all.value("inference_nvml_calls_total", gpu="0")
-    assert baseline - calls == (2 * 3 + 1) - 4  # type: ignore[operator]
+    assert baseline - calls == (3 + 1 + 1) - 4  # type: ignore[operator]
 
 
 def test_each_unsupported_field_goes_alone(driven: Any, caplog: pytest.LogCaptureFixture) -> None:
@@ -460,6 +466,27 @@ def test_fabric_structure_versions(driven: Any, version: int) -> None:
     assert (
         p.value("inference_gpu_fabric_condition_active", **lab, condition="route_recovery") is None
     )
+
+
+def test_fabric_and_profiles_are_read_every_tenth_poll(driven: Any) -> None:
+    """They change when someone acts: the last answer stands for nine polls (27 s at the
+    default interval), the field values (power limit, link states) are read every poll."""
+    gpu = gb200()
+    p = driven([gpu], times=tuple(3.0 * k for k in range(1, 6)), driver="590.48.01")
+    lab = {"gpu": "0", "uuid": gpu.uuid}
+    assert isinstance(gpu.fabric, FakeFabric)
+    gpu.fabric.health_summary = 2  # unhealthy from now on
+    gpu.power_limit_mw = 900_000
+    for k in range(6, 10):  # polls 6 to 9: the cached fabric, the new limit
+        p.poll(3.0 * k)
+        assert p.value("inference_gpu_fabric_health", **lab, status="healthy") == 1
+        assert p.value("inference_gpu_power_limit_watts", **lab) == 900
+    p.poll(30.0)  # the eleventh poll (the tenth after the first) reads it again
+    assert p.value("inference_gpu_fabric_health", **lab, status="unhealthy") == 1
+    made = [name for name, _ in p.module.calls]  # type: ignore[attr-defined]
+    assert made.count("nvmlDeviceGetGpuFabricInfoV") == 2
+    assert made.count("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles") == 2
+    assert made.count("nvmlDeviceGetFieldValues") == 1 + 11  # identity, then every poll
 
 
 def test_failed_fabric_registration(driven: Any) -> None:

@@ -148,6 +148,7 @@ class FakeGpu:
     c2c_links: list[tuple[int, int]] | None = None  # (status, max bandwidth MBps)
     power_limit_mw: int | Error = Error(NOT_SUPPORTED)
     power_limit_field: bool = True  # False: a driver before NVML_FI_DEV_POWER_CURRENT_LIMIT
+    power_default_limit_mw: int | None = None  # None: the enforced limit is the default
     smoothing: tuple[int, float] | None = None  # (enabled, applied floor W): Blackwell
     fabric: FakeFabric | Error = Error(NOT_SUPPORTED)
     power_profiles: frozenset[int] | Error = Error(NOT_SUPPORTED)
@@ -398,9 +399,14 @@ class _CLibrary:
                 return NOT_SUPPORTED if c2c is None else pynvml.NVML_ERROR_INVALID_ARGUMENT
             status, bandwidth = c2c[scope]
             return uint, status if field_id == pynvml.NVML_FI_DEV_C2C_LINK_GET_STATUS else bandwidth
-        if field_id == pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT:
+        if field_id in (
+            pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT,
+            pynvml.NVML_FI_DEV_POWER_DEFAULT_LIMIT,
+        ):
             if not dev.power_limit_field or isinstance(dev.power_limit_mw, Error):
                 return NOT_SUPPORTED
+            if field_id == pynvml.NVML_FI_DEV_POWER_DEFAULT_LIMIT:
+                return uint, dev.power_default_limit_mw or dev.power_limit_mw
             return uint, dev.power_limit_mw
         return self._smoothing(dev, field_id, uint, double)
 
