@@ -349,7 +349,9 @@ class GpuReader:
         self.per_link = per_link
         self._clock = clock
         self.unsupported: set[str] = set()
-        # Field values the GPU does not answer (a field is dropped for all its links at once).
+        # Field values the GPU does not answer: each (field, link) dropped alone, each field
+        # said once.
+        self.dropped_fields: set[FieldKey] = set()
         self.unsupported_fields: set[str] = set()
         if not identity.gpm_supported:
             self.unsupported.add("gpm")
@@ -440,17 +442,23 @@ class GpuReader:
         links = range(self.identity.links.nvlink or 0)
         if links:
             keys += [("nvlink_state", link) for link in links]
-            if "nvlink_speed_mbps" in self.unsupported_fields:
-                keys.append(("nvlink_speed_common_mbps", None))
-            else:
-                keys += [("nvlink_speed_mbps", link) for link in links]
+            speeds: list[FieldKey] = [("nvlink_speed_mbps", link) for link in links]
+            keys += speeds
+            if any(key in self.dropped_fields for key in speeds):
+                keys.append(("nvlink_speed_common_mbps", None))  # for the links without one
             if not self.nvlink_via_gpm:
                 keys += [("nvlink_raw_tx_kib", None), ("nvlink_raw_rx_kib", None)]
                 if self.per_link:
                     keys += [(f"nvlink_link_raw_{d}_kib", link) for link in links for d in TX_RX]
         c2c = range(self.identity.links.c2c or 0)
         keys += [(name, link) for name in C2C_FIELDS for link in c2c]
-        return [k for k in keys if k[0] not in self.unsupported_fields]
+        return [k for k in keys if k not in self.dropped_fields]
+
+    def _drop(self, key: FieldKey, err: NvmlError) -> None:
+        self.dropped_fields.add(key)
+        if key[0] not in self.unsupported_fields:
+            self.unsupported_fields.add(key[0])
+            self._say_unsupported(key[0], err)
 
     def _read_links(self, reading: GpuReading) -> None:
         """Field values, fabric and workload power profiles; the enforced power limit through
@@ -460,13 +468,13 @@ class GpuReader:
         values = self._field("fields", lambda: api.field_values(h, keys)) if keys else None
         for key, value in (values or {}).items():
             if isinstance(value, NvmlError):
-                if value.code in FIELD_ERRORS and key[0] not in self.unsupported_fields:
-                    self.unsupported_fields.add(key[0])
-                    self._say_unsupported(key[0], value)
+                if value.code in FIELD_ERRORS:
+                    self._drop(key, value)
                 continue
             if key[0] == "power_smoothing_enabled" and value not in (0, 1):
-                # Not an enablement: nvml.h numbered this field differently for this driver.
-                self.unsupported_fields.add(key[0])
+                # Not an enablement: nvml.h numbered these fields differently for this driver.
+                self.dropped_fields |= {key, ("power_smoothing_floor_w", None)}
+                self.unsupported_fields |= {key[0], "power_smoothing_floor_w"}
                 log.warning(
                     "GPU %s: power smoothing field answered %s, not 0 or 1 (field ids differ "
                     "for this driver); power smoothing absent from now on",
@@ -475,8 +483,10 @@ class GpuReader:
                 )
                 continue
             reading.fields[key] = value
+        if ("power_smoothing_floor_w", None) in self.dropped_fields:
+            reading.fields.pop(("power_smoothing_floor_w", None), None)
         reading.power_limit_mw = reading.fields.get(("power_limit_mw", None))
-        missing = "power_limit_mw" in self.unsupported_fields or "fields" in self.unsupported
+        missing = ("power_limit_mw", None) in self.dropped_fields or "fields" in self.unsupported
         if reading.power_limit_mw is None and missing:
             limit = self._field("power_limit", lambda: api.enforced_power_limit_mw(h))
             reading.power_limit_mw = None if limit is None else float(limit)

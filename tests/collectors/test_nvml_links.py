@@ -108,17 +108,18 @@ def polled(api_factory: Any, clock: FakeClock, times: tuple[float, ...], **kw: A
 @pytest.fixture
 def replayed() -> Iterator[Any]:
     """Replay a trace, the collector polled at the given trace times (3 s apart by default)."""
-    started: list[NvmlCollector] = []
+    started: list[tuple[ReplayApi, NvmlCollector]] = []
 
     def replay(trace: Trace, times: tuple[float, ...] = (3.0, 6.0, 9.0), **kw: Any) -> Polled:
         clock = FakeClock()
         api = ReplayApi(trace, clock=clock, wall_us=lambda: WALL0)
         out = polled(lambda: api, clock, times, **kw)
-        started.append(out.collector)
+        started.append((api, out.collector))
         return out
 
     yield replay
-    for collector in started:
+    for api, collector in started:
+        api.shutdown()  # ends the Xid thread's one-second wait at once
         collector.stop(2)
 
 
@@ -411,6 +412,18 @@ def test_each_unsupported_field_goes_alone(driven: Any, caplog: pytest.LogCaptur
         if call[0] == "nvmlDeviceGetFieldValues"  # type: ignore[attr-defined]
     ]
     assert len(asked) == 1 + 3  # identity, then one per poll (the start and two more)
+
+
+def test_one_link_that_does_not_answer_leaves_the_others(driven: Any) -> None:
+    gpu = hgx_h100(0)
+    assert gpu.nvlinks is not None
+    gpu.nvlinks[5] = FakeLink(state=Error(pynvml.NVML_ERROR_INVALID_ARGUMENT))
+    p = driven([gpu], times=(3.0, 6.0))
+    lab = {"gpu": "0", "uuid": gpu.uuid}
+    assert p.value("inference_gpu_nvlink_links", **lab, state="active") == 17
+    assert p.value("inference_gpu_nvlink_links", **lab, state="unknown") == 1
+    # its speed still answers: its state unknown, it counts as usable
+    assert p.value("inference_gpu_nvlink_peak_bytes_per_second", **lab) == 18 * H100_LINK_MBPS * 1e6
 
 
 def test_power_limit_from_its_own_call_on_an_older_driver(driven: Any) -> None:

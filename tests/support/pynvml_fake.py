@@ -85,7 +85,7 @@ class FakeLink:
     """One NVLink link: its state (NVML_NVLINK_STATE_*), speed (MBps, one direction) and the
     throughput counters (KiB, data plus protocol overhead)."""
 
-    state: int = 1
+    state: int | Error = 1
     speed_mbps: int = 26562
     tx_kib: int = 0
     rx_kib: int = 0
@@ -384,7 +384,8 @@ class _CLibrary:
                 return kind, sum(getattr(link, attr) for link in links)
             if not 0 <= scope < len(links):
                 return pynvml.NVML_ERROR_INVALID_ARGUMENT
-            return kind, getattr(links[scope], attr)
+            value = getattr(links[scope], attr)
+            return value.code if isinstance(value, Error) else (kind, value)
         if field_id == pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON:
             active = [link.speed_mbps for link in links or [] if link.state == 1]
             return (uint, active[0]) if active else NOT_SUPPORTED
