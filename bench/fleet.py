@@ -103,7 +103,7 @@ from common import (  # noqa: E402
 from support.synthetic import write_synthetic_trace  # noqa: E402
 
 from exporter.lab.processes import stop_process  # noqa: E402
-from exporter.signatures.records.record_groups import POOL_GROUP  # noqa: E402
+from exporter.signatures.signals.signal_groups import POOL_GROUP  # noqa: E402
 
 SCRAPE_INTERVAL_S = 15
 EVALUATION_INTERVAL_S = 30

@@ -879,12 +879,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine",
         ("engine", "model", "role"),
         "Requests waiting in the engine's queue.",
-        source="vLLM vllm:num_requests_waiting; SGLang sglang:num_queue_reqs (one TP rank per DP "
-        "rank); TGI tgi_queue_size; Triton nv_inference_pending_request_count + TensorRT-LLM "
-        'nv_trt_llm_request_metrics{request_type="waiting"}; llama.cpp llamacpp:requests_deferred; '
-        "NIM num_requests_waiting; TensorRT-LLM trtllm_num_requests_waiting; LMDeploy "
-        "lmdeploy:num_requests_waiting; Ray ray_vllm_num_requests_waiting; Dynamo frontend "
-        "dynamo_frontend_queued_requests",
     ),
     MetricSpec(
         "inference_requests_running",
@@ -892,12 +886,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine",
         ("engine", "model", "role"),
         "Requests being processed (in the running batch).",
-        source="vLLM vllm:num_requests_running; SGLang sglang:num_running_reqs (one TP rank per "
-        "DP rank); TGI tgi_batch_current_size; Triton (TensorRT-LLM models only) "
-        'nv_trt_llm_request_metrics{request_type="active"}; llama.cpp '
-        "llamacpp:requests_processing; NIM num_requests_running; TensorRT-LLM "
-        "trtllm_num_requests_running; LMDeploy lmdeploy:num_requests_running; Ray "
-        "ray_vllm_num_requests_running; Dynamo frontend dynamo_frontend_inflight_requests",
     ),
     MetricSpec(
         "inference_kv_cache_usage_ratio",
@@ -906,13 +894,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Share of the KV cache in use (0-1).",
         unit="ratio",
-        source="vLLM vllm:kv_cache_usage_perc (older vllm:gpu_cache_usage_perc, deprecated 0.9); "
-        "SGLang "
-        "sglang:token_usage; Triton (TensorRT-LLM) nv_trt_llm_kv_cache_block_metrics"
-        '{kv_cache_block_type="fraction"}; llama.cpp llamacpp:kv_cache_usage_ratio (builds '
-        "before mid-2025); NIM gpu_cache_usage_perc; TensorRT-LLM trtllm_kv_cache_utilization; "
-        "LMDeploy lmdeploy:gpu_cache_usage_perc; Ray ray_vllm_kv_cache_usage_perc; Dynamo "
-        "dynamo_component_kvstats_gpu_cache_usage_percent; the fullest engine of a model",
     ),
     MetricSpec(
         "inference_prompt_tokens_total",
@@ -920,11 +901,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine",
         ("engine", "model", "role"),
         "Prompt (prefill) tokens processed.",
-        source="vLLM vllm:prompt_tokens_total; SGLang sglang:prompt_tokens_total; TGI "
-        "tgi_request_input_length_sum; llama.cpp llamacpp:prompt_tokens_total + "
-        "llamacpp:prompt_tokens_cached_total; NIM, TensorRT-LLM, "
-        "LMDeploy, Ray: the same name with their prefix; Dynamo frontend "
-        "dynamo_frontend_input_sequence_tokens_sum",
     ),
     MetricSpec(
         "inference_generation_tokens_total",
@@ -932,10 +908,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine",
         ("engine", "model", "role"),
         "Tokens generated (decoded).",
-        source="vLLM vllm:generation_tokens_total; SGLang sglang:generation_tokens_total; TGI "
-        "tgi_request_generated_tokens_sum; llama.cpp llamacpp:tokens_predicted_total; NIM, "
-        "TensorRT-LLM, LMDeploy, Ray: the same name with their prefix; Dynamo frontend "
-        "dynamo_frontend_output_tokens_total",
     ),
     MetricSpec(
         "inference_time_to_first_token_seconds",
@@ -944,10 +916,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Time from request arrival to the first generated token (engine's own buckets).",
         unit="seconds",
-        source="vLLM vllm:time_to_first_token_seconds; SGLang sglang:time_to_first_token_seconds; "
-        "Triton nv_inference_first_response_histogram_ms (decoupled models; ms converted); NIM, "
-        "TensorRT-LLM, LMDeploy, Ray: time_to_first_token_seconds with their prefix; Dynamo "
-        "frontend dynamo_frontend_time_to_first_token_seconds",
     ),
     MetricSpec(
         "inference_inter_token_latency_seconds",
@@ -957,13 +925,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Time between consecutive generated tokens of a request: one decode step as a request "
         "sees it.",
         unit="seconds",
-        source="vLLM vllm:inter_token_latency_seconds (older "
-        "vllm:time_per_output_token_seconds, deprecated 0.11); SGLang "
-        "sglang:inter_token_latency_seconds (older sglang:time_per_output_token_seconds); TGI "
-        "tgi_request_mean_time_per_token_duration (a per-request mean); NIM "
-        "time_per_output_token_seconds; TensorRT-LLM trtllm_time_per_output_token_seconds (a "
-        "per-request mean); LMDeploy lmdeploy:iter_token_latency; Ray as vLLM; Dynamo frontend "
-        "dynamo_frontend_inter_token_latency_seconds",
     ),
     MetricSpec(
         "inference_e2e_request_latency_seconds",
@@ -972,11 +933,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "End-to-end request latency inside the engine.",
         unit="seconds",
-        source="vLLM vllm:e2e_request_latency_seconds; SGLang sglang:e2e_request_latency_seconds; "
-        "TGI tgi_request_duration; Triton nv_inference_request_duration_us / "
-        "nv_inference_request_success (+Inf bucket only); NIM, TensorRT-LLM, LMDeploy, Ray: "
-        "e2e_request_latency_seconds with their prefix; Dynamo frontend "
-        "dynamo_frontend_request_duration_seconds",
     ),
     MetricSpec(
         "inference_queue_time_seconds",
@@ -985,11 +941,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Time requests spent waiting in the queue.",
         unit="seconds",
-        source="vLLM vllm:request_queue_time_seconds (V0 also vllm:time_in_queue_requests); "
-        "SGLang sglang:queue_time_seconds; TGI tgi_request_queue_duration; Triton "
-        "nv_inference_queue_duration_us / nv_inference_request_success (+Inf bucket only); "
-        "TensorRT-LLM trtllm_request_queue_time_seconds; LMDeploy "
-        "lmdeploy:request_queue_time_seconds; Ray as vLLM",
     ),
     MetricSpec(
         "inference_prefill_time_seconds",
@@ -998,10 +949,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Time requests spent in prefill.",
         unit="seconds",
-        source="vLLM vllm:request_prefill_time_seconds; SGLang "
-        'sglang:per_stage_req_latency_seconds{stage="prefill_forward"}; TensorRT-LLM '
-        "trtllm_request_prefill_time_seconds; LMDeploy lmdeploy:request_prefill_time_seconds; "
-        "Ray as vLLM",
     ),
     MetricSpec(
         "inference_decode_time_seconds",
@@ -1010,10 +957,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Time requests spent in decode.",
         unit="seconds",
-        source="vLLM vllm:request_decode_time_seconds; SGLang "
-        'sglang:per_stage_req_latency_seconds{stage="decode_loop"}; TensorRT-LLM '
-        "trtllm_request_decode_time_seconds; LMDeploy lmdeploy:request_decode_time_seconds; "
-        "Ray as vLLM",
     ),
     MetricSpec(
         "inference_h2d_copy_seconds",
@@ -1032,10 +975,16 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "version", "model", "role"),
         "Which engine (and version, where it tells) serves which model; constant 1, one series "
         "per model of the last good poll.",
-        source="engine type as configured or recognised; version from the engine's version "
-        "endpoint (vLLM and TensorRT-LLM /version, SGLang /get_server_info, TGI /info, Triton "
-        "/v2, llama.cpp /props, NIM /v1/version) or, for Ray, its Version label; empty where "
-        "the engine tells none (LMDeploy, Dynamo)",
+    ),
+    MetricSpec(
+        "inference_engine_model_info",
+        "gauge",
+        "engine",
+        ("engine", "model", "raw_model", "origin"),
+        "The engine's own name for each model of inference_engine_info: raw_model as the "
+        "engine gave it (a served name, a Hugging Face id or the path it loaded the model "
+        "from), model as every series labels it (a path becomes the model it holds), origin "
+        "where the name came from (metrics, or the API path that said it).",
     ),
     MetricSpec(
         "inference_queue_depth_by_reason",
@@ -1044,7 +993,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role", "reason"),
         "Requests waiting, by why they wait: capacity (no KV-cache room to admit them) or "
         "deferred (held back for another reason, e.g. a LoRA or grammar limit).",
-        source="vLLM vllm:num_requests_waiting_by_reason{reason}; Ray as vLLM",
     ),
     MetricSpec(
         "inference_kv_cache_capacity_tokens",
@@ -1052,10 +1000,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine",
         ("engine", "model", "role"),
         "Tokens the engine's KV-cache pool holds, summed over its data-parallel engines.",
-        source="vLLM vllm:cache_config_info kv_cache_size_tokens label, else num_gpu_blocks x "
-        "block_size; SGLang sglang:max_total_num_tokens; TensorRT-LLM trtllm_kv_cache_max_blocks "
-        "x trtllm_kv_cache_tokens_per_block; Dynamo frontend dynamo_frontend_model_total_kv_blocks "
-        "x dynamo_frontend_model_kv_cache_block_size (all workers of the model); Ray as vLLM",
     ),
     MetricSpec(
         "inference_prompt_tokens_cached_total",
@@ -1064,11 +1008,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Prompt tokens whose KV came from a cache (prefix-cache hit or KV transfer) instead of "
         "being computed; a part of inference_prompt_tokens_total.",
-        source="vLLM vllm:prompt_tokens_cached_total (else vllm:prompt_tokens_by_source_total "
-        '{source!="local_compute"}); SGLang sglang:cached_tokens_total (else '
-        'sglang:realtime_tokens_total{mode="prefill_cache"}); LMDeploy '
-        "lmdeploy:cached_tokens_total; llama.cpp llamacpp:prompt_tokens_cached_total; Ray as "
-        "vLLM",
     ),
     MetricSpec(
         "inference_estimated_flops_total",
@@ -1077,8 +1016,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Floating-point operations the engine estimates it ran, PER GPU (one GPU's share; the "
         "mean over data-parallel engines or ranks): divide its rate by one GPU's peak.",
-        source="vLLM vllm:estimated_flops_per_gpu_total (--enable-mfu-metrics); SGLang "
-        "sglang:estimated_flops_per_gpu_total; Ray as vLLM",
     ),
     MetricSpec(
         "inference_estimated_read_bytes_total",
@@ -1088,8 +1025,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Bytes the engine estimates it read from GPU memory, PER GPU (as "
         "inference_estimated_flops_total).",
         unit="bytes",
-        source="vLLM vllm:estimated_read_bytes_per_gpu_total; SGLang "
-        "sglang:estimated_read_bytes_per_gpu_total; Ray as vLLM",
     ),
     MetricSpec(
         "inference_estimated_write_bytes_total",
@@ -1099,8 +1034,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Bytes the engine estimates it wrote to GPU memory, PER GPU (as "
         "inference_estimated_flops_total).",
         unit="bytes",
-        source="vLLM vllm:estimated_write_bytes_per_gpu_total; SGLang "
-        "sglang:estimated_write_bytes_per_gpu_total; Ray as vLLM",
     ),
     # --- disaggregated serving: the KV transfer between prefill and decode pods ----------------
     MetricSpec(
@@ -1112,11 +1045,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "prefill forward), prealloc (KV room on the decode side, or its bootstrap handshake), "
         "transfer (the KV cache crossing from the prefill pod to the decode pod), decode (the "
         "decode batch). A colocated server has the prefill stage only.",
-        source="SGLang sglang:num_queue_reqs (stage prefill, or decode on a decode server), "
-        "sglang:num_prefill_prealloc_queue_reqs (later sglang:num_prefill_bootstrap_queue_reqs) "
-        "and sglang:num_decode_prealloc_queue_reqs (prealloc), "
-        "sglang:num_prefill_inflight_queue_reqs and sglang:num_decode_transfer_queue_reqs "
-        "(transfer)",
     ),
     MetricSpec(
         "inference_kv_transfer_seconds",
@@ -1127,9 +1055,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine measured it (engine's own buckets; vLLM observes it on the side that reads, the "
         "decode server, SGLang on the side that sends, the prefill server).",
         unit="seconds",
-        source="vLLM NixlConnector vllm:nixl_xfer_time_seconds; SGLang "
-        "sglang:kv_transfer_latency_ms (the histogram of 2026 only; ms converted; the older "
-        "gauge feeds inference_kv_transfer_last_seconds)",
     ),
     MetricSpec(
         "inference_kv_transfer_last_seconds",
@@ -1140,8 +1065,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "that keep no histogram of their transfers. One value per log interval, not a "
         "distribution: it feeds no latency record.",
         unit="seconds",
-        source="SGLang sglang:kv_transfer_latency_ms where it is a gauge (releases before the "
-        "histogram; set on the prefill server from its last finished transfer; ms converted)",
     ),
     MetricSpec(
         "inference_kv_transfer_bytes_total",
@@ -1150,10 +1073,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Bytes of KV cache transferred between prefill and decode servers.",
         unit="bytes",
-        source="vLLM NixlConnector vllm:nixl_bytes_transferred_sum; SGLang "
-        "sglang:kv_transfer_total_mb_sum x 1048576 (the histogram of 2026, on the prefill "
-        "server; SGLang's MB is 2^20 bytes; the older gauge, the last transfer's size, is not "
-        "read)",
     ),
     MetricSpec(
         "inference_kv_transfer_bootstrap_seconds",
@@ -1163,8 +1082,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Time a disaggregated request waited for the prefill and decode servers to connect "
         "(the bootstrap handshake) before its KV room could be reserved.",
         unit="seconds",
-        source="SGLang sglang:kv_transfer_bootstrap_ms (the histogram of 2026, on both "
-        "servers; ms converted)",
     ),
     MetricSpec(
         "inference_kv_transfer_alloc_wait_seconds",
@@ -1174,8 +1091,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Time a disaggregated request waited, after the bootstrap, for KV-cache room to be "
         "allocated for it (on the decode server: a full decode pool shows here first).",
         unit="seconds",
-        source="SGLang sglang:kv_transfer_alloc_ms (the histogram of 2026, on both servers; ms "
-        "converted)",
     ),
     MetricSpec(
         "inference_kv_transfer_upper_bound_seconds",
@@ -1186,7 +1101,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "to the decode server's first token, so it also holds the dispatch, the network and one "
         "decode step. An estimate, kept apart from the measured inference_kv_transfer_seconds.",
         unit="seconds",
-        source="Dynamo router dynamo_component_router_kv_transfer_estimated_latency_seconds",
     ),
     MetricSpec(
         "inference_pd_decisions_total",
@@ -1196,9 +1110,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Requests a disaggregation-aware router routed, by its decision: prefill_decode (a "
         "prefill pod first, then decode), decode_only (straight to a decode pod), "
         "encode_decode, encode_prefill_decode (multimodal encode first).",
-        source="llm-d endpoint picker llm_d_epp_disagg_decision_total{decision_type} (older "
-        "llm_d_router_epp_ and llm_d_inference_scheduler_ prefixes; else the deprecated "
-        "pd_decision_total under the same three prefixes)",
     ),
     MetricSpec(
         "inference_kv_transfer_failures_total",
@@ -1208,10 +1119,70 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "KV-cache transfers that failed, by reason: transfer (the copy failed), notification "
         "(the copy's completion notice failed), bootstrap (the two servers never connected), "
         "expired (the prefill server freed the KV before the decode server read it).",
-        source="vLLM NixlConnector vllm:nixl_num_failed_transfers, "
-        "vllm:nixl_num_failed_notifications, vllm:nixl_num_kv_expired_reqs (counted on the "
-        "prefill server); SGLang sglang:num_transfer_failed_reqs_total, "
-        "sglang:num_bootstrap_failed_reqs_total",
+    ),
+    # --- the gateway in front of the engines: its queue (llm-d's endpoint picker) ------------
+    MetricSpec(
+        "inference_gateway_queue_depth",
+        "gauge",
+        "engine",
+        ("engine", "model", "pool", "priority"),
+        "Requests the gateway holds in its own queue (flow control) until the pool has room, by "
+        "priority band, summed over tenants (fairness ids). They wait before any engine: the "
+        "engines' queues stay short while this one grows.",
+    ),
+    MetricSpec(
+        "inference_gateway_queue_time_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model", "pool"),
+        "Time requests the gateway dispatched had waited in its queue (the gateway's own buckets).",
+        unit="seconds",
+    ),
+    MetricSpec(
+        "inference_gateway_pool_saturation",
+        "gauge",
+        "engine",
+        ("engine", "model", "pool", "stage"),
+        "The pool's saturation as the gateway computes it to gate dispatch, by stage (prefill, "
+        "decode, effective: the larger, the one that gates). 1 is the gating set point, above "
+        "1 oversubscription; an empty pool, or endpoints whose metrics are missing or stale, "
+        "read as 1 (fail-closed): see inference_gateway_stale_endpoints.",
+    ),
+    MetricSpec(
+        "inference_gateway_requests_total",
+        "counter",
+        "engine",
+        ("engine", "model", "pool", "outcome"),
+        "Requests the gateway's queue finished with, by outcome: dispatched, rejected_capacity "
+        "(the queue full), rejected_no_endpoints, rejected_other, evicted_ttl (waited past "
+        "their deadline), evicted_no_endpoints, evicted_context_cancelled (the client gave "
+        "up), evicted_other, unknown (an outcome this exporter does not know yet).",
+    ),
+    MetricSpec(
+        "inference_gateway_stale_endpoints",
+        "gauge",
+        "engine",
+        ("engine", "model"),
+        "Endpoints whose metrics the gateway found missing or stale at its last saturation "
+        "check; it counts them as saturated, so a nonzero value while it queues or sheds load "
+        "means its scrape of the engines is broken, not that the pool is full.",
+    ),
+    MetricSpec(
+        "inference_gateway_ready_endpoints",
+        "gauge",
+        "engine",
+        ("engine", "model", "pool"),
+        "Endpoints of the pool the gateway can route to.",
+    ),
+    # --- requests refused at admission, by the engine or the gateway --------------------------
+    MetricSpec(
+        "inference_requests_rejected_total",
+        "counter",
+        "engine",
+        ("engine", "model", "layer", "reason"),
+        "Requests refused at admission, before any work: layer engine (the engine's own "
+        "limit, e.g. vLLM's --max-num-queued-reqs, answered 503) or gateway (the gateway's "
+        "queue: capacity, no_endpoints, other); reason as the layer names it.",
     ),
     # --- tokenizer ----------------------------------------------------------------------------
     MetricSpec(
@@ -1222,9 +1193,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Tokenizer latency of a ~512-token prompt: source=probe is the sidecar's probe minus its "
         "1-token round trip; source=engine is what the engine or its instrumentation reports.",
         unit="seconds",
-        source="POST to the engine's tokenize endpoint; engine: TGI "
-        "tgi_request_validation_duration (proxy), SGLang "
-        'sglang:per_stage_req_latency_seconds{stage="tokenize"}, exporter.instrument '
+        source="probe: POST to the engine's tokenize endpoint; engine: exporter.instrument "
         "tokenizer_timer()",
     ),
     MetricSpec(
@@ -1386,7 +1355,7 @@ class SeriesBudget:
 
 
 SERIES_BUDGET = SeriesBudget(
-    per_gpu=67, per_engine=192, per_engine_process=1, per_sidecar=44, max_labels=10
+    per_gpu=67, per_engine=193, per_engine_process=1, per_sidecar=44, max_labels=10
 )
 # The labels Prometheus adds to every series of a target found through the chart's PodMonitor.
 POD_MONITOR_TARGET_LABELS = ("namespace", "pod", "container", "endpoint", "instance", "job")

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dashboards.common import (
-    GPU,
+    RATE_INTERVAL,
     UP_DOWN,
     AnyPanel,
     Query,
     Unit,
     by,
+    gpu_gauge,
     gpu_legend,
-    rate,
+    gpu_reading,
     series,
     state_timeline,
     target_legend,
@@ -35,7 +36,7 @@ def nvml_up() -> AnyPanel:
         "down - that GPU errors or hangs (InferenceGPULost).",
         [
             Query(by("min", series("inference_nvml_up")), "NVML " + target_legend()),
-            Query(by("min", series("inference_gpu_up", GPU), "gpu"), gpu_legend()),
+            Query(gpu_gauge("inference_gpu_up"), gpu_legend()),
         ],
         mappings=UP_DOWN,
     )
@@ -48,7 +49,14 @@ def calls() -> AnyPanel:
         f"too fast can stall the engine's own calls. Bad: above {CALL_BUDGET:g}/s per GPU "
         "(about 3.3 at the default 3 s poll interval; a 0.5 s interval is for short "
         "investigations only).",
-        [Query(by("sum", rate("inference_nvml_calls_total", GPU), "gpu"), gpu_legend())],
+        [
+            Query(
+                gpu_reading(
+                    lambda select: f"rate({select('inference_nvml_calls_total')}[{RATE_INTERVAL}])"
+                ),
+                gpu_legend(),
+            )
+        ],
         unit=Unit.CALLS_PER_SECOND,
         thresholds=[warn(CALL_BUDGET)],
     )

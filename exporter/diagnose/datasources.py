@@ -21,11 +21,11 @@ from typing import Any, Protocol
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.backends.http import FetchError, fetch, make_session
-from exporter.diagnose.findings import DiagnoseError
+from exporter.diagnose.errors import DiagnoseError
 from exporter.diagnose.promql_eval import NAME, Evaluator, Labels, Sample, Scrape, Value
 from exporter.diagnose.promql_syntax import Node, PromQLError
 from exporter.signatures.promql_text import split_matchers
-from exporter.signatures.records import recording_rules
+from exporter.signatures.signals import recording_rules
 from exporter.signatures.site import SiteConfig
 
 MAX_BODY = 16 * 1024 * 1024

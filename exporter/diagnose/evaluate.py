@@ -19,6 +19,7 @@ from exporter.diagnose.datasources import (
     sample_target,
     target_evaluator,
 )
+from exporter.diagnose.diagnosis import Report
 from exporter.diagnose.findings import (
     FIGURES,
     POOL_BUDGET,
@@ -28,7 +29,6 @@ from exporter.diagnose.findings import (
     Finding,
     Instance,
     PoolBudget,
-    Report,
     Roofline,
     format_value,
 )
@@ -54,8 +54,7 @@ from exporter.diagnose.timeline import timeline
 from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.definitions import AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import matchers
-from exporter.signatures.records import RecordNames, pool_labels
-from exporter.signatures.records.pool_records import POD_LABELS
+from exporter.signatures.signals import POD_LABELS, pool_labels
 from exporter.signatures.site import SiteConfig
 
 ORDERED = frozenset({">", "<", ">=", "<="})
@@ -294,10 +293,9 @@ async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) 
     """The roofline figures and latency budget of each served model, from the pack's records
     (:data:`~exporter.diagnose.findings.FIGURES`); NaN and infinities (a zero division) left out,
     and models with none of :data:`MAIN_FIGURES`. Ordered by target and model."""
-    records = RecordNames.of(cfg)
     found: dict[Labels, dict[str, float]] = {}
-    for key, attribute in FIGURES.items():
-        name = getattr(records, attribute)
+    for key, signal in FIGURES.items():
+        name = signal.record(cfg)
         try:
             value = await backend.value(name, parse(name))
         except (NeedsHistoryError, PromQLError):
@@ -331,10 +329,9 @@ async def pool_budgets(backend: Backend, cfg: SiteConfig) -> list[PoolBudget]:
     """The latency budget of each pool by role, and its time to first token split, from the
     pack's pool records; none unless the targets include more than one role (colocated
     serving has the per-target budget of :func:`roofline` only). Ordered by pool."""
-    records = RecordNames.of(cfg)
     roles: dict[Labels, dict[str, dict[str, float]]] = {}
-    for key, attribute in POOL_BUDGET.items():
-        for s in await _record(backend, getattr(records, attribute)):
+    for key, signal in POOL_BUDGET.items():
+        for s in await _record(backend, signal.record(cfg)):
             labels = dict(s.without_name())
             role = labels.pop("role", "")
             pool = tuple(sorted(labels.items()))
@@ -342,8 +339,8 @@ async def pool_budgets(backend: Backend, cfg: SiteConfig) -> list[PoolBudget]:
     if len({role for by_role in roles.values() for role in by_role}) < 2:
         return []
     ttft: dict[Labels, dict[str, float]] = {}
-    for key, attribute in TTFT_SPLIT.items():
-        for s in await _record(backend, getattr(records, attribute)):
+    for key, signal in TTFT_SPLIT.items():
+        for s in await _record(backend, signal.record(cfg)):
             ttft.setdefault(s.without_name(), {})[key] = s.value
     pools = sorted(roles.keys() | ttft.keys())
     return [
@@ -376,7 +373,9 @@ async def diagnose_prometheus(
         report.roofline = await roofline(backend, cfg, None)
         report.pools = await pool_budgets(backend, cfg)
         if window is not None:
-            report.timeline = await timeline(backend, report, window)
+            report.timeline = await timeline(
+                backend, cfg, report.findings, report.evaluated_at, window
+            )
     return report
 
 

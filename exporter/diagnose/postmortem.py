@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.config import format_duration as duration
-from exporter.diagnose.findings import Condition, Finding, Report, format_value
+from exporter.diagnose.diagnosis import Report
+from exporter.diagnose.findings import Condition, Finding, format_value
 from exporter.diagnose.report import pool_lines, roofline_summary, texts
 from exporter.diagnose.timeline import Interval, Panel, Timeline
 from exporter.signatures.catalogue import all_signatures

@@ -6,11 +6,11 @@ import datetime as dt
 from typing import Any
 
 from exporter.config import format_duration as duration
+from exporter.diagnose.diagnosis import Report
 from exporter.diagnose.findings import (
     Condition,
     Finding,
     PoolBudget,
-    Report,
     Roofline,
     format_value,
     json_number,

@@ -25,9 +25,9 @@ from exporter.signatures.definitions import (
 )
 from exporter.signatures.params import PARAMS
 from exporter.signatures.promql_text import indent, num
-from exporter.signatures.records import recording_rules
-from exporter.signatures.records.record_names import TARGET_INFO
 from exporter.signatures.runbook_templates import template_path
+from exporter.signatures.signals import recording_rules
+from exporter.signatures.signals.target_signals import TARGET_INFO
 from exporter.signatures.site import PROFILES, SELECTOR_HELP, WINDOW_HELP, SiteConfig
 
 GENERATOR = "python -m exporter.signatures"
@@ -193,7 +193,7 @@ def _source_metrics(
             found.append(name)
     for inner in RECORD_NAME.findall(rule.expr):
         # The target-info record only carries the join labels to dcgm series.
-        if inner not in (record, TARGET_INFO):
+        if inner not in (record, TARGET_INFO.name):
             for name in _source_metrics(inner, rules, seen | {record}):
                 if name not in found:
                     found.append(name)

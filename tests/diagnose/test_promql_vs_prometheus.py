@@ -95,7 +95,7 @@ from exporter.metrics import gauge as gauge_family
 from exporter.metrics import histogram as histogram_family
 from exporter.signatures import all_signatures, parse_config, recording_rules
 from exporter.signatures.promql_text import matchers
-from exporter.signatures.records.record_groups import POOL_GROUP
+from exporter.signatures.signals.signal_groups import POOL_GROUP
 from exporter.signatures.site import SiteConfig
 
 REL = 1e-9

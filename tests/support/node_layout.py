@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from exporter.signatures import all_signatures as catalogue
-from exporter.signatures.records import recording_rules
+from exporter.signatures.signals import recording_rules
 from exporter.signatures.site import parse_config
 from support.paths import ROOT
 

@@ -8,15 +8,22 @@ from __future__ import annotations
 from exporter.signatures.catalogue.context import Context, percent
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, pct
+from exporter.signatures.signals.engine_signals import (
+    KV_CACHE,
+    QUEUE_DEPTH,
+    QUEUE_WAIT_SHARE,
+    REQUESTS_RUNNING,
+    TRAFFIC,
+)
+from exporter.signatures.signals.gpu_signals import GPU_UTILIZATION
 
 
 def queue_wait_dominates_latency(ctx: Context) -> Signature:
     alert = "InferenceQueueWaitDominatesLatency"
-    records = ctx.records
     share = ctx.ratio(alert, "queue_share_above")
     rule = AlertRule(
         severity="warning",
-        expr=f"{records.queue_wait_share} > {num(share)}\nand\n{records.traffic}",
+        expr=f"{ctx.name(QUEUE_WAIT_SHARE)} > {num(share)}\nand\n{ctx.name(TRAFFIC)}",
         for_seconds=ctx.for_seconds(alert),
         summary="Queue wait dominates request latency on {target}",
         description=(
@@ -25,8 +32,8 @@ def queue_wait_dominates_latency(ctx: Context) -> Signature:
             "exceeds what the server admits."
         ),
         evidence=(
-            percent("share", "queue time share of end-to-end latency", records.queue_wait_share),
-            Evidence("depth", "requests waiting", f"{records.queue_depth}{TARGET}", "requests"),
+            percent("share", "queue time share of end-to-end latency", ctx.name(QUEUE_WAIT_SHARE)),
+            Evidence("depth", "requests waiting", f"{ctx.name(QUEUE_DEPTH)}{TARGET}", "requests"),
         ),
         when=f"queue time > {pct(share)} % of end-to-end latency (rate of sums), with traffic",
     )
@@ -38,9 +45,9 @@ def queue_wait_dominates_latency(ctx: Context) -> Signature:
         runbook=ctx.runbook(
             alert,
             queries=(
-                ("mean GPU utilisation", records.gpu_utilization),
-                ("KV-cache usage (full cache = no room to admit)", records.kv_cache),
-                ("requests running", records.requests_running),
+                ("mean GPU utilisation", ctx.name(GPU_UTILIZATION)),
+                ("KV-cache usage (full cache = no room to admit)", ctx.name(KV_CACHE)),
+                ("requests running", ctx.name(REQUESTS_RUNNING)),
             ),
         ),
     )

@@ -1,18 +1,23 @@
-"""What every record builder reads: the site config, the record names, the sidecar's series.
+"""What every signal's expression reads: the site config, the names of other signals, the
+sidecar's series.
 
-A builder never writes a window or selector itself: it asks the :class:`RecordContext`, so a
-site's config regenerates every record.
+An expression never writes a window or selector itself: it asks the :class:`SignalContext`, so
+a site's config regenerates every record.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from exporter.config import format_duration
 from exporter.metrics import GPU_LABELS
 from exporter.signatures.promql_text import by, on, selector
-from exporter.signatures.records.record_names import RecordNames
+from exporter.signatures.signals.guard_signals import HISTORY
 from exporter.signatures.site import SiteConfig
+
+if TYPE_CHECKING:
+    from exporter.signatures.signals.signal import Signal
 
 #: The engines that decode: every engine but a disaggregated prefill engine (role ``prefill``),
 #: whose one token per request is no decode step. Their queue time holds the KV transfer they
@@ -22,31 +27,34 @@ from exporter.signatures.site import SiteConfig
 #: its queue.
 DECODES = 'role!="prefill"'
 
+#: Join labels that name one pod: a pool is what the other join labels and the model share.
+POD_LABELS = ("pod", "instance")
 
-class RecordContext:
-    """One site config as the record builders need it.
 
-    ``history_windows`` collects the windows of the history records that builders read
-    themselves (:meth:`history_record`), so that the cold-start guard records them too.
+def pool_labels(join: Sequence[str]) -> tuple[str, ...]:
+    """The labels of one pool of disaggregated serving, besides ``model``: the join labels
+    that do not name one pod (``namespace``, ``job``, ``cluster``)."""
+    return tuple(label for label in join if label not in POD_LABELS)
+
+
+class SignalContext:
+    """One site config as the signals' expressions need it.
+
+    ``history_windows`` collects the windows of the history records that expressions read
+    themselves (:meth:`history`), so that the cold-start guard records them too.
     """
 
     def __init__(self, cfg: SiteConfig) -> None:
         self.cfg = cfg
-        self.records = RecordNames.of(cfg)
         self.join = cfg.join_labels
         self.by_target = by(self.join)
         self.by_gpu = by((*self.join, *GPU_LABELS))
+        self.pool = pool_labels(self.join)
         self.history_windows: set[float] = set()
 
-    @property
-    def from_dcgm(self) -> bool:
-        """Whether the profile reads its GPU series from dcgm-exporter (else the sidecar's)."""
-        return self.cfg.profile.source == "dcgm"
-
-    @property
-    def from_node(self) -> bool:
-        """Whether the profile reads its GPU series from the node agent, by pod."""
-        return self.cfg.profile.source == "node"
+    def name(self, signal: Signal) -> str:
+        """The series another signal is read from in this config (:meth:`Signal.record`)."""
+        return signal.record(self.cfg)
 
     def window(self, name: str) -> str:
         """A look-back window of the site config as PromQL writes it (``5m``)."""
@@ -73,7 +81,8 @@ class RecordContext:
             f"or {match}\n0 * {waited}\n)\n)"
         )
 
-    def history_record(self, seconds: float) -> str:
-        """The history record of ``seconds``, for a record that reads it itself."""
+    def history(self, seconds: float) -> str:
+        """The cold-start guard's history record of ``seconds``, for an expression that reads
+        it itself (the guard then records that window too)."""
         self.history_windows.add(seconds)
-        return self.records.history(seconds)
+        return self.name(HISTORY.at(seconds))
