@@ -590,6 +590,17 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         gpus=_GPU_ONLY,
     ),
     MetricSpec(
+        "inference_gpu_power_default_limit_watts",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "The power limit the GPU boots with; an enforced limit "
+        "(inference_gpu_power_limit_watts) below it is a cap someone set.",
+        unit="watts",
+        source="field NVML_FI_DEV_POWER_DEFAULT_LIMIT (mW, GPU scope)",
+        gpus=_GPU_ONLY + "; driver 535 and newer",
+    ),
+    MetricSpec(
         "inference_gpu_power_smoothing_enabled",
         "gauge",
         "nvml",
@@ -1344,7 +1355,7 @@ class SeriesBudget:
 
 
 SERIES_BUDGET = SeriesBudget(
-    per_gpu=66, per_engine=193, per_engine_process=1, per_sidecar=44, max_labels=10
+    per_gpu=67, per_engine=193, per_engine_process=1, per_sidecar=44, max_labels=10
 )
 # The labels Prometheus adds to every series of a target found through the chart's PodMonitor.
 POD_MONITOR_TARGET_LABELS = ("namespace", "pod", "container", "endpoint", "instance", "job")
