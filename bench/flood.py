@@ -170,6 +170,7 @@ class Result:
     scrapes: int = 0
     scrapes_ok: int = 0
     scrape_worst_s: float | None = None
+    scrape_failed_at_s: list[float] = field(default_factory=list)
     recovered: bool = False
     recovery_scrape_s: float | None = None
     sockets_after: int = 0
@@ -240,6 +241,8 @@ def run(plan: Plan, log: Path) -> Result:
                 next_sample += 1.0
             if now >= next_scrape:
                 latencies.append(scrape(exporter.port))
+                if latencies[-1] is None:
+                    result.scrape_failed_at_s.append(round(now - start, 1))
                 next_scrape += 1.0
         result.held_at_end = exporter.sockets() - 1
         result.cpu_s = round(exporter.cpu() - cpu, 2)
@@ -303,6 +306,9 @@ def table(results: dict[str, Any]) -> str:
             f"{r['closed']} ({r['close_median_s']} s, {r['close_max_s']} s)" if r["closed"] else "0"
         )
         worst = f" ({r['scrape_worst_s']} s)" if r["scrape_worst_s"] is not None else ""
+        if r["scrapes_ok"] < r["scrapes"] and r["version"] == "after":
+            failed = ", ".join(f"{t:g}" for t in r["scrape_failed_at_s"])
+            worst += f"; not the one at {failed} s"
         after = (
             f"answers in {r['recovery_scrape_s']} s, {r['sockets_after']} sockets"
             if r["recovered"]

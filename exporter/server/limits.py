@@ -42,6 +42,7 @@ import ssl
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from aiohttp import web
@@ -58,9 +59,9 @@ log = logging.getLogger(__name__)
 CLOSE_REASONS = ("header_timeout", "body_timeout", "write_timeout", "idle_timeout", "evicted")
 #: Why it turned one away (``..._connections_refused_total{reason}``).
 REFUSE_REASONS = ("max_connections", "max_requests", "out_of_files")
-#: Accepts per readable event of a listening socket; as many may run ahead of the
-#: descriptors of evicted connections (freed on the loop's next turn).
-BATCH = 16
+#: Accepts per readable event of a listening socket, and the most that may run ahead of the
+#: descriptors of evicted connections (freed on the loop's next turn) where files allow.
+BATCH = 64
 #: Connections closed, at least, each time an accept finds no file descriptor.
 SHED_ON_EXHAUSTION = 8
 #: What :meth:`HttpGuard.room` says of one more connection.
@@ -95,17 +96,29 @@ def open_files() -> int:
         return 0
 
 
-def fit_to_files(
-    max_connections: int, max_requests: int, limit: int | None, used: int
-) -> tuple[int, int]:
-    """The connection and request caps that fit ``limit`` open files with ``used`` open: the
-    connections take at most :data:`_FILE_SHARE` of what is left; requests stay below them."""
-    if limit is not None:
-        max_connections = max(2, min(max_connections, int((limit - used) * _FILE_SHARE)))
-    return max_connections, min(max_requests, max_connections - 1)
+@dataclass(frozen=True)
+class Caps:
+    """The caps in force: connections, requests in handlers, and the slack: how many accepts
+    may run ahead of the descriptors of connections closed to make room (freed on the loop's
+    next turn)."""
+
+    connections: int
+    requests: int
+    slack: int
 
 
-class _Now:
+def fit_to_files(max_connections: int, max_requests: int, room: int | None) -> Caps:
+    """The caps for ``room`` file descriptors left to connections (None: no limit): the
+    connections take at most :data:`_FILE_SHARE` of them, the slack at most the rest, requests
+    stay below the connections."""
+    slack = BATCH
+    if room is not None:
+        max_connections = max(2, min(max_connections, int(room * _FILE_SHARE)))
+        slack = max(1, min(BATCH, room - max_connections))
+    return Caps(max_connections, min(max_requests, max_connections - 1), slack)
+
+
+class _Occasional:
     """A warning that can come thousands of times a second under a flood: made into a log
     record at most once per :data:`exporter.logs.INTERVAL_S` (a record costs more than the
     connection it is about), with how many times it happened since the last."""
@@ -336,14 +349,21 @@ class HttpGuard(PromCollector):
         self,
         options: HttpOptions,
         *,
-        limit: int | None = None,
-        used: int | None = None,
+        files: tuple[int | None, int] | None = None,
     ) -> None:
+        """``files``: the file limit (None: none) and the descriptors open; by default the
+        process's."""
         self.options = options
-        limit = file_limit() if limit is None else limit
-        used = open_files() if used is None else used
-        self.max_connections, self.max_requests = fit_to_files(
-            options.max_connections, options.max_requests, limit, used
+        limit, used = (file_limit(), open_files()) if files is None else files
+        caps = fit_to_files(
+            options.max_connections,
+            options.max_requests,
+            None if limit is None else limit - used,
+        )
+        self.max_connections, self.max_requests, self.slack = (
+            caps.connections,
+            caps.requests,
+            caps.slack,
         )
         if self.max_connections < options.max_connections:
             log.warning(
@@ -361,7 +381,9 @@ class HttpGuard(PromCollector):
         self._waiting: OrderedDict[GuardedProtocol, None] = OrderedDict()
         self._by_transport: dict[asyncio.BaseTransport, GuardedProtocol] = {}
         self.in_flight = 0
-        self._said_evicting, self._said_full, self._said_busy = _Now(), _Now(), _Now()
+        self._said_evicting = _Occasional()
+        self._said_full = _Occasional()
+        self._said_busy = _Occasional()
         self.closed: Counter[str] = Counter()
         self.refused: Counter[str] = Counter()
 
@@ -374,12 +396,12 @@ class HttpGuard(PromCollector):
         """Whether a connection just accepted fits, closing the connections waiting the
         longest to make room for it at the cap: ``yes``; ``wait``: yes, but accept no more
         until the descriptors of the ones closed let go (on the loop's next turn; up to
-        :data:`BATCH` accepts may run ahead of them); ``full``: every connection is in a
+        :attr:`slack` accepts may run ahead of them); ``full``: every connection is in a
         handler (refuse it)."""
         excess = len(self._open) + 1 - self.max_connections
         if excess > 0 and self.shed(excess) < excess:
             return "full"
-        if len(self._open) + len(self._closing) < self.max_connections + BATCH:
+        if len(self._open) + len(self._closing) < self.max_connections + self.slack:
             return "yes"
         # A close asyncio never reports back must not hold the accepts up for good.
         stale = time.monotonic() - _CLOSING_GRACE_S
@@ -447,23 +469,36 @@ class HttpGuard(PromCollector):
         return done
 
     def out_of_files(self) -> int:
-        """An accept found no file descriptor: the connections and closes in flight now, less
-        a batch of accepts, are all there is room for (the file limit was lowered, or something
-        else holds descriptors), so the cap becomes that, and the connections waiting the
-        longest are closed down to it (at least :data:`SHED_ON_EXHAUSTION`, to let the
+        """An accept found no file descriptor: the connections and closes in flight now are
+        all the room there is (the file limit was lowered, or something else holds
+        descriptors), so the caps are fitted to it, and the connections waiting the longest
+        are closed down to the new cap (at least :data:`SHED_ON_EXHAUSTION`, to let the
         accepts go on). How many were closed."""
-        room = len(self._open) + len(self._closing) - 2 * BATCH
-        self.max_connections = max(2, min(self.max_connections, room))
-        self.max_requests = min(self.max_requests, self.max_connections - 1)
+        caps = fit_to_files(
+            self.max_connections, self.max_requests, len(self._open) + len(self._closing)
+        )
+        self.max_connections, self.max_requests, self.slack = (
+            caps.connections,
+            caps.requests,
+            caps.slack,
+        )
         excess = len(self._open) - self.max_connections
         return self.shed(max(SHED_ON_EXHAUSTION, excess), quiet=True)
 
     def refit(self) -> int:
-        """After a shortage: the caps again from the configuration and the file limit and
+        """After a shortage: the caps again from the configuration, the file limit and the
         descriptors in use now (the connections' own not counted). The new connection cap."""
-        used = max(0, open_files() - len(self._open))
-        self.max_connections, self.max_requests = fit_to_files(
-            self.options.max_connections, self.options.max_requests, file_limit(), used
+        limit = file_limit()
+        used = max(0, open_files() - len(self._open) - len(self._closing))
+        caps = fit_to_files(
+            self.options.max_connections,
+            self.options.max_requests,
+            None if limit is None else limit - used,
+        )
+        self.max_connections, self.max_requests, self.slack = (
+            caps.connections,
+            caps.requests,
+            caps.slack,
         )
         return self.max_connections
 

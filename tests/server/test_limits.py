@@ -18,7 +18,7 @@ from support.tls import Pki, refused_at_start
 from exporter.cli import load_settings
 from exporter.config import ConfigError, HttpOptions
 from exporter.inject import webhook
-from exporter.server.limits import HttpGuard, fit_to_files
+from exporter.server.limits import BATCH, Caps, HttpGuard, fit_to_files
 from exporter.server.listen import start_site
 
 SHORT = HttpOptions(
@@ -62,7 +62,7 @@ async def serve() -> AsyncIterator[Serve]:
         app.router.add_get("/slow", slow)
         app.router.add_get("/big", big)
         app.router.add_post("/upload", upload)
-        guard = HttpGuard(options, limit=None, used=0)
+        guard = HttpGuard(options, files=(None, 0))
         runner = await start_site(app, "127.0.0.1", 0, ssl_context, guard)
         runners.append(runner)
         return guard, runner.addresses[0][1]
@@ -260,11 +260,14 @@ async def test_a_tls_handshake_that_never_ends_is_cut(serve: Serve, tmp_path: Pa
 
 
 def test_the_caps_fit_the_file_limit() -> None:
-    assert fit_to_files(128, 40, None, 30) == (128, 40)
-    assert fit_to_files(128, 40, 1024, 30) == (128, 40)
-    assert fit_to_files(512, 40, 256, 16) == (180, 40)  # 3/4 of the 240 descriptors left
-    assert fit_to_files(128, 40, 40, 20) == (15, 14)  # requests stay below connections
-    assert fit_to_files(128, 40, 10, 20) == (2, 1)
+    assert fit_to_files(128, 40, None) == Caps(128, 40, BATCH)
+    assert fit_to_files(128, 40, 1024 - 30) == Caps(128, 40, BATCH)
+    # 3/4 of the 240 descriptors left; the slack from the rest
+    assert fit_to_files(512, 40, 256 - 16) == Caps(180, 40, 60)
+    assert fit_to_files(128, 40, 40 - 20) == Caps(15, 14, 5)  # requests stay below connections
+    assert fit_to_files(128, 40, 10 - 20) == Caps(2, 1, 1)
+    guard = HttpGuard(HttpOptions(max_connections=512), files=(256, 16))
+    assert (guard.max_connections, guard.max_requests, guard.slack) == (180, 40, 60)
 
 
 def test_limit_flags_are_checked(tmp_path: Path) -> None:
