@@ -48,7 +48,7 @@ SLACK = 2.0
 SCRAPE_EVERY_S = 0.25
 MAX_LOG_LINES = 12
 # Child CPU seconds per second of attack.
-MAX_CPU_SHARE = 0.5
+MAX_CPU_SHARE = 0.25
 _LISTEN = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 _LIMITS = [
     f"--web.read-header-timeout={TIMEOUT:g}s",
