@@ -370,6 +370,7 @@ class GpuReader:
         self._profiles: frozenset[int] | None = None
         self._gpm_prev: object | None = None
         self._gpm_prev_at = 0.0
+        self._newly_unsupported: list[str] = []
 
     def _field(self, name: str, fn: Callable[[], T]) -> T | None:
         if name in self.unsupported:
@@ -385,16 +386,28 @@ class GpuReader:
             return None
 
     def _say_unsupported(self, name: str, err: NvmlError) -> None:
-        log.info(
-            "GPU %s (%s): %s unsupported (%s); metric absent from now on",
-            self.identity.label,
-            self.identity.name,
-            name,
-            err.name,
-        )
+        self._newly_unsupported.append(f"{name} ({err.name})")
+
+    def _flush_unsupported(self) -> None:
+        """One line for every field a read found unsupported, not one line each: a driver
+        that lacks a dozen fields (an older GPU, every new generation's fields) says so once."""
+        if self._newly_unsupported:
+            log.info(
+                "GPU %s (%s): unsupported, absent from now on: %s",
+                self.identity.label,
+                self.identity.name,
+                ", ".join(self._newly_unsupported),
+            )
+            self._newly_unsupported = []
 
     def read(self) -> GpuReading:
         """One read of every supported field; raises NvmlError for GPU-wide failures."""
+        try:
+            return self._read()
+        finally:
+            self._flush_unsupported()
+
+    def _read(self) -> GpuReading:
         api, h = self.api, self.handle
         reading = GpuReading()
         samples = self._field("samples", lambda: api.utilization_samples(h, self.last_seen_us))
