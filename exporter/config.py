@@ -437,6 +437,16 @@ class ServerOptions:
         bounds=(0.1, 60.0),
         metavar="DURATION",
     )
+    # signals branch: the landing page of a sidecar that reads no GPU names who reads them.
+    gpus_read_by: str = flag(
+        "gpu.read-by",
+        "",
+        "Who reads this pod's GPUs where the nvml collector is off, as the landing page says "
+        "it: the chart sets 'the node agent on <node>' (mode node) or 'dcgm-exporter on "
+        "<node>' (mode dcgm); empty: the page says only that this sidecar reads none.",
+        kind="str",
+        metavar="TEXT",
+    )
     log_level: str = flag("log.level", "info", "Log level.", kind="choice", choices=LOG_LEVELS)
     log_format: str = flag(
         "log.format", "logfmt", "Log format.", kind="choice", choices=LOG_FORMATS
@@ -567,6 +577,10 @@ class Settings(ServerOptions):
         if settings.telemetry_path in {"/-/healthy", "/-/ready"}:
             raise ConfigError("--web.telemetry-path", "collides with a health endpoint")
         options_from(HttpOptions, values).check()
+        if settings.gpus_read_by and collectors.get("nvml", False):
+            raise ConfigError(
+                "--gpu.read-by", "this sidecar reads its GPUs itself (the nvml collector is on)"
+            )
         return settings
 
 
