@@ -30,7 +30,8 @@ the GPU records (``inference.records.gpu``); the figures per token in a group of
 (``inference.records.energy``), the pools' with the pools'. Each layout reads the GPUs' energy
 from its own source: ``sidecar`` from the sidecar's NVML
 collector, ``node`` from the node agent by pod (:mod:`.node_join`), ``dcgm`` from
-``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` (mJ; it has no idle energy, so no idle share there).
+``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` (mJ; ``DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL`` from
+dcgm-exporter 4.9; it has no idle energy, so no idle share there).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ from typing import TYPE_CHECKING
 
 from exporter.metrics import GPU_LABELS
 from exporter.signatures.promql_text import by, num, on
-from exporter.signatures.signals.dcgm_join import dcgm_per_target, dcgm_series
+from exporter.signatures.signals import dcgm_fields
+from exporter.signatures.signals.dcgm_fields import dcgm_quantity
+from exporter.signatures.signals.dcgm_join import dcgm_per_target
 from exporter.signatures.signals.node_join import agent_gpu, node_per_gpu
 from exporter.signatures.signals.roofline_signals import product_matcher
 from exporter.signatures.signals.shared_gpu_signals import GPU_DEVICE_UTILIZATION, GPU_ENGINE_SHARE
@@ -53,7 +56,6 @@ if TYPE_CHECKING:
 
 _ENERGY = "inference_gpu_energy_joules_total"
 _IDLE = "inference_gpu_idle_energy_joules_total"
-_DCGM_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 #: Seconds in the hour a price is given for.
 HOUR = 3600
 
@@ -109,7 +111,8 @@ def _rate(metric: str) -> PerGpu:
 
 
 def _dcgm_power(ctx: SignalContext) -> str:
-    energy = f"rate({dcgm_series(ctx, _DCGM_ENERGY)}[{ctx.window('rate')}]) / 1000"
+    rate = ctx.window("rate")
+    energy = dcgm_quantity(ctx, dcgm_fields.ENERGY, lambda s: f"rate({s}[{rate}])")
     return dcgm_per_target(ctx, energy, "sum")
 
 
@@ -132,7 +135,8 @@ POWER = Signal(
         ),
         dcgm=Rule(
             _dcgm_power,
-            "mean power (W) of the pod's GPUs (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ)",
+            "mean power (W) of the pod's GPUs (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION in mJ, "
+            "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL from dcgm-exporter 4.9)",
         ),
     ),
     "GPU power",
@@ -190,7 +194,8 @@ def _cost_dcgm(ctx: SignalContext) -> str:
     keep = by((*ctx.cfg.dcgm.dcgm_labels, "UUID"))
 
     def gpus(matcher: str) -> str:
-        util = dcgm_series(ctx, "DCGM_FI_DEV_GPU_UTIL", *([matcher] if matcher else []))
+        matchers = [matcher] if matcher else []
+        util = dcgm_quantity(ctx, dcgm_fields.UTILIZATION, lambda s: s, *matchers, scale=False)
         return f"group {keep} ({util})"
 
     return dcgm_per_target(ctx, _prices(ctx.cfg, "modelName", gpus), "sum")

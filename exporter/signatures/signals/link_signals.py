@@ -21,7 +21,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from exporter.signatures.promql_text import on
-from exporter.signatures.signals.dcgm_join import dcgm_per_target, dcgm_series
+from exporter.signatures.signals import dcgm_fields
+from exporter.signatures.signals.dcgm_fields import dcgm_quantity
+from exporter.signatures.signals.dcgm_join import dcgm_per_target
 from exporter.signatures.signals.node_join import node_per_target
 from exporter.signatures.signals.roofline_signals import product_peak
 from exporter.signatures.signals.signal import ByLayout, Rule, Signal
@@ -47,7 +49,8 @@ def _gpus_node(ctx: SignalContext) -> str:
 
 
 def _gpus_dcgm(ctx: SignalContext) -> str:
-    return dcgm_per_target(ctx, dcgm_series(ctx, "DCGM_FI_DEV_GPU_UTIL"), "count")
+    gpus = dcgm_quantity(ctx, dcgm_fields.UTILIZATION, scale=False)
+    return dcgm_per_target(ctx, gpus, "count")
 
 
 #: The GPUs (MIG devices counted as GPUs) the target's engine runs on: a tensor-parallel pod's
@@ -61,7 +64,7 @@ GPUS = Signal(
         node=Rule(_gpus_node, "GPUs the target's pod holds (the node agent's, by pod)", window=0.0),
         dcgm=Rule(
             _gpus_dcgm,
-            "GPUs dcgm-exporter attributes to the target's pod (DCGM_FI_DEV_GPU_UTIL series)",
+            "GPUs dcgm-exporter attributes to the target's pod (its utilisation series)",
             window=0.0,
         ),
     ),
@@ -97,8 +100,10 @@ def _per_gpu(ctx: SignalContext) -> str:
 def _nvlink_dcgm(ctx: SignalContext) -> str:
     rate = ctx.window("rate")
     moved = busier(
-        f"avg_over_time({dcgm_series(ctx, 'DCGM_FI_PROF_NVLINK_TX_BYTES')}[{rate}])",
-        f"avg_over_time({dcgm_series(ctx, 'DCGM_FI_PROF_NVLINK_RX_BYTES')}[{rate}])",
+        *(
+            dcgm_quantity(ctx, quantity, lambda s: f"avg_over_time({s}[{rate}])")
+            for quantity in (dcgm_fields.NVLINK_TX, dcgm_fields.NVLINK_RX)
+        )
     )
     own = f"min {ctx.by_target} ({ctx.sidecar_series(_PEAK)} > 0)"
     peak = f"(\n{own}\nor\n{product_peak(ctx, lambda peaks: peaks.nvlink_bandwidth)}\n)"
@@ -127,8 +132,9 @@ NVLINK_UTILIZATION = Signal(
         dcgm=Rule(
             _nvlink_dcgm,
             "mean NVLink use (0-1) of the pod's GPUs: DCGM_FI_PROF_NVLINK_TX_BYTES / _RX_BYTES "
-            "(bytes per second, the busier direction; profiling fields dcgm-exporter collects "
-            "only when listed) over the sidecar's NVLink peak, else the product table's",
+            "(_BYTES_PER_SECOND from dcgm-exporter 4.10; bytes per second, the busier "
+            "direction; profiling fields dcgm-exporter collects only when listed) over the "
+            "sidecar's NVLink peak, else the product table's",
         ),
     ),
     "NVLink use",

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING
 
 from exporter.metrics import GPU_LABELS
 from exporter.signatures.promql_text import by, num, on, regex_alternatives
-from exporter.signatures.signals.dcgm_join import dcgm_per_gpu, dcgm_series
+from exporter.signatures.signals import dcgm_fields
+from exporter.signatures.signals.dcgm_fields import DcgmQuantity, dcgm_quantity
+from exporter.signatures.signals.dcgm_join import dcgm_per_gpu
 from exporter.signatures.signals.gpu_signals import THROTTLED, dcgm_reasons, held_down
 from exporter.signatures.signals.node_join import agent_gpu, node_per_gpu
 from exporter.signatures.signals.signal import ByLayout, Raw, Rule, Signal
@@ -46,8 +48,8 @@ def _node_held_down(ctx: SignalContext, metric: str) -> str:
     return held_down(ctx, node_per_gpu(ctx, ctx.sidecar_series(metric)))
 
 
-def _dcgm_held_down(ctx: SignalContext, field: str) -> str:
-    return held_down(ctx, dcgm_per_gpu(ctx, dcgm_series(ctx, field)))
+def _dcgm_held_down(ctx: SignalContext, quantity: DcgmQuantity) -> str:
+    return held_down(ctx, dcgm_per_gpu(ctx, dcgm_quantity(ctx, quantity)))
 
 
 POWER_DRAW = Signal(
@@ -61,8 +63,9 @@ POWER_DRAW = Signal(
             "board power draw (W) of throttled GPUs: the throttling alert's evidence",
         ),
         dcgm=Rule(
-            lambda ctx: _dcgm_held_down(ctx, "DCGM_FI_DEV_POWER_USAGE"),
-            "power draw of the GPUs whose clocks are held down (DCGM_FI_DEV_POWER_USAGE, W)",
+            lambda ctx: _dcgm_held_down(ctx, dcgm_fields.POWER),
+            "power draw of the GPUs whose clocks are held down (DCGM_FI_DEV_POWER_USAGE, "
+            "DCGM_FI_DEV_BOARD_POWER_WATTS from dcgm-exporter 4.9; W)",
         ),
     ),
     "power draw",
@@ -79,7 +82,7 @@ POWER_LIMIT = Signal(
             "the power limit (W) throttled GPUs enforce: the throttling alert's evidence",
         ),
         dcgm=Rule(
-            lambda ctx: _dcgm_held_down(ctx, "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"),
+            lambda ctx: _dcgm_held_down(ctx, dcgm_fields.POWER_LIMIT),
             "the power limit the GPUs whose clocks are held down enforce "
             "(DCGM_FI_DEV_ENFORCED_POWER_LIMIT, W; not in dcgm-exporter's default counters)",
         ),

@@ -5,8 +5,9 @@ history; the engine's and the probe's latency histograms (tens of buckets per ta
 per-GPU series, as rates over windows (utilisation, its samples, HBM) and as their state now
 (framebuffer, Xids, clock events); the roofline, per target and model, from the GPUs'
 peaks, the model's facts and the engine's counters; energy and cost per token, from the GPUs'
-energy counters and the engine's token counters. Each stays a small share of its interval at
-fleet scale (docs/scale.md), and Prometheus evaluates them side by side.
+energy counters and the engine's token counters; the pools of disaggregated serving and a
+gateway's pool. Each stays a small share of its interval at fleet scale (docs/scale.md), and
+Prometheus evaluates them side by side.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ ROOFLINE_GROUP = "inference.records.roofline"
 ENERGY_GROUP = "inference.records.energy"
 # Pools of disaggregated serving: per pool and model, across the pool's targets.
 POOL_GROUP = "inference.records.pool"
+# A gateway's pool (llm-d's endpoint picker): per pool and model, from the per-target records
+# of the GPU groups.
+GATEWAY_GROUP = "inference.records.gateway"
 # The order of the groups in the rule files: a record reads records above it in its group or
 # in an earlier group.
 RECORD_GROUPS = (
@@ -31,4 +35,5 @@ RECORD_GROUPS = (
     ROOFLINE_GROUP,
     ENERGY_GROUP,
     POOL_GROUP,
+    GATEWAY_GROUP,
 )
