@@ -50,10 +50,14 @@ samples) and CPU (cores, over the measuring window).
     python bench/fleet.py run --gpus 1000 5000 10000 [--warmup 11] [--measure 5]
     python bench/fleet.py run --gpus 800 --layout sidecar node --mix 1 1+2 \
         --pool-pods-per-model 4 16 64 --pool-models 8
+    python bench/fleet.py run --gpus 1000 --layout sidecar node --baseline-rules OLD/alert_rules
     python bench/fleet.py serve --gpus 1000 --port 9400 --targets /tmp/targets.json
 
-``run`` writes ``bench/results/fleet-<UTC time>.json`` and ``bench/results/fleet-latest.json``;
-``python bench/fleet.py report`` prints the tables of ``docs/scale.md`` from the latest.
+``--baseline-rules`` puts a Prometheus with another pack (the pack before a change) beside each
+layout's, on the same simulator, and ``report`` lists the rules only the measured pack has with
+their evaluation times. ``run`` writes ``bench/results/fleet-<UTC time>.json`` and
+``bench/results/fleet-latest.json``; ``python bench/fleet.py report`` prints the tables of
+``docs/scale.md`` from the latest.
 This is a benchmark: the test suite checks its fleets and expositions
 (``tests/test_fleet_bench.py``), not its numbers.
 """
@@ -1247,6 +1251,10 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
     sidecar = pack_of(args.rules)
     packs = {layout: [pack_of(args.rules / layout)] for layout in LAYOUTS if layout != "sidecar"}
     packs["sidecar"] = [sidecar]
+    if args.baseline_rules:  # the same layouts' profiles of another pack, on the same fleets
+        for layout, own in packs.items():
+            base = args.baseline_rules if layout == "sidecar" else args.baseline_rules / layout
+            own.append(Pack(f"baseline-{own[0].label}", pack_of(base).files))
     out: list[list[tuple[Scenario, list[Pack]]]] = [
         [(Scenario(gpus, layout, mix), packs[layout]) for layout in args.layout for mix in args.mix]
         for gpus in args.gpus
@@ -1343,18 +1351,54 @@ def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def report_baseline(runs: Sequence[dict[str, Any]]) -> None:
+    """Against a baseline pack on the same fleet: recorded series per GPU, and the rules only
+    the measured pack has, by median evaluation time (``--baseline-rules``)."""
+    for sc in runs:
+        if sc["pack"].startswith("baseline-"):
+            continue
+        base = next(
+            (
+                b
+                for b in runs
+                if b["pack"] == f"baseline-{sc['pack']}"
+                and (b["gpus"], b["layout"], b["mix"]) == (sc["gpus"], sc["layout"], sc["mix"])
+            ),
+            None,
+        )
+        if base is None:
+            continue
+        new = {k: v for k, v in sc["rules_ms"].items() if k not in base["rules_ms"]}
+        added = sc["recorded_series"] - base["recorded_series"]
+        print()
+        print(
+            f"{sc['layout']}, {sc['gpus']:,} GPUs, mix {sc['mix']}: recorded "
+            f"{base['recorded_series']:,.0f} -> {sc['recorded_series']:,.0f} "
+            f"({base['recorded_series'] / sc['gpus']:.2f} -> "
+            f"{sc['recorded_series'] / sc['gpus']:.2f} per GPU, +{added / sc['pods']:.2f} per "
+            f"pod); all groups {base['groups_total_median_ms']:,.0f} -> "
+            f"{sc['groups_total_median_ms']:,.0f} ms; the {len(new)} new rules "
+            f"{sum(new.values()):,.1f} ms:"
+        )
+        print(_row(["rule (group/name)", "median ms"]))
+        print("|---|---|")
+        for key, ms in sorted(new.items(), key=lambda kv: -kv[1]):
+            print(_row([f"`{key}`", f"{ms:,.2f}"]))
+
+
 def report_layouts(scales: Sequence[dict[str, Any]]) -> None:
     """The sidecar and node layouts side by side, and the node layout's ratios."""
     runs = [sc for sc in scales if not sc.get("pool_models")]
     groups = sorted({g for sc in runs for g in sc["groups"]})
-    head = ["layout", "GPUs per pod", "GPUs", "pods", "agents", "series", "per GPU", "per pod"]
-    head += ["recorded", "RSS MiB", "CPU", "all groups ms"]
+    head = ["layout", "pack", "GPUs per pod", "GPUs", "pods", "agents", "series", "per GPU"]
+    head += ["per pod", "recorded", "RSS MiB", "CPU", "all groups ms"]
     head += [f"`{g.removeprefix('inference.')}` ms" for g in groups]
     print(_row(head))
     print("|" + "---|" * len(head))
     for sc in runs:
         row = [
             sc["layout"],
+            sc["pack"],
             sc["mix"],
             f"{sc['gpus']:,}",
             f"{sc['pods']:,}",
@@ -1371,13 +1415,15 @@ def report_layouts(scales: Sequence[dict[str, Any]]) -> None:
         print(_row(row))
     print()
     for sc in runs:
-        if sc["layout"] != "node":
+        if sc["layout"] != "node" or sc["pack"].startswith("baseline-"):
             continue
         base = next(
             (
                 b
                 for b in runs
-                if b["layout"] == "sidecar" and (b["gpus"], b["mix"]) == (sc["gpus"], sc["mix"])
+                if b["layout"] == "sidecar"
+                and not b["pack"].startswith("baseline-")
+                and (b["gpus"], b["mix"]) == (sc["gpus"], sc["mix"])
             ),
             None,
         )
@@ -1443,6 +1489,7 @@ def report(args: argparse.Namespace) -> int:
     if "layout" in scales[0]:
         print(f"command: {data.get('command', '')}; machine: {data['machine']}")
         report_layouts(scales)
+        report_baseline([sc for sc in scales if not sc.get("pool_models")])
         report_pools(scales)
         return 0
     groups = sorted({g for scale in scales for g in scale["groups"]})
@@ -1517,6 +1564,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p_run.add_argument(
         "--rules", type=Path, default=RULES, help=f"the pack's directory (default {RULES})"
+    )
+    p_run.add_argument(
+        "--baseline-rules",
+        type=Path,
+        default=None,
+        help="another pack's directory (e.g. the pack before a change), measured side by side "
+        "on the same fleets, one more Prometheus each",
     )
     p_run.add_argument("--label", default="", help="a name for this run in the results file")
     p_run.add_argument(
