@@ -29,17 +29,20 @@ if TYPE_CHECKING:
 
 _POWER = "inference_gpu_power_watts"
 _LIMIT = "inference_gpu_power_limit_watts"
+_DEFAULT = "inference_gpu_power_default_limit_watts"
 _SMOOTHING = "inference_gpu_power_smoothing_enabled"
 
 #: The causes a throttled GPU's description names, first match first: heat (a thermal reason,
 #: or a hardware slowdown while one holds), the power brake (an external signal: the power
 #: supply or the chassis; a hardware slowdown while it holds too), the power cap (the reason
-#: itself, or a slowdown while the GPU draws at its enforced limit), power smoothing (Blackwell:
+#: itself, or a slowdown while the GPU draws at its enforced limit; "below its default" where that
+#: limit is lower than the one the GPU boots with: a cap someone set), power smoothing (Blackwell:
 #: it holds the draw between a floor and a ceiling and ramps it gradually), else a hardware
 #: slowdown, else the reason's own name.
 THERMAL = "thermal"
 POWER_BRAKE = "power brake"
 POWER_CAP = "power cap"
+LOWERED_CAP = "power cap below its default"
 SMOOTHING = "power smoothing"
 HARDWARE = "hardware slowdown"
 
@@ -103,12 +106,14 @@ def _cause(
     *,
     power: str,
     limit: str,
+    default: str | None,
     smoothing: str | None,
 ) -> str:
     """One series per GPU and active counted reason, its ``cause`` named (:data:`THERMAL` ...
     :data:`HARDWARE`, else the reason). ``events(reasons)`` is the layout's series of those
     reasons active (1 per GPU and reason, labelled ``gpu_labels`` and ``reason``); ``power``,
-    ``limit`` and ``smoothing`` its series of each GPU (smoothing ``None``: none there)."""
+    ``limit``, ``default`` (the limit the GPU boots with) and ``smoothing`` its series of each
+    GPU (``None``: none there)."""
     counted = ctx.cfg.names(THROTTLED, "reasons")
     per_gpu = on(gpu_labels)
     capped = num(ctx.cfg.ratio(THROTTLED, "power_cap_draw_at_least"))
@@ -124,9 +129,16 @@ def _cause(
     arms.append((of("hw_power_brake"), POWER_BRAKE))
     if slowdown is not None:
         arms.append((f"{slowdown}\nand {per_gpu}\n{events(('hw_power_brake',))}", POWER_BRAKE))
-    arms.append((of("power_cap"), POWER_CAP))
     every = events(counted)
-    arms.append((f"{every}\nand {per_gpu}\n({power} / {per_gpu} {limit} >= {capped})", POWER_CAP))
+    at_limit = f"({power} / {per_gpu} {limit} >= {capped})"
+    if default is not None:
+        lowered = f"({limit} < {per_gpu} {default})"
+        capped_events = of("power_cap")
+        if capped_events is not None:
+            arms.append((f"{capped_events}\nand {per_gpu}\n{lowered}", LOWERED_CAP))
+        arms.append((f"{every}\nand {per_gpu}\n{at_limit}\nand {per_gpu}\n{lowered}", LOWERED_CAP))
+    arms.append((of("power_cap"), POWER_CAP))
+    arms.append((f"{every}\nand {per_gpu}\n{at_limit}", POWER_CAP))
     if smoothing is not None:
         arms.append((f"{every}\nand {per_gpu}\n({smoothing} == 1)", SMOOTHING))
     arms.append((slowdown, HARDWARE))
@@ -156,7 +168,13 @@ def _cause_sidecar(ctx: SignalContext) -> str:
     gpu = (*ctx.join, *GPU_LABELS)
     events = _raw_events(ctx, gpu)
     return _cause(
-        ctx, events, gpu, power=series(_POWER), limit=series(_LIMIT), smoothing=series(_SMOOTHING)
+        ctx,
+        events,
+        gpu,
+        power=series(_POWER),
+        limit=series(_LIMIT),
+        default=series(_DEFAULT),
+        smoothing=series(_SMOOTHING),
     )
 
 
@@ -167,7 +185,13 @@ def _cause_node(ctx: SignalContext) -> str:
     gpu = agent_gpu(ctx)
     events = _raw_events(ctx, gpu)
     named = _cause(
-        ctx, events, gpu, power=series(_POWER), limit=series(_LIMIT), smoothing=series(_SMOOTHING)
+        ctx,
+        events,
+        gpu,
+        power=series(_POWER),
+        limit=series(_LIMIT),
+        default=series(_DEFAULT),
+        smoothing=series(_SMOOTHING),
     )
     return node_per_gpu(ctx, named, keep=("reason", "cause"))
 
@@ -178,13 +202,14 @@ def _cause_dcgm(ctx: SignalContext) -> str:
 
     gpu = (*ctx.join, *GPU_LABELS)
     power, limit = ctx.name(POWER_DRAW), ctx.name(POWER_LIMIT)
-    return _cause(ctx, events, gpu, power=power, limit=limit, smoothing=None)
+    return _cause(ctx, events, gpu, power=power, limit=limit, default=None, smoothing=None)
 
 
 _CAUSE_HELP = (
     "1 per GPU and active clock event reason, labelled with its cause: thermal, power brake, "
-    "power cap (the reason, or the GPU drawing at its enforced limit), power smoothing, "
-    "hardware slowdown, else the reason"
+    "power cap (the reason, or the GPU drawing at its enforced limit; below its default where "
+    "the limit is lower than the one it boots with), power smoothing, hardware slowdown, else "
+    "the reason"
 )
 
 #: Why each throttled GPU's clocks are held down: :data:`CLOCK_EVENTS` with a ``cause`` label.
