@@ -1326,7 +1326,9 @@ def run(args: argparse.Namespace) -> int:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
-    name = f"fleet-{args.label}-{stamp}" if args.label else f"fleet-{stamp}"
+    # The label names the file too: anything but letters, digits, dots and dashes becomes "-".
+    slug = re.sub(r"[^A-Za-z0-9.-]+", "-", args.label).strip("-")
+    name = f"fleet-{slug}-{stamp}" if slug else f"fleet-{stamp}"
     out["label"] = args.label
     for path in (RESULTS / f"{name}.json", RESULTS / "fleet-latest.json"):
         path.write_text(json.dumps(out, indent=2) + "\n")

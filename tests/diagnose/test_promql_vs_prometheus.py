@@ -261,6 +261,8 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
         out["inference_gpu_sm_clock_hertz"][key] = s.sm_clock
         out["inference_gpu_power_watts"][key] = s.power + 10 * i
         out["inference_gpu_power_limit_watts"][key] = s.power_limit
+        out["inference_gpu_power_default_limit_watts"][key] = 700.0
+        out["inference_gpu_power_smoothing_enabled"][key] = 0.0
         # the energy counters: the board power since the start, a tenth of it idle
         out["inference_gpu_energy_joules_total"][key] = (s.power + 10 * i) * up
         out["inference_gpu_idle_energy_joules_total"][key] = 0.1 * s.power * up

@@ -156,6 +156,9 @@ SIGNALS: tuple[Declaration, ...] = (
     link_signals.GPUS,
     power_signals.POWER_DRAW,
     power_signals.POWER_LIMIT,
+    power_signals.POWER_DEFAULT_LIMIT,
+    power_signals.POWER_SMOOTHING,
+    power_signals.CAUSE_BY_REASON,
     power_signals.CLOCK_CAUSE,
     gateway_signals.POOL_GPU_UTILIZATION,
 )

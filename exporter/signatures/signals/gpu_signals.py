@@ -9,7 +9,6 @@ Each layout reads them from its own source: ``sidecar`` from the sidecar's NVML 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from exporter.metrics import CLOCK_EVENT_BITS, GPU_LABELS
@@ -518,19 +517,14 @@ def _clock_events_sidecar(ctx: SignalContext) -> str:
     return f"max {by_reason} ({_throttled(ctx)} > 0)"
 
 
-def dcgm_reasons(ctx: SignalContext, reasons: Sequence[str]) -> str:
-    """One series per GPU and active clock event reason of ``reasons``, out of dcgm-exporter's
-    reasons bitmask."""
+def _clock_events_dcgm(ctx: SignalContext) -> str:
+    """One series per GPU and active clock event reason, out of the reasons bitmask."""
+    reasons = ctx.cfg.names(THROTTLED, "reasons")
     return "\nor\n".join(
         f"label_replace(floor({ctx.name(DCGM_CLOCK_REASONS)} / {CLOCK_EVENT_BITS[name]}) "
         f'% 2 == 1, "reason", "{name}", "", "")'
         for name in reasons
     )
-
-
-def _clock_events_dcgm(ctx: SignalContext) -> str:
-    """One series per GPU and active clock event reason, out of the reasons bitmask."""
-    return dcgm_reasons(ctx, ctx.cfg.names(THROTTLED, "reasons"))
 
 
 #: 1 per GPU and reason while a clock event reason holds its clocks down; absent otherwise.

@@ -2,26 +2,24 @@
 it enforces, power smoothing - named, where the clock event reasons are only bits.
 
 Only the GPUs whose clocks are held down (:data:`~.gpu_signals.CLOCK_EVENTS`) get these
-records: the sidecar's own series name a GPU as the records would, so its draw and limit are
-read as they are; the node agent's and dcgm-exporter's are recorded for the GPUs held down only
-(:func:`~.gpu_signals.held_down`). dcgm-exporter reports the enforced limit
-(``DCGM_FI_DEV_ENFORCED_POWER_LIMIT``) only when its counters file lists it, and no power
-smoothing state.
+records (:func:`~.gpu_signals.held_down`): each power reading is selected once per evaluation,
+and the cause reads the few series of the GPUs held down as often as it needs. dcgm-exporter
+reports the enforced limit (``DCGM_FI_DEV_ENFORCED_POWER_LIMIT``) only when its counters file
+lists it, and no default limit or power smoothing state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from exporter.metrics import GPU_LABELS
-from exporter.signatures.promql_text import by, num, on, regex_alternatives
+from exporter.signatures.promql_text import num, on
 from exporter.signatures.signals import dcgm_fields
 from exporter.signatures.signals.dcgm_fields import DcgmQuantity, dcgm_quantity
 from exporter.signatures.signals.dcgm_join import dcgm_per_gpu
-from exporter.signatures.signals.gpu_signals import THROTTLED, dcgm_reasons, held_down
-from exporter.signatures.signals.node_join import agent_gpu, node_per_gpu
-from exporter.signatures.signals.signal import ByLayout, Raw, Rule, Signal
+from exporter.signatures.signals.gpu_signals import CLOCK_EVENTS, THROTTLED, held_down
+from exporter.signatures.signals.node_join import node_per_gpu
+from exporter.signatures.signals.signal import ByLayout, Rule, Signal
 from exporter.signatures.signals.signal_groups import GPU_STATE_GROUP
 
 if TYPE_CHECKING:
@@ -47,8 +45,23 @@ SMOOTHING = "power smoothing"
 HARDWARE = "hardware slowdown"
 
 
+def _sidecar_held_down(ctx: SignalContext, metric: str) -> str:
+    """The sidecar's own reading of the GPUs held down, filtered before it is aggregated."""
+    return f"max {ctx.by_gpu} (\n{held_down(ctx, ctx.sidecar_series(metric))}\n)"
+
+
 def _node_held_down(ctx: SignalContext, metric: str) -> str:
     return held_down(ctx, node_per_gpu(ctx, ctx.sidecar_series(metric)))
+
+
+def _held_down(metric: str, what: str) -> ByLayout:
+    """A power reading of the GPUs held down, in the sidecar and node layouts (dcgm-exporter
+    has none: the caller's ``dcgm``)."""
+    return ByLayout(
+        sidecar=Rule(lambda ctx: _sidecar_held_down(ctx, metric), what),
+        node=Rule(lambda ctx: _node_held_down(ctx, metric), what + " (the node agent's)"),
+        dcgm=None,
+    )
 
 
 def _dcgm_held_down(ctx: SignalContext, quantity: DcgmQuantity) -> str:
@@ -60,11 +73,8 @@ POWER_DRAW = Signal(
     "watts",
     GPU_STATE_GROUP,
     ByLayout(
-        sidecar=Raw(_POWER),
-        node=Rule(
-            lambda ctx: _node_held_down(ctx, _POWER),
-            "board power draw (W) of throttled GPUs: the throttling alert's evidence",
-        ),
+        sidecar=_held_down(_POWER, "board power draw (W) of throttled GPUs").sidecar,
+        node=_held_down(_POWER, "board power draw (W) of throttled GPUs").node,
         dcgm=Rule(
             lambda ctx: _dcgm_held_down(ctx, dcgm_fields.POWER),
             "power draw of the GPUs whose clocks are held down (DCGM_FI_DEV_POWER_USAGE, "
@@ -79,11 +89,8 @@ POWER_LIMIT = Signal(
     "watts",
     GPU_STATE_GROUP,
     ByLayout(
-        sidecar=Raw(_LIMIT),
-        node=Rule(
-            lambda ctx: _node_held_down(ctx, _LIMIT),
-            "the power limit (W) throttled GPUs enforce: the throttling alert's evidence",
-        ),
+        sidecar=_held_down(_LIMIT, "the power limit (W) throttled GPUs enforce").sidecar,
+        node=_held_down(_LIMIT, "the power limit (W) throttled GPUs enforce").node,
         dcgm=Rule(
             lambda ctx: _dcgm_held_down(ctx, dcgm_fields.POWER_LIMIT),
             "the power limit the GPUs whose clocks are held down enforce "
@@ -93,123 +100,104 @@ POWER_LIMIT = Signal(
     "power limit",
 )
 
+POWER_DEFAULT_LIMIT = Signal(
+    "inference_gpu:power_default_limit_watts:max",
+    "watts",
+    GPU_STATE_GROUP,
+    _held_down(
+        _DEFAULT,
+        "the power limit throttled GPUs boot with (W): a lower enforced limit is a cap someone set",
+    ),
+    "default power limit",
+)
 
-Events = Callable[[tuple[str, ...]], str]
-
-_THERMAL_REASONS = ("sw_thermal", "hw_thermal")
-
-
-def _cause(
-    ctx: SignalContext,
-    events: Events,
-    gpu_labels: tuple[str, ...],
-    *,
-    power: str,
-    limit: str,
-    default: str | None,
-    smoothing: str | None,
-) -> str:
-    """One series per GPU and active counted reason, its ``cause`` named (:data:`THERMAL` ...
-    :data:`HARDWARE`, else the reason). ``events(reasons)`` is the layout's series of those
-    reasons active (1 per GPU and reason, labelled ``gpu_labels`` and ``reason``); ``power``,
-    ``limit``, ``default`` (the limit the GPU boots with) and ``smoothing`` its series of each
-    GPU (``None``: none there)."""
-    counted = ctx.cfg.names(THROTTLED, "reasons")
-    per_gpu = on(gpu_labels)
-    capped = num(ctx.cfg.ratio(THROTTLED, "power_cap_draw_at_least"))
-
-    def of(*reasons: str) -> str | None:
-        wanted = tuple(r for r in reasons if r in counted)
-        return events(wanted) if wanted else None
-
-    arms: list[tuple[str | None, str]] = [(of(*_THERMAL_REASONS), THERMAL)]
-    slowdown = of("hw_slowdown")
-    if slowdown is not None:
-        arms.append((f"{slowdown}\nand {per_gpu}\n{events(_THERMAL_REASONS)}", THERMAL))
-    arms.append((of("hw_power_brake"), POWER_BRAKE))
-    if slowdown is not None:
-        arms.append((f"{slowdown}\nand {per_gpu}\n{events(('hw_power_brake',))}", POWER_BRAKE))
-    every = events(counted)
-    at_limit = f"({power} / {per_gpu} {limit} >= {capped})"
-    if default is not None:
-        lowered = f"({limit} < {per_gpu} {default})"
-        capped_events = of("power_cap")
-        if capped_events is not None:
-            arms.append((f"{capped_events}\nand {per_gpu}\n{lowered}", LOWERED_CAP))
-        arms.append((f"{every}\nand {per_gpu}\n{at_limit}\nand {per_gpu}\n{lowered}", LOWERED_CAP))
-    arms.append((of("power_cap"), POWER_CAP))
-    arms.append((f"{every}\nand {per_gpu}\n{at_limit}", POWER_CAP))
-    if smoothing is not None:
-        arms.append((f"{every}\nand {per_gpu}\n({smoothing} == 1)", SMOOTHING))
-    arms.append((slowdown, HARDWARE))
-    named = [
-        f'label_replace(\n{expr},\n"cause", "{cause}", "", ""\n)'
-        for expr, cause in arms
-        if expr is not None
-    ]
-    named.append(f'label_replace(\n{every},\n"cause", "$1", "reason", "(.+)"\n)')
-    return f"\nor {on((*gpu_labels, 'reason'))}\n".join(named)
+POWER_SMOOTHING = Signal(
+    "inference_gpu:power_smoothing_enabled:max",
+    "flag",
+    GPU_STATE_GROUP,
+    _held_down(
+        _SMOOTHING, "1 where power smoothing is on on a throttled GPU (Blackwell), 0 where off"
+    ),
+    "power smoothing",
+)
 
 
-def _raw_events(ctx: SignalContext, labels: tuple[str, ...]) -> Events:
-    """The active reasons of the sidecar's (or the node agent's) own series."""
-
-    def events(reasons: tuple[str, ...]) -> str:
-        active = ctx.sidecar_series(
-            "inference_gpu_clock_event_active", f'reason=~"{regex_alternatives(reasons)}"'
-        )
-        return f"max {by((*labels, 'reason'))} ({active} > 0)"
-
-    return events
+#: The reasons whose name is their cause; any other counted reason is named by itself.
+_BY_REASON = (
+    (THERMAL, "sw_thermal|hw_thermal"),
+    (POWER_BRAKE, "hw_power_brake"),
+    (POWER_CAP, "power_cap"),
+    (HARDWARE, "hw_slowdown"),
+)
 
 
-def _cause_sidecar(ctx: SignalContext) -> str:
-    series = ctx.sidecar_series
-    gpu = (*ctx.join, *GPU_LABELS)
-    events = _raw_events(ctx, gpu)
-    return _cause(
-        ctx,
-        events,
-        gpu,
-        power=series(_POWER),
-        limit=series(_LIMIT),
-        default=series(_DEFAULT),
-        smoothing=series(_SMOOTHING),
-    )
+def _by_reason(ctx: SignalContext) -> str:
+    named = f'label_replace({ctx.name(CLOCK_EVENTS)}, "cause", "$1", "reason", "(.+)")'
+    for cause, reasons in _BY_REASON:
+        named = f'label_replace(\n{named},\n"cause", "{cause}", "reason", "{reasons}"\n)'
+    return named
 
 
-def _cause_node(ctx: SignalContext) -> str:
-    """The cause on the node agent's own series (one per agent and GPU), then given to the
-    GPU's only holder with the reason and the cause (:func:`node_per_gpu`)."""
-    series = ctx.sidecar_series
-    gpu = agent_gpu(ctx)
-    events = _raw_events(ctx, gpu)
-    named = _cause(
-        ctx,
-        events,
-        gpu,
-        power=series(_POWER),
-        limit=series(_LIMIT),
-        default=series(_DEFAULT),
-        smoothing=series(_SMOOTHING),
-    )
-    return node_per_gpu(ctx, named, keep=("reason", "cause"))
+#: Each throttled GPU's active reasons named by the reason alone (the cause record's input).
+CAUSE_BY_REASON = Signal(
+    "inference_gpu:clock_event_reason_cause:max",
+    "flag",
+    GPU_STATE_GROUP,
+    Rule(
+        _by_reason,
+        "1 per GPU and active clock event reason, labelled with the cause its name gives: "
+        "thermal, power brake, power cap, hardware slowdown, else the reason",
+        window=0.0,
+    ),
+)
 
 
-def _cause_dcgm(ctx: SignalContext) -> str:
-    def events(reasons: tuple[str, ...]) -> str:
-        return "(\n" + dcgm_reasons(ctx, reasons) + "\n)"
+def _cause_expr(ctx: SignalContext, *, default: bool, smoothing: bool) -> str:
+    """:data:`CAUSE_BY_REASON` with a hardware slowdown refined by what else holds on its GPU
+    (a thermal reason, the power brake) and by its power state (at the enforced limit, that
+    limit below the GPU's default, power smoothing on).
 
-    gpu = (*ctx.join, *GPU_LABELS)
+    Everything is read from the records of the GPUs held down, never a record through a label
+    selector: the reasons are told apart by ``and on (cause)`` against a one-series vector of
+    the wanted cause."""
+    per_gpu = on((*ctx.join, *GPU_LABELS))
+    named = ctx.name(CAUSE_BY_REASON)
+
+    def having(cause: str) -> str:
+        """The series of the named reasons whose cause is ``cause``."""
+        wanted = f'label_replace(group ({named}), "cause", "{cause}", "", "")'
+        return f"({named} and on (cause) {wanted})"
+
+    def renamed(expr: str, cause: str) -> str:
+        return f'label_replace(\n{expr},\n"cause", "{cause}", "", ""\n)'
+
+    slowdown, capped = having(HARDWARE), having(POWER_CAP)
+    ratio = num(ctx.cfg.ratio(THROTTLED, "power_cap_draw_at_least"))
     power, limit = ctx.name(POWER_DRAW), ctx.name(POWER_LIMIT)
-    return _cause(ctx, events, gpu, power=power, limit=limit, default=None, smoothing=None)
+    at_limit = f"({power} / {per_gpu} {limit} >= {ratio})"
+    arms = [
+        renamed(f"{slowdown}\nand {per_gpu}\n{having(THERMAL)}", THERMAL),
+        renamed(f"{slowdown}\nand {per_gpu}\n{having(POWER_BRAKE)}", POWER_BRAKE),
+    ]
+    if default:
+        lowered = f"({limit} < {per_gpu} {ctx.name(POWER_DEFAULT_LIMIT)})"
+        arms.append(renamed(f"{capped}\nand {per_gpu}\n{lowered}", LOWERED_CAP))
+        arms.append(
+            renamed(f"{slowdown}\nand {per_gpu}\n{at_limit}\nand {per_gpu}\n{lowered}", LOWERED_CAP)
+        )
+    arms.append(renamed(f"{slowdown}\nand {per_gpu}\n{at_limit}", POWER_CAP))
+    if smoothing:
+        enabled = f"({ctx.name(POWER_SMOOTHING)} == 1)"
+        arms.append(renamed(f"{slowdown}\nand {per_gpu}\n{enabled}", SMOOTHING))
+    arms.append(named)
+    return f"\nor {on((*ctx.join, *GPU_LABELS, 'reason'))}\n".join(arms)
 
 
 _CAUSE_HELP = (
     "1 per GPU and active clock event reason, labelled with its cause: thermal, power brake, "
-    "power cap (the reason, or the GPU drawing at its enforced limit; below its default where "
-    "the limit is lower than the one it boots with), power smoothing, hardware slowdown, else "
-    "the reason"
+    "power cap (the reason, or a slowdown while the GPU draws at its enforced limit; below its "
+    "default where that limit is lower than the one it boots with), power smoothing, hardware "
+    "slowdown, else the reason"
 )
 
 #: Why each throttled GPU's clocks are held down: :data:`CLOCK_EVENTS` with a ``cause`` label.
@@ -218,11 +206,17 @@ CLOCK_CAUSE = Signal(
     "flag",
     GPU_STATE_GROUP,
     ByLayout(
-        sidecar=Rule(_cause_sidecar, _CAUSE_HELP, window=0.0),
-        node=Rule(_cause_node, _CAUSE_HELP + " (the GPU's only holder)", window=0.0),
+        sidecar=Rule(
+            lambda ctx: _cause_expr(ctx, default=True, smoothing=True), _CAUSE_HELP, window=0.0
+        ),
+        node=Rule(
+            lambda ctx: _cause_expr(ctx, default=True, smoothing=True),
+            _CAUSE_HELP + " (the GPU's only holder)",
+            window=0.0,
+        ),
         dcgm=Rule(
-            _cause_dcgm,
-            _CAUSE_HELP + " (no power smoothing state from dcgm-exporter)",
+            lambda ctx: _cause_expr(ctx, default=False, smoothing=False),
+            _CAUSE_HELP + " (dcgm-exporter reports no default limit and no power smoothing state)",
             window=0.0,
         ),
     ),
