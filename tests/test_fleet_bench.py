@@ -4,6 +4,7 @@ the layout it claims to measure. Its numbers are not tested; its Prometheus runs
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import re
 import sys
@@ -152,3 +153,36 @@ def test_pack_without_the_pool_family_drops_only_it(tmp_path: Path) -> None:
     for name, kept in after.items():
         if name != "inference.signatures":
             assert kept == before[name]
+
+
+def test_a_baseline_pack_runs_beside_each_layouts_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--baseline-rules: one more Prometheus per fleet, the same layout's profile of the other
+    pack; the report lists the rules only the measured pack has."""
+    args = argparse.Namespace(
+        gpus=[16], layout=["sidecar", "node"], mix=["default"], pool_pods_per_model=[],
+        pool_models=8, rules=fleet.RULES, baseline_rules=tmp_path / "old",
+    )  # fmt: skip
+    ((sidecar, sidecar_packs), (node, node_packs)) = fleet.batches(args, tmp_path)[0]
+    assert (sidecar.layout, node.layout) == ("sidecar", "node")
+    assert [p.label for p in sidecar_packs] == ["alert_rules", "baseline-alert_rules"]
+    assert sidecar_packs[1].files[0] == tmp_path / "old" / "recording_rules.yaml"
+    assert [p.label for p in node_packs] == ["node", "baseline-node"]
+    assert node_packs[1].files[1] == tmp_path / "old" / "node" / "alerts.yaml"
+    run = {
+        "gpus": 16,
+        "layout": "sidecar",
+        "mix": "default",
+        "pods": 4,
+        "groups_total_median_ms": 2,
+    }
+    fleet.report_baseline(
+        [
+            {**run, "pack": "alert_rules", "recorded_series": 30, "rules_ms": {"g/a": 1, "g/b": 3}},
+            {**run, "pack": "baseline-alert_rules", "recorded_series": 22, "rules_ms": {"g/a": 1}},
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "recorded 22 -> 30 (1.38 -> 1.88 per GPU, +2.00 per pod)" in out
+    assert "the 1 new rules 3.0 ms" in out and "| `g/b` | 3.00 |" in out and "g/a" not in out
