@@ -72,6 +72,7 @@ RULE_LABELS = {
     "role",
     "pool",
     "layer",
+    "cause",  # the throttle cause record's, told apart `on (cause)`
 }
 EXPORTER_SERIES = re.compile(r"^(up|scrape_\w+|process_\w+)$")
 

@@ -38,6 +38,7 @@ PROFILE_OF_FIXTURE = {
     "cluster-join": "sidecar",
     "gpu-cost": "sidecar",
     "gpu-cost-dcgm": "dcgm",
+    "throttle-reasons": "sidecar",
 }
 # Labels Prometheus adds to a target: a PodMonitor's, and a static config's (instance, job).
 TARGET_LABELS = {"namespace", "pod", "container", "endpoint", "instance", "job", "cluster"}
