@@ -18,9 +18,10 @@ Two layouts (``--layout``; several are measured side by side):
 * ``node`` - the chart's node mode: the sidecars run without NVML (captured with
   ``--no-collector.nvml``), and one node agent per 8-GPU node (captured with the chart's agent
   flags: ``nvml``, ``cpu`` and ``podresources`` against the tests' fake kubelet, the real
-  PodResources protocol) exports the node's GPUs once, with ``inference_gpu_pod_info`` naming
-  the pod that holds each GPU; the agents are a second job scraped with ``honor_labels`` (the
-  chart's second PodMonitor) and the pack's ``node`` profile (``alert_rules/node/``) joins them.
+  PodResources protocol) exports the node's GPUs once, each GPU's series filed under the pod
+  that holds it (``namespace``, ``pod``, ``container``) and ``inference_gpu_pod_info`` naming
+  it; the agents are a second job scraped with ``honor_labels`` (the chart's second PodMonitor)
+  and the pack's ``node`` profile (``alert_rules/node/``) reads them by pod.
 
 Disaggregated fleets (``--pool-pods-per-model``): ``--pool-models`` models, each served by that
 many 1-GPU pods, half ``prefill`` and half ``decode`` (the sidecar captured with
@@ -79,6 +80,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import prom_profile  # noqa: E402
 from common import (  # noqa: E402
     FIXTURES,
     MIB,
@@ -107,6 +110,8 @@ from exporter.signatures.signals.signal_groups import POOL_GROUP  # noqa: E402
 
 SCRAPE_INTERVAL_S = 15
 EVALUATION_INTERVAL_S = 30
+# The longest CPU profile taken of each Prometheus in the measuring window.
+PROFILE_S = 180
 JOB = "llm/inference-bottleneck-exporter"
 NAMESPACES = 20
 # GPUs per pod and the share of the fleet's GPUs in pods of that size.
@@ -435,8 +440,13 @@ def pod_body(template: Template, pod: PodIdentity) -> Body:
 
 
 def node_body(template: Template, node: NodeIdentity) -> Body:
-    """A node agent's exposition: its node's eight GPUs with their own UUIDs, each GPU's
-    ``inference_gpu_pod_info`` naming the pod that holds it (dropped for a GPU no pod holds)."""
+    """A node agent's exposition: its node's eight GPUs with their own UUIDs, each GPU's series
+    filed under the pod that holds it (``namespace``, ``pod``, ``container``, as the agent's
+    ``podresources`` collector has the ``nvml`` collector label them; empty for a GPU no pod
+    holds), and its ``inference_gpu_pod_info`` naming that pod (dropped for a GPU no pod holds).
+
+    The captured agent's GPUs are held by 1-GPU pods from its start, so its counters are each
+    pod's own already, as the agent counts them from a pod's start on its GPU."""
     uuids = {old: _uuid_of(1_000_000 + node.index, k) for k, old in enumerate(template.uuids())}
 
     def rewrite(line: Line) -> str | None:
@@ -444,13 +454,17 @@ def node_body(template: Template, node: NodeIdentity) -> Body:
         match = _UUID.search(head)
         if match:
             head = head.replace(match[1], uuids[match[1]])
-        if head.startswith(("inference_gpu_pod_info{", "inference_gpu_pods{")):
-            holder = node.holder(line.gpu if line.gpu is not None else -1)
-            if holder is None:
-                return None
-            labels = {"namespace": holder.namespace, "pod": holder.pod, "container": "engine"}
-            head = _HOLDER.sub(lambda m: f'{m[1]}="{labels[m[1]]}"', head)
-        return head
+        if line.gpu is None:
+            return head
+        holder = node.holder(line.gpu)
+        if holder is None and head.startswith(("inference_gpu_pod_info{", "inference_gpu_pods{")):
+            return None
+        labels = (
+            {"namespace": holder.namespace, "pod": holder.pod, "container": "engine"}
+            if holder is not None
+            else dict.fromkeys(("namespace", "pod", "container"), "")
+        )
+        return _HOLDER.sub(lambda m: f'{m[1]}="{labels[m[1]]}"', head)
 
     return Body(template, f"node/{node.index}", rewrite)
 
@@ -586,9 +600,12 @@ def capture(workdir: Path, kind: str = "sidecar") -> tuple[str, float]:
             request = urllib.request.Request(sidecar.base + "/metrics", headers=headers)
             with urllib.request.urlopen(request, timeout=10) as response:
                 text = response.read().decode()
-            processes = kind == "agent" or (
-                re.search(r"^inference_engine_processes [2-9]", text, re.M) is not None
-            )
+            processes = (
+                # the agent: its GPUs' series filed under the pods holding them
+                re.search(r'^inference_gpu_busy_seconds_total\{[^}]*pod="', text, re.M)
+                if kind == "agent"
+                else re.search(r"^inference_engine_processes [2-9]", text, re.M)
+            ) is not None
             ready = processes and all(marker in text for marker in spec.ready)
             if ready or time.monotonic() > deadline:
                 break
@@ -714,7 +731,10 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def prometheus_config(
-    targets: Path, rules: Sequence[Path], node_targets: Path | None = None
+    targets: Path,
+    rules: Sequence[Path],
+    node_targets: Path | None = None,
+    evaluation_interval_s: float = EVALUATION_INTERVAL_S,
 ) -> dict[str, Any]:
     scrape: list[dict[str, Any]] = [
         {"job_name": "fleet", "file_sd_configs": [{"files": [str(targets)]}]}
@@ -732,7 +752,7 @@ def prometheus_config(
         "global": {
             "scrape_interval": f"{SCRAPE_INTERVAL_S}s",
             "scrape_timeout": "10s",
-            "evaluation_interval": f"{EVALUATION_INTERVAL_S}s",
+            "evaluation_interval": f"{evaluation_interval_s:g}s",
         },
         "rule_files": [str(p) for p in rules],
         "scrape_configs": scrape,
@@ -836,6 +856,7 @@ class Sample:
     rss_mib: list[float] = field(default_factory=list)
     groups: dict[str, dict[float, float]] = field(default_factory=dict)
     rules: dict[str, dict[str, float]] = field(default_factory=dict)
+    intervals: dict[str, float] = field(default_factory=dict)  # each group's, seconds
 
 
 def _poll(api: Api, proc: psutil.Process, sample: Sample) -> None:
@@ -851,6 +872,7 @@ def _poll(api: Api, proc: psutil.Process, sample: Sample) -> None:
         if stamp > 0:
             sample.groups.setdefault(_group_of(head), {})[stamp] = seconds
     for group in api.get("/api/v1/rules")["data"]["groups"]:
+        sample.intervals[group["name"]] = float(group.get("interval", 0.0))
         for rule in group["rules"]:
             name = rule.get("name", "")
             key = f"{group['name']}/{name}"
@@ -961,12 +983,18 @@ def _start_simulator(
     return sim, targets, node_targets
 
 
-def _start_prometheus(
-    directory: Path, targets: Path, node_targets: Path | None, pack: Pack, binary: str
+def _start_prometheus(  # noqa: PLR0917
+    directory: Path,
+    targets: Path,
+    node_targets: Path | None,
+    pack: Pack,
+    binary: str,
+    evaluation_interval_s: float = EVALUATION_INTERVAL_S,
 ) -> tuple[subprocess.Popen[bytes], Api]:
     port = free_port()
     config = directory / "scrape-and-rules.yml"
-    config.write_text(json.dumps(prometheus_config(targets, pack.files, node_targets), indent=2))
+    settings = prometheus_config(targets, pack.files, node_targets, evaluation_interval_s)
+    config.write_text(json.dumps(settings, indent=2))
     prom = subprocess.Popen(
         [
             binary,
@@ -997,6 +1025,7 @@ def measure_side_by_side(  # noqa: PLR0917
     exposition: Path,
     cost_repeat: int = 3,
     binary: str = "prometheus",
+    evaluation_interval_s: float = EVALUATION_INTERVAL_S,
 ) -> list[dict[str, Any]]:
     """Every scenario's simulator and, per pack, a Prometheus over it, all at once: one warm-up,
     one measuring window, so every number of the batch met the same machine."""
@@ -1011,7 +1040,9 @@ def measure_side_by_side(  # noqa: PLR0917
             for pack in packs:
                 directory = sim_dir / pack.label
                 directory.mkdir(parents=True, exist_ok=True)
-                prom, api = _start_prometheus(directory, targets, node_targets, pack, binary)
+                prom, api = _start_prometheus(
+                    directory, targets, node_targets, pack, binary, evaluation_interval_s
+                )
                 running.processes.append(prom)
                 instances.append(Instance(scenario, pack, directory, sim, prom, api, count))
         started = time.monotonic()
@@ -1040,11 +1071,18 @@ def measure_side_by_side(  # noqa: PLR0917
             inst.cpu0 = _cpu(inst.prom.pid)
         wall0 = time.monotonic()
         load0 = os.getloadavg()
-        while time.monotonic() - wall0 < measure_min * 60:
-            _alive(instances)
-            for inst in instances:
-                _poll(inst.api, psutil.Process(inst.prom.pid), inst.sample)
-            time.sleep(EVALUATION_INTERVAL_S / 3)
+        loads = [load0[0]]
+        # Each Prometheus's own CPU profile over most of the window, all at once.
+        seconds = max(10, min(PROFILE_S, round(measure_min * 60) - 20))
+        with ThreadPoolExecutor(max_workers=max(1, len(instances))) as pool:
+            profiles = {id(i): pool.submit(cpu_profile, i.api, seconds) for i in instances}
+            while time.monotonic() - wall0 < measure_min * 60:
+                _alive(instances)
+                for inst in instances:
+                    _poll(inst.api, psutil.Process(inst.prom.pid), inst.sample)
+                loads.append(os.getloadavg()[0])
+                time.sleep(evaluation_interval_s / 3)
+            parts = {key: future.result() for key, future in profiles.items()}
         wall = time.monotonic() - wall0
         sim_cores = {k: (_cpu(p.pid) - sim_cpu0[k]) / wall for k, p in sims.items()}
         cores = {id(i): (_cpu(i.prom.pid) - i.cpu0) / wall for i in instances}
@@ -1057,6 +1095,12 @@ def measure_side_by_side(  # noqa: PLR0917
                 simulator_cpu_cores=round(sim_cores[id(inst.sim)], 3),
                 measured_s=round(wall, 1),
                 load_average=load,
+                load_average_window={
+                    "min": round(min(loads), 2),
+                    "median": round(statistics.median(loads), 2),
+                    "max": round(max(loads), 2),
+                },
+                cpu_profile=parts[id(inst)],
                 cold_start=inst.cold_start,
             )
             out.append(result)
@@ -1065,6 +1109,22 @@ def measure_side_by_side(  # noqa: PLR0917
         running.stop()
         for inst in instances:
             shutil.rmtree(inst.directory / "data", ignore_errors=True)
+
+
+def cpu_profile(api: Api, seconds: int) -> dict[str, float]:
+    """Prometheus's CPU over ``seconds`` by part (:mod:`prom_profile`): CPU seconds per part
+    and ``seconds``; empty where the profile could not be taken."""
+    try:
+        with urllib.request.urlopen(
+            f"{api.base}/debug/pprof/profile?seconds={seconds}", timeout=seconds + 60
+        ) as response:
+            raw = response.read()
+    except OSError:
+        return {}
+    out = {
+        part: round(value, 3) for part, value in prom_profile.parts(prom_profile.parse(raw)).items()
+    }
+    return {**out, "seconds": float(seconds)}
 
 
 def _alive(instances: Sequence[Instance]) -> None:
@@ -1105,6 +1165,7 @@ def _results(inst: Instance, cost_repeat: int) -> dict[str, Any]:
             "median_ms": round(_median(list(values.values())) * 1000, 1),
             "max_ms": round(max(values.values()) * 1000, 1),
             "evaluations": len(values),
+            "interval_s": sample.intervals.get(name, 0.0),
         }
         for name, values in sorted(sample.groups.items())
     }
@@ -1207,7 +1268,14 @@ def run(args: argparse.Namespace) -> int:
         names = ", ".join(f"{sc.name} ({'/'.join(p.label for p in packs)})" for sc, packs in batch)
         print(f"side by side: {names}", flush=True)
         results = measure_side_by_side(
-            batch, args.warmup, args.measure, workdir, exposition, args.cost_repeat, binary
+            batch,
+            args.warmup,
+            args.measure,
+            workdir,
+            exposition,
+            args.cost_repeat,
+            binary,
+            args.evaluation_interval,
         )
         for result in results:
             long = ("rules_ms", "rule_costs", "cold_start")
@@ -1221,7 +1289,7 @@ def run(args: argparse.Namespace) -> int:
             [binary, "--version"], capture_output=True, text=True, check=False
         ).stdout.splitlines()[0],
         "scrape_interval_s": SCRAPE_INTERVAL_S,
-        "evaluation_interval_s": EVALUATION_INTERVAL_S,
+        "evaluation_interval_s": args.evaluation_interval,
         "warmup_min": args.warmup,
         "measure_min": args.measure,
         "rules": str(args.rules),
@@ -1317,6 +1385,50 @@ def report_layouts(scales: Sequence[dict[str, Any]]) -> None:
         )
 
 
+def rules_share(sc: dict[str, Any]) -> float:
+    """The share of Prometheus's CPU its rule groups took, from its CPU profile (the
+    benchmark's own API queries left out); NaN without a profile."""
+    parts = {k: v for k, v in sc.get("cpu_profile", {}).items() if k != "seconds"}
+    total = sum(v for k, v in parts.items() if k != "query")
+    return parts.get("rules", 0.0) / total if total else math.nan
+
+
+def _percent_of(ms: float, interval_s: float) -> str:
+    return f"{100 * ms / 1000 / interval_s:.1f} %" if interval_s else "-"
+
+
+def report_groups(scales: Sequence[dict[str, Any]]) -> None:
+    """Each rule group's evaluation time against its interval, each fleet side by side, and
+    what share of Prometheus's CPU the whole pack took."""
+    runs = [sc for sc in scales if not sc.get("pool_models")]
+    if not runs:
+        return
+    groups = sorted({g for sc in runs for g in sc["groups"]})
+    head = ["group"] + [f"{sc['layout']} {sc['mix']} {sc['gpus']:,}" for sc in runs]
+    print()
+    print("Median (max) evaluation time, ms, and as % of the group's interval:")
+    print()
+    print(_row(head))
+    print("|" + "---|" * len(head))
+    for g in groups:
+        cells = [f"`{g}`"]
+        for sc in runs:
+            found = sc["groups"].get(g)
+            if found is None:
+                cells.append("-")
+                continue
+            interval = found.get("interval_s") or sc.get("evaluation_interval_s", 0.0)
+            median, top = found["median_ms"], found["max_ms"]
+            cells.append(
+                f"{median:,.0f} ({top:,.0f}): "
+                f"{_percent_of(median, interval)} ({_percent_of(top, interval)})"
+            )
+        print(_row(cells))
+    cells = ["all groups, share of Prometheus's CPU (profile)"]
+    cells += [f"{sc['groups_total_median_ms']:,.0f}: {100 * rules_share(sc):.1f} %" for sc in runs]
+    print(_row(cells))
+
+
 def report_pools(scales: Sequence[dict[str, Any]]) -> None:
     """The disaggregated fleets with and without the pool family."""
     runs = [sc for sc in scales if sc.get("pool_models")]
@@ -1354,7 +1466,10 @@ def report(args: argparse.Namespace) -> int:
     scales = data["scales"]
     if "layout" in scales[0]:
         print(f"command: {data.get('command', '')}; machine: {data['machine']}")
+        for sc in scales:
+            sc.setdefault("evaluation_interval_s", data.get("evaluation_interval_s", 30.0))
         report_layouts(scales)
+        report_groups(scales)
         report_pools(scales)
         return 0
     groups = sorted({g for scale in scales for g in scale["groups"]})
@@ -1429,6 +1544,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_run.add_argument(
         "--rules", type=Path, default=RULES, help=f"the pack's directory (default {RULES})"
     )
+    p_run.add_argument(
+        "--evaluation-interval",
+        type=float,
+        default=EVALUATION_INTERVAL_S,
+        metavar="SECONDS",
+        help="Prometheus's rule evaluation interval (default: the Prometheus Operator's "
+        f"{EVALUATION_INTERVAL_S} s; the scrape interval is {SCRAPE_INTERVAL_S} s)",
+    )
     p_run.add_argument("--label", default="", help="a name for this run in the results file")
     p_run.add_argument(
         "--prometheus", default="prometheus", help="the Prometheus binary (default: on PATH)"
@@ -1451,6 +1574,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes = [*args.gpus, *args.pool_pods_per_model, args.pool_models]
         if min(sizes) < 1 or not (args.gpus or args.pool_pods_per_model):
             print("fleet: sizes must be positive, and a run needs --gpus or pools", file=sys.stderr)
+            return 2
+        if not 1 <= args.evaluation_interval <= 3600:
+            print("fleet: --evaluation-interval must be 1 to 3600 seconds", file=sys.stderr)
             return 2
         return run(args)
     if args.command == "report":

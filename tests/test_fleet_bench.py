@@ -27,13 +27,15 @@ def _load() -> ModuleType:
 
 fleet = _load()
 
-# Hand-written: a node agent's exposition cut to what the tests read (two GPUs' series, the
-# attribution the podresources collector writes for a node of 1-GPU pods, one node series).
+# Hand-written: a node agent's exposition cut to what the tests read (the GPUs' busy seconds
+# filed under their holders, the attribution the podresources collector writes for a node of
+# 1-GPU pods, one node series).
 AGENT = "\n".join(
     [
         "# TYPE inference_gpu_busy_seconds_total counter",
         *(
-            f'inference_gpu_busy_seconds_total{{gpu="{k}",uuid="GPU-0000000{k}-aaaa"}} {10.0 * k}'
+            f'inference_gpu_busy_seconds_total{{container="vllm",gpu="{k}",namespace="serving",'
+            f'pod="vllm-{k}",uuid="GPU-0000000{k}-aaaa"}} {10.0 * k}'
             for k in range(8)
         ),
         "# TYPE inference_gpu_pod_info gauge",
@@ -99,6 +101,9 @@ def test_agent_names_the_pod_holding_each_gpu_and_only_its_node() -> None:
         busy = _samples(body, "inference_gpu_busy_seconds_total")
         uuids = {s["uuid"] for s in busy}
         assert len(uuids) == 8 and not uuids & seen_uuids  # every node its own GPUs
+        # every GPU's series filed under its holder, as pod_info names it
+        filed = {(s["uuid"], s["namespace"], s["pod"], s["container"]) for s in busy}
+        assert filed == {(s["uuid"], s["namespace"], s["pod"], "engine") for s in info}
         assert {s["uuid"] for s in info} == uuids
         seen_uuids |= uuids
 
@@ -115,7 +120,10 @@ def test_gpu_no_pod_holds_is_attributed_to_no_one() -> None:
         4,
     ]
     assert len(_samples(body, "inference_gpu_pods")) == 5
-    assert len(_samples(body, "inference_gpu_busy_seconds_total")) == 8  # the node still has 8
+    busy = _samples(body, "inference_gpu_busy_seconds_total")
+    assert len(busy) == 8  # the node still has 8, the three unheld filed under no pod
+    unheld = [s for s in busy if int(s["gpu"]) >= 5]
+    assert {(s["namespace"], s["pod"], s["container"]) for s in unheld} == {("", "", "")}
 
 
 def test_disaggregated_fleet_has_both_roles_per_model() -> None:
