@@ -106,7 +106,7 @@ from common import (  # noqa: E402
 from support.synthetic import write_synthetic_trace  # noqa: E402
 
 from exporter.lab.processes import stop_process  # noqa: E402
-from exporter.signatures.signals.signal_groups import POOL_GROUP  # noqa: E402
+from exporter.signatures.signals.signal_groups import POOL_GROUP, RECORD_GROUPS  # noqa: E402
 
 SCRAPE_INTERVAL_S = 15
 EVALUATION_INTERVAL_S = 30
@@ -123,6 +123,7 @@ NODE_JOB = "monitoring/inference-bottleneck-exporter-node"
 ROLES = ("prefill", "decode")
 LAYOUTS = ("sidecar", "node")
 RULES = ROOT / "alert_rules"
+CHART_VALUES = ROOT / "helm" / "inference-bottleneck-exporter" / "values.yaml"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
 _GPU = re.compile(r'\bgpu="(\d+)"')
 _UUID = re.compile(r'uuid="(GPU-[^"]+)"')
@@ -934,6 +935,33 @@ def without_family(pack: Pack, family: str, group: str, workdir: Path) -> Pack:
     return Pack(label, tuple(files))
 
 
+def chart_record_interval() -> str:
+    """The record groups' evaluation interval the chart installs (``prometheusRule.
+    recordInterval``; empty: Prometheus' global one)."""
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    return str(values["prometheusRule"].get("recordInterval") or "")
+
+
+def with_record_interval(pack: Pack, interval: str, workdir: Path) -> Pack:
+    """``pack`` as the chart installs it with ``recordInterval: interval``: its record groups
+    (``inference.records*``) evaluated every ``interval`` (copies in ``workdir``); ``pack``
+    itself where ``interval`` is empty."""
+    if not interval:
+        return pack
+    label = f"{pack.label}-records{interval}"
+    out = workdir / label
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for path in pack.files:
+        doc = yaml.safe_load(path.read_text())
+        groups = [
+            {"interval": interval, **g} if g["name"] in RECORD_GROUPS else g for g in doc["groups"]
+        ]
+        (out / path.name).write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+        files.append(out / path.name)
+    return Pack(label, tuple(files))
+
+
 @dataclass
 class Instance:
     """One Prometheus: one scenario's simulator scraped, one pack evaluated."""
@@ -1219,7 +1247,10 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
     """What ``run`` measures: per fleet size, every layout and mix side by side; the
     disaggregated fleets (with and without the pool family) join the first batch."""
     sidecar = pack_of(args.rules)
-    packs = {"sidecar": [sidecar], "node": [pack_of(args.rules / "node")]}
+    packs = {
+        layout: [with_record_interval(pack, interval, workdir) for interval in args.record_interval]
+        for layout, pack in (("sidecar", sidecar), ("node", pack_of(args.rules / "node")))
+    }
     out: list[list[tuple[Scenario, list[Pack]]]] = [
         [(Scenario(gpus, layout, mix), packs[layout]) for layout in args.layout for mix in args.mix]
         for gpus in args.gpus
@@ -1229,7 +1260,10 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
         pools = [
             (
                 Scenario(layout="sidecar", pool_models=args.pool_models, pods_per_model=n),
-                [sidecar, without],
+                [
+                    with_record_interval(p, args.record_interval[0], workdir)
+                    for p in (sidecar, without)
+                ],
             )
             for n in args.pool_pods_per_model
         ]
@@ -1290,6 +1324,7 @@ def run(args: argparse.Namespace) -> int:
         ).stdout.splitlines()[0],
         "scrape_interval_s": SCRAPE_INTERVAL_S,
         "evaluation_interval_s": args.evaluation_interval,
+        "record_intervals": args.record_interval,
         "warmup_min": args.warmup,
         "measure_min": args.measure,
         "rules": str(args.rules),
@@ -1552,6 +1587,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="Prometheus's rule evaluation interval (default: the Prometheus Operator's "
         f"{EVALUATION_INTERVAL_S} s; the scrape interval is {SCRAPE_INTERVAL_S} s)",
     )
+    p_run.add_argument(
+        "--record-interval",
+        nargs="+",
+        default=None,
+        metavar="DURATION",
+        help="the record groups' evaluation interval, as the chart's prometheusRule."
+        "recordInterval sets it (default: the chart's, "
+        f"{chart_record_interval() or 'none'}); '' for none (the global one); several are "
+        "measured side by side",
+    )
     p_run.add_argument("--label", default="", help="a name for this run in the results file")
     p_run.add_argument(
         "--prometheus", default="prometheus", help="the Prometheus binary (default: on PATH)"
@@ -1577,6 +1622,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if not 1 <= args.evaluation_interval <= 3600:
             print("fleet: --evaluation-interval must be 1 to 3600 seconds", file=sys.stderr)
+            return 2
+        if args.record_interval is None:
+            args.record_interval = [chart_record_interval()]
+        if any(i and not re.fullmatch(r"([0-9]+(ms|s|m|h))+", i) for i in args.record_interval):
+            print("fleet: --record-interval must be a duration (1m, 30s) or ''", file=sys.stderr)
             return 2
         return run(args)
     if args.command == "report":

@@ -160,3 +160,21 @@ def test_pack_without_the_pool_family_drops_only_it(tmp_path: Path) -> None:
     for name, kept in after.items():
         if name != "inference.signatures":
             assert kept == before[name]
+
+
+def test_pack_with_a_record_interval_times_only_the_record_groups(tmp_path: Path) -> None:
+    full = fleet.pack_of(fleet.RULES / "node")
+    assert fleet.with_record_interval(full, "", tmp_path) is full
+    timed = fleet.with_record_interval(full, "1m", tmp_path)
+    for before, after in zip(full.files, timed.files, strict=True):
+        old = yaml.safe_load(before.read_text())["groups"]
+        new = yaml.safe_load(after.read_text())["groups"]
+        assert [g["rules"] for g in new] == [g["rules"] for g in old]
+        for group in new:
+            records = group["name"] in fleet.RECORD_GROUPS
+            assert group.get("interval") == ("1m" if records else None), group["name"]
+    # the default is what the chart installs
+    assert (
+        fleet.chart_record_interval()
+        == yaml.safe_load(fleet.CHART_VALUES.read_text())["prometheusRule"]["recordInterval"]
+    )
