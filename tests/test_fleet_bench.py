@@ -178,3 +178,33 @@ def test_pack_with_a_record_interval_times_only_the_record_groups(tmp_path: Path
         fleet.chart_record_interval()
         == yaml.safe_load(fleet.CHART_VALUES.read_text())["prometheusRule"]["recordInterval"]
     )
+
+
+def test_a_batch_measures_every_pack_of_a_layout_at_every_record_interval(tmp_path: Path) -> None:
+    args = fleet.argparse.Namespace(
+        rules=fleet.RULES,
+        gpus=[800],
+        layout=["sidecar", "node"],
+        mix=["1"],
+        record_interval=["1m", ""],
+        pack=[fleet._layout_pack(f"node={fleet.RULES / 'node'}")],
+        pool_pods_per_model=[],
+        pool_models=8,
+    )
+    (batch,) = fleet.batches(args, tmp_path)
+    measured = {
+        (scenario.layout, pack.label, pack.record_interval)
+        for scenario, packs in batch
+        for pack in packs
+    }
+    assert measured == {
+        ("sidecar", "alert_rules-records1m", "1m"),
+        ("sidecar", "alert_rules", ""),
+        ("node", "node-records1m", "1m"),
+        ("node", "node", ""),
+        # the other pack of the node layout, in a directory of its own
+        ("node", "node-2-records1m", "1m"),
+        ("node", "node-2", ""),
+    }
+    with pytest.raises(fleet.argparse.ArgumentTypeError):
+        fleet._layout_pack(f"dcgm={tmp_path}")
