@@ -112,6 +112,8 @@ SCRAPE_INTERVAL_S = 15
 EVALUATION_INTERVAL_S = 30
 # The longest CPU profile taken of each Prometheus in the measuring window.
 PROFILE_S = 180
+# Memory the machine keeps free: below it the run stops.
+MIN_AVAILABLE = 1.5 * 1024**3
 JOB = "llm/inference-bottleneck-exporter"
 NAMESPACES = 20
 # GPUs per pod and the share of the fleet's GPUs in pods of that size.
@@ -1019,6 +1021,7 @@ def _start_prometheus(  # noqa: PLR0917
     pack: Pack,
     binary: str,
     evaluation_interval_s: float = EVALUATION_INTERVAL_S,
+    memory_limit: str = "",
 ) -> tuple[subprocess.Popen[bytes], Api]:
     port = free_port()
     config = directory / "scrape-and-rules.yml"
@@ -1034,6 +1037,8 @@ def _start_prometheus(  # noqa: PLR0917
         ],
         stdout=(directory / "prometheus.log").open("wb"),
         stderr=subprocess.STDOUT,
+        # Go's soft memory limit: the garbage collector works harder near it
+        env={**os.environ, "GOMEMLIMIT": memory_limit} if memory_limit else None,
     )
     return prom, Api(f"http://127.0.0.1:{port}")
 
@@ -1055,6 +1060,7 @@ def measure_side_by_side(  # noqa: PLR0917
     cost_repeat: int = 3,
     binary: str = "prometheus",
     evaluation_interval_s: float = EVALUATION_INTERVAL_S,
+    memory_limit: str = "",
 ) -> list[dict[str, Any]]:
     """Every scenario's simulator and, per pack, a Prometheus over it, all at once: one warm-up,
     one measuring window, so every number of the batch met the same machine."""
@@ -1070,7 +1076,13 @@ def measure_side_by_side(  # noqa: PLR0917
                 directory = sim_dir / pack.label
                 directory.mkdir(parents=True, exist_ok=True)
                 prom, api = _start_prometheus(
-                    directory, targets, node_targets, pack, binary, evaluation_interval_s
+                    directory,
+                    targets,
+                    node_targets,
+                    pack,
+                    binary,
+                    evaluation_interval_s,
+                    memory_limit,
                 )
                 running.processes.append(prom)
                 instances.append(Instance(scenario, pack, directory, sim, prom, api, count))
@@ -1082,6 +1094,7 @@ def measure_side_by_side(  # noqa: PLR0917
                         break
                 if inst.prom.poll() is not None or time.monotonic() - started > 600:
                     raise RuntimeError(f"targets not up; see {inst.directory / 'prometheus.log'}")
+                _memory_left()
                 time.sleep(2)
             took = time.monotonic() - started
             print(f"  {inst.scenario.name} / {inst.pack.label}: {inst.targets} up, {took:.0f} s")
@@ -1156,9 +1169,21 @@ def cpu_profile(api: Api, seconds: int) -> dict[str, float]:
     return {**out, "seconds": float(seconds)}
 
 
+def _memory_left() -> None:
+    """Stops the run before the machine runs out of memory (the kernel's OOM killer would pick
+    a process of whoever shares the machine)."""
+    available = psutil.virtual_memory().available
+    if available < MIN_AVAILABLE:
+        raise RuntimeError(
+            f"only {available / 1024**3:.1f} GiB of memory left: stopped (--prometheus-memory-"
+            "limit bounds each Prometheus)"
+        )
+
+
 def _alive(instances: Sequence[Instance]) -> None:
     """Stops the run as soon as a simulator or a Prometheus is gone (numbers without it would
-    compare unlike things)."""
+    compare unlike things), or memory runs out."""
+    _memory_left()
     for inst in instances:
         for what, proc in (("simulator", inst.sim), ("prometheus", inst.prom)):
             if proc.poll() is not None:
@@ -1286,7 +1311,14 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
     return out
 
 
+def _stop_on_signal(signum: int, _frame: object) -> None:
+    """SIGTERM ends the run as Ctrl-C does: the simulators and Prometheus servers stopped,
+    their data removed."""
+    raise SystemExit(128 + signum)
+
+
 def run(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _stop_on_signal)
     binary = shutil.which(args.prometheus)
     if binary is None:
         print(f"{args.prometheus} not found: apt-get install prometheus", file=sys.stderr)
@@ -1322,6 +1354,7 @@ def run(args: argparse.Namespace) -> int:
             args.cost_repeat,
             binary,
             args.evaluation_interval,
+            args.prometheus_memory_limit,
         )
         for result in results:
             long = ("rules_ms", "rule_costs", "cold_start")
@@ -1337,6 +1370,7 @@ def run(args: argparse.Namespace) -> int:
         "scrape_interval_s": SCRAPE_INTERVAL_S,
         "evaluation_interval_s": args.evaluation_interval,
         "record_intervals": args.record_interval,
+        "prometheus_memory_limit": args.prometheus_memory_limit,
         "warmup_min": args.warmup,
         "measure_min": args.measure,
         "rules": str(args.rules),
@@ -1667,6 +1701,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="another rule pack (recording_rules.yaml and alerts.yaml in DIR) measured on that "
         "layout's fleet beside the shipped one, e.g. node=/tmp/old/alert_rules/node",
     )
+    p_run.add_argument(
+        "--prometheus-memory-limit",
+        default="",
+        metavar="SIZE",
+        help="GOMEMLIMIT of each Prometheus (e.g. 7GiB): where several large fleets share the "
+        "machine's memory (default: none)",
+    )
     p_run.add_argument("--label", default="", help="a name for this run in the results file")
     p_run.add_argument(
         "--prometheus", default="prometheus", help="the Prometheus binary (default: on PATH)"
@@ -1692,6 +1733,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if not 1 <= args.evaluation_interval <= 3600:
             print("fleet: --evaluation-interval must be 1 to 3600 seconds", file=sys.stderr)
+            return 2
+        if args.prometheus_memory_limit and not re.fullmatch(
+            r"[0-9]+(B|KiB|MiB|GiB|TiB)", args.prometheus_memory_limit
+        ):
+            print("fleet: --prometheus-memory-limit must be like 7GiB", file=sys.stderr)
             return 2
         if args.record_interval is None:
             args.record_interval = [chart_record_interval()]
