@@ -1,7 +1,7 @@
 """The node agent's device series, each filed under the pod holding the device.
 
 With the ``podresources`` collector on (the node agent), every series of the ``nvml``
-collector that names one device (labels ``gpu`` and ``uuid``) carries ``namespace``, ``pod``
+collector that names one device (label ``gpu``) carries ``namespace``, ``pod``
 and ``container`` of the pod the kubelet gave the device to. Prometheus keeps them over the
 agent's own target labels (``honorLabels``), so the agent's series of a device are that pod's,
 as its sidecar's would be: the ``node`` rule profile and the dashboards read them by pod, with
@@ -21,7 +21,8 @@ no join to ``inference_gpu_pod_info`` at evaluation time (``docs/scale.md``).
   only once it counts for the pod. While the attribution is unknown, each pod keeps its
   starting point, so its counters go on where they were once the kubelet answers again.
 * **The per-pod shares** (``inference_gpu_pod_*``: a process's own pod, named by its UID) and
-  the collector's own series stay the node's.
+  the series of no device (the driver, NVML's health, how the GPUs were chosen) stay the
+  node's.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
 from exporter.collectors.shared_state import Holder, Holders
-from exporter.metrics import GPU_LABELS, HOLDER_LABELS, NODE_OWN_PREFIX
+from exporter.metrics import HOLDER_LABELS, NODE_OWN_PREFIX
 
 _NOBODY = dict.fromkeys(HOLDER_LABELS, "")
 #: Labelled counters that exist only once they count: a holder's copy appears when its count
@@ -45,7 +46,7 @@ _Key = tuple[str, tuple[tuple[str, str], ...]]  # a sample's name and labels
 
 
 def _of_device(s: Sample) -> bool:
-    return all(label in s.labels for label in GPU_LABELS)
+    return "gpu" in s.labels
 
 
 def relabelled(family: Metric) -> bool:

@@ -22,7 +22,8 @@ def scrape(
     busy: dict[str, float], xids: dict[str, float] | None = None, power: float = 300.0
 ) -> list[Metric]:
     """One scrape's families: busy seconds and power per device, Xid 79 counts, the driver
-    samples histogram of device 0, a per-pod share and a series of the collector's own."""
+    samples histogram of device 0, a per-pod share, the NVML calls made for device 0 (no
+    ``uuid``) and the driver (no device)."""
     families: list[Metric] = []
     counter = m.counter("inference_gpu_busy_seconds_total")
     gauge = m.gauge("inference_gpu_power_watts")
@@ -40,14 +41,16 @@ def scrape(
     share.add_metric(["0", UUIDS["0"], "uid-1", "cid-1"], 0.4)
     calls = m.counter("inference_nvml_calls_total")
     calls.add_metric(["0"], 12.0)
-    return [*families, histogram, share, calls]
+    driver = m.gauge("inference_nvml_driver_info")
+    driver.add_metric(["550.54.15"], 1.0)
+    return [*families, histogram, share, calls, driver]
 
 
 def series(families: list[Metric], name: str) -> dict[tuple[str, str, str, str], float]:
     """(gpu, namespace, pod, container) -> value of the samples called ``name``."""
     return {
         (
-            s.labels["gpu"],
+            s.labels.get("gpu", "?"),
             s.labels.get("namespace", "?"),
             s.labels.get("pod", "?"),
             s.labels.get("container", "?"),
@@ -73,9 +76,11 @@ def test_each_device_is_its_holders_and_an_unheld_one_nobodys() -> None:
     buckets = [s for f in out for s in f.samples if s.name.startswith("inference_gpu_util")]
     assert len(buckets) == 4
     assert all(s.labels["pod"] == "vllm-0" for s in buckets)
-    # the per-pod shares name their own pod, the collector's own series no device: the node's
+    # the per-pod shares name their own pod, the driver no device: the node's
     assert series(out, "inference_gpu_pod_utilization_ratio") == {("0", "?", "?", "?"): 0.4}
-    assert series(out, "inference_nvml_calls_total") == {("0", "?", "?", "?"): 12.0}
+    assert series(out, "inference_nvml_driver_info") == {("?", "?", "?", "?"): 1.0}
+    # a series naming the device by index alone is its holder's too (a counter: from the start)
+    assert series(out, "inference_nvml_calls_total") == {("0", "llm", "vllm-0", "vllm"): 0.0}
 
 
 def test_counters_count_from_when_the_pod_got_the_device() -> None:

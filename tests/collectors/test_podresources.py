@@ -324,13 +324,13 @@ def test_the_agent_files_each_device_series_under_its_holders(
                 continue
             relabelled += 1
             assert set(s.labels) == own | set(HOLDER_LABELS), (s.name, s.labels)
-            key = (s.labels["gpu"], s.labels["uuid"])
             holder = f"{s.labels['namespace']}/{s.labels['pod']}/{s.labels['container']}"
-            filed.setdefault(key, set()).add(holder)
+            filed.setdefault(s.labels["gpu"], set()).add(holder)
     assert relabelled
-    nobody = {key: found for key, found in filed.items() if found == {"//"}}
+    nobody = {gpu: found for gpu, found in filed.items() if found == {"//"}}
     # every held device under its holders (the shared GPU under both), the others under none
-    assert {key: found for key, found in filed.items() if key not in nobody} == held
-    assert (str(FREE_GPU), gpu_uuid(FREE_GPU)) in nobody
-    assert (str(MIG_GPU), gpu_uuid(MIG_GPU)) in nobody  # the GPU itself: its MIG devices are held
-    assert len(held[(str(SHARED_GPU), gpu_uuid(SHARED_GPU))]) == 2
+    by_index = {gpu: found for (gpu, _), found in held.items()}
+    assert {gpu: found for gpu, found in filed.items() if gpu not in nobody} == by_index
+    assert str(FREE_GPU) in nobody
+    assert str(MIG_GPU) in nobody  # the GPU itself: its MIG devices are held
+    assert len(by_index[str(SHARED_GPU)]) == 2

@@ -13,10 +13,11 @@ record groups 2-6x the sidecar profile's at fleet scale (``docs/scale.md``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from exporter.metrics import GPU_LABELS
-from exporter.signatures.promql_text import by, on
+from exporter.signatures.promql_text import by, on, selector
 from exporter.signatures.signals.target_signals import TARGET_INFO
 from exporter.signatures.site import CLUSTER
 
@@ -36,10 +37,17 @@ def agent_gpu(ctx: SignalContext) -> tuple[str, ...]:
     return (*agent, *GPU_LABELS)
 
 
-def pods(ctx: SignalContext) -> str:
+def pods(ctx: SignalContext, *matchers: str) -> str:
     """The target-info signal: in the node layout one series per sidecar target that is a pod
-    (static targets hold no GPU)."""
-    return ctx.name(TARGET_INFO)
+    (static targets hold no GPU). ``matchers`` narrow it (a dashboard's pod)."""
+    return selector(ctx.name(TARGET_INFO), *matchers)
+
+
+def holder_matchers(ctx: SignalContext, matchers: Sequence[str]) -> list[str]:
+    """The ``matchers`` on labels naming the holding pod (:func:`pod_labels`), which the node
+    agent's series carry too: a dashboard narrows them to its pod before aggregating."""
+    labels = pod_labels(ctx)
+    return [m for m in matchers if m.split("=", 1)[0].rstrip("!~") in labels]
 
 
 def _per_pod_gpu(ctx: SignalContext, inner: str, keep: tuple[str, ...] = ()) -> str:
@@ -48,13 +56,19 @@ def _per_pod_gpu(ctx: SignalContext, inner: str, keep: tuple[str, ...] = ()) -> 
     return f"max {by((*pod_labels(ctx), *GPU_LABELS, *keep))} ({inner})"
 
 
-def node_per_gpu(ctx: SignalContext, inner: str, keep: tuple[str, ...] = ()) -> str:
+def node_per_gpu(
+    ctx: SignalContext, inner: str, keep: tuple[str, ...] = (), pod: Sequence[str] = ()
+) -> str:
     """Per-GPU value of the node agent's series ``inner`` (one per pod holding the GPU, and
-    per ``keep`` label: an Xid, a clock event reason) with the pod's target join labels."""
+    per ``keep`` label: an Xid, a clock event reason) with the pod's target join labels.
+
+    ``pod`` are matchers on the pod's target labels (a dashboard's variables): only its GPUs
+    join. Narrow ``inner``'s selectors to the pod too (:func:`holder_matchers`), or every GPU is
+    aggregated before the join drops the others."""
     pj = pod_labels(ctx)
     rest = [label for label in ctx.join if label not in pj]
     grouped = _per_pod_gpu(ctx, inner, keep)
-    return f"{grouped}\n* {on(pj)} group_left ({', '.join(rest)})\n{pods(ctx)}"
+    return f"{grouped}\n* {on(pj)} group_left ({', '.join(rest)})\n{pods(ctx, *pod)}"
 
 
 def node_per_target(ctx: SignalContext, aggregation: str, inner: str) -> str:
