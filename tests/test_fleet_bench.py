@@ -173,11 +173,9 @@ def test_pack_with_a_record_interval_times_only_the_record_groups(tmp_path: Path
         for group in new:
             records = group["name"] in fleet.RECORD_GROUPS
             assert group.get("interval") == ("1m" if records else None), group["name"]
-    # the default is what the chart installs
-    assert (
-        fleet.chart_record_interval()
-        == yaml.safe_load(fleet.CHART_VALUES.read_text())["prometheusRule"]["recordInterval"]
-    )
+    # the default is what the chart installs: every group at the global interval
+    assert yaml.safe_load(fleet.CHART_VALUES.read_text())["prometheusRule"]["recordInterval"] == ""
+    assert fleet.chart_record_interval() == ""
 
 
 def test_a_batch_measures_every_pack_of_a_layout_at_every_record_interval(tmp_path: Path) -> None:

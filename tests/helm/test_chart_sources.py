@@ -68,14 +68,15 @@ def timed(groups: list[dict[str, Any]], interval: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_prometheus_rule_equals_alert_rules(profile: str) -> None:
+    # by default every group at Prometheus' global interval: the rules as generated
     (rule,) = of_kind(render({"prometheusRule": {"profile": profile}}), "PrometheusRule")
-    # the record groups at the chart's recordInterval (not the fast profile's: seconds)
+    assert rule["spec"]["groups"] == source_groups(PROFILES[profile])
+    assert rule["metadata"]["labels"]["inference-bottleneck-exporter/rule-profile"] == profile
+    # with recordInterval, the record groups at it (not the fast profile's: seconds)
+    values = {"prometheusRule": {"profile": profile, "recordInterval": "1m"}}
+    (rule,) = of_kind(render(values), "PrometheusRule")
     interval = "" if profile == "fast" else "1m"
     assert rule["spec"]["groups"] == timed(source_groups(PROFILES[profile]), interval)
-    assert rule["metadata"]["labels"]["inference-bottleneck-exporter/rule-profile"] == profile
-    values = {"prometheusRule": {"profile": profile, "recordInterval": ""}}
-    (rule,) = of_kind(render(values), "PrometheusRule")
-    assert rule["spec"]["groups"] == source_groups(PROFILES[profile])
 
 
 def test_record_groups_take_their_own_interval_and_alerts_the_global_one() -> None:
@@ -93,7 +94,7 @@ def test_record_groups_take_their_own_interval_and_alerts_the_global_one() -> No
 )
 def test_mode_picks_the_rule_profile(mode: str, profile: str) -> None:
     (rule,) = of_kind(render({"mode": mode}), "PrometheusRule")
-    assert rule["spec"]["groups"] == timed(source_groups(PROFILES[profile]), "1m")
+    assert rule["spec"]["groups"] == source_groups(PROFILES[profile])
 
 
 def test_prometheus_rule_labels_are_configurable() -> None:

@@ -64,7 +64,7 @@ def groups(directory: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("profile", ["sidecar", "dcgm", "fast"])
 def test_prometheus_rule_is_the_sites_rules(site: dict[str, Path], profile: str) -> None:
-    values = {"prometheusRule": {"profile": profile, "recordInterval": ""}}
+    values = {"prometheusRule": {"profile": profile}}
     (rule,) = of_kind(render(values, chart=site["chart"]), "PrometheusRule")
     assert rule["spec"]["groups"] == groups(site["root"] / "rules" / profile)
     exprs = [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
