@@ -44,7 +44,7 @@ from exporter.signatures.promql_text import by, num, on
 from exporter.signatures.signals import dcgm_fields
 from exporter.signatures.signals.dcgm_fields import dcgm_quantity
 from exporter.signatures.signals.dcgm_join import dcgm_per_target
-from exporter.signatures.signals.node_join import agent_gpu, node_per_gpu
+from exporter.signatures.signals.node_join import agent_gpu, node_per_gpu, pod_labels
 from exporter.signatures.signals.roofline_signals import product_matcher
 from exporter.signatures.signals.shared_gpu_signals import GPU_DEVICE_UTILIZATION, GPU_ENGINE_SHARE
 from exporter.signatures.signals.signal import ByLayout, Rule, Signal
@@ -92,15 +92,16 @@ def _own_sidecar(ctx: SignalContext, per_gpu: PerGpu) -> str:
 
 
 def _own_node(ctx: SignalContext, per_gpu: PerGpu) -> str:
-    """Per target, the sum over the GPUs its pod holds of ``per_gpu`` (one series per agent
-    and GPU): a shared GPU's times the pod's share where known (the agent maps processes to
-    pods: hostPID), else split evenly between the pods holding it."""
+    """Per target, the sum over the GPUs its pod holds of ``per_gpu`` (the node agent's series,
+    one copy per pod holding the GPU): a shared GPU's times the pod's share where known (the
+    agent maps processes to pods: hostPID), else split evenly between the pods holding it
+    (``inference_gpu_pods``, the node's own: one series per agent and GPU)."""
     gpu, agent = on((*ctx.join, *GPU_LABELS)), on(agent_gpu(ctx))
     value = per_gpu(ctx)
     pods = ctx.sidecar_series("inference_gpu_pods")
     mapped = ctx.sidecar_series("inference_gpu_pod_utilization_ratio")
     known = node_per_gpu(ctx, f"{value}\nand {agent}\ngroup {by(agent_gpu(ctx))} ({mapped})")
-    even = node_per_gpu(ctx, f"(\n{value}\n/ {agent}\n{pods}\nor {agent}\n{value}\n)")
+    even = node_per_gpu(ctx, f"(\n{value}\n/ {agent} group_left ()\n{pods}\nor {agent}\n{value}\n)")
     return (
         f"sum {ctx.by_target} (\n{known}\n* {gpu} group_left ()\n{_share(ctx)}\nor {gpu}\n{even}\n)"
     )
@@ -218,7 +219,7 @@ COST = Signal(
             only_if=priced,
         ),
         node=Rule(
-            lambda ctx: _own_node(ctx, lambda c: _info_prices(c, agent_gpu(c))),
+            lambda ctx: _own_node(ctx, lambda c: _info_prices(c, (*pod_labels(c), *agent_gpu(c)))),
             _COST_HELP + " (the GPUs the pod holds, the node agent's)",
             only_if=priced,
         ),

@@ -17,8 +17,12 @@ from exporter.signatures.promql_text import num, on
 from exporter.signatures.signals import dcgm_fields
 from exporter.signatures.signals.dcgm_fields import DcgmQuantity, dcgm_quantity
 from exporter.signatures.signals.dcgm_join import dcgm_per_gpu
-from exporter.signatures.signals.gpu_signals import CLOCK_EVENTS, THROTTLED, held_down
-from exporter.signatures.signals.node_join import node_per_gpu
+from exporter.signatures.signals.gpu_signals import (
+    CLOCK_EVENTS,
+    THROTTLED,
+    held_down,
+    node_held_down,
+)
 from exporter.signatures.signals.signal import ByLayout, Rule, Signal
 from exporter.signatures.signals.signal_groups import GPU_STATE_GROUP
 
@@ -50,16 +54,12 @@ def _sidecar_held_down(ctx: SignalContext, metric: str) -> str:
     return f"max {ctx.by_gpu} (\n{held_down(ctx, ctx.sidecar_series(metric))}\n)"
 
 
-def _node_held_down(ctx: SignalContext, metric: str) -> str:
-    return held_down(ctx, node_per_gpu(ctx, ctx.sidecar_series(metric)))
-
-
 def _held_down(metric: str, what: str) -> ByLayout:
     """A power reading of the GPUs held down, in the sidecar and node layouts (dcgm-exporter
     has none: the caller's ``dcgm``)."""
     return ByLayout(
         sidecar=Rule(lambda ctx: _sidecar_held_down(ctx, metric), what),
-        node=Rule(lambda ctx: _node_held_down(ctx, metric), what + " (the node agent's)"),
+        node=Rule(lambda ctx: node_held_down(ctx, metric), what + " (the node agent's)"),
         dcgm=None,
     )
 
