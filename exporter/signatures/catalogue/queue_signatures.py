@@ -6,7 +6,7 @@ Alerts carry ``signature="queue"``.
 from __future__ import annotations
 
 from exporter.signatures.catalogue.context import Context, percent
-from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
+from exporter.signatures.definitions import TARGET, Advice, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, pct
 from exporter.signatures.signals.engine_signals import (
     KV_CACHE,
@@ -48,6 +48,14 @@ def queue_wait_dominates_latency(ctx: Context) -> Signature:
                 ("mean GPU utilisation", ctx.name(GPU_UTILIZATION)),
                 ("KV-cache usage (full cache = no room to admit)", ctx.name(KV_CACHE)),
                 ("requests running", ctx.name(REQUESTS_RUNNING)),
+            ),
+        ),
+        advice=Advice(
+            "scale_out",
+            blocks_scale_out=False,
+            why=(
+                "requests spend {share} % of their latency waiting in the queue ({depth} "
+                "waiting): the offered load exceeds what the replicas admit"
             ),
         ),
     )
