@@ -67,7 +67,7 @@ WHAT: Mapping[SliKind, str] = {
     "ttft": "time to first token",
     "itl": "inter-token latency",
     "e2e": "end-to-end latency",
-    "availability": "availability (requests finished, not refused or evicted)",
+    "availability": "availability: finished, not refused or evicted",
 }
 
 
@@ -91,6 +91,10 @@ def _printf(labels: tuple[str, ...]) -> str:
 def _go(action: str) -> str:
     """One Go template action: ``{{ action }}``."""
     return "{{ " + action + " }}"
+
+
+def _plural_pods() -> str:
+    return " " + _go('if eq $pods "1"') + "pod" + _go("else") + "pods" + _go("end")
 
 
 def cause_template(cfg: SiteConfig) -> str:
@@ -129,13 +133,14 @@ def cause_template(cfg: SiteConfig) -> str:
             _go('$c.Value | printf "%.0f"'),
             " of ",
             _go("$pods"),
-            " pods",
+            _plural_pods(),
             _go("end"),
             _go("end"),
             _go("else"),
             "none of the pack's signatures holds on its ",
             _go("$pods"),
-            " pods (capacity, or a cause the pack does not see)",
+            _plural_pods(),
+            " (capacity, or a cause the pack does not see)",
             _go("end"),
         )
     )
@@ -202,8 +207,8 @@ def _rule(cfg: SiteConfig, kind: SliKind, alert: BurnAlert) -> AlertRule:
             f"over {lw} — cause: {{cause}}"
         ),
         description=(
-            f"{{good}} % of {{labels.model}} {events} met the {WHAT[kind]} objective "
-            f"{{labels.slo}} over the last {lw}, {{good_short}} % over {sw}: its error budget "
+            f"{{good}} % of {{labels.model}} {events} met objective {{labels.slo}} "
+            f"({WHAT[kind]}) over the last {lw}, {{good_short}} % over {sw}: its error budget "
             f"burns {{burn}}x over {lw} and {{burn_short}}x over {sw}, at least {rate}x on both "
             f"({spent} % of a {period} budget in {lw}: a {action}). Scaling advice for the "
             "pool: {advice}."

@@ -23,8 +23,9 @@ Per target (pod):
     on the pod or on its pool; 0 on every other pod with an engine. An autoscaler multiplies
     its queue or KV trigger by it.
 ``inference:scaling_advice:info``
-    1 per pod and ``advice``/``cause``: the fix each holding signature names (``cause`` = its
-    alert name), and ``advice="scale_out", cause="capacity"`` where the pod is eligible.
+    1 per pod and ``advice``/``cause``: the fix each signature holding on it, or on its pool,
+    names (``cause`` = its alert name), and ``advice="scale_out", cause="capacity"`` where the
+    pod is eligible.
 
 Per pool and model, the same: ``inference_pool:scale_out_blocked:ratio`` (the share of the
 pool's pods a blocking cause holds on; 1 for a pool cause), ``inference_pool:
@@ -178,6 +179,11 @@ class _Verdicts:
             f'label_replace(\n{held},\n"{CAUSE}", "$1", "alertname", "(.+)"\n)\n)'
         )
 
+    def pool_cause_on_pods(self, sig: Signature) -> str:
+        """The targets of the pools where the pool signature ``sig`` held within the hold."""
+        held = self.held(POOL_HOLDING, f'alertname="{sig.alert}"')
+        return f"group {by(self.ctx.join)} (\n{self.pods()}\nand {self.pool}\n{held}\n)"
+
     def pool_blocked(self) -> str:
         count = f"count {by(self.pool_labels)} ({self.pods()})"
         return (
@@ -241,6 +247,17 @@ def verdict_rules(cfg: SiteConfig) -> list[RecordingRule]:
             v.advice(),
             "1 per target and the fix each signature that held in the last "
             f"{hold} names (cause: its alert name)",
+        ),
+        *(
+            rule(
+                ADVICE,
+                v.pool_cause_on_pods(sig),
+                f"1 on the targets of the pools {sig.alert} held on in the last {hold}",
+                advice=sig.advice.action,
+                cause=sig.alert,
+            )
+            for sig in signatures
+            if is_pool_signature(sig) and sig.advice.action != "scale_out"
         ),
         rule(
             ADVICE,
