@@ -32,6 +32,7 @@ from exporter.signatures.site import PROFILES, SELECTOR_HELP, WINDOW_HELP, SiteC
 from exporter.signatures.slo.burn_alerts import SLO_ALERT_GROUP, SLO_FAMILY, SloAlert, slo_alerts
 from exporter.signatures.slo.slo_signals import slo_rules
 from exporter.signatures.slo.verdict_signals import verdict_rules
+from exporter.signatures.slo_config import SCALING_HELP
 
 GENERATOR = "python -m exporter.signatures"
 ALERT_GROUPS = (("inference.signatures", False), ("inference.meta", True))
@@ -43,8 +44,14 @@ _LABEL_PLACEHOLDER = re.compile(r"\{labels\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
 # --- YAML -------------------------------------------------------------------------------------
 
 
+# Plain words YAML reads as something else than a string (YAML 1.1 booleans, null).
+_YAML_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "y", "n", "null"})
+
+
 def _scalar(text: str) -> str:
-    return text if _PLAIN.match(text) else json.dumps(text, ensure_ascii=False)
+    if _PLAIN.match(text) and text.lower() not in _YAML_WORDS:
+        return text
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _block(key: str, text: str, prefix: str) -> list[str]:
@@ -243,6 +250,24 @@ def _param_value(cfg: SiteConfig, alert: str, name: str, kind: str) -> str:
     return num(value)
 
 
+def _scaling_line(sig: Signature) -> str:
+    """What the signature means for scaling, as its runbook says it (``docs/slo.md``)."""
+    advice = sig.advice
+    if advice.action == "scale_out":
+        gate = "it is capacity: with the GPUs busy it opens the `scale_out_eligible` gate"
+    elif advice.blocks_scale_out:
+        gate = "it blocks scaling out: the `scale_out_eligible` gate is 0 while it holds"
+    else:
+        gate = "it neither blocks nor opens the `scale_out_eligible` gate"
+    said = "scale out" if advice.action == "scale_out" else "scaling out would not help"
+    if not advice.blocks_scale_out and advice.action != "scale_out":
+        said = advice.action
+    return (
+        f"**Scaling advice:** `{advice.action}`; {gate}. `diagnose` says, with the evidence's "
+        f'values in the braces: "{said}: {advice.why}".'
+    )
+
+
 def runbook_markdown(cfg: SiteConfig, sig: Signature) -> str:
     """One runbook page (``docs/runbooks/<Alert>.md``)."""
     side = {r.record: r for r in recording_rules(cfg.with_profile("sidecar"))}
@@ -259,6 +284,8 @@ def runbook_markdown(cfg: SiteConfig, sig: Signature) -> str:
         "## What it means",
         "",
         sig.runbook.meaning,
+        "",
+        _scaling_line(sig),
         "",
         "## When it fires",
         "",
@@ -455,6 +482,22 @@ def runbook_index(
         "  InferenceGPUStarvedQueueGrowing:",
         "    for: 10m",
         "    utilization_below: 0.6",
-        "```",
+        "slo:  # docs/slo.md: objectives, their burn-rate alerts (the SRE workbook's by default)",
+        f"  period: {format_duration(cfg.slo.period)}",
+        "  objectives:",
     ]
+    for slo in cfg.slo.objectives:
+        out.append(f"    - name: {_scalar(slo.name)}")
+        if slo.model is not None:
+            out.append(f"      model: {_scalar(slo.model)}")
+        for kind in slo.kinds():
+            objective = slo.objective(kind)
+            assert objective is not None
+            out.append(f"      {kind}: {_scalar(objective.text())}")
+    out.append("scaling:  # when a backlog is capacity: the scale_out_eligible gate")
+    for name, help_text in SCALING_HELP.items():
+        value = getattr(cfg.scaling, name)
+        text = format_duration(value) if name == "cause_hold" else num(value)
+        out.append(f"  {name}: {text}  # {help_text}")
+    out.append("```")
     return "\n".join(out) + "\n"

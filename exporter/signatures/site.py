@@ -75,6 +75,13 @@ RESERVED_LABELS = frozenset(
         "mode",
         "source",
         "le",
+        # the SLO records and the scaling advice (exporter/signatures/slo/)
+        "slo",
+        "advice",
+        "cause",
+        "blocks_scale_out",
+        "long_window",
+        "short_window",
     }
 )
 #: An invalid site configuration; ``str()`` is the one line the user sees (defined apart, in

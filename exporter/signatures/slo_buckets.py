@@ -267,3 +267,32 @@ def le_label(bound: float) -> str:
         mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
         return f"{mantissa}e+{dot - 1:02d}"
     return text
+
+
+def _bound_text(bound: float) -> str:
+    """A bound as the site config writes a threshold: ``250ms``, ``2.5s``, ``2560s``."""
+    if bound < 1:
+        return f"{round(bound * 1000, 3):g}ms"
+    return f"{bound:g}s"
+
+
+def bucket_table() -> str:
+    """The bounds of every engine known, as Markdown (``docs/slo.md``, by docgen)."""
+    head = " | ".join(SLI_TITLE[sli] for sli in LATENCY_SLIS)
+    out = [
+        f"| engine | captured from | {head} |",
+        "|---|---|" + "---|" * len(LATENCY_SLIS),
+    ]
+    for entry in ENGINE_BUCKETS:
+        cells = [
+            ", ".join(_bound_text(b) for b in entry.bounds[sli] if b > 0)
+            if sli in entry.bounds
+            else "(not captured)"
+            for sli in LATENCY_SLIS
+        ]
+        out.append(
+            f"| `{entry.engine}` | `{entry.fixture}` ({entry.release}) | {' | '.join(cells)} |"
+        )
+    out += ["", "Not known, and why (an objective over them names its `buckets`):", ""]
+    out += [f"- `{engine}`: {why}." for engine, why in NOT_KNOWN.items()]
+    return "\n".join(out) + "\n"

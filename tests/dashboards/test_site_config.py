@@ -67,6 +67,10 @@ RULE_LABELS = {
     "engine",
     "model",
     "role",
+    # the SLO records' objective, the scaling advice's action and cause
+    "slo",
+    "advice",
+    "cause",
 }
 EXPORTER_SERIES = re.compile(r"^(up|scrape_\w+|process_\w+)$")
 

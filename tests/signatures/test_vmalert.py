@@ -62,6 +62,8 @@ TESTS = [
         "shared.yaml",
         "pools.yaml",
         "split.yaml",
+        "slo.yaml",
+        "advice.yaml",
     )
 ]
 COLD_START = ROOT / "tests" / "promtool" / "sidecar" / "coldstart.yaml"
@@ -243,8 +245,11 @@ def test_the_same_alerts_fire_as_in_prometheus(
     assert not mismatches, "\n".join(mismatches)
     # Every signature's firing case and near miss went through vmalert.
     from exporter.signatures import all_signatures, parse_config  # noqa: PLC0415
+    from exporter.signatures.slo.burn_alerts import slo_alerts  # noqa: PLC0415
 
     every = {sig.alert for sig in all_signatures(parse_config({}))}
+    # The shipped objectives' burn-rate pages too (slo.yaml: the cause in the page).
+    every |= {burn.alert for burn in slo_alerts(parse_config({}))}
     assert firing == every and quiet == every, (every - firing, every - quiet)
     assert checked >= 2 * len(every)
 

@@ -302,3 +302,19 @@ def verdict_rules(cfg: SiteConfig) -> list[RecordingRule]:
         )
     )
     return rules
+
+
+def advice_table(cfg: SiteConfig) -> str:
+    """What each signature says for scaling, as Markdown (``docs/slo.md``, by docgen)."""
+    out = [
+        "| signature | family | advice | blocks scaling out | holds on |",
+        "|---|---|---|---|---|",
+    ]
+    for sig in all_signatures(cfg):
+        blocks = "yes" if sig.advice.blocks_scale_out else "no"
+        where = "the pool" if is_pool_signature(sig) else "a pod"
+        out.append(
+            f"| [{sig.alert}](runbooks/{sig.alert}.md) | {sig.family} | `{sig.advice.action}` "
+            f"| {blocks} | {where} |"
+        )
+    return "\n".join(out) + "\n"
