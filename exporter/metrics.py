@@ -116,6 +116,55 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         unit="seconds",
         source="scrape orchestration",
     ),
+    # --- self: the HTTP server's limits (exporter.server.limits; the webhook serves them too) ---
+    MetricSpec(
+        "inference_exporter_http_connections",
+        "gauge",
+        "self",
+        (),
+        "Connections open now (TLS handshakes included).",
+        source="the HTTP server's own count",
+    ),
+    MetricSpec(
+        "inference_exporter_http_connections_limit",
+        "gauge",
+        "self",
+        (),
+        "The most connections kept at once: --web.max-connections, lowered to fit the "
+        "process's file limit.",
+        source="flags and the process's file limit",
+    ),
+    MetricSpec(
+        "inference_exporter_http_requests_in_flight",
+        "gauge",
+        "self",
+        (),
+        "Requests in their handlers now, the health probes not counted (capped by "
+        "--web.max-requests).",
+        source="the HTTP server's own count",
+    ),
+    MetricSpec(
+        "inference_exporter_http_connections_closed_total",
+        "counter",
+        "self",
+        ("reason",),
+        "Connections the exporter closed to protect itself, by reason: header_timeout, "
+        "body_timeout, write_timeout, idle_timeout (the --web.*-timeout flags), evicted (the "
+        "oldest idle or slow connection, to make room at the connection limit or when out of "
+        "file descriptors).",
+        source="the HTTP server's own count",
+    ),
+    MetricSpec(
+        "inference_exporter_http_connections_refused_total",
+        "counter",
+        "self",
+        ("reason",),
+        "Connections turned away, by reason: max_connections (every connection in a request: "
+        "503 and closed), max_requests (a request past --web.max-requests: 503 and closed), "
+        "out_of_files (an accept that found no file descriptor; the client waits in the "
+        "backlog).",
+        source="the HTTP server's own count",
+    ),
     # --- nvml ---------------------------------------------------------------------------------
     MetricSpec(
         "inference_nvml_up",
@@ -588,6 +637,17 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         source="field NVML_FI_DEV_POWER_CURRENT_LIMIT (mW, GPU scope); older drivers: "
         "nvmlDeviceGetEnforcedPowerLimit",
         gpus=_GPU_ONLY,
+    ),
+    MetricSpec(
+        "inference_gpu_power_default_limit_watts",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "The power limit the GPU boots with; an enforced limit "
+        "(inference_gpu_power_limit_watts) below it is a cap someone set.",
+        unit="watts",
+        source="field NVML_FI_DEV_POWER_DEFAULT_LIMIT (mW, GPU scope)",
+        gpus=_GPU_ONLY + "; driver 535 and newer",
     ),
     MetricSpec(
         "inference_gpu_power_smoothing_enabled",
@@ -1344,7 +1404,7 @@ class SeriesBudget:
 
 
 SERIES_BUDGET = SeriesBudget(
-    per_gpu=66, per_engine=193, per_engine_process=1, per_sidecar=44, max_labels=10
+    per_gpu=67, per_engine=193, per_engine_process=1, per_sidecar=55, max_labels=10
 )
 # The labels Prometheus adds to every series of a target found through the chart's PodMonitor.
 POD_MONITOR_TARGET_LABELS = ("namespace", "pod", "container", "endpoint", "instance", "job")

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dashboards.common import (
-    GPU,
     MODEL,
     AnyPanel,
     Query,
@@ -21,13 +20,13 @@ from dashboards.common import (
     by,
     pct,
     rate,
-    series,
     signal,
     target_legend,
     timeseries,
     warn,
 )
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS, PREFILL_PRECISION
+from exporter.signatures.signals.gpu_signals import GPU_UTILIZATION, SM_ACTIVE
 from exporter.signatures.signals.roofline_signals import (
     BUDGET_DECODE,
     BUDGET_HOST,
@@ -152,19 +151,21 @@ def utilisation_vs_sm_activity() -> AnyPanel:
     busy = alert_threshold(SMS_IDLE, "utilization_above")
     idle = alert_threshold(SMS_IDLE, "sm_active_below")
     return timeseries(
-        "GPU-Util vs SM activity",
-        "Mean GPU utilisation (GPU-Util: a kernel was running) and mean SM activity (the SMs "
-        "had a warp resident; GPM, Hopper and later) over the selected GPUs. Bad: utilisation "
+        "GPU-Util (device utilisation) vs SM activity",
+        "Mean utilisation of the pod's GPUs, the device's (GPU-Util: a kernel was running, "
+        "every tenant's work together), and mean SM activity (the SMs had a warp resident; GPM, "
+        "Hopper and later, or dcgm-exporter's profiling field) over the pod's GPUs: what "
+        "InferenceGPUBusySMsIdle reads. Bad: utilisation "
         f"above {pct(busy)} with SM activity below {pct(idle)} - tiny serial kernels keep "
         "GPU-Util at 100 % while the SMs idle (InferenceGPUBusySMsIdle).",
         [
             Query(
-                by("avg", rate("inference_gpu_busy_seconds_total", GPU)),
-                f"GPU-Util {target_legend()}",
+                signal(GPU_UTILIZATION),
+                f"GPU-Util (device) {target_legend()}",
                 thresholds=(warn(busy),),
             ),
             Query(
-                by("avg", series("inference_gpu_sm_active_ratio", GPU)),
+                signal(SM_ACTIVE),
                 f"SM activity {target_legend()}",
                 thresholds=(warn(idle),),
             ),

@@ -4,17 +4,18 @@ Fields a GPU does not support are dropped after the first ``NOT_SUPPORTED`` (log
 info) and cost no further calls. Errors that concern the whole GPU (lost, hung, unknown)
 propagate as :class:`NvmlError` so the caller can mark the GPU down.
 
-Call budget (counted in :attr:`GpuReader.calls`): one read makes at most 10 driver calls
-(samples, utilisation rates, memory, power, energy, temperature, two clocks, clock events,
-one GPM sample), or 11 on GPUs without GPM (two PCIe throughput calls instead of the GPM
-sample), plus 2 with per-process reads on (compute processes, process utilisation). GPM sample
-allocation, freeing and metric computation happen inside the library without the driver and
-are not counted. The links and the power state add (:func:`GpuReader._read_links`): one
-``nvmlDeviceGetFieldValues`` for every field value at once (the enforced power limit, power
+Call budget (counted in :attr:`GpuReader.calls`): one read makes at most 10 driver calls for
+the readings (samples, utilisation rates, memory, power, energy, temperature, two clocks,
+clock events, one GPM sample), or 11 on GPUs without GPM (two PCIe throughput calls instead of
+the GPM sample), plus 2 with per-process reads on (compute processes, process utilisation).
+GPM sample allocation, freeing and metric computation happen inside the library without the
+driver and are not counted. The links and the power state add (:meth:`GpuReader._read_links`)
+one ``nvmlDeviceGetFieldValues`` for every field value at once (the enforced power limit, power
 smoothing, each NVLink and C2C link's state and speed, and the NVLink throughput counters
 where GPM has none), ``nvmlDeviceGetGpuFabricInfoV`` (NVSwitch systems) and the workload power
 profiles (Blackwell); each of these is made only while the GPU answers it, so a GPU without any
-costs one call each on the first read and none after.
+costs one call each on the first read and none after; fabric and power profiles, which change
+only when someone acts, are read every :data:`SLOW_EVERY` reads.
 
 A MIG device (:class:`MigSlice`) is read by the same :class:`GpuReader`: its memory and
 processes through its own handle, GPM through the parent GPU's handle and the GPU instance id
@@ -71,6 +72,11 @@ T = TypeVar("T")
 
 # GPM needs two samples at least this far apart to compute rates.
 GPM_MIN_INTERVAL_S = 0.1
+
+# The fabric and the workload power profiles change when an operator or the Fabric Manager
+# acts, not from poll to poll: read on the first poll and every this many after (30 s at the
+# default interval), the last answer standing in between.
+SLOW_EVERY = 10
 
 TX_RX: tuple[Direction, Direction] = ("tx", "rx")
 # What each C2C link answers, every read.
@@ -343,7 +349,9 @@ class GpuReader:
         self.per_link = per_link
         self._clock = clock
         self.unsupported: set[str] = set()
-        # Field values the GPU does not answer (a field is dropped for all its links at once).
+        # Field values the GPU does not answer: each (field, link) dropped alone, each field
+        # said once.
+        self.dropped_fields: set[FieldKey] = set()
         self.unsupported_fields: set[str] = set()
         if not identity.gpm_supported:
             self.unsupported.add("gpm")
@@ -357,8 +365,12 @@ class GpuReader:
         self.last_seen_us = 0
         self.last_process_us = 0
         self.calls = 0
+        self.reads = 0
+        self._fabric: FabricInfo | None = None
+        self._profiles: frozenset[int] | None = None
         self._gpm_prev: object | None = None
         self._gpm_prev_at = 0.0
+        self._newly_unsupported: list[str] = []
 
     def _field(self, name: str, fn: Callable[[], T]) -> T | None:
         if name in self.unsupported:
@@ -374,16 +386,28 @@ class GpuReader:
             return None
 
     def _say_unsupported(self, name: str, err: NvmlError) -> None:
-        log.info(
-            "GPU %s (%s): %s unsupported (%s); metric absent from now on",
-            self.identity.label,
-            self.identity.name,
-            name,
-            err.name,
-        )
+        self._newly_unsupported.append(f"{name} ({err.name})")
+
+    def _flush_unsupported(self) -> None:
+        """One line for every field a read found unsupported, not one line each: a driver
+        that lacks a dozen fields (an older GPU, every new generation's fields) says so once."""
+        if self._newly_unsupported:
+            log.info(
+                "GPU %s (%s): unsupported, absent from now on: %s",
+                self.identity.label,
+                self.identity.name,
+                ", ".join(self._newly_unsupported),
+            )
+            self._newly_unsupported = []
 
     def read(self) -> GpuReading:
         """One read of every supported field; raises NvmlError for GPU-wide failures."""
+        try:
+            return self._read()
+        finally:
+            self._flush_unsupported()
+
+    def _read(self) -> GpuReading:
         api, h = self.api, self.handle
         reading = GpuReading()
         samples = self._field("samples", lambda: api.utilization_samples(h, self.last_seen_us))
@@ -424,23 +448,30 @@ class GpuReader:
         speed (the throughput counters too where GPM has no NVLink metrics)."""
         keys: list[FieldKey] = [
             ("power_limit_mw", None),
+            ("power_default_limit_mw", None),
             ("power_smoothing_enabled", None),
             ("power_smoothing_floor_w", None),
         ]
         links = range(self.identity.links.nvlink or 0)
         if links:
             keys += [("nvlink_state", link) for link in links]
-            if "nvlink_speed_mbps" in self.unsupported_fields:
-                keys.append(("nvlink_speed_common_mbps", None))
-            else:
-                keys += [("nvlink_speed_mbps", link) for link in links]
+            speeds: list[FieldKey] = [("nvlink_speed_mbps", link) for link in links]
+            keys += speeds
+            if any(key in self.dropped_fields for key in speeds):
+                keys.append(("nvlink_speed_common_mbps", None))  # for the links without one
             if not self.nvlink_via_gpm:
                 keys += [("nvlink_raw_tx_kib", None), ("nvlink_raw_rx_kib", None)]
                 if self.per_link:
                     keys += [(f"nvlink_link_raw_{d}_kib", link) for link in links for d in TX_RX]
         c2c = range(self.identity.links.c2c or 0)
         keys += [(name, link) for name in C2C_FIELDS for link in c2c]
-        return [k for k in keys if k[0] not in self.unsupported_fields]
+        return [k for k in keys if k not in self.dropped_fields]
+
+    def _drop(self, key: FieldKey, err: NvmlError) -> None:
+        self.dropped_fields.add(key)
+        if key[0] not in self.unsupported_fields:
+            self.unsupported_fields.add(key[0])
+            self._say_unsupported(key[0], err)
 
     def _read_links(self, reading: GpuReading) -> None:
         """Field values, fabric and workload power profiles; the enforced power limit through
@@ -450,13 +481,13 @@ class GpuReader:
         values = self._field("fields", lambda: api.field_values(h, keys)) if keys else None
         for key, value in (values or {}).items():
             if isinstance(value, NvmlError):
-                if value.code in FIELD_ERRORS and key[0] not in self.unsupported_fields:
-                    self.unsupported_fields.add(key[0])
-                    self._say_unsupported(key[0], value)
+                if value.code in FIELD_ERRORS:
+                    self._drop(key, value)
                 continue
             if key[0] == "power_smoothing_enabled" and value not in (0, 1):
-                # Not an enablement: nvml.h numbered this field differently for this driver.
-                self.unsupported_fields.add(key[0])
+                # Not an enablement: nvml.h numbered these fields differently for this driver.
+                self.dropped_fields |= {key, ("power_smoothing_floor_w", None)}
+                self.unsupported_fields |= {key[0], "power_smoothing_floor_w"}
                 log.warning(
                     "GPU %s: power smoothing field answered %s, not 0 or 1 (field ids differ "
                     "for this driver); power smoothing absent from now on",
@@ -465,13 +496,18 @@ class GpuReader:
                 )
                 continue
             reading.fields[key] = value
+        if ("power_smoothing_floor_w", None) in self.dropped_fields:
+            reading.fields.pop(("power_smoothing_floor_w", None), None)
         reading.power_limit_mw = reading.fields.get(("power_limit_mw", None))
-        missing = "power_limit_mw" in self.unsupported_fields or "fields" in self.unsupported
+        missing = ("power_limit_mw", None) in self.dropped_fields or "fields" in self.unsupported
         if reading.power_limit_mw is None and missing:
             limit = self._field("power_limit", lambda: api.enforced_power_limit_mw(h))
             reading.power_limit_mw = None if limit is None else float(limit)
-        reading.fabric = self._field("fabric", lambda: api.fabric_info(h))
-        reading.power_profiles = self._field("power_profiles", lambda: api.power_profiles(h))
+        if self.reads % SLOW_EVERY == 0:
+            self._fabric = self._field("fabric", lambda: api.fabric_info(h))
+            self._profiles = self._field("power_profiles", lambda: api.power_profiles(h))
+        self.reads += 1
+        reading.fabric, reading.power_profiles = self._fabric, self._profiles
 
     def _read_processes(self, reading: GpuReading) -> None:
         api, h = self.api, self.handle

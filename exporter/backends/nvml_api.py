@@ -167,8 +167,10 @@ FIELD_SPECS: tuple[FieldSpec, ...] = (
     FieldSpec("c2c_link_status", 171, per_link=True),
     FieldSpec("c2c_link_max_bw_mbps", 172, per_link=True),
     # NVML_FI_DEV_POWER_CURRENT_LIMIT, GPU scope (0): "Limit currently enforced in milliwatts
-    # (This includes other limits set elsewhere. E.g. Out-of-band)."
+    # (This includes other limits set elsewhere. E.g. Out-of-band)"; and
+    # NVML_FI_DEV_POWER_DEFAULT_LIMIT, "limit which device boots with" (both driver 535).
     FieldSpec("power_limit_mw", 190),
+    FieldSpec("power_default_limit_mw", 189),
     # Power smoothing (Blackwell): nvml.h moved these ids between CUDA 13.0 (driver 580: 256,
     # 260) and 13.1 (driver 590: 251, 255, where 251 had been a clock-event counter), and they
     # first appear with driver 570 (CUDA 12.8).

@@ -40,7 +40,7 @@ Emits (labels ``gpu``, ``uuid`` unless noted; see ``docs/metrics.md``)::
     inference_gpu_fabric_state{state}, _fabric_health{status},
     inference_gpu_fabric_condition_active{condition}, _fabric_info{cluster_uuid,clique_id}
 
-How it reads: one thread per GPU polls every ``poll_interval`` (default 3 s, about 3.3 NVML
+How it reads: one thread per GPU polls every ``poll_interval`` (default 3 s, about 3.7 NVML
 calls per GPU per second), so a hung call stalls only its own GPU and never a scrape. The
 driver's utilisation buffer is drained on each poll, so the busy-seconds counter sees every
 driver sample whatever the scrape interval. ``collect()`` only reads the latest state.
@@ -167,7 +167,7 @@ class NvmlOptions:
     poll_interval: float = flag(
         "gpu.poll-interval",
         3.0,
-        "How often each GPU is read (about 10 NVML calls per read).",
+        "How often each GPU is read (about 11 NVML calls per read).",
         kind="duration",
         bounds=(0.5, 300.0),
         metavar="DURATION",

@@ -9,6 +9,7 @@ its threshold by at most the margin (a share of the threshold).
 from __future__ import annotations
 
 import math
+import re
 import time
 
 from exporter.backends.http import make_session
@@ -33,9 +34,11 @@ from exporter.diagnose.findings import (
     format_value,
 )
 from exporter.diagnose.promql_eval import (
+    NAME,
     Labels,
     NeedsHistoryError,
     Sample,
+    Scrape,
     Value,
     compare,
     match_key,
@@ -52,9 +55,9 @@ from exporter.diagnose.promql_syntax import (
 )
 from exporter.diagnose.timeline import timeline
 from exporter.signatures.catalogue import all_signatures
-from exporter.signatures.definitions import AlertRule, Evidence, Signature
+from exporter.signatures.definitions import RECORD_NAME, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import matchers
-from exporter.signatures.signals import POD_LABELS, pool_labels
+from exporter.signatures.signals import POD_LABELS, pool_labels, recording_rules
 from exporter.signatures.site import SiteConfig
 
 ORDERED = frozenset({">", "<", ">=", "<="})
@@ -286,6 +289,9 @@ def _state(states: list[Sample], sig: Signature, rule: AlertRule, inst: Instance
 # --- roofline and latency budget --------------------------------------------------------------
 
 
+# The series of the nvml collector: the GPUs and the driver.
+_GPU_SERIES = re.compile(r"\binference_(?:gpu|nvml)_[a-z0-9_]+")
+
 MAIN_FIGURES = frozenset({"efficiency", "e2e", "prefill_efficiency", "prompt_tokens"})
 
 
@@ -379,16 +385,57 @@ async def diagnose_prometheus(
     return report
 
 
+#: Why a signature that reads the GPUs has no data on a sidecar that reads none.
+NO_GPUS = (
+    "reads the GPUs, which this sidecar does not (its nvml collector is off): the node agent "
+    "(chart mode node) or dcgm-exporter (mode dcgm) reads them; diagnose --prometheus.url with "
+    "that layout's --profile sees them"
+)
+
+
+def gpu_readers(cfg: SiteConfig) -> set[str]:
+    """The alerts that read a GPU series, directly or through the signals they read."""
+    exprs = {rule.record: rule.expr for rule in recording_rules(cfg)}
+    reads_gpu: dict[str, bool] = {}
+
+    def gpu(expr: str, seen: frozenset[str] = frozenset()) -> bool:
+        if _GPU_SERIES.search(expr):
+            return True
+        for name in RECORD_NAME.findall(expr):
+            if name not in seen and name in exprs:
+                if name not in reads_gpu:
+                    reads_gpu[name] = gpu(exprs[name], seen | {name})
+                if reads_gpu[name]:
+                    return True
+        return False
+
+    return {sig.alert for sig in all_signatures(cfg) if any(gpu(rule.expr) for rule in sig.rules)}
+
+
+def _reads_no_gpu(scrapes: list[Scrape]) -> bool:
+    """Whether the sidecar exports no GPU series at all (its nvml collector is off)."""
+    return not any(_GPU_SERIES.match(dict(labels).get(NAME, "")) for labels in scrapes[-1].samples)
+
+
 async def diagnose_target(
     url: str, cfg: SiteConfig, *, span: float, interval: float, timeout: float, margin: float
 ) -> Report:
-    """The catalogue over samples of one sidecar's ``/metrics`` page."""
+    """The catalogue over samples of one sidecar's ``/metrics`` page.
+
+    A sidecar that reads no GPU (the node and dcgm layouts: the node agent or dcgm-exporter
+    reads them) says so: the signatures that read the GPUs are not evaluated, with the reason,
+    instead of having no data."""
     scrapes = await sample_target(url, span, interval, timeout)
     evaluator = target_evaluator(scrapes, cfg)
     report = Report("target", url, cfg, margin, scrapes[-1].time)
     report.samples, report.span = len(scrapes), evaluator.span
     backend = TargetBackend(evaluator)
     await evaluate(backend, report, url)
+    if _reads_no_gpu(scrapes):
+        blind = gpu_readers(cfg)
+        for alert in [a for a in report.no_data if a in blind]:
+            report.no_data.remove(alert)
+            report.not_evaluated[alert] = NO_GPUS
     report.roofline = await roofline(backend, cfg, url)
     report.pools = await pool_budgets(backend, cfg)
     return report

@@ -13,7 +13,7 @@ import itertools
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.diagnose.datasources import Matrix, PrometheusBackend
@@ -48,22 +48,32 @@ class SeriesSpec:
 
 @dataclass(frozen=True)
 class PanelSpec:
-    """One plot: its series (records of the pack), unit, and the alert threshold it shows."""
+    """One plot: its series (signals of the pack, of one unit), and the alert threshold it
+    shows."""
 
     key: str
     title: str
-    unit: str
     series: tuple[SeriesSpec, ...]
     stacked: bool = False
     threshold: tuple[str, str] | None = None  # (alert, parameter) of the site config
     threshold_label: str = ""
 
+    def __post_init__(self) -> None:
+        units = {item.signal.unit for item in self.series}
+        if len(units) != 1:
+            raise ValueError(f"plot {self.key}: series of units {sorted(units)}")
+
+    @property
+    def unit(self) -> str:
+        """The axis's unit, the signals': ``ratio`` and ``seconds`` as such, else counts."""
+        unit = self.series[0].signal.unit
+        return unit if unit in ("ratio", "seconds") else "count"
+
 
 PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
         "gpu",
-        "GPU utilisation and the shares of idle and busy samples",
-        "ratio",
+        "GPU utilisation (the device's) and the shares of idle and busy samples",
         (
             SeriesSpec("utilisation", gpu_signals.GPU_UTILIZATION),
             SeriesSpec("idle samples", gpu_signals.IDLE_SAMPLES),
@@ -75,19 +85,16 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
         "queue",
         "Requests waiting in the queue",
-        "count",
         (SeriesSpec("waiting", engine_signals.QUEUE_DEPTH),),
     ),
     PanelSpec(
         "latency",
         "Client latency: mean end-to-end request latency",
-        "seconds",
         (SeriesSpec("end to end", roofline_signals.E2E_MEAN),),
     ),
     PanelSpec(
         "budget",
         "Latency budget: shares of end-to-end latency",
-        "ratio",
         (
             SeriesSpec("queue", roofline_signals.BUDGET_QUEUE),
             SeriesSpec("prefill", roofline_signals.BUDGET_PREFILL),
@@ -99,7 +106,6 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
         "roofline",
         "Decode roofline efficiency (HBM floor of a step / inter-token latency)",
-        "ratio",
         (SeriesSpec("efficiency", roofline_signals.DECODE_EFFICIENCY),),
         threshold=("InferenceDecodeOverheadBound", "efficiency_below"),
         threshold_label="overhead-bound below",
@@ -107,7 +113,6 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
         "tokenizer",
         "Tokenizer latency against a decode step (medians)",
-        "seconds",
         (
             SeriesSpec("tokenizer", latency_signals.TOKENIZER_MEDIAN),
             SeriesSpec("decode step", latency_signals.INTER_TOKEN_MEDIAN),
@@ -116,7 +121,6 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
         "softirq",
         "softirq share of CPU time",
-        "ratio",
         (
             SeriesSpec("node", cpu_signals.SOFTIRQ_SHARE),
             SeriesSpec("busiest core", cpu_signals.SOFTIRQ_HOTTEST_CORE),
@@ -127,7 +131,6 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
         "thread",
         "Busiest engine thread (share of one core)",
-        "ratio",
         (SeriesSpec("busiest thread", cpu_signals.HOTTEST_THREAD),),
         threshold=("InferenceFrontendCPUSaturated", "hottest_thread_above"),
         threshold_label="saturated above",
@@ -139,7 +142,6 @@ POOL_PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
         "ttft",
         "Time to first token of the pool: shares in queue, prefill and KV transfer",
-        "ratio",
         (
             SeriesSpec("queue", pool_signals.TTFT_QUEUE_SHARE),
             SeriesSpec("prefill", pool_signals.TTFT_PREFILL_SHARE),
@@ -379,17 +381,20 @@ async def timeline(
     findings: Sequence[Finding],
     evaluated_at: float,
     span: float,
+    *,
+    scope: Mapping[str, str] | None = None,
 ) -> Timeline:
     """The window of ``span`` seconds that ends at the evaluation time, around the first of the
-    ranked ``findings``."""
+    ranked ``findings``; its plots narrowed to ``scope`` (target labels) where given, else to
+    the first finding's target or pool."""
     end = evaluated_at
     start = end - span
     step = max(span / POINTS, 1.0)
     window = (start, end, step)
     lead = _lead(findings)
-    scope = _scope(cfg, lead)
+    narrowed = dict(scope) if scope is not None else _scope(cfg, lead)
     specs = PANELS + (POOL_PANELS if _pooled(lead) else ())
-    panels = [await _panel(backend, cfg, spec, window, scope) for spec in specs]
+    panels = [await _panel(backend, cfg, spec, window, narrowed) for spec in specs]
     incident = await _incident(backend, lead, window)
-    quality = await _quality(backend, cfg, scope, window)
-    return Timeline(start, end, step, scope, panels, incident, quality)
+    quality = await _quality(backend, cfg, narrowed, window)
+    return Timeline(start, end, step, narrowed, panels, incident, quality)

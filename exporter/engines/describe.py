@@ -222,8 +222,14 @@ def mapping_tables() -> str:
             if name in rules:
                 out.append(f"| `{name}` | {_cell(rule_text(rules[name]))} |")
         if spec.left_out:
-            out += ["", "Not read:", ""]
-            out += [f"- `{metric}`: {reason}" for metric, reason in spec.left_out]
+            by_reason: dict[str, list[str]] = {}
+            for metric, reason in spec.left_out:
+                by_reason.setdefault(reason, []).append(metric)
+            out += ["", "Not read (checked against the engine's own list of its metrics):", ""]
+            out += [
+                f"- {reason}: {', '.join(f'`{m}`' for m in metrics)}"
+                for reason, metrics in by_reason.items()
+            ]
         out.append("")
     return "\n".join(out)
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from exporter.engines import sglang, trtllm, vllm
 from exporter.engines.rules import Product, Rule, SampleIndex, Source, merge_tables, noted, rule
-from exporter.engines.spec import EngineSpec, Serving
+from exporter.engines.spec import EngineSpec, Serving, left_out
 
 FRONTEND = "dynamo_frontend_"
 COMPONENT = "dynamo_component_"
@@ -125,6 +125,48 @@ READS_AS = ("vllm", "sglang", "trtllm")
 OWN_RULES = (FRONTEND_RULES, ROUTER_RULES, COMPONENT_RULES)
 
 
+#: The frontend's families no rule reads (``prometheus_names.rs``, ``frontend_service``).
+LEFT_OUT = (
+    *left_out(
+        "requests by status: the request duration histogram counts them",
+        "dynamo_frontend_requests_total",
+    ),
+    *left_out("clients that went away", "dynamo_frontend_disconnected_clients"),
+    *left_out(
+        "the router's predicted prefix-cache hits: the engines' own cached tokens are read",
+        "dynamo_frontend_kv_hit_rate",
+        "dynamo_frontend_cached_tokens",
+    ),
+    *left_out(
+        "the frontend's tokenize and detokenize time, in ms: its form (histogram or gauge) "
+        "is not in the names' file; with a capture it can feed the tokenizer latency",
+        "dynamo_frontend_tokenizer_latency_ms",
+    ),
+    *left_out(
+        "the model's configuration and migrations between workers",
+        "dynamo_frontend_model_max_num_seqs",
+        "dynamo_frontend_model_max_num_batched_tokens",
+        "dynamo_frontend_model_context_length",
+        "dynamo_frontend_model_migration_limit",
+        "dynamo_frontend_model_migration_total",
+    ),
+    *left_out(
+        "each worker's load and last latencies as the router keeps them: the workers' own "
+        "series are read",
+        "dynamo_frontend_worker_active_decode_blocks",
+        "dynamo_frontend_worker_active_prefill_tokens",
+        "dynamo_frontend_worker_last_time_to_first_token_seconds",
+        "dynamo_frontend_worker_last_input_sequence_tokens",
+        "dynamo_frontend_worker_last_inter_token_latency_seconds",
+    ),
+    *left_out(
+        "requests queued in the router: already counted in dynamo_frontend_queued_requests "
+        "(every request without its first response)",
+        "dynamo_frontend_router_queue_pending_requests",
+    ),
+)
+
+
 def model_alias(index: SampleIndex) -> dict[str, str]:
     """Lower-case model names of the frontend's request metrics -> the configured spelling
     (from the ``dynamo_frontend_model_*`` gauges)."""
@@ -152,6 +194,7 @@ SPEC = EngineSpec(
     own_rules=merge_tables(*OWN_RULES),
     frontend_prefixes=(FRONTEND, ROUTER),
     model_alias=model_alias,
+    left_out=LEFT_OUT,
     role=sglang.ROLE,
     # The frontend serves /metrics on its HTTP port, a worker on DYN_SYSTEM_PORT (the
     # operator's default "system" port, 9090).

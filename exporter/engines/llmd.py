@@ -43,7 +43,7 @@ serves ``/metrics`` on port 9090.
 from __future__ import annotations
 
 from exporter.engines.rules import LabelMatcher, Rule, Source, noted, rule
-from exporter.engines.spec import EngineSpec
+from exporter.engines.spec import EngineSpec, left_out
 
 #: Newest first.
 PREFIXES = ("llm_d_epp_", "llm_d_router_epp_", "llm_d_inference_scheduler_")
@@ -198,6 +198,123 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
+_EPP = "llm_d_epp_"
+LEFT_OUT = (
+    *left_out(
+        "requests as the gateway sees them (latency, sizes, tokens, in flight): the "
+        "engines' own series measure the same requests; the gateway's own wait is the "
+        "flow-control queue time, which is read",
+        *(
+            _EPP + name
+            for name in (
+                "request_total",
+                "request_error_total",
+                "request_duration_seconds",
+                "request_size_bytes",
+                "response_size_bytes",
+                "request_input_tokens",
+                "request_output_tokens",
+                "request_cached_tokens",
+                "request_running",
+                "request_ntpot_seconds",
+                "request_ttft_seconds",
+                "request_streaming_tpot_seconds",
+                "request_streaming_itl_seconds",
+            )
+        ),
+    ),
+    *left_out(
+        "means and spreads over the pool's endpoints, and each endpoint's queue as the "
+        "picker last scraped it, of the engines' own series, which are read per pod",
+        *(
+            _EPP + name
+            for name in (
+                "average_kv_cache_utilization",
+                "average_queue_size",
+                "average_running_requests",
+                "std_dev_kv_cache_utilization",
+                "std_dev_queue_size",
+                "std_dev_running_requests",
+                "per_endpoint_queue_size",
+                "inflight_requests",
+                "inflight_tokens",
+            )
+        ),
+    ),
+    *left_out(
+        "the picker's own cost and health (scheduling, plugins, ext_proc streams, dispatch "
+        "cycle, data-layer errors; stale endpoints, which is read, says when its scrape of "
+        "the engines failed)",
+        *(
+            _EPP + name
+            for name in (
+                "scheduler_e2e_duration_seconds",
+                "scheduler_attempts_total",
+                "request_processing_duration_seconds",
+                "response_processing_duration_seconds",
+                "plugin_duration_seconds",
+                "extproc_streams_inflight",
+                "extproc_stream_duration_seconds",
+                "extproc_streams_total",
+                "flow_control_dispatch_cycle_duration_seconds",
+                "flow_control_request_enqueue_duration_seconds",
+                "datalayer_poll_errors_total",
+                "datalayer_extract_errors_total",
+                "info",
+            )
+        ),
+    ),
+    *left_out(
+        "the queue in bytes and its fill against the configured limits: its depth and its "
+        "refusals are read",
+        *(
+            _EPP + name
+            for name in (
+                "flow_control_queue_bytes",
+                "flow_control_capacity_utilization_requests",
+                "flow_control_capacity_utilization_bytes",
+                "flow_control_global_capacity_utilization_requests",
+                "flow_control_global_capacity_utilization_bytes",
+            )
+        ),
+    ),
+    *left_out(
+        "routing policy state: model rewrites, prefix-cache and encoder-cache indexes, "
+        "fairness, predicted latency, DisaggregatedSet rollouts",
+        *(
+            _EPP + name
+            for name in (
+                "model_rewrite_decisions_total",
+                "prefix_indexer_size",
+                "prefix_indexer_hit_ratio",
+                "prefix_indexer_hit_bytes",
+                "encoder_cache_queries_total",
+                "encoder_cache_hits_total",
+                "encoder_cache_hit_ratio",
+                "program_aware_jains_fairness_index",
+                "program_aware_avg_wait_time_milliseconds",
+                "program_aware_attained_service_tokens",
+                "inference_request_metric",
+                "request_predicted_ttft_seconds",
+                "request_ttft_prediction_duration_seconds",
+                "request_predicted_tpot_seconds",
+                "request_tpot_prediction_duration_seconds",
+                "request_slo_violation_total",
+                "disaggregatedset_strict_header_no_match_total",
+                "disaggregatedset_revision_gating_share",
+                "kv_cache_index_admissions_total",
+                "kv_cache_index_evictions_total",
+                "kv_cache_index_lookup_requests_total",
+                "kv_cache_index_lookup_hits_total",
+                "kv_cache_index_max_pod_hit_count_total",
+                "kv_cache_index_lookup_latency_seconds",
+                "kv_cache_events_dedup_removed_hashes_suppressed_total",
+                "kv_cache_events_dedup_removed_hashes_forwarded_total",
+            )
+        ),
+    ),
+)
+
 SPEC = EngineSpec(
     name="llmd-epp",
     title="llm-d endpoint picker",
@@ -206,4 +323,5 @@ SPEC = EngineSpec(
     tokenize=None,
     process=r"(^|/)epp( |$)",
     frontend_prefixes=(*PREFIXES, *GIE_PREFIXES),
+    left_out=LEFT_OUT,
 )

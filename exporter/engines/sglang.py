@@ -48,7 +48,15 @@ series (tokens, TTFT, ITL, e2e) are per request already. SGLang's version comes 
 from __future__ import annotations
 
 from exporter.engines.rules import LabelMatcher, Rule, Source, noted, rule
-from exporter.engines.spec import OPENAI_MODELS, EngineSpec, RoleLabel, Serving, Tokenize, Version
+from exporter.engines.spec import (
+    OPENAI_MODELS,
+    EngineSpec,
+    RoleLabel,
+    Serving,
+    Tokenize,
+    Version,
+    left_out,
+)
 
 PREFIX = "sglang:"
 MODEL_LABELS = ("model_name", "name")
@@ -216,6 +224,115 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
+LEFT_OUT = (
+    *left_out(
+        "other pools and views of the KV cache: token_usage, the main pool's share, is read",
+        "sglang:num_used_tokens",
+        "sglang:pending_prealloc_token_usage",
+        "sglang:swa_token_usage",
+        "sglang:mamba_usage",
+        "sglang:decode_sum_seq_lens",
+        "sglang:cache_config_info",
+    ),
+    *left_out(
+        "a rate or ratio SGLang computes over its log interval: the counters read give it "
+        "exactly for any window",
+        "sglang:gen_throughput",
+        "sglang:cache_hit_rate",
+        "sglang:new_token_ratio",
+        "sglang:utilization",
+        "sglang:kv_transfer_speed_gb_s",
+    ),
+    *left_out(
+        "scheduler and start-up state: no bottleneck reads it",
+        "sglang:max_running_requests_under_SLO",
+        "sglang:engine_startup_time",
+        "sglang:engine_load_weights_time",
+        "sglang:is_cuda_graph",
+        "sglang:cuda_graph_passes_total",
+        "sglang:num_running_reqs_offline_batch",
+        "sglang:num_paused_reqs",
+        "sglang:num_prefill_retries_total",
+    ),
+    *left_out(
+        "structured output's grammar queue and compilation: a queue before the scheduler's, "
+        "for grammar requests only",
+        "sglang:num_grammar_queue_reqs",
+        "sglang:grammar_compilation_time_seconds",
+        "sglang:num_grammar_cache_hit_total",
+        "sglang:num_grammar_aborted_total",
+        "sglang:num_grammar_timeout_total",
+        "sglang:num_grammar_total",
+        "sglang:grammar_schema_count",
+        "sglang:grammar_ebnf_size",
+        "sglang:grammar_tree_traversal_time_avg",
+        "sglang:grammar_tree_traversal_time_max",
+    ),
+    *left_out(
+        "speculative decoding's acceptance: no signature reads it yet",
+        "sglang:spec_accept_length",
+        "sglang:spec_accept_rate",
+    ),
+    *left_out(
+        "retractions (SGLang's preemption): a symptom of a full KV cache, which the KV usage shows",
+        "sglang:num_retracted_reqs",
+        "sglang:num_retracted_requests_total",
+        "sglang:num_retracted_input_tokens_total",
+        "sglang:num_retracted_output_tokens_total",
+        "sglang:num_retractions",
+    ),
+    *left_out(
+        "expert-parallel load balance",
+        "sglang:eplb_balancedness",
+        "sglang:eplb_gpu_physical_count",
+    ),
+    *left_out(
+        "the LoRA adapter pool",
+        "sglang:lora_pool_slots_used",
+        "sglang:lora_pool_slots_total",
+        "sglang:lora_pool_utilization",
+    ),
+    *left_out(
+        "routing keys of the batch and the prefill delayer's decisions: scheduling policy",
+        "sglang:num_unique_running_routing_keys",
+        "sglang:routing_key_running_req_count",
+        "sglang:routing_key_all_req_count",
+        "sglang:prefill_delayer_wait_forward_passes",
+        "sglang:prefill_delayer_wait_seconds",
+        "sglang:prefill_delayer_outcomes_total",
+    ),
+    *left_out(
+        "GPU busy time as the engine counts it: the driver's (NVML) is read",
+        "sglang:gpu_execution_seconds_total",
+        "sglang:dp_cooperation_realtime_tokens_total",
+        "sglang:dp_cooperation_gpu_execution_seconds_total",
+    ),
+    *left_out(
+        "request sizes and counts: the token counters and the request histograms give them",
+        "sglang:prompt_tokens_histogram",
+        "sglang:generation_tokens_histogram",
+        "sglang:num_requests_total",
+        "sglang:num_so_requests_total",
+    ),
+    *left_out(
+        "requests the client or the tokenizer manager aborted: no refusal at admission",
+        "sglang:num_aborted_requests_total",
+    ),
+    *left_out(
+        "the hierarchical KV cache's host and storage tiers",
+        "sglang:prefetched_tokens_total",
+        "sglang:backuped_tokens_total",
+        "sglang:prefetch_pgs",
+        "sglang:backup_pgs",
+        "sglang:prefetch_bandwidth",
+        "sglang:backup_bandwidth",
+        "sglang:eviction_duration_seconds",
+        "sglang:evicted_tokens_total",
+        "sglang:load_back_duration_seconds",
+        "sglang:load_back_tokens_total",
+    ),
+)
+
 SPEC = EngineSpec(
     name="sglang",
     title="SGLang",
@@ -228,5 +345,6 @@ SPEC = EngineSpec(
     model=OPENAI_MODELS,
     version=Version(path="/get_server_info"),
     role=ROLE,
+    left_out=LEFT_OUT,
     serving=Serving(images=(r"lmsysorg/sglang",), port=30000),
 )

@@ -173,6 +173,11 @@ class EngineSpec:
         return self.rules if self.own_rules is None else self.own_rules
 
 
+def left_out(reason: str, *names: str) -> tuple[tuple[str, str], ...]:
+    """Entries of :attr:`EngineSpec.left_out`: each name with the reason no rule reads it."""
+    return tuple((name, reason) for name in names)
+
+
 def token_count(body: bytes) -> int:
     """Tokens in a tokenize response of any supported engine; ValueError when unrecognised.
 

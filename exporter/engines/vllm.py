@@ -37,7 +37,7 @@ latency and no version; the version comes from ``GET /version``.
 from __future__ import annotations
 
 from exporter.engines.rules import LabelMatcher, Rule, Source, rule
-from exporter.engines.spec import OPENAI_MODELS, EngineSpec, Serving, Tokenize, Version
+from exporter.engines.spec import OPENAI_MODELS, EngineSpec, Serving, Tokenize, Version, left_out
 
 PREFIX = "vllm:"
 MODEL_LABEL = "model_name"
@@ -149,6 +149,43 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
+LEFT_OUT = (
+    *left_out(
+        "prefix-cache lookups in tokens: the cached share of the prompt is read "
+        "(prompt_tokens_cached), the hit rate is no bottleneck",
+        "vllm:gpu_prefix_cache_queries",
+        "vllm:gpu_prefix_cache_hits",
+    ),
+    *left_out(
+        "preemptions: a symptom of a full KV cache, which the KV usage shows",
+        "vllm:num_preemptions_total",
+    ),
+    *left_out(
+        "finished requests by finish reason: the request histograms count them",
+        "vllm:request_success_total",
+    ),
+    *left_out(
+        "request and batch sizes: the workload, not a bottleneck; the token counters give "
+        "the throughput",
+        "vllm:request_prompt_tokens",
+        "vllm:request_generation_tokens",
+        "vllm:iteration_tokens_total",
+        "vllm:request_max_num_generation_tokens",
+        "vllm:request_params_n",
+        "vllm:request_params_max_tokens",
+    ),
+    *left_out(
+        "prefill plus decode time, each read on its own",
+        "vllm:request_inference_time_seconds",
+    ),
+    *left_out("LoRA adapters by name: label values without bound", "vllm:lora_requests_info"),
+    *left_out(
+        "speculative decoding's acceptance: no signature reads it yet",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+    ),
+)
+
 SPEC = EngineSpec(
     name="vllm",
     title="vLLM",
@@ -157,6 +194,7 @@ SPEC = EngineSpec(
     tokenize=Tokenize(),
     preallocates_memory=True,
     process="vllm",
+    left_out=LEFT_OUT,
     model=OPENAI_MODELS,
     version=Version(path="/version"),
     serving=Serving(

@@ -60,6 +60,7 @@ NEW = tuple(
     or s.name
     in {
         "inference_gpu_power_limit_watts",
+        "inference_gpu_power_default_limit_watts",
         "inference_gpu_power_smoothing_enabled",
         "inference_gpu_power_smoothing_floor_watts",
         "inference_gpu_power_profile_info",
@@ -107,17 +108,18 @@ def polled(api_factory: Any, clock: FakeClock, times: tuple[float, ...], **kw: A
 @pytest.fixture
 def replayed() -> Iterator[Any]:
     """Replay a trace, the collector polled at the given trace times (3 s apart by default)."""
-    started: list[NvmlCollector] = []
+    started: list[tuple[ReplayApi, NvmlCollector]] = []
 
     def replay(trace: Trace, times: tuple[float, ...] = (3.0, 6.0, 9.0), **kw: Any) -> Polled:
         clock = FakeClock()
         api = ReplayApi(trace, clock=clock, wall_us=lambda: WALL0)
         out = polled(lambda: api, clock, times, **kw)
-        started.append(out.collector)
+        started.append((api, out.collector))
         return out
 
     yield replay
-    for collector in started:
+    for api, collector in started:
+        api.shutdown()  # ends the Xid thread's one-second wait at once
         collector.stop(2)
 
 
@@ -237,7 +239,11 @@ def test_gpu_without_nvlink_says_so_and_keeps_everything_else(replayed: Any) -> 
     for absent in ("nvlink_transmit_bytes_total", "nvlink_peak_bytes_per_second"):
         assert p.value(f"inference_gpu_{absent}", **lab) is None
     assert p.value("inference_gpu_fabric_state", **lab, state="completed") is None
-    assert p.value("inference_gpu_power_limit_watts", **lab) == 350
+    # and what holds its clocks: a cap below its default limit, drawn against
+    assert p.value("inference_gpu_power_limit_watts", **lab) == 300
+    assert p.value("inference_gpu_power_default_limit_watts", **lab) == 350
+    assert p.value("inference_gpu_clock_event_active", **lab, reason="power_cap") == 1
+    assert p.value("inference_gpu_power_watts", **lab) > 0.95 * 300
     assert p.value("inference_gpu_sm_active_ratio", **lab) > 0.6
 
 
@@ -377,11 +383,12 @@ def test_driver_without_any_of_it_leaves_every_other_series_intact(driven: Any) 
     assert new  # the full driver gives them
     assert not {k for k in kept if k[0].removesuffix("_total") in NEW}
     assert {k: v for k, v in had.items() if k not in new} == kept
-    # Three polls of the HGX H100. With everything: field values and fabric each poll, power
-    # profiles once (not an H100's); without: each of the four asked once, then never.
+    # Three polls of the HGX H100. With everything: field values each poll, fabric and power
+    # profiles on the first (every tenth after; profiles not an H100's); without: each of the
+    # four asked once, then never.
     calls = without.value("inference_nvml_calls_total", gpu="0")
     baseline = with_all.value("inference_nvml_calls_total", gpu="0")
-    assert baseline - calls == (2 * 3 + 1) - 4  # type: ignore[operator]
+    assert baseline - calls == (3 + 1 + 1) - 4  # type: ignore[operator]
 
 
 def test_each_unsupported_field_goes_alone(driven: Any, caplog: pytest.LogCaptureFixture) -> None:
@@ -397,14 +404,27 @@ def test_each_unsupported_field_goes_alone(driven: Any, caplog: pytest.LogCaptur
     assert p.value("inference_gpu_nvlink_peak_bytes_per_second", **lab) == 18 * H100_LINK_MBPS * 1e6
     assert p.value("inference_gpu_power_limit_watts", **lab) == 700
     said = [r.getMessage() for r in caplog.records if "unsupported" in r.getMessage()]
-    assert sum("nvlink_state unsupported" in m for m in said) == 1
-    assert sum("nvlink_speed_mbps unsupported" in m for m in said) == 1
+    # both fields in one line, said once over three polls
+    assert len(said) == 1, said
+    assert "nvlink_state (" in said[0] and "nvlink_speed_mbps (" in said[0], said
     asked = [
         call
         for call in p.module.calls
         if call[0] == "nvmlDeviceGetFieldValues"  # type: ignore[attr-defined]
     ]
     assert len(asked) == 1 + 3  # identity, then one per poll (the start and two more)
+
+
+def test_one_link_that_does_not_answer_leaves_the_others(driven: Any) -> None:
+    gpu = hgx_h100(0)
+    assert gpu.nvlinks is not None
+    gpu.nvlinks[5] = FakeLink(state=Error(pynvml.NVML_ERROR_INVALID_ARGUMENT))
+    p = driven([gpu], times=(3.0, 6.0))
+    lab = {"gpu": "0", "uuid": gpu.uuid}
+    assert p.value("inference_gpu_nvlink_links", **lab, state="active") == 17
+    assert p.value("inference_gpu_nvlink_links", **lab, state="unknown") == 1
+    # its speed still answers: its state unknown, it counts as usable
+    assert p.value("inference_gpu_nvlink_peak_bytes_per_second", **lab) == 18 * H100_LINK_MBPS * 1e6
 
 
 def test_power_limit_from_its_own_call_on_an_older_driver(driven: Any) -> None:
@@ -460,6 +480,27 @@ def test_fabric_structure_versions(driven: Any, version: int) -> None:
     assert (
         p.value("inference_gpu_fabric_condition_active", **lab, condition="route_recovery") is None
     )
+
+
+def test_fabric_and_profiles_are_read_every_tenth_poll(driven: Any) -> None:
+    """They change when someone acts: the last answer stands for nine polls (27 s at the
+    default interval), the field values (power limit, link states) are read every poll."""
+    gpu = gb200()
+    p = driven([gpu], times=tuple(3.0 * k for k in range(1, 6)), driver="590.48.01")
+    lab = {"gpu": "0", "uuid": gpu.uuid}
+    assert isinstance(gpu.fabric, FakeFabric)
+    gpu.fabric.health_summary = 2  # unhealthy from now on
+    gpu.power_limit_mw = 900_000
+    for k in range(6, 10):  # polls 6 to 9: the cached fabric, the new limit
+        p.poll(3.0 * k)
+        assert p.value("inference_gpu_fabric_health", **lab, status="healthy") == 1
+        assert p.value("inference_gpu_power_limit_watts", **lab) == 900
+    p.poll(30.0)  # the eleventh poll (the tenth after the first) reads it again
+    assert p.value("inference_gpu_fabric_health", **lab, status="unhealthy") == 1
+    made = [name for name, _ in p.module.calls]  # type: ignore[attr-defined]
+    assert made.count("nvmlDeviceGetGpuFabricInfoV") == 2
+    assert made.count("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles") == 2
+    assert made.count("nvmlDeviceGetFieldValues") == 1 + 11  # identity, then every poll
 
 
 def test_failed_fabric_registration(driven: Any) -> None:

@@ -85,7 +85,7 @@ class FakeLink:
     """One NVLink link: its state (NVML_NVLINK_STATE_*), speed (MBps, one direction) and the
     throughput counters (KiB, data plus protocol overhead)."""
 
-    state: int = 1
+    state: int | Error = 1
     speed_mbps: int = 26562
     tx_kib: int = 0
     rx_kib: int = 0
@@ -148,6 +148,7 @@ class FakeGpu:
     c2c_links: list[tuple[int, int]] | None = None  # (status, max bandwidth MBps)
     power_limit_mw: int | Error = Error(NOT_SUPPORTED)
     power_limit_field: bool = True  # False: a driver before NVML_FI_DEV_POWER_CURRENT_LIMIT
+    power_default_limit_mw: int | None = None  # None: the enforced limit is the default
     smoothing: tuple[int, float] | None = None  # (enabled, applied floor W): Blackwell
     fabric: FakeFabric | Error = Error(NOT_SUPPORTED)
     power_profiles: frozenset[int] | Error = Error(NOT_SUPPORTED)
@@ -383,7 +384,8 @@ class _CLibrary:
                 return kind, sum(getattr(link, attr) for link in links)
             if not 0 <= scope < len(links):
                 return pynvml.NVML_ERROR_INVALID_ARGUMENT
-            return kind, getattr(links[scope], attr)
+            value = getattr(links[scope], attr)
+            return value.code if isinstance(value, Error) else (kind, value)
         if field_id == pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON:
             active = [link.speed_mbps for link in links or [] if link.state == 1]
             return (uint, active[0]) if active else NOT_SUPPORTED
@@ -398,9 +400,14 @@ class _CLibrary:
                 return NOT_SUPPORTED if c2c is None else pynvml.NVML_ERROR_INVALID_ARGUMENT
             status, bandwidth = c2c[scope]
             return uint, status if field_id == pynvml.NVML_FI_DEV_C2C_LINK_GET_STATUS else bandwidth
-        if field_id == pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT:
+        if field_id in (
+            pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT,
+            pynvml.NVML_FI_DEV_POWER_DEFAULT_LIMIT,
+        ):
             if not dev.power_limit_field or isinstance(dev.power_limit_mw, Error):
                 return NOT_SUPPORTED
+            if field_id == pynvml.NVML_FI_DEV_POWER_DEFAULT_LIMIT:
+                return uint, dev.power_default_limit_mw or dev.power_limit_mw
             return uint, dev.power_limit_mw
         return self._smoothing(dev, field_id, uint, double)
 

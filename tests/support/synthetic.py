@@ -70,6 +70,7 @@ HGX_FIELDS = {
     "nvlink_state": [1] * NVLINK_LINKS,
     "nvlink_speed_mbps": [NVLINK_LINK_MBPS] * NVLINK_LINKS,
     "power_limit_mw": POWER_LIMIT_MW,
+    "power_default_limit_mw": POWER_LIMIT_MW,
 }
 HGX_FABRIC = {
     "state": 3,

@@ -198,7 +198,10 @@ def mig_trace_lines(
         "gpm": spec.gpm,
         "facts": spec.facts,
         # the enforced power limit, the same for every record
-        "fields": {"power_limit_mw": spec.power_limit_mw},
+        "fields": {
+            "power_limit_mw": spec.power_limit_mw,
+            "power_default_limit_mw": spec.power_limit_mw,
+        },
         "max_mig_devices": len(migs),
         "mig_devices": migs,
     }
@@ -285,7 +288,7 @@ def timesliced_trace_lines(
         "mig_mode": 0,
         "gpm": True,
         "facts": HARDWARE_FACTS,
-        "fields": {"power_limit_mw": POWER_LIMIT_MW},
+        "fields": {"power_limit_mw": POWER_LIMIT_MW, "power_default_limit_mw": POWER_LIMIT_MW},
     }
     two = tenants == 2
     description = (

@@ -8,6 +8,7 @@ signal (:data:`~.target_signals.TARGET_INFO`), one series per sidecar target.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from exporter.metrics import GPU_LABELS
@@ -49,9 +50,25 @@ def dcgm_per_target(ctx: SignalContext, inner: str, aggregation: str = "avg") ->
     return f"{grouped}\n* {on(dcgm_join)} group_right ()\n{ctx.name(TARGET_INFO)}"
 
 
-def dcgm_per_gpu(ctx: SignalContext, inner: str, keep: tuple[str, ...] = ()) -> str:
-    """Per-GPU value from dcgm series ``inner``, with the target's join labels."""
+def dcgm_per_gpu(
+    ctx: SignalContext, inner: str, keep: tuple[str, ...] = (), target: Sequence[str] = ()
+) -> str:
+    """Per-GPU value from dcgm series ``inner``, with the target's join labels; ``target`` are
+    matchers on those (a dashboard's variables)."""
     dcgm_join = ctx.cfg.dcgm.target_labels
     rest = [label for label in ctx.join if label not in dcgm_join]
     grouped = f"max {by((*dcgm_join, *GPU_LABELS, *keep))} ({_renamed(ctx, inner, gpu=True)})"
-    return f"{grouped}\n* {on(dcgm_join)} group_left ({', '.join(rest)})\n{ctx.name(TARGET_INFO)}"
+    targets = selector(ctx.name(TARGET_INFO), *target)
+    return f"{grouped}\n* {on(dcgm_join)} group_left ({', '.join(rest)})\n{targets}"
+
+
+def dcgm_matchers(ctx: SignalContext, matchers: Sequence[str]) -> list[str]:
+    """``label op value`` matchers on join labels, rewritten for dcgm-exporter's labels (its
+    ``exported_pod``); a matcher on a label dcgm-exporter does not carry is left out."""
+    renamed = dict(ctx.cfg.dcgm.labels)
+    out = []
+    for matcher in matchers:
+        label = matcher.split("=", 1)[0].rstrip("!~")
+        if label in renamed:
+            out.append(renamed[label] + matcher[len(label) :])
+    return out

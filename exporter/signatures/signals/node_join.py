@@ -9,6 +9,7 @@ remaining join labels the same way the dcgm layout gives dcgm-exporter's (:func:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from exporter.metrics import GPU_LABELS
@@ -32,23 +33,26 @@ def agent_gpu(ctx: SignalContext) -> tuple[str, ...]:
     return (*agent, *GPU_LABELS)
 
 
-def pods(ctx: SignalContext) -> str:
+def pods(ctx: SignalContext, *matchers: str) -> str:
     """The target-info signal of targets that are pods: static targets (no pod) would all meet
-    in one empty match group, so only pods join."""
-    return selector(ctx.name(TARGET_INFO), 'namespace!=""', 'pod!=""')
+    in one empty match group, so only pods join. ``matchers`` narrow it (a dashboard's pod)."""
+    return selector(ctx.name(TARGET_INFO), 'namespace!=""', 'pod!=""', *matchers)
 
 
-def node_per_gpu(ctx: SignalContext, inner: str, keep: tuple[str, ...] = ()) -> str:
+def node_per_gpu(
+    ctx: SignalContext, inner: str, keep: tuple[str, ...] = (), pod: Sequence[str] = ()
+) -> str:
     """Per-GPU value of the node agent's series ``inner`` (one per agent and GPU, and per
     ``keep`` label), for each pod that holds the GPU, with the pod's target join labels.
 
     A GPU time-sliced between pods is every holder's. Where ``inner`` has several series per
     GPU (``keep``: an Xid, a clock event reason), PromQL cannot match them to several holders at
-    once: those go to a GPU's only holder, and a shared GPU's stay the node's.
+    once: those go to a GPU's only holder, and a shared GPU's stay the node's. ``pod`` are
+    matchers on the holder's target labels (a dashboard's variables), applied before the join.
     """
     pj, agent = pod_labels(ctx), agent_gpu(ctx)
     rest = [label for label in ctx.join if label not in pj]
-    info = ctx.sidecar_series("inference_gpu_pod_info", 'namespace!=""', 'pod!=""')
+    info = ctx.sidecar_series("inference_gpu_pod_info", 'namespace!=""', 'pod!=""', *pod)
     holders = f"max {by((*agent, *pj))} ({info})"
     if keep:
         shared = f"({ctx.sidecar_series('inference_gpu_pods')} > 1)"
@@ -57,7 +61,7 @@ def node_per_gpu(ctx: SignalContext, inner: str, keep: tuple[str, ...] = ()) -> 
     else:
         attributed = f"({inner})\n* {on(agent)} group_right ()\n{holders}"
     grouped = f"max {by((*pj, *GPU_LABELS, *keep))} (\n{attributed}\n)"
-    return f"{grouped}\n* {on(pj)} group_left ({', '.join(rest)})\n{pods(ctx)}"
+    return f"{grouped}\n* {on(pj)} group_left ({', '.join(rest)})\n{pods(ctx, *pod)}"
 
 
 def node_per_target(ctx: SignalContext, aggregation: str, inner: str) -> str:
