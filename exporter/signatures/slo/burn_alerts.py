@@ -157,6 +157,9 @@ def advice_template(cfg: SiteConfig) -> str:
             _go("if $i"),
             "; ",
             _go("end"),
+            _go('if eq $a.Labels.advice "none"'),
+            "none (no cause holds, and no backlog waits on busy GPUs)",
+            _go("else"),
             _go("$a.Labels.advice"),
             " (",
             _go("$a.Labels.cause"),
@@ -167,8 +170,9 @@ def advice_template(cfg: SiteConfig) -> str:
             _go("end"),
             ")",
             _go("end"),
+            _go("end"),
             _go("else"),
-            "none (no backlog that is capacity, no cause holding)",
+            "none (the pack sees no engine of the pool)",
             _go("end"),
         )
     )

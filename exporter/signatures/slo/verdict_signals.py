@@ -24,8 +24,9 @@ Per target (pod):
     its queue or KV trigger by it.
 ``inference:scaling_advice:info``
     1 per pod and ``advice``/``cause``: the fix each signature holding on it, or on its pool,
-    names (``cause`` = its alert name), and ``advice="scale_out", cause="capacity"`` where the
-    pod is eligible.
+    names (``cause`` = its alert name), ``advice="scale_out", cause="capacity"`` where the
+    pod is eligible, and ``advice="none", cause="no_capacity_backlog"`` on every other pod with
+    an engine (nothing holds, and no queue or full KV cache on busy GPUs).
 
 Per pool and model, the same: ``inference_pool:scale_out_blocked:ratio`` (the share of the
 pool's pods a blocking cause holds on; 1 for a pool cause), ``inference_pool:
@@ -52,6 +53,9 @@ VERDICT_GROUP = "inference.records.verdicts"
 #: The label of a cause in the advice records (an alert name, or ``capacity``).
 CAUSE = "cause"
 CAPACITY = "capacity"
+#: The advice where nothing is to be done: no cause holds, and the backlog is not capacity.
+NONE = "none"
+NO_BACKLOG = "no_capacity_backlog"
 BLOCKS = 'blocks_scale_out="true"'
 
 
@@ -179,6 +183,34 @@ class _Verdicts:
             f'label_replace(\n{held},\n"{CAUSE}", "$1", "alertname", "(.+)"\n)\n)'
         )
 
+    def pod_causes(self) -> str:
+        """The targets where a signature (other than a capacity one) held within the hold,
+        on the target or on its pool."""
+        held = self.held(HOLDING, 'advice!="scale_out"')
+        pool_held = self.held(POOL_HOLDING, 'advice!="scale_out"')
+        return (
+            f"{held}\nor {self.target}\n"
+            f"group {by(self.ctx.join)} (\n{self.pods()}\nand {self.pool}\n{pool_held}\n)"
+        )
+
+    def nothing(self) -> str:
+        """Targets with an engine where no cause holds and the gate is closed."""
+        return (
+            f"group {by(self.ctx.join)} ({self.pods()})\nunless {self.target}\n(\n"
+            f"{self.pod_causes()}\n)\nunless {self.target}\n{ELIGIBLE.name} == 1"
+        )
+
+    def pool_nothing(self) -> str:
+        """Pools where no cause holds on any target or on the pool, and the gate is closed."""
+        bp = by(self.pool_labels)
+        held = self.held(HOLDING, 'advice!="scale_out"')
+        pool_held = self.held(POOL_HOLDING, 'advice!="scale_out"')
+        return (
+            f"group {bp} ({self.pods()})\nunless {self.pool}\n(\n"
+            f"group {bp} (\n{self.pods()}\nand {self.target}\n{held}\n)\n"
+            f"or {self.pool}\n{pool_held}\n)\nunless {self.pool}\n{POOL_ELIGIBLE.name} == 1"
+        )
+
     def pool_cause_on_pods(self, sig: Signature) -> str:
         """The targets of the pools where the pool signature ``sig`` held within the hold."""
         held = self.held(POOL_HOLDING, f'alertname="{sig.alert}"')
@@ -267,6 +299,14 @@ def verdict_rules(cfg: SiteConfig) -> list[RecordingRule]:
             cause=CAPACITY,
         ),
         rule(
+            ADVICE,
+            v.nothing(),
+            "1 where no cause holds and the backlog is not capacity (no queue or full KV cache "
+            "on busy GPUs): nothing to do",
+            advice=NONE,
+            cause=NO_BACKLOG,
+        ),
+        rule(
             POOL_BLOCKED,
             v.pool_blocked(),
             "share of the pool's targets a cause that blocks scaling out held on in the last "
@@ -292,15 +332,23 @@ def verdict_rules(cfg: SiteConfig) -> list[RecordingRule]:
         for sig in signatures
         if sig.advice.action != "scale_out"
     ]
-    rules.append(
+    rules += [
         rule(
             POOL_ADVICE,
             f"{POOL_ELIGIBLE.name} == 1",
             "1 where the pool's backlog is capacity: scale out",
             advice="scale_out",
             cause=CAPACITY,
-        )
-    )
+        ),
+        rule(
+            POOL_ADVICE,
+            v.pool_nothing(),
+            "1 where no cause holds on the pool or its targets and the backlog is not "
+            "capacity: nothing to do",
+            advice=NONE,
+            cause=NO_BACKLOG,
+        ),
+    ]
     return rules
 
 
