@@ -65,6 +65,16 @@ def _signal(name: str, unit: Unit, help_text: str) -> Signal:
     return Signal(name, unit, VERDICT_GROUP, Rule(lambda _ctx: name, help_text), help_text)
 
 
+SERVED = _signal(
+    "inference:served_model:info",
+    "flag",
+    "1 per target and model its engines serve: the pods of each pool the verdicts count",
+)
+POOL_PODS = _signal(
+    "inference_pool:served_pods:count",
+    "count",
+    "targets serving the model in the pool",
+)
 HOLDING = _signal(
     "inference:bottleneck_signature:holding",
     "flag",
@@ -144,10 +154,16 @@ class _Verdicts:
         body = ",".join(matchers)
         return f"max_over_time({signal.name}{{{body}}}[{self.hold}])"
 
-    def pods(self) -> str:
-        """One series per target and model it serves."""
+    def served(self) -> str:
+        """One series per target and model it serves (recorded once as :data:`SERVED`)."""
         info = self.ctx.sidecar_series("inference_engine_info")
         return f"group {by((*self.ctx.join, 'model'))} ({info})"
+
+    def pods(self) -> str:
+        return SERVED.name
+
+    def pool_pods(self) -> str:
+        return f"count {by(self.pool_labels)} ({SERVED.name})"
 
     def per_model(self, signal: Signal) -> str:
         """A per-target signal on each model the target serves (labels: target, model)."""
@@ -206,7 +222,7 @@ class _Verdicts:
         held = self.held(HOLDING, 'advice!="scale_out"')
         pool_held = self.held(POOL_HOLDING, 'advice!="scale_out"')
         return (
-            f"group {bp} ({self.pods()})\nunless {self.pool}\n(\n"
+            f"{POOL_PODS.name} * 0 + 1\nunless {self.pool}\n(\n"
             f"group {bp} (\n{self.pods()}\nand {self.target}\n{held}\n)\n"
             f"or {self.pool}\n{pool_held}\n)\nunless {self.pool}\n{POOL_ELIGIBLE.name} == 1"
         )
@@ -217,7 +233,7 @@ class _Verdicts:
         return f"group {by(self.ctx.join)} (\n{self.pods()}\nand {self.pool}\n{held}\n)"
 
     def pool_blocked(self) -> str:
-        count = f"count {by(self.pool_labels)} ({self.pods()})"
+        count = POOL_PODS.name
         return (
             f"{self.pool_causes()}\nor\n"
             f"count {by(self.pool_labels)} (\n{self.pods()}\nand {self.target}\n{BLOCKED.name}\n)"
@@ -234,14 +250,14 @@ class _Verdicts:
             f"or\n{kv} > {num(s.kv_cache_above)}\n)\n"
             f"and {self.pool}\n{busy} >= {num(s.gpu_utilization_at_least)}\n"
             f"unless {self.pool}\n{POOL_BLOCKED.name} >= {num(s.blocked_pods_share_at_least)},\n"
-            f"1, 1\n)\nor {self.pool}\n0 * count {bp} ({self.pods()})"
+            f"1, 1\n)\nor {self.pool}\n0 * {POOL_PODS.name}"
         )
 
     def pool_advice(self, sig: Signature) -> str:
         mine = f'alertname="{sig.alert}"'
         if is_pool_signature(sig):
             return f"max {by(self.pool_labels)} (\n{self.held(POOL_HOLDING, mine)}\n)"
-        count = f"count {by(self.pool_labels)} ({self.pods()})"
+        count = POOL_PODS.name
         return (
             f"count {by(self.pool_labels)} (\n{self.pods()}\nand {self.target}\n"
             f"{self.held(HOLDING, mine)}\n)\n/ {self.pool}\n{count}"
@@ -260,7 +276,11 @@ def verdict_rules(cfg: SiteConfig) -> list[RecordingRule]:
         )
 
     share = num(round(cfg.scaling.blocked_pods_share_at_least * 100, 6))
-    rules = [_holding_rule(v.ctx, sig) for sig in signatures]
+    rules = [
+        rule(SERVED, v.served(), "1 per target and model its engines serve"),
+        rule(POOL_PODS, v.pool_pods(), "targets serving the model in the pool"),
+    ]
+    rules += [_holding_rule(v.ctx, sig) for sig in signatures]
     rules += [
         rule(
             BLOCKED,
