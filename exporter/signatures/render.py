@@ -24,7 +24,7 @@ from exporter.signatures.definitions import (
     Signature,
 )
 from exporter.signatures.params import PARAMS
-from exporter.signatures.promql_text import indent, num
+from exporter.signatures.promql_text import indent, num, printf_matchers
 from exporter.signatures.runbook_templates import template_path
 from exporter.signatures.signals import recording_rules
 from exporter.signatures.signals.target_signals import TARGET_INFO
@@ -154,9 +154,7 @@ def annotation_target_template(join: Sequence[str]) -> str:
 
 def _printf_matchers(labels: Sequence[str]) -> str:
     """Go template: a printf call rendering matchers for the alert's own label values."""
-    fmt = ",".join(f"{label}=%q" for label in labels)
-    args = " ".join(f"$labels.{label}" for label in labels)
-    return f"printf `{fmt}` {args}"
+    return printf_matchers(labels)
 
 
 def matchers_template(labels: Sequence[str]) -> str:

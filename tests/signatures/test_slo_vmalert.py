@@ -34,6 +34,7 @@ from support.victoria import (
     replay,
     series_lines,
     start_victoria_metrics,
+    start_vmalert,
 )
 
 from exporter.config import parse_duration
@@ -190,3 +191,63 @@ def test_the_same_slis_and_cold_starts(replayed: Replayed) -> None:
             assert got == expected, (slot.index, case["eval_time"], case["expr"])
             checked += 1
     assert checked >= 3
+
+
+# --- the page's cause, rendered by a live vmalert -------------------------------------------------
+
+SLO_SUITE = ROOT / "tests" / "promtool" / "sidecar" / "slo.yaml"
+
+
+def _expected_pages() -> dict[tuple[str, str], dict[str, str]]:
+    """The annotations promtool expects of the suite's 1h/5m pages, by (alert, namespace)."""
+    (group,) = yaml.safe_load(SLO_SUITE.read_text(encoding="utf-8"))["tests"]
+    out = {}
+    for case in group["alert_rule_test"]:
+        for item in case.get("exp_alerts") or []:
+            labels = item["exp_labels"]
+            out[(labels["alertname"], labels["namespace"])] = item["exp_annotations"]
+    return out
+
+
+def test_the_page_names_its_cause_in_a_live_vmalert(tmp_path: Path) -> None:
+    """The suite of ``slo.yaml`` ending now: the pack's records replayed over it, then a live
+    vmalert evaluates the burn-rate alerts and renders their annotations (the cause and the
+    advice through the ``query`` template function) as Prometheus does."""
+    (group,) = yaml.safe_load(SLO_SUITE.read_text(encoding="utf-8"))["tests"]
+    samples = max(len(expand(item["values"])) for item in group["input_series"])
+    now = int(time.time()) // 60 * 60
+    start = now - (samples - 1) * 60
+    vm = start_victoria_metrics(tmp_path / "vm")
+    children = [vm]
+    try:
+        lines: list[str] = []
+        for item in group["input_series"]:
+            lines += series_lines(item["series"], item["values"], start * 1000, 60)
+        vm.import_text(lines)
+        vm.flush()
+        for n, rules in enumerate(_levels(RULES / "recording_rules.yaml")):
+            path = tmp_path / f"records-{n}.yaml"
+            path.write_text(yaml.safe_dump({"groups": [{"name": f"pack.{n}", "rules": rules}]}))
+            replay(vm, [path], start, now, tmp_path)
+            vm.flush()
+        alerts = yaml.safe_load((RULES / "alerts.yaml").read_text(encoding="utf-8"))
+        slo = [g for g in alerts["groups"] if g["name"] == "inference.slo"]
+        path = tmp_path / "slo-alerts.yaml"
+        path.write_text(yaml.safe_dump({"groups": slo}, sort_keys=False))
+        vmalert = start_vmalert(tmp_path / "vmalert", [path], vm, interval="2s")
+        children.append(vmalert)
+        expected = _expected_pages()
+        got: dict[tuple[str, str], dict[str, str]] = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and set(got) != set(expected):
+            time.sleep(1)
+            for alert in vmalert.get_json("/api/v1/alerts")["data"]["alerts"] or []:
+                labels = alert["labels"]
+                if alert["state"] == "firing" and labels.get("long_window") == "1h":
+                    got[(labels["alertname"], labels["namespace"])] = alert["annotations"]
+        assert set(got) == set(expected)
+        for key, annotations in expected.items():
+            assert got[key] == annotations, key
+    finally:
+        for child in reversed(children):
+            child.stop()

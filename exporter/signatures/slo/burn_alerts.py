@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from exporter.config import format_duration
 from exporter.signatures import runbook_templates
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Runbook
-from exporter.signatures.promql_text import by, num, on, pct
+from exporter.signatures.promql_text import by, num, on, pct, printf_matchers
 from exporter.signatures.signals.signal_context import pool_labels
 from exporter.signatures.site import SiteConfig
 from exporter.signatures.slo.slo_signals import (
@@ -84,8 +84,7 @@ class SloAlert:
 
 def _printf(labels: tuple[str, ...]) -> str:
     """Go template: a printf call of matchers for the alert's own values of ``labels``."""
-    fmt = ",".join(f"{label}=%q" for label in labels)
-    return f"printf `{fmt}` " + " ".join(f"$labels.{label}" for label in labels)
+    return printf_matchers(labels)
 
 
 def _go(action: str) -> str:
