@@ -162,6 +162,7 @@ def test_target_nearly_holds_and_json_schema(
         "findings",
         "not_evaluated",
         "no_data",
+        "missing_inputs",
         "roofline",
         "pools",
         "scaling_advice",
@@ -556,16 +557,19 @@ def test_diagnose_is_a_subcommand() -> None:
 
 
 def test_scrape_samples_keep_what_prometheus_stores() -> None:
-    """NaN and infinities are samples too (Prometheus stores them); ``_created`` is not."""
+    """NaN and infinities are samples too (Prometheus stores them); ``_created`` is not, nor
+    is a label whose value is empty (the llm-d picker's engine info has ``version=""``)."""
     text = (
         '# TYPE g gauge\ng{a="1"} NaN\ng{a="2"} +Inf\n'
         "# TYPE c counter\nc_total 3\nc_created 1.7e9\n"
+        '# TYPE i gauge\ni{engine="llmd-epp",version=""} 1\n'
     )
     samples = scrape_samples(text)
     assert set(samples) == {
         (("__name__", "g"), ("a", "1")),
         (("__name__", "g"), ("a", "2")),
         (("__name__", "c_total"),),
+        (("__name__", "i"), ("engine", "llmd-epp")),
     }
     assert math.isnan(samples[(("__name__", "g"), ("a", "1"))])
     assert samples[(("__name__", "g"), ("a", "2"))] == math.inf

@@ -8,12 +8,19 @@ the signature's own numbers, so the sentence may only name evidence the signatur
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import get_args
 
 import pytest
 
 from exporter.signatures import all_signatures, parse_config
 from exporter.signatures.definitions import ANNOTATION_PLACEHOLDER, Advice, AdviceAction
+from exporter.signatures.slo.verdict_signals import (
+    explainers,
+    holding_order,
+    is_gateway_signature,
+    is_pool_signature,
+)
 
 PROFILES = ("sidecar", "node", "dcgm", "fast")
 # A host-side, link or stall cause: more replicas are the wrong fix while one holds.
@@ -28,12 +35,15 @@ MUST_BLOCK = {
     "InferenceKVTransferFailing": "fix_kv_link",
     "InferencePrefillPoolShort": "rebalance_pools",
     "InferenceDecodePoolShort": "rebalance_pools",
+    "InferenceEngineStalled": "restart_engine",
+    "InferenceGatewayStaleEndpoints": "fix_gateway_scrape",
 }
 # Capacity: the backlog they describe is what more replicas relieve.
 CAPACITY = {
     "InferenceQueueWaitDominatesLatency",
     "InferenceGPUMemoryHeadroomLow",
     "InferenceHBMBandwidthSaturated",
+    "InferenceRequestsRejected",
 }
 
 
@@ -67,3 +77,28 @@ def test_host_link_and_stall_causes_block_scaling_out() -> None:
 def test_an_advice_to_scale_out_cannot_block_it() -> None:
     with pytest.raises(ValueError, match="cannot block"):
         Advice("scale_out", blocks_scale_out=True, why="x")
+
+
+def test_gateway_and_pool_signatures_are_told_apart() -> None:
+    """A gateway's signature holds on the engines it feeds too; a pool's on its pool."""
+    sigs = all_signatures(parse_config({}, "sidecar"))
+    assert {s.alert for s in sigs if is_gateway_signature(s)} == {"InferenceGatewayStaleEndpoints"}
+    assert {s.alert for s in sigs if is_pool_signature(s)} == {
+        "InferencePrefillPoolShort",
+        "InferenceDecodePoolShort",
+        "InferenceKVTransferBound",
+        "InferenceKVTransferFailing",
+    }
+
+
+def test_explaining_signatures_are_recorded_before_those_they_explain() -> None:
+    sigs = all_signatures(parse_config({}, "sidecar"))
+    order = [s.alert for s in holding_order(sigs)]
+    for explained, by_whom in explainers(sigs).items():
+        assert explained in order, explained
+        assert all(order.index(x) < order.index(explained) for x in by_whom), explained
+    # a chain would need an order of its own: refused
+    first = next(s for s in sigs if s.explains)
+    chained = replace(next(s for s in sigs if s.alert == first.explains[0]), explains=("X",))
+    with pytest.raises(ValueError, match="explains others and is explained"):
+        holding_order([first, chained])

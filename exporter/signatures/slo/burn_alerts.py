@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from exporter.config import format_duration
 from exporter.signatures import runbook_templates
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Runbook
-from exporter.signatures.promql_text import by, num, on, pct, printf_matchers
+from exporter.signatures.promql_text import by, num, on, pct, printf_matchers, regex_alternatives
+from exporter.signatures.signals.gateway_signals import GATEWAYS
 from exporter.signatures.signals.signal_context import pool_labels
 from exporter.signatures.site import SiteConfig
 from exporter.signatures.slo.slo_signals import (
@@ -104,17 +105,19 @@ def cause_template(cfg: SiteConfig) -> str:
     most widespread first."""
     join, pool = cfg.join_labels, pool_labels(cfg.join_labels)
     targets = by(join)
-    pods = f"count(group {targets} (inference_engine_info{{%s}}))"
+    # The pool's engine targets: a gateway scraped in the pool's job is not one of its pods.
+    engines = f'inference_engine_info{{%s,engine!~"{regex_alternatives(GATEWAYS)}"}}'
+    pods = f"count(group {targets} ({engines}))"
     holding = (
         f"sort_desc(count by (alertname) (group {by((*join, 'alertname'))} "
-        f"({HOLDING.name}{{%s}}) and {on(join)} group {targets} (inference_engine_info{{%s}})) "
+        f"({HOLDING.name}{{%s}}) and {on(join)} group {targets} ({engines})) "
         f"or -1 * group by (alertname) ({POOL_HOLDING.name}{{%s}}))"
     )
     in_pool = f"({_printf(pool)})"
     of_model = f"({_printf((*pool, 'model'))})"
     return "".join(
         (
-            _go('$pods := "?"'),
+            _go('$pods := "0"'),
             _go(f"with printf `{pods}` {of_model} | query"),
             _go('$pods = . | first | value | printf "%.0f"'),
             _go("end"),
@@ -136,10 +139,14 @@ def cause_template(cfg: SiteConfig) -> str:
             _go("end"),
             _go("end"),
             _go("else"),
+            _go('if eq $pods "0"'),
+            "no engine of the pool is seen (down, or not scraped)",
+            _go("else"),
             "none of the pack's signatures holds on its ",
             _go("$pods"),
             _plural_pods(),
             " (capacity, or a cause the pack does not see)",
+            _go("end"),
             _go("end"),
         )
     )
@@ -157,7 +164,7 @@ def advice_template(cfg: SiteConfig) -> str:
             "; ",
             _go("end"),
             _go('if eq $a.Labels.advice "none"'),
-            "none (no cause holds, and no backlog waits on busy GPUs)",
+            "none (no backlog waits on busy GPUs, and no cause with a fix of its own holds)",
             _go("else"),
             _go("$a.Labels.advice"),
             " (",

@@ -49,7 +49,8 @@ from dataclasses import dataclass
 
 from exporter.config import format_duration
 from exporter.signatures.definitions import RecordingRule
-from exporter.signatures.promql_text import by, num, on, split_matchers
+from exporter.signatures.promql_text import by, num, on, regex_alternatives, split_matchers
+from exporter.signatures.signals.gateway_signals import GATEWAYS
 from exporter.signatures.signals.signal import Rule, Signal, Unit
 from exporter.signatures.signals.signal_context import DECODES, SignalContext, pool_labels
 from exporter.signatures.site import SiteConfig
@@ -191,18 +192,36 @@ def _le(slo: Slo, sli: LatencySli, threshold: float) -> str:
     return le_label(threshold)
 
 
+def _gateway_failures(ctx: SignalContext, m: Sequence[str], base: str) -> str:
+    """The requests a gateway refused or evicted per second, on the pools of the engines it
+    feeds (``gateway.join`` and ``model``, whatever job scrapes the gateway), or on the
+    gateway's own labels where no engine of its pool is seen (its engines gone: an outage)."""
+    pool, fed = (*ctx.pool, "model"), (*ctx.cfg.gateway.labels, "model")
+    refused = _series("inference_requests_rejected_total", [*m, 'layer="gateway"'])
+    evicted = _series(
+        "inference_gateway_requests_total", [*m, f"outcome=~{_quoted('|'.join(EVICTED))}"]
+    )
+    failed = f"rate({refused}[{base}])\nor\nrate({evicted}[{base}])"
+    gateways = regex_alternatives(GATEWAYS)
+    engines = _series("inference_engine_info", [*m, f'engine!~"{gateways}"', DECODES])
+    both = tuple(dict.fromkeys((*pool, *fed)))
+    fed_engines = f"group {by(both)} ({engines})"
+    return (
+        f"sum {by(pool)} (\nsum {by(fed)} (\n{failed}\n)\n"
+        f"* {on(fed)} group_right ()\n{fed_engines}\n)\nor\n"
+        f"sum {by(pool)} (\nsum {by(both)} (\n{failed}\n)\nunless {on(fed)}\n{fed_engines}\n)"
+    )
+
+
 def _good_total(ctx: SignalContext, slo: Slo, kind: SliKind, base: str) -> tuple[str, str]:
     """The good and total events per second of one objective over the base window."""
     group = by((*ctx.pool, "model"))
     if kind == "availability":
         m = _matchers(ctx.cfg, slo, latency=False)
         finished = _series("inference_e2e_request_latency_seconds_count", [*m, DECODES])
-        refused = _series("inference_requests_rejected_total", m)
-        evicted = _series(
-            "inference_gateway_requests_total", [*m, f"outcome=~{_quoted('|'.join(EVICTED))}"]
-        )
-        # Different label sets (role; layer and reason; pool and outcome): `or` keeps them all.
-        failed = f"rate({refused}[{base}])\nor\nrate({evicted}[{base}])"
+        refused = _series("inference_requests_rejected_total", [*m, 'layer!="gateway"'])
+        failed = f"rate({refused}[{base}])\nor\n{_gateway_failures(ctx, m, base)}"
+        # Different label sets (role; layer and reason; the pool's): `or` keeps them all.
         total = f"sum {group} (\nrate({finished}[{base}])\nor\n{failed}\n)"
         good = f"sum {group} (rate({finished}[{base}]))\nor\n0 * sum {group} (\n{failed}\n)"
         return good, total

@@ -7,7 +7,12 @@ for the pool signatures (those over ``inference_pool:`` records). Each rule is o
 and its static labels say what it means for scaling (:class:`~exporter.signatures.definitions.
 Advice`): ``alertname``, ``signature`` (the family), ``advice`` (the action) and
 ``blocks_scale_out``. The burn-rate pages read them to name their cause; the records below read
-them to advise; a new signature is in both without code of its own.
+them to advise; a new signature is in both without code of its own. A gateway's signature
+(over its ``inference_gateway`` series) holds on the gateway's target and on the engine
+targets of the pool it feeds (``gateway.join`` and ``model``): a gateway gating on stale
+metrics blocks scaling its engines out. A signature another explains
+(:attr:`~exporter.signatures.definitions.Signature.explains`) does not hold on a target where
+that one holds: the page names the cause, not its consequence.
 
 A cause blocks scaling out for ``scaling.cause_hold`` after it last held (``max_over_time``),
 so the gate does not flap with a signature at its threshold.
@@ -38,11 +43,15 @@ pods it holds on). A target serving several models counts for each of them.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 from exporter.config import format_duration
 from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.definitions import RecordingRule, Signature
-from exporter.signatures.promql_text import by, num, on
+from exporter.signatures.promql_text import by, num, on, regex_alternatives
 from exporter.signatures.signals.engine_signals import KV_CACHE, QUEUE_DEPTH
+from exporter.signatures.signals.gateway_signals import GATEWAYS, engine_targets
 from exporter.signatures.signals.shared_gpu_signals import GPU_OWN_UTILIZATION
 from exporter.signatures.signals.signal import Rule, Signal, Unit
 from exporter.signatures.signals.signal_context import SignalContext
@@ -112,6 +121,36 @@ def is_pool_signature(sig: Signature) -> bool:
     return all("inference_pool:" in rule.expr for rule in sig.rules)
 
 
+_GATEWAY_SERIES = re.compile(r"\binference_gateway[:_]")
+
+
+def is_gateway_signature(sig: Signature) -> bool:
+    """A signature of a gateway (over its ``inference_gateway`` series): it holds on the
+    gateway's target, and on the engine targets of the pool the gateway feeds."""
+    return all(_GATEWAY_SERIES.search(rule.expr) for rule in sig.rules)
+
+
+def explainers(signatures: Sequence[Signature]) -> dict[str, tuple[str, ...]]:
+    """Per alert name, the signatures that explain it (:attr:`Signature.explains`)."""
+    out: dict[str, list[str]] = {}
+    for sig in signatures:
+        for alert in sig.explains:
+            out.setdefault(alert, []).append(sig.alert)
+    return {alert: tuple(names) for alert, names in out.items()}
+
+
+def holding_order(signatures: Sequence[Signature]) -> list[Signature]:
+    """The signatures in the order their holding records are written: those that explain
+    another before the rest, so an explained one's record reads theirs (one group evaluates
+    its rules in order). An explaining signature that is explained itself is refused."""
+    explained = explainers(signatures)
+    for sig in signatures:
+        if sig.explains and sig.alert in explained:
+            by_whom = ", ".join(explained[sig.alert])
+            raise ValueError(f"{sig.alert} explains others and is explained by {by_whom}")
+    return sorted(signatures, key=lambda sig: not sig.explains)
+
+
 def _labels(sig: Signature) -> tuple[tuple[str, str], ...]:
     return (
         ("alertname", sig.alert),
@@ -121,14 +160,28 @@ def _labels(sig: Signature) -> tuple[tuple[str, str], ...]:
     )
 
 
-def _holding_rule(ctx: SignalContext, sig: Signature) -> RecordingRule:
+def _holding_rule(
+    ctx: SignalContext, sig: Signature, explained_by: tuple[str, ...] = ()
+) -> RecordingRule:
     pool = is_pool_signature(sig)
     labels = (*ctx.pool, "model") if pool else ctx.join
     exprs = [rule.expr for rule in sig.rules]
     body = exprs[0] if len(exprs) == 1 else "\n".join(f"(\n{e}\n)\nor" for e in exprs)[:-3]
+    expr = f"group {by(labels)} (\n{body}\n)"
+    if is_gateway_signature(sig):
+        # On the gateway, and on the engine targets of its pool (gateway.join and model).
+        fed = (*ctx.cfg.gateway.labels, "model")
+        gateways = regex_alternatives(GATEWAYS)
+        engines = ctx.sidecar_series("inference_engine_info", f'engine!~"{gateways}"')
+        expr += (
+            f"\nor\ngroup {by(labels)} (\n{engines}\nand {on(fed)}\ngroup {by(fed)} (\n{body}\n)\n)"
+        )
+    if explained_by and not pool:
+        names = "|".join(explained_by)
+        expr = f'(\n{expr}\n)\nunless {on(labels)}\n{HOLDING.name}{{alertname=~"{names}"}}'
     return RecordingRule(
         (POOL_HOLDING if pool else HOLDING).name,
-        f"group {by(labels)} (\n{body}\n)",
+        expr,
         f"1 while {sig.alert} holds ({sig.advice.action}"
         + (", blocks scaling out)" if sig.advice.blocks_scale_out else ")"),
         window=0.0,
@@ -155,9 +208,9 @@ class _Verdicts:
         return f"max_over_time({signal.name}{{{body}}}[{self.hold}])"
 
     def served(self) -> str:
-        """One series per target and model it serves (recorded once as :data:`SERVED`)."""
-        info = self.ctx.sidecar_series("inference_engine_info")
-        return f"group {by((*self.ctx.join, 'model'))} ({info})"
+        """One series per engine target and model it serves (recorded once as
+        :data:`SERVED`): a gateway's target is not one of its pool's pods."""
+        return engine_targets(self.ctx)
 
     def pods(self) -> str:
         return SERVED.name
@@ -280,7 +333,10 @@ def verdict_rules(cfg: SiteConfig) -> list[RecordingRule]:
         rule(SERVED, v.served(), "1 per target and model its engines serve"),
         rule(POOL_PODS, v.pool_pods(), "targets serving the model in the pool"),
     ]
-    rules += [_holding_rule(v.ctx, sig) for sig in signatures]
+    explained = explainers(signatures)
+    rules += [
+        _holding_rule(v.ctx, sig, explained.get(sig.alert, ())) for sig in holding_order(signatures)
+    ]
     rules += [
         rule(
             BLOCKED,
