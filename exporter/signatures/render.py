@@ -252,7 +252,11 @@ def _scaling_line(sig: Signature) -> str:
     """What the signature means for scaling, as its runbook says it (``docs/slo.md``)."""
     advice = sig.advice
     if advice.action == "scale_out":
-        gate = "it is capacity: with the GPUs busy it opens the `scale_out_eligible` gate"
+        gate = (
+            "it is capacity and never closes the `scale_out_eligible` gate, which opens where "
+            "requests wait or the KV cache is full on busy GPUs and no cause that blocks "
+            "scaling out holds"
+        )
     elif advice.blocks_scale_out:
         gate = "it blocks scaling out: the `scale_out_eligible` gate is 0 while it holds"
     else:

@@ -20,10 +20,16 @@ from exporter.signatures import all_signatures, parse_config
 SIGS = {s.alert: s for s in all_signatures(parse_config({}))}
 
 
-def finding(alert: str, target: str, holds: bool = True, **evidence: str) -> Finding:
+def finding(
+    alert: str,
+    target: str,
+    holds: bool = True,
+    labels: tuple[tuple[str, str], ...] = (),
+    **evidence: str,
+) -> Finding:
     sig = SIGS[alert]
     values = [EvidenceValue(key, key, None, "", text) for key, text in evidence.items()]
-    instance = Instance((("instance", target),), holds, not holds, None, [])
+    instance = Instance((("instance", target), *labels), holds, not holds, None, [])
     return Finding(sig, sig.rules[0], instance, target, values)
 
 
@@ -59,6 +65,37 @@ def test_several_blocking_causes_name_the_others() -> None:
     assert advice.action == "fix_host_cpu"
     assert advice.also == ("fix_tokenizer (InferenceTokenizerSlowerThanDecode)",)
     assert advice.as_json()["why"].startswith("the GPU is 31 % busy while 12 requests wait")
+
+
+def test_refusals_are_capacity_but_never_lead_a_stall_or_a_gateway_cause() -> None:
+    engine = (("layer", "engine"),)
+    hung, full, gated, blind = scaling_advice(
+        [
+            finding("InferenceRequestsRejected", "hung:1", labels=engine, share="100", refused="2"),
+            finding("InferenceEngineStalled", "hung:1", waiting="8", kv="1"),
+            finding("InferenceRequestsRejected", "full:1", labels=engine, share="25", refused="1"),
+            finding("InferenceGatewayStaleEndpoints", "epp:1", stale="3", queued="140", util="20"),
+            finding("InferenceGPUMetricsMissing", "blind:1", tokens="100"),
+        ]
+    )
+    assert hung.text() == (
+        "restart_engine; scaling out would not help: 8 requests wait while the engine runs none "
+        "and generates no token, its KV cache at 1 %: the engine has stopped, and new replicas "
+        "would not drain its queue (InferenceEngineStalled)"
+    )
+    assert full.text() == (
+        "scale out: the engine refuses 25 % of arrivals (1 per second): the replicas admit less "
+        "than arrives (InferenceRequestsRejected)"
+    )
+    assert gated.text() == (
+        "fix_gateway_scrape; scaling out would not help: the gateway counts 3 endpoints with "
+        "stale metrics as saturated and holds 140 requests while the pool's GPUs are 20 % busy: "
+        "new replicas would be gated the same way (InferenceGatewayStaleEndpoints)"
+    )
+    assert blind.text() == (
+        "fix_monitoring: the pack reads no GPU utilisation for an engine generating 100 "
+        "tokens/s: nothing to scale on until it can (InferenceGPUMetricsMissing)"
+    )
 
 
 # --- the command and the post-mortem, over a recorded incident (frontend-gil) ------------------

@@ -8,7 +8,6 @@ the signature's own numbers, so the sentence may only name evidence the signatur
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import get_args
 
 import pytest
@@ -17,9 +16,9 @@ from exporter.signatures import all_signatures, parse_config
 from exporter.signatures.definitions import ANNOTATION_PLACEHOLDER, Advice, AdviceAction
 from exporter.signatures.slo.verdict_signals import (
     explainers,
-    holding_order,
     is_gateway_signature,
     is_pool_signature,
+    verdict_rules,
 )
 
 PROFILES = ("sidecar", "node", "dcgm", "fast")
@@ -70,7 +69,9 @@ def test_host_link_and_stall_causes_block_scaling_out() -> None:
         assert not advice[alert].blocks_scale_out, alert
     # The pack's blind spots neither block nor allow: the gate needs the pod's own signals.
     for alert, item in advice.items():
-        if alert.endswith(("Down", "Failing", "Unavailable", "Uncertain")) and "KV" not in alert:
+        if alert.endswith(("Down", "Failing", "Missing", "Unavailable", "Uncertain")) and (
+            "KV" not in alert
+        ):
             assert item.action == "fix_monitoring" and not item.blocks_scale_out, alert
 
 
@@ -91,14 +92,19 @@ def test_gateway_and_pool_signatures_are_told_apart() -> None:
     }
 
 
-def test_explaining_signatures_are_recorded_before_those_they_explain() -> None:
-    sigs = all_signatures(parse_config({}, "sidecar"))
-    order = [s.alert for s in holding_order(sigs)]
-    for explained, by_whom in explainers(sigs).items():
-        assert explained in order, explained
-        assert all(order.index(x) < order.index(explained) for x in by_whom), explained
-    # a chain would need an order of its own: refused
-    first = next(s for s in sigs if s.explains)
-    chained = replace(next(s for s in sigs if s.alert == first.explains[0]), explains=("X",))
-    with pytest.raises(ValueError, match="explains others and is explained"):
-        holding_order([first, chained])
+def test_an_explained_signature_is_left_out_where_its_cause_holds_in_one_pass() -> None:
+    """The explained signature's holding record writes out the explaining conditions: it reads
+    no holding record (vmalert would see its own group's records one evaluation late)."""
+    cfg = parse_config({}, "sidecar")
+    sigs = all_signatures(cfg)
+    explained = explainers(sigs)
+    assert explained["InferenceRequestsRejected"] == ("InferenceGatewayStaleEndpoints",)
+    holding = [r for r in verdict_rules(cfg) if r.record.endswith(":bottleneck_signature:holding")]
+    assert len(holding) == len(sigs)
+    gateway = next(s for s in sigs if s.alert == "InferenceGatewayStaleEndpoints")
+    for rule in holding:
+        assert ":bottleneck_signature:holding" not in rule.expr, rule.labels
+        alert = dict(rule.labels)["alertname"]
+        assert (gateway.rules[0].expr in rule.expr) == (
+            alert in explained or alert == gateway.alert
+        ), alert

@@ -182,7 +182,7 @@ def test_alerts_read_only_defined_records(profile: str) -> None:
         for rule in sig.rules:
             texts = [rule.expr, *(e.expr or "" for e in rule.evidence)]
             for text in texts:
-                for used in re.findall(r"inference(?:_gpu)?:[a-z0-9_]+:[a-z0-9_]+", text):
+                for used in RECORD_NAME.findall(text):
                     assert used in records, f"{sig.alert} reads undefined {used}"
 
 

@@ -144,8 +144,12 @@ def _replay(
     workdir: Path, pack: Path, sources: list[tuple[str, list[dict[str, Any]]]]
 ) -> Iterator[tuple[VictoriaMetrics, list[Slot]]]:
     """VictoriaMetrics with ``sources``' series and ``pack`` replayed over them."""
-    # Three days back, on the hour: inside retention, evaluation steps on whole minutes.
-    base = (int(time.time()) - 3 * 24 * HOUR) // HOUR * HOUR
+    # On the hour (evaluation steps on whole minutes), the last group ending an hour or more
+    # ago: VictoriaMetrics refuses samples more than two days ahead, and the groups with their
+    # gaps span days.
+    laid = _slots(sources, 0)
+    span = laid[-1].start + laid[-1].length
+    base = (int(time.time()) - span - HOUR) // HOUR * HOUR
     slots = _slots(sources, base)
     vm = start_victoria_metrics(workdir)
     try:

@@ -306,8 +306,8 @@ def gpu_metrics_missing(ctx: Context) -> Signature:
             "fix_monitoring",
             blocks_scale_out=False,
             why=(
-                "the engine serves {tokens} tokens/s but the pack reads no GPU utilisation for "
-                "it: the gate cannot see whether its GPUs are busy"
+                "the pack reads no GPU utilisation for an engine generating {tokens} tokens/s: "
+                "nothing to scale on until it can"
             ),
         ),
     )

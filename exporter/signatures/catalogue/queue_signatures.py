@@ -123,8 +123,9 @@ def engine_stalled(ctx: Context) -> Signature:
             "restart_engine",
             blocks_scale_out=True,
             why=(
-                "the engine has stopped admitting work ({waiting} requests wait, none runs, the "
-                "KV cache at {kv} %): a new replica would not drain this one's queue"
+                "{waiting} requests wait while the engine runs none and generates no token, its "
+                "KV cache at {kv} %: the engine has stopped, and new replicas would not drain its "
+                "queue"
             ),
         ),
     )
@@ -180,8 +181,8 @@ def requests_rejected(ctx: Context) -> Signature:
             "scale_out",
             blocks_scale_out=False,
             why=(
-                "the {labels.layer} refuses {share} % of the requests that arrive ({refused} per "
-                "second): the offered load exceeds what the replicas admit"
+                "the {labels.layer} refuses {share} % of arrivals ({refused} per second): the "
+                "replicas admit less than arrives"
             ),
         ),
     )
@@ -281,7 +282,7 @@ def gateway_stale_endpoints(ctx: Context) -> Signature:
             why=(
                 "the gateway counts {stale} endpoints with stale metrics as saturated and holds "
                 "{queued} requests while the pool's GPUs are {util} % busy: new replicas would "
-                "sit behind the same stale view"
+                "be gated the same way"
             ),
         ),
         # The pool's GPUs idle behind the gateway: starved, underused; its sheds: refusals.

@@ -39,7 +39,7 @@ from exporter.signatures.slo.slo_signals import (
     kinds,
     slo_labels,
 )
-from exporter.signatures.slo.verdict_signals import HOLDING, POOL_ADVICE, POOL_HOLDING
+from exporter.signatures.slo.verdict_signals import BLOCKS, HOLDING, POOL_ADVICE, POOL_HOLDING
 from exporter.signatures.slo_config import BurnAlert, SliKind
 
 #: The rule group of the burn-rate alerts.
@@ -102,15 +102,22 @@ def cause_template(cfg: SiteConfig) -> str:
 
     A Go template over two queries: the pool's pods of the model (``$pods``), and per alert
     name the pods of the pool it holds on, or -1 for a signature of the pool itself; the
-    most widespread first."""
+    most widespread first, and of as widespread ones a cause that blocks scaling out first
+    (its count + 0.25, printed rounded: a capacity symptom never leads a cause with a fix)."""
     join, pool = cfg.join_labels, pool_labels(cfg.join_labels)
     targets = by(join)
     # The pool's engine targets: a gateway scraped in the pool's job is not one of its pods.
     engines = f'inference_engine_info{{%s,engine!~"{regex_alternatives(GATEWAYS)}"}}'
     pods = f"count(group {targets} ({engines}))"
+
+    def counted(matchers: str) -> str:
+        return (
+            f"count by (alertname) (group {by((*join, 'alertname'))} "
+            f"({HOLDING.name}{{{matchers}}}) and {on(join)} group {targets} ({engines}))"
+        )
+
     holding = (
-        f"sort_desc(count by (alertname) (group {by((*join, 'alertname'))} "
-        f"({HOLDING.name}{{%s}}) and {on(join)} group {targets} ({engines})) "
+        f"sort_desc({counted(f'%s,{BLOCKS}')} + 0.25 or {counted('%s')} "
         f"or -1 * group by (alertname) ({POOL_HOLDING.name}{{%s}}))"
     )
     in_pool = f"({_printf(pool)})"
@@ -121,7 +128,10 @@ def cause_template(cfg: SiteConfig) -> str:
             _go(f"with printf `{pods}` {of_model} | query"),
             _go('$pods = . | first | value | printf "%.0f"'),
             _go("end"),
-            _go(f"with printf `{holding}` {in_pool} {of_model} {of_model} | query"),
+            _go(
+                f"with printf `{holding}` {in_pool} {of_model} {in_pool} {of_model} {of_model}"
+                " | query"
+            ),
             _go("range $i, $c := ."),
             _go("if $i"),
             ", ",

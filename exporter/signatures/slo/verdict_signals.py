@@ -139,18 +139,6 @@ def explainers(signatures: Sequence[Signature]) -> dict[str, tuple[str, ...]]:
     return {alert: tuple(names) for alert, names in out.items()}
 
 
-def holding_order(signatures: Sequence[Signature]) -> list[Signature]:
-    """The signatures in the order their holding records are written: those that explain
-    another before the rest, so an explained one's record reads theirs (one group evaluates
-    its rules in order). An explaining signature that is explained itself is refused."""
-    explained = explainers(signatures)
-    for sig in signatures:
-        if sig.explains and sig.alert in explained:
-            by_whom = ", ".join(explained[sig.alert])
-            raise ValueError(f"{sig.alert} explains others and is explained by {by_whom}")
-    return sorted(signatures, key=lambda sig: not sig.explains)
-
-
 def _labels(sig: Signature) -> tuple[tuple[str, str], ...]:
     return (
         ("alertname", sig.alert),
@@ -160,25 +148,38 @@ def _labels(sig: Signature) -> tuple[tuple[str, str], ...]:
     )
 
 
-def _holding_rule(
-    ctx: SignalContext, sig: Signature, explained_by: tuple[str, ...] = ()
-) -> RecordingRule:
-    pool = is_pool_signature(sig)
-    labels = (*ctx.pool, "model") if pool else ctx.join
+def _holding_expr(ctx: SignalContext, sig: Signature) -> str:
+    """Where ``sig``'s condition holds: per target, or per pool and model for a pool signature;
+    a gateway's also on the engine targets of the pool it feeds (``gateway.join`` and model)."""
+    labels = (*ctx.pool, "model") if is_pool_signature(sig) else ctx.join
     exprs = [rule.expr for rule in sig.rules]
     body = exprs[0] if len(exprs) == 1 else "\n".join(f"(\n{e}\n)\nor" for e in exprs)[:-3]
     expr = f"group {by(labels)} (\n{body}\n)"
     if is_gateway_signature(sig):
-        # On the gateway, and on the engine targets of its pool (gateway.join and model).
         fed = (*ctx.cfg.gateway.labels, "model")
         gateways = regex_alternatives(GATEWAYS)
         engines = ctx.sidecar_series("inference_engine_info", f'engine!~"{gateways}"')
         expr += (
             f"\nor\ngroup {by(labels)} (\n{engines}\nand {on(fed)}\ngroup {by(fed)} (\n{body}\n)\n)"
         )
-    if explained_by and not pool:
-        names = "|".join(explained_by)
-        expr = f'(\n{expr}\n)\nunless {on(labels)}\n{HOLDING.name}{{alertname=~"{names}"}}'
+    return expr
+
+
+def _holding_rule(
+    ctx: SignalContext, sig: Signature, explained_by: Sequence[Signature] = ()
+) -> RecordingRule:
+    """The holding record of ``sig``, left out where a signature that explains it holds. The
+    explaining conditions are written out, not read from their holding records: a rule that
+    read its own group's output would see the last evaluation's on vmalert (it writes records
+    through remote write), and each rule here is right in one pass on either engine."""
+    pool = is_pool_signature(sig)
+    labels = (*ctx.pool, "model") if pool else ctx.join
+    expr = _holding_expr(ctx, sig)
+    causes = [
+        _holding_expr(ctx, other) for other in explained_by if is_pool_signature(other) == pool
+    ]
+    if causes:
+        expr = f"(\n{expr}\n)\nunless {on(labels)}\n(\n" + "\nor\n".join(causes) + "\n)"
     return RecordingRule(
         (POOL_HOLDING if pool else HOLDING).name,
         expr,
@@ -333,9 +334,11 @@ def verdict_rules(cfg: SiteConfig) -> list[RecordingRule]:
         rule(SERVED, v.served(), "1 per target and model its engines serve"),
         rule(POOL_PODS, v.pool_pods(), "targets serving the model in the pool"),
     ]
+    by_alert = {sig.alert: sig for sig in signatures}
     explained = explainers(signatures)
     rules += [
-        _holding_rule(v.ctx, sig, explained.get(sig.alert, ())) for sig in holding_order(signatures)
+        _holding_rule(v.ctx, sig, [by_alert[a] for a in explained.get(sig.alert, ())])
+        for sig in signatures
     ]
     rules += [
         rule(
