@@ -18,9 +18,10 @@ Three layouts (``--layout``; several are measured side by side):
 * ``node`` - the chart's node mode: the sidecars run without NVML (captured with
   ``--no-collector.nvml``), and one node agent per 8-GPU node (captured with the chart's agent
   flags: ``nvml``, ``cpu`` and ``podresources`` against the tests' fake kubelet, the real
-  PodResources protocol) exports the node's GPUs once, with ``inference_gpu_pod_info`` naming
-  the pod that holds each GPU; the agents are a second job scraped with ``honor_labels`` (the
-  chart's second PodMonitor) and the pack's ``node`` profile (``alert_rules/node/``) joins them.
+  PodResources protocol) exports the node's GPUs once, each GPU's series filed under the pod
+  that holds it (``namespace``, ``pod``, ``container``) and ``inference_gpu_pod_info`` naming
+  it; the agents are a second job scraped with ``honor_labels`` (the chart's second PodMonitor)
+  and the pack's ``node`` profile (``alert_rules/node/``) reads them by pod.
 
 Disaggregated fleets (``--pool-pods-per-model``): ``--pool-models`` models, each served by that
 many 1-GPU pods, half ``prefill`` and half ``decode`` (the sidecar captured with
@@ -79,7 +80,8 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import prom_profile  # noqa: E402
 from common import (  # noqa: E402
     FIXTURES,
     MIB,
@@ -103,10 +106,14 @@ from common import (  # noqa: E402
 from support.synthetic import write_synthetic_trace  # noqa: E402
 
 from exporter.lab.processes import stop_process  # noqa: E402
-from exporter.signatures.signals.signal_groups import POOL_GROUP  # noqa: E402
+from exporter.signatures.signals.signal_groups import POOL_GROUP, RECORD_GROUPS  # noqa: E402
 
 SCRAPE_INTERVAL_S = 15
 EVALUATION_INTERVAL_S = 30
+# The longest CPU profile taken of each Prometheus in the measuring window.
+PROFILE_S = 180
+# Memory the machine keeps free: below it the run stops.
+MIN_AVAILABLE = 1.5 * 1024**3
 JOB = "llm/inference-bottleneck-exporter"
 NAMESPACES = 20
 # GPUs per pod and the share of the fleet's GPUs in pods of that size.
@@ -120,6 +127,7 @@ ROLES = ("prefill", "decode")
 DCGM_JOB = "gpu-operator/nvidia-dcgm-exporter"
 LAYOUTS = ("sidecar", "node", "dcgm")
 RULES = ROOT / "alert_rules"
+CHART_VALUES = ROOT / "helm" / "inference-bottleneck-exporter" / "values.yaml"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
 _GPU = re.compile(r'\bgpu="(\d+)"')
 _UUID = re.compile(r'uuid="(GPU-[^"]+)"')
@@ -441,8 +449,13 @@ def pod_body(template: Template, pod: PodIdentity) -> Body:
 
 
 def node_body(template: Template, node: NodeIdentity) -> Body:
-    """A node agent's exposition: its node's eight GPUs with their own UUIDs, each GPU's
-    ``inference_gpu_pod_info`` naming the pod that holds it (dropped for a GPU no pod holds)."""
+    """A node agent's exposition: its node's eight GPUs with their own UUIDs, each GPU's series
+    filed under the pod that holds it (``namespace``, ``pod``, ``container``, as the agent's
+    ``podresources`` collector has the ``nvml`` collector label them; empty for a GPU no pod
+    holds), and its ``inference_gpu_pod_info`` naming that pod (dropped for a GPU no pod holds).
+
+    The captured agent's GPUs are held by 1-GPU pods from its start, so its counters are each
+    pod's own already, as the agent counts them from a pod's start on its GPU."""
     uuids = {old: _uuid_of(1_000_000 + node.index, k) for k, old in enumerate(template.uuids())}
 
     def rewrite(line: Line) -> str | None:
@@ -450,13 +463,17 @@ def node_body(template: Template, node: NodeIdentity) -> Body:
         match = _UUID.search(head)
         if match:
             head = head.replace(match[1], uuids[match[1]])
-        if head.startswith(("inference_gpu_pod_info{", "inference_gpu_pods{")):
-            holder = node.holder(line.gpu if line.gpu is not None else -1)
-            if holder is None:
-                return None
-            labels = {"namespace": holder.namespace, "pod": holder.pod, "container": "engine"}
-            head = _HOLDER.sub(lambda m: f'{m[1]}="{labels[m[1]]}"', head)
-        return head
+        if line.gpu is None:
+            return head
+        holder = node.holder(line.gpu)
+        if holder is None and head.startswith(("inference_gpu_pod_info{", "inference_gpu_pods{")):
+            return None
+        labels = (
+            {"namespace": holder.namespace, "pod": holder.pod, "container": "engine"}
+            if holder is not None
+            else dict.fromkeys(("namespace", "pod", "container"), "")
+        )
+        return _HOLDER.sub(lambda m: f'{m[1]}="{labels[m[1]]}"', head)
 
     return Body(template, f"node/{node.index}", rewrite)
 
@@ -667,9 +684,12 @@ def capture(workdir: Path, kind: str = "sidecar", args: Sequence[str] = ()) -> t
             request = urllib.request.Request(sidecar.base + "/metrics", headers=headers)
             with urllib.request.urlopen(request, timeout=10) as response:
                 text = response.read().decode()
-            processes = kind == "agent" or (
-                re.search(r"^inference_engine_processes [2-9]", text, re.M) is not None
-            )
+            processes = (
+                # the agent: its GPUs' series filed under the pods holding them
+                re.search(r'^inference_gpu_busy_seconds_total\{[^}]*pod="', text, re.M)
+                if kind == "agent"
+                else re.search(r"^inference_engine_processes [2-9]", text, re.M)
+            ) is not None
             ready = processes and all(marker in text for marker in spec.ready)
             if ready or time.monotonic() > deadline:
                 break
@@ -801,7 +821,10 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def prometheus_config(
-    targets: Path, rules: Sequence[Path], node_targets: Path | None = None
+    targets: Path,
+    rules: Sequence[Path],
+    node_targets: Path | None = None,
+    evaluation_interval_s: float = EVALUATION_INTERVAL_S,
 ) -> dict[str, Any]:
     scrape: list[dict[str, Any]] = [
         {"job_name": "fleet", "file_sd_configs": [{"files": [str(targets)]}]}
@@ -819,7 +842,7 @@ def prometheus_config(
         "global": {
             "scrape_interval": f"{SCRAPE_INTERVAL_S}s",
             "scrape_timeout": "10s",
-            "evaluation_interval": f"{EVALUATION_INTERVAL_S}s",
+            "evaluation_interval": f"{evaluation_interval_s:g}s",
         },
         "rule_files": [str(p) for p in rules],
         "scrape_configs": scrape,
@@ -923,6 +946,7 @@ class Sample:
     rss_mib: list[float] = field(default_factory=list)
     groups: dict[str, dict[float, float]] = field(default_factory=dict)
     rules: dict[str, dict[str, float]] = field(default_factory=dict)
+    intervals: dict[str, float] = field(default_factory=dict)  # each group's, seconds
 
 
 def _poll(api: Api, proc: psutil.Process, sample: Sample) -> None:
@@ -938,6 +962,7 @@ def _poll(api: Api, proc: psutil.Process, sample: Sample) -> None:
         if stamp > 0:
             sample.groups.setdefault(_group_of(head), {})[stamp] = seconds
     for group in api.get("/api/v1/rules")["data"]["groups"]:
+        sample.intervals[group["name"]] = float(group.get("interval", 0.0))
         for rule in group["rules"]:
             name = rule.get("name", "")
             key = f"{group['name']}/{name}"
@@ -964,6 +989,7 @@ class Pack:
 
     label: str
     files: tuple[Path, ...]
+    record_interval: str = ""  # the record groups' own interval; "": the global one
 
 
 def pack_of(directory: Path) -> Pack:
@@ -997,6 +1023,33 @@ def without_family(pack: Pack, family: str, group: str, workdir: Path) -> Pack:
         (out / path.name).write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
         files.append(out / path.name)
     return Pack(label, tuple(files))
+
+
+def chart_record_interval() -> str:
+    """The record groups' evaluation interval the chart installs (``prometheusRule.
+    recordInterval``; empty: Prometheus' global one)."""
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    return str(values["prometheusRule"].get("recordInterval") or "")
+
+
+def with_record_interval(pack: Pack, interval: str, workdir: Path) -> Pack:
+    """``pack`` as the chart installs it with ``recordInterval: interval``: its record groups
+    (``inference.records*``) evaluated every ``interval`` (copies in ``workdir``); ``pack``
+    itself where ``interval`` is empty."""
+    if not interval:
+        return pack
+    label = f"{pack.label}-records{interval}"
+    out = workdir / label
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for path in pack.files:
+        doc = yaml.safe_load(path.read_text())
+        groups = [
+            {"interval": interval, **g} if g["name"] in RECORD_GROUPS else g for g in doc["groups"]
+        ]
+        (out / path.name).write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+        files.append(out / path.name)
+    return Pack(label, tuple(files), interval)
 
 
 @dataclass
@@ -1048,12 +1101,19 @@ def _start_simulator(
     return sim, targets, node_targets
 
 
-def _start_prometheus(
-    directory: Path, targets: Path, node_targets: Path | None, pack: Pack, binary: str
+def _start_prometheus(  # noqa: PLR0917
+    directory: Path,
+    targets: Path,
+    node_targets: Path | None,
+    pack: Pack,
+    binary: str,
+    evaluation_interval_s: float = EVALUATION_INTERVAL_S,
+    memory_limit: str = "",
 ) -> tuple[subprocess.Popen[bytes], Api]:
     port = free_port()
     config = directory / "scrape-and-rules.yml"
-    config.write_text(json.dumps(prometheus_config(targets, pack.files, node_targets), indent=2))
+    settings = prometheus_config(targets, pack.files, node_targets, evaluation_interval_s)
+    config.write_text(json.dumps(settings, indent=2))
     prom = subprocess.Popen(
         [
             binary,
@@ -1064,6 +1124,8 @@ def _start_prometheus(
         ],
         stdout=(directory / "prometheus.log").open("wb"),
         stderr=subprocess.STDOUT,
+        # Go's soft memory limit: the garbage collector works harder near it
+        env={**os.environ, "GOMEMLIMIT": memory_limit} if memory_limit else None,
     )
     return prom, Api(f"http://127.0.0.1:{port}")
 
@@ -1084,6 +1146,8 @@ def measure_side_by_side(  # noqa: PLR0917
     exposition: Path,
     cost_repeat: int = 3,
     binary: str = "prometheus",
+    evaluation_interval_s: float = EVALUATION_INTERVAL_S,
+    memory_limit: str = "",
 ) -> list[dict[str, Any]]:
     """Every scenario's simulator and, per pack, a Prometheus over it, all at once: one warm-up,
     one measuring window, so every number of the batch met the same machine."""
@@ -1098,7 +1162,15 @@ def measure_side_by_side(  # noqa: PLR0917
             for pack in packs:
                 directory = sim_dir / pack.label
                 directory.mkdir(parents=True, exist_ok=True)
-                prom, api = _start_prometheus(directory, targets, node_targets, pack, binary)
+                prom, api = _start_prometheus(
+                    directory,
+                    targets,
+                    node_targets,
+                    pack,
+                    binary,
+                    evaluation_interval_s,
+                    memory_limit,
+                )
                 running.processes.append(prom)
                 instances.append(Instance(scenario, pack, directory, sim, prom, api, count))
         started = time.monotonic()
@@ -1109,6 +1181,7 @@ def measure_side_by_side(  # noqa: PLR0917
                         break
                 if inst.prom.poll() is not None or time.monotonic() - started > 600:
                     raise RuntimeError(f"targets not up; see {inst.directory / 'prometheus.log'}")
+                _memory_left()
                 time.sleep(2)
             took = time.monotonic() - started
             print(f"  {inst.scenario.name} / {inst.pack.label}: {inst.targets} up, {took:.0f} s")
@@ -1127,11 +1200,18 @@ def measure_side_by_side(  # noqa: PLR0917
             inst.cpu0 = _cpu(inst.prom.pid)
         wall0 = time.monotonic()
         load0 = os.getloadavg()
-        while time.monotonic() - wall0 < measure_min * 60:
-            _alive(instances)
-            for inst in instances:
-                _poll(inst.api, psutil.Process(inst.prom.pid), inst.sample)
-            time.sleep(EVALUATION_INTERVAL_S / 3)
+        loads = [load0[0]]
+        # Each Prometheus's own CPU profile over most of the window, all at once.
+        seconds = max(10, min(PROFILE_S, round(measure_min * 60) - 20))
+        with ThreadPoolExecutor(max_workers=max(1, len(instances))) as pool:
+            profiles = {id(i): pool.submit(cpu_profile, i.api, seconds) for i in instances}
+            while time.monotonic() - wall0 < measure_min * 60:
+                _alive(instances)
+                for inst in instances:
+                    _poll(inst.api, psutil.Process(inst.prom.pid), inst.sample)
+                loads.append(os.getloadavg()[0])
+                time.sleep(evaluation_interval_s / 3)
+            parts = {key: future.result() for key, future in profiles.items()}
         wall = time.monotonic() - wall0
         sim_cores = {k: (_cpu(p.pid) - sim_cpu0[k]) / wall for k, p in sims.items()}
         cores = {id(i): (_cpu(i.prom.pid) - i.cpu0) / wall for i in instances}
@@ -1144,6 +1224,12 @@ def measure_side_by_side(  # noqa: PLR0917
                 simulator_cpu_cores=round(sim_cores[id(inst.sim)], 3),
                 measured_s=round(wall, 1),
                 load_average=load,
+                load_average_window={
+                    "min": round(min(loads), 2),
+                    "median": round(statistics.median(loads), 2),
+                    "max": round(max(loads), 2),
+                },
+                cpu_profile=parts[id(inst)],
                 cold_start=inst.cold_start,
             )
             out.append(result)
@@ -1154,9 +1240,37 @@ def measure_side_by_side(  # noqa: PLR0917
             shutil.rmtree(inst.directory / "data", ignore_errors=True)
 
 
+def cpu_profile(api: Api, seconds: int) -> dict[str, float]:
+    """Prometheus's CPU over ``seconds`` by part (:mod:`prom_profile`): CPU seconds per part
+    and ``seconds``; empty where the profile could not be taken."""
+    try:
+        with urllib.request.urlopen(
+            f"{api.base}/debug/pprof/profile?seconds={seconds}", timeout=seconds + 60
+        ) as response:
+            raw = response.read()
+    except OSError:
+        return {}
+    out = {
+        part: round(value, 3) for part, value in prom_profile.parts(prom_profile.parse(raw)).items()
+    }
+    return {**out, "seconds": float(seconds)}
+
+
+def _memory_left() -> None:
+    """Stops the run before the machine runs out of memory (the kernel's OOM killer would pick
+    a process of whoever shares the machine)."""
+    available = psutil.virtual_memory().available
+    if available < MIN_AVAILABLE:
+        raise RuntimeError(
+            f"only {available / 1024**3:.1f} GiB of memory left: stopped (--prometheus-memory-"
+            "limit bounds each Prometheus)"
+        )
+
+
 def _alive(instances: Sequence[Instance]) -> None:
     """Stops the run as soon as a simulator or a Prometheus is gone (numbers without it would
-    compare unlike things)."""
+    compare unlike things), or memory runs out."""
+    _memory_left()
     for inst in instances:
         for what, proc in (("simulator", inst.sim), ("prometheus", inst.prom)):
             if proc.poll() is not None:
@@ -1192,6 +1306,7 @@ def _results(inst: Instance, cost_repeat: int) -> dict[str, Any]:
             "median_ms": round(_median(list(values.values())) * 1000, 1),
             "max_ms": round(max(values.values()) * 1000, 1),
             "evaluations": len(values),
+            "interval_s": sample.intervals.get(name, 0.0),
         }
         for name, values in sorted(sample.groups.items())
     }
@@ -1208,6 +1323,7 @@ def _results(inst: Instance, cost_repeat: int) -> dict[str, Any]:
         "pool_models": sc.pool_models,
         "pods_per_model": sc.pods_per_model,
         "pack": inst.pack.label,
+        "record_interval": inst.pack.record_interval,
         "gpus": gpus,
         "pods": pods,
         "node_agents": len(sc.agents()),
@@ -1245,8 +1361,21 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
     """What ``run`` measures: per fleet size, every layout and mix side by side; the
     disaggregated fleets (with and without the pool family) join the first batch."""
     sidecar = pack_of(args.rules)
-    packs = {layout: [pack_of(args.rules / layout)] for layout in LAYOUTS if layout != "sidecar"}
-    packs["sidecar"] = [sidecar]
+    chosen = [("sidecar", sidecar)]
+    chosen += [(layout, pack_of(args.rules / layout)) for layout in LAYOUTS if layout != "sidecar"]
+    chosen += [(layout, pack_of(Path(directory))) for layout, directory in args.pack]
+    packs: dict[str, list[Pack]] = {}
+    labels: dict[str, list[str]] = {}
+    for layout, given in chosen:
+        seen = labels.setdefault(layout, [])
+        # one directory per pack: a second one of the same name is numbered
+        pack = (
+            replace(given, label=f"{given.label}-{len(seen) + 1}") if given.label in seen else given
+        )
+        seen.append(given.label)
+        packs.setdefault(layout, []).extend(
+            with_record_interval(pack, interval, workdir) for interval in args.record_interval
+        )
     out: list[list[tuple[Scenario, list[Pack]]]] = [
         [(Scenario(gpus, layout, mix), packs[layout]) for layout in args.layout for mix in args.mix]
         for gpus in args.gpus
@@ -1256,7 +1385,10 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
         pools = [
             (
                 Scenario(layout="sidecar", pool_models=args.pool_models, pods_per_model=n),
-                [sidecar, without],
+                [
+                    with_record_interval(p, args.record_interval[0], workdir)
+                    for p in (sidecar, without)
+                ],
             )
             for n in args.pool_pods_per_model
         ]
@@ -1267,7 +1399,14 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
     return out
 
 
+def _stop_on_signal(signum: int, _frame: object) -> None:
+    """SIGTERM ends the run as Ctrl-C does: the simulators and Prometheus servers stopped,
+    their data removed."""
+    raise SystemExit(128 + signum)
+
+
 def run(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _stop_on_signal)
     binary = shutil.which(args.prometheus)
     if binary is None:
         print(f"{args.prometheus} not found: apt-get install prometheus", file=sys.stderr)
@@ -1295,7 +1434,15 @@ def run(args: argparse.Namespace) -> int:
         names = ", ".join(f"{sc.name} ({'/'.join(p.label for p in packs)})" for sc, packs in batch)
         print(f"side by side: {names}", flush=True)
         results = measure_side_by_side(
-            batch, args.warmup, args.measure, workdir, exposition, args.cost_repeat, binary
+            batch,
+            args.warmup,
+            args.measure,
+            workdir,
+            exposition,
+            args.cost_repeat,
+            binary,
+            args.evaluation_interval,
+            args.prometheus_memory_limit,
         )
         for result in results:
             long = ("rules_ms", "rule_costs", "cold_start")
@@ -1309,7 +1456,9 @@ def run(args: argparse.Namespace) -> int:
             [binary, "--version"], capture_output=True, text=True, check=False
         ).stdout.splitlines()[0],
         "scrape_interval_s": SCRAPE_INTERVAL_S,
-        "evaluation_interval_s": EVALUATION_INTERVAL_S,
+        "evaluation_interval_s": args.evaluation_interval,
+        "record_intervals": args.record_interval,
+        "prometheus_memory_limit": args.prometheus_memory_limit,
         "warmup_min": args.warmup,
         "measure_min": args.measure,
         "rules": str(args.rules),
@@ -1343,66 +1492,149 @@ def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _rules_cores(sc: dict[str, Any]) -> float:
+    """Cores Prometheus spent evaluating its rule groups (its CPU profile); NaN without one."""
+    profile = sc.get("cpu_profile", {})
+    return profile["rules"] / profile["seconds"] if profile.get("seconds") else math.nan
+
+
+def _name(sc: dict[str, Any]) -> str:
+    interval = sc.get("record_interval") or "global"
+    return f"{sc['layout']} ({sc['pack']}, records {interval})"
+
+
 def report_layouts(scales: Sequence[dict[str, Any]]) -> None:
-    """The sidecar and node layouts side by side, and the node layout's ratios."""
+    """The sidecar and node layouts side by side, and the node layout's ratios (each node pack
+    against the sidecar pack at the same size, mix and record interval)."""
     runs = [sc for sc in scales if not sc.get("pool_models")]
-    groups = sorted({g for sc in runs for g in sc["groups"]})
-    head = ["layout", "GPUs per pod", "GPUs", "pods", "agents", "series", "per GPU", "per pod"]
-    head += ["recorded", "RSS MiB", "CPU", "all groups ms"]
-    head += [f"`{g.removeprefix('inference.')}` ms" for g in groups]
+    head = ["layout", "pack", "records every", "GPUs per pod", "GPUs", "pods", "agents"]
+    head += ["series", "per GPU", "recorded", "RSS MiB", "CPU cores", "rules' cores"]
+    head += ["rules' share", "all groups ms"]
     print(_row(head))
     print("|" + "---|" * len(head))
     for sc in runs:
         row = [
             sc["layout"],
+            f"`{sc['pack']}`",
+            sc.get("record_interval") or "(global)",
             sc["mix"],
             f"{sc['gpus']:,}",
             f"{sc['pods']:,}",
             f"{sc['node_agents']:,}",
             f"{sc['fleet_series']:,.0f}",
             f"{sc['series_per_gpu']:.1f}",
-            f"{sc['series_per_pod']:.1f}",
             f"{sc['recorded_series']:,.0f}",
             f"{sc['rss_mib_median']:,.0f}",
             f"{sc['cpu_cores']:.3f}",
+            f"{_rules_cores(sc):.3f}",
+            f"{100 * rules_share(sc):.1f} %",
             f"{sc['groups_total_median_ms']:,.0f}",
         ]
-        row += [f"{sc['groups'].get(g, {}).get('median_ms', 0):,.1f}" for g in groups]
         print(_row(row))
     print()
+    gpu = ("inference.records.gpu", "inference.records.gpu_state")
     for sc in runs:
         if sc["layout"] != "node":
             continue
+        same = ("gpus", "mix", "record_interval")
         base = next(
             (
                 b
                 for b in runs
-                if b["layout"] == "sidecar" and (b["gpus"], b["mix"]) == (sc["gpus"], sc["mix"])
+                if b["layout"] == "sidecar" and all(b.get(k) == sc.get(k) for k in same)
             ),
             None,
         )
         if base is None:
             continue
-        ratios = {
-            key: sc[key] / base[key] if base[key] else math.nan
-            for key in (
-                "fleet_series",
-                "recorded_series",
-                "rss_mib_median",
-                "cpu_cores",
-                "groups_total_median_ms",
-            )
+        mine = {
+            "series": sc["fleet_series"],
+            "recorded": sc["recorded_series"],
+            "RSS": sc["rss_mib_median"],
+            "CPU": sc["cpu_cores"],
+            "rules' CPU": _rules_cores(sc),
+            "all groups": sc["groups_total_median_ms"],
+            "GPU record groups": sum(sc["groups"][g]["median_ms"] for g in gpu),
         }
-        gpu = ("inference.records.gpu", "inference.records.gpu_state")
-        mine = sum(sc["groups"][g]["median_ms"] for g in gpu)
-        theirs = sum(base["groups"][g]["median_ms"] for g in gpu)
+        theirs = {
+            "series": base["fleet_series"],
+            "recorded": base["recorded_series"],
+            "RSS": base["rss_mib_median"],
+            "CPU": base["cpu_cores"],
+            "rules' CPU": _rules_cores(base),
+            "all groups": base["groups_total_median_ms"],
+            "GPU record groups": sum(base["groups"][g]["median_ms"] for g in gpu),
+        }
+        ratios = ", ".join(
+            f"{k} {mine[k] / theirs[k]:.2f}" if theirs[k] else f"{k} -" for k in mine
+        )
         print(
-            f"node / sidecar, {sc['gpus']} GPUs, mix {sc['mix']}: "
-            + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())
-            + f", GPU record groups {mine:.0f} / {theirs:.0f} ms = {mine / theirs:.2f}; "
+            f"{_name(sc)} / {_name(base)}, {sc['gpus']:,} GPUs, mix {sc['mix']}: {ratios}; "
             f"pods with a GPU record {sc.get('pods_with_gpu_record', 0):.0f} of {sc['pods']} "
             f"(sidecar {base.get('pods_with_gpu_record', 0):.0f})"
         )
+
+
+def rules_share(sc: dict[str, Any]) -> float:
+    """The share of Prometheus's CPU its rule groups took, from its CPU profile (the
+    benchmark's own API queries left out); NaN without a profile."""
+    parts = {k: v for k, v in sc.get("cpu_profile", {}).items() if k != "seconds"}
+    total = sum(v for k, v in parts.items() if k != "query")
+    return parts.get("rules", 0.0) / total if total else math.nan
+
+
+def _percent_of(ms: float, interval_s: float) -> str:
+    return f"{100 * ms / 1000 / interval_s:.1f} %" if interval_s else "-"
+
+
+def report_groups(scales: Sequence[dict[str, Any]]) -> None:
+    """Each rule group's evaluation time against its interval, each fleet side by side, and
+    what share of Prometheus's CPU the whole pack took."""
+    runs = [sc for sc in scales if not sc.get("pool_models")]
+    if not runs:
+        return
+    groups = sorted({g for sc in runs for g in sc["groups"]})
+    head = ["group"] + [f"{_name(sc)}, {sc['gpus']:,} GPUs" for sc in runs]
+    print()
+    print("Median (max) evaluation time, ms, and as % of the group's interval:")
+    print()
+    print(_row(head))
+    print("|" + "---|" * len(head))
+    for g in groups:
+        cells = [f"`{g}`"]
+        for sc in runs:
+            found = sc["groups"].get(g)
+            if found is None:
+                cells.append("-")
+                continue
+            interval = found.get("interval_s") or sc.get("evaluation_interval_s", 0.0)
+            median, top = found["median_ms"], found["max_ms"]
+            cells.append(
+                f"{median:,.0f} ({top:,.0f}): "
+                f"{_percent_of(median, interval)} ({_percent_of(top, interval)})"
+            )
+        print(_row(cells))
+    cells = ["all groups (sum of medians), rules' share of Prometheus's CPU (profile)"]
+    cells += [f"{sc['groups_total_median_ms']:,.0f}: {100 * rules_share(sc):.1f} %" for sc in runs]
+    print(_row(cells))
+    if not all(sc.get("rule_costs") for sc in runs):
+        return
+    # Wall times on a loaded machine hold the waits for a core; a rule's expression as an
+    # instant query, the fastest of a few, is closer to what its evaluation costs.
+    print()
+    print("Each group's rules as instant queries after the window, fastest of each, ms, and as")
+    print("% of the group's interval:")
+    print()
+    print(_row(head))
+    print("|" + "---|" * len(head))
+    for g in groups:
+        cells = [f"`{g}`"]
+        for sc in runs:
+            found = sc["groups"].get(g)
+            cost = sum(v["eval_ms"] for k, v in sc["rule_costs"].items() if k.split("/")[0] == g)
+            interval = (found or {}).get("interval_s") or sc.get("evaluation_interval_s", 0.0)
+            cells.append(f"{cost:,.0f}: {_percent_of(cost, interval)}")
+        print(_row(cells))
 
 
 def report_pools(scales: Sequence[dict[str, Any]]) -> None:
@@ -1442,7 +1674,10 @@ def report(args: argparse.Namespace) -> int:
     scales = data["scales"]
     if "layout" in scales[0]:
         print(f"command: {data.get('command', '')}; machine: {data['machine']}")
+        for sc in scales:
+            sc.setdefault("evaluation_interval_s", data.get("evaluation_interval_s", 30.0))
         report_layouts(scales)
+        report_groups(scales)
         report_pools(scales)
         return 0
     groups = sorted({g for scale in scales for g in scale["groups"]})
@@ -1479,6 +1714,16 @@ def report(args: argparse.Namespace) -> int:
     a, b = _slope(xs, total)
     print(f"per 1,000 GPUs: all groups {b:,.1f} ms per evaluation (intercept {a:,.1f})")
     return 0
+
+
+def _layout_pack(text: str) -> tuple[str, str]:
+    layout, _, directory = text.partition("=")
+    if layout not in LAYOUTS or not (Path(directory) / "recording_rules.yaml").is_file():
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: want LAYOUT=DIR, LAYOUT one of {', '.join(LAYOUTS)} and DIR holding "
+            "recording_rules.yaml and alerts.yaml"
+        )
+    return layout, directory
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1518,6 +1763,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_run.add_argument(
         "--rules", type=Path, default=RULES, help=f"the pack's directory (default {RULES})"
     )
+    p_run.add_argument(
+        "--evaluation-interval",
+        type=float,
+        default=EVALUATION_INTERVAL_S,
+        metavar="SECONDS",
+        help="Prometheus's rule evaluation interval (default: the Prometheus Operator's "
+        f"{EVALUATION_INTERVAL_S} s; the scrape interval is {SCRAPE_INTERVAL_S} s)",
+    )
+    p_run.add_argument(
+        "--record-interval",
+        nargs="+",
+        default=None,
+        metavar="DURATION",
+        help="the record groups' evaluation interval, as the chart's prometheusRule."
+        "recordInterval sets it (default: the chart's, "
+        f"{chart_record_interval() or 'none'}); '' for none (the global one); several are "
+        "measured side by side",
+    )
+    p_run.add_argument(
+        "--pack",
+        nargs="+",
+        default=[],
+        type=_layout_pack,
+        metavar="LAYOUT=DIR",
+        help="another rule pack (recording_rules.yaml and alerts.yaml in DIR) measured on that "
+        "layout's fleet beside the shipped one, e.g. node=/tmp/old/alert_rules/node",
+    )
+    p_run.add_argument(
+        "--prometheus-memory-limit",
+        default="",
+        metavar="SIZE",
+        help="GOMEMLIMIT of each Prometheus (e.g. 7GiB): where several large fleets share the "
+        "machine's memory (default: none)",
+    )
     p_run.add_argument("--label", default="", help="a name for this run in the results file")
     p_run.add_argument(
         "--prometheus", default="prometheus", help="the Prometheus binary (default: on PATH)"
@@ -1540,6 +1819,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes = [*args.gpus, *args.pool_pods_per_model, args.pool_models]
         if min(sizes) < 1 or not (args.gpus or args.pool_pods_per_model):
             print("fleet: sizes must be positive, and a run needs --gpus or pools", file=sys.stderr)
+            return 2
+        if not 1 <= args.evaluation_interval <= 3600:
+            print("fleet: --evaluation-interval must be 1 to 3600 seconds", file=sys.stderr)
+            return 2
+        if args.prometheus_memory_limit and not re.fullmatch(
+            r"[0-9]+(B|KiB|MiB|GiB|TiB)", args.prometheus_memory_limit
+        ):
+            print("fleet: --prometheus-memory-limit must be like 7GiB", file=sys.stderr)
+            return 2
+        if args.record_interval is None:
+            args.record_interval = [chart_record_interval()]
+        if any(i and not re.fullmatch(r"([0-9]+(ms|s|m|h))+", i) for i in args.record_interval):
+            print("fleet: --record-interval must be a duration (1m, 30s) or ''", file=sys.stderr)
             return 2
         return run(args)
     if args.command == "report":

@@ -51,12 +51,12 @@ from prometheus_client.utils import floatToGoString
 from exporter.metrics import GPU_LABELS
 from exporter.signatures.promql_text import selector, split_matchers
 from exporter.signatures.signals.dcgm_join import dcgm_matchers, dcgm_per_gpu, dcgm_series
-from exporter.signatures.signals.node_join import node_per_gpu
+from exporter.signatures.signals.node_join import holder_matchers, node_per_gpu
 from exporter.signatures.signals.shared_gpu_signals import GPU_DEVICE_UTILIZATION
 from exporter.signatures.signals.signal import Signal
 from exporter.signatures.signals.signal import Unit as SignalUnit
 from exporter.signatures.signals.signal_context import SignalContext
-from exporter.signatures.site import SignatureConfigError, SiteConfig, Source
+from exporter.signatures.site import CLUSTER, SignatureConfigError, SiteConfig, Source
 
 # --- identity ---------------------------------------------------------------------------------
 
@@ -163,6 +163,15 @@ def target_labels() -> tuple[str, ...]:
     return site().join_labels
 
 
+def exporter_labels() -> tuple[str, ...]:
+    """The labels every series of one exporter shares in every layout: ``instance`` and
+    ``job`` (and ``cluster``). A series of a GPU meets its exporter's series of no GPU (the
+    driver's) on these: the node agent files the first under the pod holding the GPU, the
+    second under none."""
+    cluster = (CLUSTER,) if CLUSTER in site().join_labels else ()
+    return (*cluster, "instance", "job")
+
+
 def variable_labels() -> tuple[str, ...]:
     """The target labels with a template variable, in the join labels' order.
 
@@ -262,7 +271,7 @@ def gpu_reading(nvml: Reading, dcgm: Reading | None = None, *, keep: Sequence[st
     label), with the target's join labels: where no signal exists (per-GPU detail).
 
     ``nvml`` is PromQL over the NVML collector's series (``inference_gpu_*``): the sidecar's
-    own, or (``node``) the node agent's, given to the pod holding each GPU; ``dcgm`` over
+    own, or (``node``) the node agent's, filed under the pod holding each GPU; ``dcgm`` over
     dcgm-exporter's (``DCGM_FI_*``), joined by pod. The joins are the rules' own
     (:mod:`exporter.signatures.signals.node_join`, :mod:`~exporter.signatures.signals.dcgm_join`),
     narrowed to the dashboard's variables before joining. Where dcgm-exporter has no such
@@ -273,9 +282,12 @@ def gpu_reading(nvml: Reading, dcgm: Reading | None = None, *, keep: Sequence[st
     labels = ", ".join((*target_labels(), "gpu", *extra))
     source = layout()
     if source == "node":
+        # the agent files each device's series under its pod: narrowed to it before the join
+        held = holder_matchers(ctx, target_matchers())
 
         def agent(metric: str, *matchers: str, per_gpu: bool = True) -> str:
-            gpu = (GPU,) if per_gpu else ()
+            # a series of no GPU (the driver's) is the agent's own, under no pod
+            gpu = (GPU, *held) if per_gpu else ()
             return selector(metric, site().selectors.sidecar, *gpu, *matchers)
 
         inner = node_per_gpu(ctx, nvml(agent), extra, pod=target_matchers())

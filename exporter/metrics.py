@@ -19,6 +19,11 @@ from prometheus_client.core import (
 MetricType = Literal["gauge", "counter", "histogram"]
 
 GPU_LABELS = ("gpu", "uuid")
+#: The pod holding a device, on the node agent's series of the device
+#: (exporter.collectors.holder_labels); Prometheus keeps them over the target's (honorLabels).
+HOLDER_LABELS = ("namespace", "pod", "container")
+#: Series of the node agent that name their own pod (by UID) and stay the node's.
+NODE_OWN_PREFIX = "inference_gpu_pod_"
 
 # Buckets of inference_gpu_utilization_samples: fine at both ends, where "idle" and
 # "saturated" are decided, coarse in the middle.
@@ -59,8 +64,24 @@ class MetricSpec:
     @property
     def optional_labels(self) -> tuple[str, ...]:
         """Labels present only in some configurations: ``endpoint`` on the engine collector's
-        metrics when several ``--engine.url`` are polled (one value per endpoint)."""
-        return ("endpoint",) if self.collector == "engine" else ()
+        metrics when several ``--engine.url`` are polled (one value per endpoint); the holder's
+        ``namespace``, ``pod`` and ``container`` on the nvml collector's series of one device
+        in the node agent (the ``podresources`` collector on)."""
+        if self.collector == "engine":
+            return ("endpoint",)
+        if self.holder_labelled:
+            return HOLDER_LABELS
+        return ()
+
+    @property
+    def holder_labelled(self) -> bool:
+        """Whether the node agent files this metric's series under the pod holding their
+        device (a series of one device, named by ``gpu``; not one naming its own pod)."""
+        return (
+            self.collector == "nvml"
+            and "gpu" in self.labels
+            and not self.name.startswith(NODE_OWN_PREFIX)
+        )
 
     @property
     def family_name(self) -> str:

@@ -27,13 +27,15 @@ def _load() -> ModuleType:
 
 fleet = _load()
 
-# Hand-written: a node agent's exposition cut to what the tests read (two GPUs' series, the
-# attribution the podresources collector writes for a node of 1-GPU pods, one node series).
+# Hand-written: a node agent's exposition cut to what the tests read (the GPUs' busy seconds
+# filed under their holders, the attribution the podresources collector writes for a node of
+# 1-GPU pods, one node series).
 AGENT = "\n".join(
     [
         "# TYPE inference_gpu_busy_seconds_total counter",
         *(
-            f'inference_gpu_busy_seconds_total{{gpu="{k}",uuid="GPU-0000000{k}-aaaa"}} {10.0 * k}'
+            f'inference_gpu_busy_seconds_total{{container="vllm",gpu="{k}",namespace="serving",'
+            f'pod="vllm-{k}",uuid="GPU-0000000{k}-aaaa"}} {10.0 * k}'
             for k in range(8)
         ),
         "# TYPE inference_gpu_pod_info gauge",
@@ -99,6 +101,9 @@ def test_agent_names_the_pod_holding_each_gpu_and_only_its_node() -> None:
         busy = _samples(body, "inference_gpu_busy_seconds_total")
         uuids = {s["uuid"] for s in busy}
         assert len(uuids) == 8 and not uuids & seen_uuids  # every node its own GPUs
+        # every GPU's series filed under its holder, as pod_info names it
+        filed = {(s["uuid"], s["namespace"], s["pod"], s["container"]) for s in busy}
+        assert filed == {(s["uuid"], s["namespace"], s["pod"], "engine") for s in info}
         assert {s["uuid"] for s in info} == uuids
         seen_uuids |= uuids
 
@@ -115,7 +120,10 @@ def test_gpu_no_pod_holds_is_attributed_to_no_one() -> None:
         4,
     ]
     assert len(_samples(body, "inference_gpu_pods")) == 5
-    assert len(_samples(body, "inference_gpu_busy_seconds_total")) == 8  # the node still has 8
+    busy = _samples(body, "inference_gpu_busy_seconds_total")
+    assert len(busy) == 8  # the node still has 8, the three unheld filed under no pod
+    unheld = [s for s in busy if int(s["gpu"]) >= 5]
+    assert {(s["namespace"], s["pod"], s["container"]) for s in unheld} == {("", "", "")}
 
 
 def test_disaggregated_fleet_has_both_roles_per_model() -> None:
@@ -152,3 +160,49 @@ def test_pack_without_the_pool_family_drops_only_it(tmp_path: Path) -> None:
     for name, kept in after.items():
         if name != "inference.signatures":
             assert kept == before[name]
+
+
+def test_pack_with_a_record_interval_times_only_the_record_groups(tmp_path: Path) -> None:
+    full = fleet.pack_of(fleet.RULES / "node")
+    assert fleet.with_record_interval(full, "", tmp_path) is full
+    timed = fleet.with_record_interval(full, "1m", tmp_path)
+    for before, after in zip(full.files, timed.files, strict=True):
+        old = yaml.safe_load(before.read_text())["groups"]
+        new = yaml.safe_load(after.read_text())["groups"]
+        assert [g["rules"] for g in new] == [g["rules"] for g in old]
+        for group in new:
+            records = group["name"] in fleet.RECORD_GROUPS
+            assert group.get("interval") == ("1m" if records else None), group["name"]
+    # the default is what the chart installs: every group at the global interval
+    assert yaml.safe_load(fleet.CHART_VALUES.read_text())["prometheusRule"]["recordInterval"] == ""
+    assert fleet.chart_record_interval() == ""
+
+
+def test_a_batch_measures_every_pack_of_a_layout_at_every_record_interval(tmp_path: Path) -> None:
+    args = fleet.argparse.Namespace(
+        rules=fleet.RULES,
+        gpus=[800],
+        layout=["sidecar", "node"],
+        mix=["1"],
+        record_interval=["1m", ""],
+        pack=[fleet._layout_pack(f"node={fleet.RULES / 'node'}")],
+        pool_pods_per_model=[],
+        pool_models=8,
+    )
+    (batch,) = fleet.batches(args, tmp_path)
+    measured = {
+        (scenario.layout, pack.label, pack.record_interval)
+        for scenario, packs in batch
+        for pack in packs
+    }
+    assert measured == {
+        ("sidecar", "alert_rules-records1m", "1m"),
+        ("sidecar", "alert_rules", ""),
+        ("node", "node-records1m", "1m"),
+        ("node", "node", ""),
+        # the other pack of the node layout, in a directory of its own
+        ("node", "node-2-records1m", "1m"),
+        ("node", "node-2", ""),
+    }
+    with pytest.raises(fleet.argparse.ArgumentTypeError):
+        fleet._layout_pack(f"dcgm={tmp_path}")

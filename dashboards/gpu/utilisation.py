@@ -12,6 +12,7 @@ from dashboards.common import (
     Unit,
     by,
     column_labels,
+    exporter_labels,
     gpu_legend,
     gpu_reading,
     signal,
@@ -40,7 +41,7 @@ def identity() -> AnyPanel:
             f"{select('inference_gpu_info')}\n"
             f"* on ({target}, gpu, uuid) group_left (mig_mode)\n"
             f"{select('inference_gpu_mig_mode_info')}\n"
-            f"* on ({target}) group_left (driver_version)\n"
+            f"* on ({', '.join(exporter_labels())}) group_left (driver_version)\n"
             f"{select('inference_nvml_driver_info', per_gpu=False)}"
         )
 

@@ -68,6 +68,11 @@ share is the sum of its processes' newest SM samples, as the engine's is. A proc
 one that ended before its cgroup was read, or one whose cgroup cannot be read is counted by
 reason, never given to a pod.
 
+Holders (the node agent): with the ``podresources`` collector on, each device's series carry
+``namespace``, ``pod`` and ``container`` of the pod holding the device, one copy per pod on a
+shared one, its counters counted from when the pod got it
+(:mod:`~exporter.collectors.holder_labels`).
+
 The peak figures are computed once per NVML session from the identity-time facts
 (:func:`exporter.hardware.gpus.peaks_of`; a MIG device's share: ``slice_peaks``) and cost no
 call per poll.
@@ -103,6 +108,7 @@ from exporter.backends.nvml_api import (
 from exporter.backends.pidns import EngineProcesses, FixedPids, HostPids, is_host_procfs
 from exporter.backends.pod_cgroups import Lookup, PodProcesses
 from exporter.collectors.base import Collection, Collector
+from exporter.collectors.holder_labels import HolderLabels
 from exporter.collectors.nvml_attribution import (
     ATTRIBUTION_CHOICES,
     AttributionWatch,
@@ -116,7 +122,7 @@ from exporter.collectors.nvml_devices import (
 )
 from exporter.collectors.nvml_families import GpuFamilies
 from exporter.collectors.nvml_state import GpuState
-from exporter.collectors.shared_state import GpuDevices, Shared
+from exporter.collectors.shared_state import GpuDevices, GpuHolders, Shared
 from exporter.config import ConfigError, ServerOptions, Settings, flag, section
 from exporter.hardware.gpus import Peaks
 from exporter.priority import SCRAPES
@@ -210,6 +216,7 @@ class NvmlCollector(Collector):
         attribution: str = "all-visible",
         pods: PodProcesses | None = None,
         per_link: bool = False,
+        holders: GpuHolders | None = None,
     ) -> None:
         self._api_factory = api_factory
         # Where each session's devices are published for other collectors (podresources).
@@ -228,6 +235,9 @@ class NvmlCollector(Collector):
         self._pods = pods
         # Each NVLink link's series too (--gpu.nvlink-per-link).
         self._per_link = per_link
+        # The pods holding each device (the node agent: its series are filed under them).
+        self._holders = holders
+        self._holder_labels = HolderLabels()
         self._said_processes = False
         self._reenumerate_at = 0.0
         self._states: dict[str, GpuState] = {}
@@ -555,7 +565,10 @@ class NvmlCollector(Collector):
                 if healthy and _cgroups_unreadable(state):
                     blind.append(state.identity.label)
                 families.add_gpu(state, healthy)
-        out.metrics.extend(families.families())
+        gpu_families = families.families()
+        if self._holders is not None and self._holders.attached:
+            gpu_families = self._holder_labels.apply(gpu_families, self._holders.get())
+        out.metrics.extend(gpu_families)
         if stuck:
             out.success = False
             out.error = f"NVML call hanging for GPU {', '.join(stuck)}"
@@ -656,6 +669,7 @@ def build(settings: Settings, shared: Shared) -> NvmlCollector:
         attribution=method,
         pods=pods,
         per_link=opts.nvlink_per_link,
+        holders=shared.gpu_holders,
     )
 
 

@@ -13,7 +13,9 @@ milliseconds) and matches every device ID of an ``nvidia.com/`` resource to a de
 ``nvml`` collector enumerated: ``GPU-<uuid>`` (the device plugin's default IDs), the index
 (``deviceIDStrategy: index``), ``MIG-<uuid>`` or ``MIG-GPU-<uuid>/<gi>/<ci>`` (MIG devices,
 mixed or single strategy), each with an optional ``::<n>`` replica suffix (time-slicing, MPS).
-``collect()`` only renders the last match.
+``collect()`` only renders the last match, and the ``nvml`` collector labels each device's
+series with the pods holding it (:mod:`~exporter.collectors.holder_labels`: the rules read the
+agent's series by pod, with no join).
 
 Never wrong: an ID NVML does not show is counted (``state="unknown_to_nvml"``), never guessed;
 a device NVML shows but the kubelet does not offer is ``unknown_to_kubelet``, one offered but
@@ -43,7 +45,7 @@ from exporter.backends.podresources_client import (
     PodResourcesError,
 )
 from exporter.collectors.base import BackgroundThread, Collection, Collector
-from exporter.collectors.shared_state import GpuDevices, Shared
+from exporter.collectors.shared_state import GpuDevices, Holder, Holders, Shared
 from exporter.config import ConfigError, Settings, flag, section
 
 log = logging.getLogger(__name__)
@@ -56,13 +58,6 @@ STALE_INTERVALS = 3
 STATES = ("attributed", "unallocated", "unknown_to_kubelet", "unknown_to_nvml")
 
 _LEGACY_MIG = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
-
-
-@dataclass(frozen=True)
-class Holder:
-    namespace: str
-    pod: str
-    container: str
 
 
 @dataclass
@@ -237,12 +232,26 @@ class PodResourcesCollector(Collector, BackgroundThread):
             )
             self._said = message
 
-    def collect(self) -> Collection:
+    def _current(self) -> tuple[Attribution | None, str]:
+        """The attribution to report now (None when there is none or it is too old to trust:
+        a pod may have ended meanwhile) and the last error."""
         with self._lock:
             attribution, at, error = self._attribution, self._attributed_at, self._error
-        out = Collection(success=not error, error=error)
         if attribution is not None and self._clock() - at > STALE_INTERVALS * self.interval:
-            attribution = None  # too old to trust: a pod may have ended meanwhile
+            attribution = None
+        return attribution, error
+
+    def holders(self) -> Holders | None:
+        """Each attributed device's holders, sorted, by device label (what the ``nvml``
+        collector labels each device's series with); None when the attribution is unknown."""
+        attribution, _ = self._current()
+        if attribution is None:
+            return None
+        return {label: tuple(sorted(found)) for label, found in attribution.holders.items()}
+
+    def collect(self) -> Collection:
+        attribution, error = self._current()
+        out = Collection(success=not error, error=error)
         if attribution is None:
             if not error:
                 out.success, out.error = False, "no answer from the kubelet yet"
@@ -252,7 +261,7 @@ class PodResourcesCollector(Collector, BackgroundThread):
         for label in sorted(attribution.holders):
             identity = attribution.devices[label]
             holders = attribution.holders[label]
-            for h in sorted(holders, key=lambda h: (h.namespace, h.pod, h.container)):
+            for h in sorted(holders):
                 info.add_metric([label, identity.uuid, h.namespace, h.pod, h.container], 1.0)
             distinct = {(h.namespace, h.pod) for h in holders}
             pods.add_metric([label, identity.uuid], float(len(distinct)))
@@ -309,4 +318,7 @@ def check(settings: Settings) -> None:
 def build(settings: Settings, shared: Shared) -> PodResourcesCollector:
     opts = section(PodResourcesOptions, settings)
     client = PodResourcesClient(opts.socket, deadline=opts.deadline)
-    return PodResourcesCollector(client, shared.gpu_devices, interval=opts.interval)
+    collector = PodResourcesCollector(client, shared.gpu_devices, interval=opts.interval)
+    # The nvml collector labels each device's series with the pods holding it.
+    shared.gpu_holders.attach(collector.holders)
+    return collector

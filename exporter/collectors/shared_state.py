@@ -11,11 +11,14 @@ collectors never import each other.
   collector tells them among the host PIDs NVML reports.
 * :class:`GpuDevices`: the devices the nvml collector enumerated; the podresources collector
   matches the kubelet's device IDs to them.
+* :class:`GpuHolders`: the pods the podresources collector found holding each device; the
+  nvml collector labels each device's series with them (the node agent).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -182,6 +185,41 @@ class GpuDevices:
             return self._devices
 
 
+@dataclass(frozen=True, order=True)
+class Holder:
+    """A container the kubelet gave a device to."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+#: Each device's holders by device label (``gpu``), sorted; None while unknown.
+Holders = Mapping[str, tuple[Holder, ...]]
+
+
+class GpuHolders:
+    """Which containers hold each GPU and MIG device, as the ``podresources`` collector last
+    matched the kubelet's answer (its staleness rule applied); the ``nvml`` collector gives each
+    device's series its holders' labels. Attached once the podresources collector is built:
+    without it (a sidecar) nothing is attached and no series is relabelled."""
+
+    def __init__(self) -> None:
+        self._source: Callable[[], Holders | None] | None = None
+
+    def attach(self, source: Callable[[], Holders | None]) -> None:
+        self._source = source
+
+    @property
+    def attached(self) -> bool:
+        return self._source is not None
+
+    def get(self) -> Holders | None:
+        """The holders now; None when not attached or the attribution is unknown (no answer
+        from the kubelet yet, or one too old to trust)."""
+        return self._source() if self._source is not None else None
+
+
 @dataclass(frozen=True)
 class Shared:
     """The state the collectors of one exporter share (built once per build)."""
@@ -189,3 +227,4 @@ class Shared:
     engine_hub: EngineHub
     engine_pids: EnginePids = field(default_factory=EnginePids)
     gpu_devices: GpuDevices = field(default_factory=GpuDevices)
+    gpu_holders: GpuHolders = field(default_factory=GpuHolders)

@@ -11,9 +11,8 @@ pack. A profile picks where the GPU signals come from and how time is scaled:
     dcgm-exporter (``DCGM_FI_*``), joined to the sidecar's engine/CPU metrics by pod.
 ``node``
     GPU signals from the node agent (a DaemonSet: the ``nvml`` and ``podresources``
-    collectors), whose ``inference_gpu_pod_info`` names the pod holding each GPU; joined to
-    the sidecars (no NVML) by ``namespace`` and ``pod``, as the dcgm profile joins
-    dcgm-exporter.
+    collectors), which files each device's series under the pod holding it; joined to the
+    sidecars (no NVML) by ``namespace`` and ``pod``, as the dcgm profile joins dcgm-exporter.
 ``fast``
     the sidecar profile with every window and ``for`` scaled by 1/10, for drills and
     end-to-end tests.
@@ -120,8 +119,8 @@ PROFILES: dict[str, Profile] = {
         "node",
         "node",
         1.0,
-        "GPU signals from the node agent, attributed to pods by the kubelet "
-        "(inference_gpu_pod_info), joined to the sidecar by pod",
+        "GPU signals from the node agent, each device's filed under the pod the kubelet gave "
+        "it to, joined to the sidecar by pod",
     ),
     "fast": Profile(
         "fast", "sidecar", 0.1, "the sidecar profile with windows and `for` scaled by 1/10"

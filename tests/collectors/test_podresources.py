@@ -32,7 +32,7 @@ from support.kubelet import (
 
 from exporter.backends.gpu_reader import GpuIdentity, MigSlice
 from exporter.backends.podresources_client import PodResourcesClient
-from exporter.collectors import default_settings
+from exporter.collectors import build_shared, default_settings
 from exporter.collectors.nvml import NvmlCollector
 from exporter.collectors.podresources import (
     STALE_INTERVALS,
@@ -40,8 +40,12 @@ from exporter.collectors.podresources import (
     check,
     device_of,
 )
+from exporter.collectors.podresources import build as podresources_build
 from exporter.collectors.shared_state import GpuDevices
 from exporter.config import ConfigError
+from exporter.metrics import CATALOGUE, HOLDER_LABELS
+
+BY_FAMILY_NAME = {spec.family_name: spec for spec in CATALOGUE}
 
 INTERVAL = 10.0
 
@@ -278,3 +282,55 @@ def test_the_sidecar_runs_without_grpc() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_the_agent_files_each_device_series_under_its_holders(
+    kubelet: tuple[FakeKubelet, Path],
+) -> None:
+    """The nvml and podresources collectors as the node agent builds them (one Shared): every
+    series of one device carries the pod holding it, a copy per pod on the time-sliced GPU, and
+    none on a device no pod holds; the per-pod shares and the collector's own series do not."""
+    settings = default_settings(
+        collector_podresources=True,
+        podresources_socket=kubelet[1],
+        podresources_interval=INTERVAL,
+    )
+    shared = build_shared(settings)
+    attribution = podresources_build(settings, shared)
+    nvml = NvmlCollector(
+        NodeNvml,
+        poll_interval=60,
+        published=shared.gpu_devices,
+        holders=shared.gpu_holders,
+    )
+    nvml.start()
+    try:
+        assert nvml.wait_ready(10)
+        nvml.poll_now()
+        attribution.refresh()
+        held = holders(attribution)
+        families = nvml.collect().metrics
+    finally:
+        nvml.stop(5)
+        attribution.stop(5)
+    filed: dict[tuple[str, str], set[str]] = {}
+    relabelled = 0
+    for family in families:
+        spec = BY_FAMILY_NAME[family.name]
+        for s in family.samples:
+            own = set(spec.labels) | ({"le"} if s.name.endswith("_bucket") else set())
+            if not spec.holder_labelled:
+                assert set(s.labels) == own, (s.name, s.labels)
+                continue
+            relabelled += 1
+            assert set(s.labels) == own | set(HOLDER_LABELS), (s.name, s.labels)
+            holder = f"{s.labels['namespace']}/{s.labels['pod']}/{s.labels['container']}"
+            filed.setdefault(s.labels["gpu"], set()).add(holder)
+    assert relabelled
+    nobody = {gpu: found for gpu, found in filed.items() if found == {"//"}}
+    # every held device under its holders (the shared GPU under both), the others under none
+    by_index = {gpu: found for (gpu, _), found in held.items()}
+    assert {gpu: found for gpu, found in filed.items() if gpu not in nobody} == by_index
+    assert str(FREE_GPU) in nobody
+    assert str(MIG_GPU) in nobody  # the GPU itself: its MIG devices are held
+    assert len(by_index[str(SHARED_GPU)]) == 2

@@ -61,7 +61,9 @@ def test_default_values_render_the_node_agent_and_the_monitoring_objects() -> No
     socket = effective_settings(agent).values["podresources.socket"]
     assert Path(socket).parent == Path(agent["volumeMounts"][0]["mountPath"])
     (rule,) = of_kind(objects, "PrometheusRule")
-    assert "inference_gpu_pod_info" in yaml.safe_dump(rule["spec"])
+    # the node profile: the agents' series read by pod, given the sidecar targets' labels
+    assert rule["metadata"]["labels"]["inference-bottleneck-exporter/rule-profile"] == "node"
+    assert "inference:exporter_build_info:group" in yaml.safe_dump(rule["spec"])
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from support.chart import CHART, ROOT, of_kind, render
 from support.chart import chart_tool as load_chart_tool
 
 import exporter
+from exporter.signatures.signals.signal_groups import RECORD_GROUPS
 
 chart_tool = load_chart_tool()
 SCENARIOS_PAGERDUTY = {
@@ -57,11 +58,35 @@ def test_profiles_hold_recording_and_alerting_rules() -> None:
         assert {"recording_rules.yaml", "alerts.yaml"} <= {p.name for p in directory.glob("*.yaml")}
 
 
+def timed(groups: list[dict[str, Any]], interval: str) -> list[dict[str, Any]]:
+    """``groups`` with the record groups at ``interval`` (the chart's recordInterval)."""
+    return [
+        {**g, "interval": interval} if interval and g["name"].startswith("inference.records") else g
+        for g in groups
+    ]
+
+
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_prometheus_rule_equals_alert_rules(profile: str) -> None:
+    # by default every group at Prometheus' global interval: the rules as generated
     (rule,) = of_kind(render({"prometheusRule": {"profile": profile}}), "PrometheusRule")
     assert rule["spec"]["groups"] == source_groups(PROFILES[profile])
     assert rule["metadata"]["labels"]["inference-bottleneck-exporter/rule-profile"] == profile
+    # with recordInterval, the record groups at it (not the fast profile's: seconds)
+    values = {"prometheusRule": {"profile": profile, "recordInterval": "1m"}}
+    (rule,) = of_kind(render(values), "PrometheusRule")
+    interval = "" if profile == "fast" else "1m"
+    assert rule["spec"]["groups"] == timed(source_groups(PROFILES[profile]), interval)
+
+
+def test_record_groups_take_their_own_interval_and_alerts_the_global_one() -> None:
+    values = {"prometheusRule": {"recordInterval": "2m"}}
+    (rule,) = of_kind(render(values), "PrometheusRule")
+    intervals = {g["name"]: g.get("interval") for g in rule["spec"]["groups"]}
+    # the template knows them by their prefix: every record group, no other
+    assert {name for name, value in intervals.items() if value == "2m"} == set(RECORD_GROUPS)
+    assert intervals["inference.signatures"] is None
+    assert intervals["inference.meta"] is None
 
 
 @pytest.mark.parametrize(

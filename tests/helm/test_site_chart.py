@@ -64,13 +64,12 @@ def groups(directory: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("profile", ["sidecar", "dcgm", "fast"])
 def test_prometheus_rule_is_the_sites_rules(site: dict[str, Path], profile: str) -> None:
-    (rule,) = of_kind(
-        render({"prometheusRule": {"profile": profile}}, chart=site["chart"]), "PrometheusRule"
-    )
+    values = {"prometheusRule": {"profile": profile}}
+    (rule,) = of_kind(render(values, chart=site["chart"]), "PrometheusRule")
     assert rule["spec"]["groups"] == groups(site["root"] / "rules" / profile)
     exprs = [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
     assert any("by (cluster, namespace, pod, instance, job)" in expr for expr in exprs)
-    (shipped,) = of_kind(render({"prometheusRule": {"profile": profile}}), "PrometheusRule")
+    (shipped,) = of_kind(render(values), "PrometheusRule")
     assert rule["spec"]["groups"] != shipped["spec"]["groups"]
 
 

@@ -1,9 +1,11 @@
 """The sidecar profile's promtool test groups as the node layout exposes them (hand-written).
 
 Every ``inference_gpu_*`` series of a PodMonitor target leaves the sidecar and is a node
-agent's (the agent's own target labels; one agent per sidecar, so no two pods' GPUs collide),
-and the agent says which pod holds each GPU (``inference_gpu_pod_info`` with that pod's
-namespace, pod and container, as honorLabels keeps them). What the node layout cannot do is
+agent's (the agent's own ``endpoint``, ``instance`` and ``job``; one agent per sidecar, so no
+two pods' GPUs collide). The agent files each device's series under the pod holding the device
+(its ``namespace`` and ``pod``, container ``engine``, as honorLabels keeps them;
+:mod:`exporter.collectors.holder_labels`) and says so in ``inference_gpu_pod_info``; its series
+of no device are its own. What the node layout cannot do is
 left out: static targets (no pod to join a GPU to), and the alerts that read the sidecar's raw
 GPU series or its per-process shares. ``tests/signatures/test_node_profile.py`` runs the result
 with promtool, ``tests/signatures/test_vmalert.py`` with vmalert.
@@ -108,7 +110,14 @@ def to_node_layout(group: dict[str, Any]) -> dict[str, Any] | None:
             },
         )
         own = {k: v for k, v in labels.items() if k not in TARGET}
-        series.append({"series": _series(name, {**own, **agent}), "values": item["values"]})
+        if "gpu" in labels:
+            # a device's series is filed under the pod holding it (honorLabels keeps these)
+            held = {"namespace": labels["namespace"], "pod": labels["pod"], "container": "engine"}
+            series.append(
+                {"series": _series(name, {**own, **agent, **held}), "values": item["values"]}
+            )
+        else:
+            series.append({"series": _series(name, {**own, **agent}), "values": item["values"]})
         if "gpu" in labels and "uuid" in labels:
             key = (agent["instance"], labels["gpu"], labels["uuid"])
             length = max(_length(item["values"]), holders.get(key, ({}, 0))[1])

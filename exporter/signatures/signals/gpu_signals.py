@@ -16,7 +16,12 @@ from exporter.signatures.promql_text import by, num, on, regex_alternatives, sel
 from exporter.signatures.signals import dcgm_fields
 from exporter.signatures.signals.dcgm_fields import dcgm_quantity
 from exporter.signatures.signals.dcgm_join import dcgm_per_gpu, dcgm_per_target, dcgm_series
-from exporter.signatures.signals.node_join import agent_gpu, node_per_gpu, node_per_target
+from exporter.signatures.signals.node_join import (
+    agent_gpu,
+    node_per_gpu,
+    node_per_target,
+    pod_labels,
+)
 from exporter.signatures.signals.signal import ByLayout, Raw, Rule, Signal
 from exporter.signatures.signals.signal_groups import GPU_GROUP, GPU_STATE_GROUP
 
@@ -470,8 +475,8 @@ XID_NEW = Signal(
         ),
         node=Rule(
             _xid_new_node,
-            "Xid errors in the window per GPU and Xid (as in the sidecar profile, the node "
-            "agent's counters and its own history), for the GPU's only holder",
+            "Xid errors in the window per GPU and Xid (as in the sidecar profile, each "
+            "holding pod's counters on the node agent and the agent's own history)",
             window=0.0,
         ),
         dcgm=Rule(
@@ -542,7 +547,7 @@ CLOCK_EVENTS = Signal(
         node=Rule(
             lambda ctx: node_per_gpu(ctx, f"{_throttled(ctx)} > 0", keep=("reason",)),
             "1 per GPU and reason while a hardware or thermal clock event reason holds the "
-            "clocks down (the GPU's only holder); absent otherwise",
+            "clocks down (the node agent's); absent otherwise",
         ),
         dcgm=Rule(
             _clock_events_dcgm,
@@ -562,7 +567,10 @@ def held_down(ctx: SignalContext, per_gpu: str) -> str:
 
 
 def _node_held_down(ctx: SignalContext, metric: str) -> str:
-    return held_down(ctx, node_per_gpu(ctx, ctx.sidecar_series(metric)))
+    """The node agent's ``metric`` of the GPUs held down, filtered before the join (the agent's
+    series name the holding pod, as the clock event record does)."""
+    throttled = f"and {on((*pod_labels(ctx), *GPU_LABELS))} {ctx.name(CLOCK_EVENTS)}"
+    return node_per_gpu(ctx, f"{ctx.sidecar_series(metric)}\n{throttled}")
 
 
 # The sidecar's own series name a GPU as the records would: its evidence reads them where an

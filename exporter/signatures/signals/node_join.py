@@ -1,10 +1,14 @@
-"""How the node agent's series (the ``node`` layout) meet the sidecar's targets: each GPU given
-to the pod holding it.
+"""How the node agent's series (the ``node`` layout) meet the sidecar's targets.
 
-The node agent's series belong to the node: ``inference_gpu_pod_info`` names the pod holding
-each GPU (``namespace``, ``pod``, kept by ``honorLabels``). Each GPU series is joined to it by
-the agent's ``instance`` and the GPU, aggregated by pod, and given the sidecar target's
-remaining join labels the same way the dcgm layout gives dcgm-exporter's (:func:`node_per_gpu`).
+The node agent files each device's series under the pod holding the device: ``namespace``,
+``pod`` and ``container`` of the holder, kept by ``honorLabels``; a device several pods share
+has a copy of each series per pod, one no pod holds carries none of them
+(:mod:`exporter.collectors.holder_labels`). A GPU signal of a pod is then its expression over
+the agent's series aggregated by pod, given the sidecar target's remaining join labels
+(``instance``, ``job``) from the target-info signal, as the dcgm layout gives dcgm-exporter's
+(:func:`node_per_gpu`, :func:`node_per_target`). Nothing joins a device to
+``inference_gpu_pod_info`` at evaluation time: a join per device and record cost the GPU
+record groups 2-6x the sidecar profile's at fleet scale (``docs/scale.md``).
 """
 
 from __future__ import annotations
@@ -34,37 +38,42 @@ def agent_gpu(ctx: SignalContext) -> tuple[str, ...]:
 
 
 def pods(ctx: SignalContext, *matchers: str) -> str:
-    """The target-info signal of targets that are pods: static targets (no pod) would all meet
-    in one empty match group, so only pods join. ``matchers`` narrow it (a dashboard's pod)."""
-    return selector(ctx.name(TARGET_INFO), 'namespace!=""', 'pod!=""', *matchers)
+    """The target-info signal: in the node layout one series per sidecar target that is a pod
+    (static targets hold no GPU). ``matchers`` narrow it (a dashboard's pod)."""
+    return selector(ctx.name(TARGET_INFO), *matchers)
+
+
+def holder_matchers(ctx: SignalContext, matchers: Sequence[str]) -> list[str]:
+    """The ``matchers`` on labels naming the holding pod (:func:`pod_labels`), which the node
+    agent's series carry too: a dashboard narrows them to its pod before aggregating."""
+    labels = pod_labels(ctx)
+    return [m for m in matchers if m.split("=", 1)[0].rstrip("!~") in labels]
+
+
+def _per_pod_gpu(ctx: SignalContext, inner: str, keep: tuple[str, ...] = ()) -> str:
+    """``inner`` once per pod and GPU (and ``keep`` label): a node agent replaced by another
+    (a new ``instance``) has both agents' series in a window for a while."""
+    return f"max {by((*pod_labels(ctx), *GPU_LABELS, *keep))} ({inner})"
 
 
 def node_per_gpu(
     ctx: SignalContext, inner: str, keep: tuple[str, ...] = (), pod: Sequence[str] = ()
 ) -> str:
-    """Per-GPU value of the node agent's series ``inner`` (one per agent and GPU, and per
-    ``keep`` label), for each pod that holds the GPU, with the pod's target join labels.
+    """Per-GPU value of the node agent's series ``inner`` (one per pod holding the GPU, and
+    per ``keep`` label: an Xid, a clock event reason) with the pod's target join labels.
 
-    A GPU time-sliced between pods is every holder's. Where ``inner`` has several series per
-    GPU (``keep``: an Xid, a clock event reason), PromQL cannot match them to several holders at
-    once: those go to a GPU's only holder, and a shared GPU's stay the node's. ``pod`` are
-    matchers on the holder's target labels (a dashboard's variables), applied before the join.
-    """
-    pj, agent = pod_labels(ctx), agent_gpu(ctx)
+    ``pod`` are matchers on the pod's target labels (a dashboard's variables): only its GPUs
+    join. Narrow ``inner``'s selectors to the pod too (:func:`holder_matchers`), or every GPU is
+    aggregated before the join drops the others."""
+    pj = pod_labels(ctx)
     rest = [label for label in ctx.join if label not in pj]
-    info = ctx.sidecar_series("inference_gpu_pod_info", 'namespace!=""', 'pod!=""', *pod)
-    holders = f"max {by((*agent, *pj))} ({info})"
-    if keep:
-        shared = f"({ctx.sidecar_series('inference_gpu_pods')} > 1)"
-        holders = f"(\n{holders}\nunless {on(agent)}\n{shared}\n)"
-        attributed = f"({inner})\n* {on(agent)} group_left ({', '.join(pj)})\n{holders}"
-    else:
-        attributed = f"({inner})\n* {on(agent)} group_right ()\n{holders}"
-    grouped = f"max {by((*pj, *GPU_LABELS, *keep))} (\n{attributed}\n)"
+    grouped = _per_pod_gpu(ctx, inner, keep)
     return f"{grouped}\n* {on(pj)} group_left ({', '.join(rest)})\n{pods(ctx, *pod)}"
 
 
 def node_per_target(ctx: SignalContext, aggregation: str, inner: str) -> str:
-    """Per-target ``aggregation`` of :func:`node_per_gpu` over the GPUs the target's pod
-    holds."""
-    return f"{aggregation} {ctx.by_target} (\n{node_per_gpu(ctx, inner)}\n)"
+    """Per-target ``aggregation`` of the node agent's series ``inner`` over the GPUs the
+    target's pod holds."""
+    pj = pod_labels(ctx)
+    grouped = f"{aggregation} {by(pj)} ({_per_pod_gpu(ctx, inner)})"
+    return f"{grouped}\n* {on(pj)} group_right ()\n{pods(ctx)}"

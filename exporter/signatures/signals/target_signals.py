@@ -21,12 +21,30 @@ _JOIN = Rule(
     _target_info, "1 per sidecar scrape target: the join labels every other record carries"
 )
 
+
+_IS_POD = ('namespace!=""', 'pod!=""')
+
+
+def _target_pods(ctx: SignalContext) -> str:
+    """Pods only: the node agent's series name the pod holding each GPU, and static targets
+    (no pod) would all meet in one empty match group of the readers' joins."""
+    pods = ctx.sidecar_series(BUILD_INFO, *_IS_POD)
+    return f"group {ctx.by_target} ({pods})"
+
+
 #: 1 per sidecar scrape target, with its join labels: what a GPU series from the node agent or
 #: dcgm-exporter is joined to. The sidecar layout has nothing to join and does not record it.
 TARGET_INFO = Signal(
     "inference:exporter_build_info:group",
     "flag",
     TARGET_GROUP,
-    ByLayout(sidecar=None, node=_JOIN, dcgm=_JOIN),
+    ByLayout(
+        sidecar=None,
+        node=Rule(
+            _target_pods,
+            "1 per sidecar scrape target that is a pod: the join labels every other record carries",
+        ),
+        dcgm=_JOIN,
+    ),
     "sidecar target",
 )
