@@ -1,6 +1,7 @@
 """Dashboard "Inference bottlenecks": the one on-call opens first.
 
-Top to bottom: which signature families fire, what the GPU is waiting for, where a request's
+Top to bottom: which signature families fire, the service-level objectives with the scaling
+advice and its cause, what the GPU is waiting for, where a request's
 time goes, how far the pod is from its hardware limit, how its prefill and decode pools fare,
 and whether the GPU's utilisation pulses.
 """
@@ -9,7 +10,15 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
-from dashboards.bottlenecks import distribution, latency, pools, roofline, signatures, waiting
+from dashboards.bottlenecks import (
+    distribution,
+    latency,
+    pools,
+    roofline,
+    signatures,
+    slo,
+    waiting,
+)
 from dashboards.common import build_dashboard, signature_annotation
 
 UID = "ibe-inference-bottlenecks"
@@ -21,13 +30,14 @@ def dashboard() -> Dashboard:
         uid=UID,
         title="Inference bottlenecks",
         description=(
-            "What a GPU LLM inference server is waiting for: signature alerts, the GPU beside "
+            "What a GPU LLM inference server is waiting for: signature alerts, the error budgets "
+            "of the service-level objectives with the scaling advice and its cause, the GPU beside "
             "its feeders (queue, tokenizer, softirq, front-end thread, HBM, memory headroom), "
             "the latency of one request by stage, the distance to the hardware's roofline, the "
             "prefill and decode pools of disaggregated serving, and "
             "the distribution of GPU utilisation."
         ),
         variable_names=("model", "gpu"),
-        rows=(signatures, waiting, latency, roofline, pools, distribution),
+        rows=(signatures, slo, waiting, latency, roofline, pools, distribution),
         annotations=(signature_annotation(),),
     )

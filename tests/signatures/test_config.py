@@ -34,7 +34,7 @@ STARVED = "InferenceGPUStarvedQueueGrowing"
         (
             {"thresholds": {}},
             "thresholds: unknown key (known: runbook_url, join_labels, "
-            "selectors, dcgm, gateway, windows, signatures)",
+            "selectors, dcgm, gateway, windows, signatures, slo, scaling)",
         ),
         (
             {"runbook_url": "https://wiki/runbooks"},

@@ -33,7 +33,11 @@ UNIT_TESTS = sorted(PROMTOOL_TESTS.rglob("*.yaml"))
 # Rule files; alert_rules/alertmanager.yaml is Alertmanager's (tests/signatures/test_alertmanager.py checks it).
 GENERATED = sorted(p for p in RULES.rglob("*.yaml") if p.name != "alertmanager.yaml")
 SITE_FIXTURES = sorted(p.parent for p in (FIXTURES / "rules").glob("*/config.yaml"))
-PROFILE_OF_FIXTURE = {"dcgm-exported-labels": "dcgm", "cluster-join": "sidecar"}
+PROFILE_OF_FIXTURE = {
+    "dcgm-exported-labels": "dcgm",
+    "cluster-join": "sidecar",
+    "slo-objectives": "sidecar",
+}
 # Labels Prometheus adds to a target: a PodMonitor's, and a static config's (instance, job).
 TARGET_LABELS = {"namespace", "pod", "container", "endpoint", "instance", "job", "cluster"}
 ALERTS = [s.alert for s in all_signatures(parse_config({}))]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from exporter.metrics import GPU_LABELS
 from exporter.signatures.catalogue.context import Context, percent
-from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
+from exporter.signatures.definitions import TARGET, Advice, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, on, pct, regex_alternatives
 from exporter.signatures.signals.engine_signals import (
     GENERATION_TOKENS,
@@ -67,6 +67,14 @@ def gpu_underutilized(ctx: Context) -> Signature:
             ),
             utilization_below=pct(util),
         ),
+        advice=Advice(
+            "investigate",
+            blocks_scale_out=True,
+            why=(
+                "the GPU is {util} % busy with {running} requests running: it waits most of the "
+                "time, and another GPU would wait too"
+            ),
+        ),
     )
 
 
@@ -92,6 +100,14 @@ def gpu_lost(ctx: Context) -> Signature:
         title="GPU lost",
         rules=(rule,),
         runbook=ctx.runbook(alert, queries=(("Xids on the same GPU", ctx.name(XID_NEW)),)),
+        advice=Advice(
+            "fix_gpu",
+            blocks_scale_out=True,
+            why=(
+                "GPU {labels.gpu} stopped answering: the replica is broken, not short; drain "
+                "and repair it"
+            ),
+        ),
     )
 
 
@@ -138,6 +154,14 @@ def gpu_xid_errors(ctx: Context) -> Signature:
             alert,
             queries=(("new Xids per GPU", ctx.name(XID_NEW)),),
             critical_xids=listed,
+        ),
+        advice=Advice(
+            "fix_gpu",
+            blocks_scale_out=True,
+            why=(
+                "GPU {labels.gpu} reported Xid {labels.xid}: its state cannot be trusted until "
+                "it is reset"
+            ),
         ),
     )
 
@@ -188,6 +212,15 @@ def gpu_throttled(ctx: Context) -> Signature:
             queries=(
                 ("GPU temperature", ctx.name(TEMPERATURE)),
                 ("SM clock (MHz)", f"{ctx.name(SM_CLOCK)} / 1000000"),
+            ),
+        ),
+        advice=Advice(
+            "fix_gpu",
+            blocks_scale_out=True,
+            why=(
+                "GPU {labels.gpu} runs with its clocks held down ({labels.reason}) at {temp} "
+                "°C: every replica on hardware like it runs slower until cooling or power is "
+                "fixed"
             ),
         ),
     )
@@ -285,5 +318,13 @@ def gpu_contended(ctx: Context) -> Signature:
             ),
             others_above=pct(others),
             baseline=baseline,
+        ),
+        advice=Advice(
+            "isolate_gpu",
+            blocks_scale_out=True,
+            why=(
+                "other tenants take {others} % of GPU {labels.gpu}: the engine shares its GPU, "
+                "it is not short of GPUs"
+            ),
         ),
     )
