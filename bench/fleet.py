@@ -1208,7 +1208,9 @@ def measure_side_by_side(  # noqa: PLR0917
             while time.monotonic() - wall0 < measure_min * 60:
                 _alive(instances)
                 for inst in instances:
-                    _poll(inst.api, psutil.Process(inst.prom.pid), inst.sample)
+                    # a poll Prometheus did not answer in time is one sample fewer
+                    with contextlib.suppress(OSError):
+                        _poll(inst.api, psutil.Process(inst.prom.pid), inst.sample)
                 loads.append(os.getloadavg()[0])
                 time.sleep(evaluation_interval_s / 3)
             parts = {key: future.result() for key, future in profiles.items()}
@@ -1288,17 +1290,35 @@ def _cpu(pid: int) -> float:
 _RECORDED = r"inference[a-z_]*:.+"
 
 
+def _or_default(failed: list[str], what: str, call: Callable[[], Any], default: Any) -> Any:
+    """``call()``, or ``default`` where Prometheus did not answer in time (on a loaded machine a
+    count over every series can take minutes): one figure missing, named in ``failed``, rather
+    than every measurement of the run lost."""
+    try:
+        return call()
+    except OSError as error:
+        failed.append(f"{what}: {error}")
+        return default
+
+
 def _results(inst: Instance, cost_repeat: int) -> dict[str, Any]:
-    """What one Prometheus measured, once the window is over."""
+    """What one Prometheus measured, once the window is over. The window's own figures (group
+    times, RSS, CPU) are kept whatever the queries after it answer."""
     api, sc, sample = inst.api, inst.scenario, inst.sample
-    head = _metric_values(api.text("/metrics"), "prometheus_tsdb_head_series").get(
-        "prometheus_tsdb_head_series", 0.0
-    )
+    failed: list[str] = []
+
+    def scalar(query: str) -> float:
+        return float(_or_default(failed, query, lambda: api.scalar(query), math.nan))
+
+    head = _metric_values(
+        _or_default(failed, "/metrics", lambda: api.text("/metrics"), ""),
+        "prometheus_tsdb_head_series",
+    ).get("prometheus_tsdb_head_series", math.nan)
     own = f'__name__!~"{_RECORDED}|ALERTS|ALERTS_FOR_STATE"'
     # The fleet's own series: everything of the jobs but records and alert state (which carry
     # the job label as a join label).
-    sidecar_series = api.scalar(f'count({{job="{JOB}",{own}}})')
-    agent_series = api.scalar(f'count({{job=~"{NODE_JOB}|{DCGM_JOB}",{own}}})')
+    sidecar_series = scalar(f'count({{job="{JOB}",{own}}})')
+    agent_series = scalar(f'count({{job=~"{NODE_JOB}|{DCGM_JOB}",{own}}})')
     pods = len(sc.pods())
     gpus = sum(p.gpus for p in sc.pods())
     groups = {
@@ -1314,7 +1334,13 @@ def _results(inst: Instance, cost_repeat: int) -> dict[str, Any]:
         name: round(_median([v for v in values.values() if v > 0]) * 1000, 2)
         for name, values in sample.rules.items()
     }
-    firing = api.get("/api/v1/query", query="count by (alertname, alertstate) (ALERTS)")
+    alerts_query = "count by (alertname, alertstate) (ALERTS)"
+    firing = _or_default(
+        failed,
+        alerts_query,
+        lambda: api.get("/api/v1/query", query=alerts_query),
+        {"data": {"result": []}},
+    )
     fleet_series = sidecar_series + agent_series
     return {
         "scenario": sc.name,
@@ -1327,33 +1353,43 @@ def _results(inst: Instance, cost_repeat: int) -> dict[str, Any]:
         "gpus": gpus,
         "pods": pods,
         "node_agents": len(sc.agents()),
-        "targets_up": api.scalar("count(up == 1)"),
+        "targets_up": scalar("count(up == 1)"),
         "head_series": head,
         "fleet_series": fleet_series,
         "sidecar_series": sidecar_series,
         "agent_series": agent_series,
         "series_per_gpu": round(fleet_series / gpus, 1),
         "series_per_pod": round(fleet_series / pods, 1),
-        "recorded_series": api.scalar(f'count({{__name__=~"{_RECORDED}"}})'),
+        "recorded_series": scalar(f'count({{__name__=~"{_RECORDED}"}})'),
         # Checks that the layouts recorded what they should: each pod's GPU utilisation (the
         # node layout's join of agent, attribution and sidecar), and every pool.
-        "pods_with_gpu_record": api.scalar("count(inference:gpu_utilization:mean5m)"),
-        "pools_recorded": api.scalar(
+        "pods_with_gpu_record": scalar("count(inference:gpu_utilization:mean5m)"),
+        "pools_recorded": scalar(
             "count(inference_pool:prefill_engines:count)"
             " + count(inference_pool:decode_engines:count)"
         ),
-        "alerts_series": api.scalar("count(ALERTS)"),
-        "raw_series_read": raw_read(api, pack_selectors(inst.pack.files)),
+        "alerts_series": scalar("count(ALERTS)"),
+        "raw_series_read": _or_default(
+            failed,
+            "raw series read",
+            lambda: raw_read(api, pack_selectors(inst.pack.files)),
+            math.nan,
+        ),
         "rss_mib_median": round(_median(sample.rss_mib), 1),
         "rss_mib_max": round(max(sample.rss_mib), 1),
-        "scrape_duration_p50_s": round(api.scalar("quantile(0.5, scrape_duration_seconds)"), 4),
+        "scrape_duration_p50_s": round(scalar("quantile(0.5, scrape_duration_seconds)"), 4),
         "groups": groups,
         "groups_total_median_ms": round(sum(g["median_ms"] for g in groups.values()), 1),
         "rules_ms": dict(sorted(rule_times.items(), key=lambda kv: -kv[1])),
-        "rule_costs": rule_costs(api, inst.pack.files, cost_repeat) if cost_repeat else {},
+        "rule_costs": _or_default(
+            failed, "rule costs", lambda: rule_costs(api, inst.pack.files, cost_repeat), {}
+        )
+        if cost_repeat
+        else {},
         "alerts": [
             {**r["metric"], "count": int(float(r["value"][1]))} for r in firing["data"]["result"]
         ],
+        "failed_queries": failed,
     }
 
 

@@ -6,6 +6,8 @@
   :data:`exporter.server.websec.fields.FIELDS`;
 * in ``docs/engines.md``: the engine table and each engine's mapping, from the engine specs
   and their rule tables (:mod:`exporter.engines.describe`);
+* in ``docs/slo.md``: the engines' latency bucket bounds
+  (:mod:`exporter.signatures.slo_buckets`) and what each signature says for scaling;
 * in ``docs/architecture.md``: every module of ``exporter/`` with the first line of its
   docstring (read with :mod:`ast`, nothing imported), the engine table from
   :data:`exporter.engines.SPECS` and the collector table from
@@ -287,6 +289,9 @@ def with_section(text: str, name: str, body: str) -> str:
 
 def _sections() -> dict[str, tuple[tuple[str, Callable[[], str]], ...]]:
     from exporter.server.websec import field_table  # noqa: PLC0415
+    from exporter.signatures import parse_config  # noqa: PLC0415
+    from exporter.signatures.slo.verdict_signals import advice_table  # noqa: PLC0415
+    from exporter.signatures.slo_buckets import bucket_table  # noqa: PLC0415
 
     fields = (("web-config-fields", field_table),)
     return {
@@ -301,6 +306,10 @@ def _sections() -> dict[str, tuple[tuple[str, Callable[[], str]], ...]]:
             ("modules", render_modules),
             ("engines", render_engines),
             ("collectors", render_collectors),
+        ),
+        "docs/slo.md": (
+            ("slo-buckets", bucket_table),
+            ("slo-advice", lambda: advice_table(parse_config({}))),
         ),
     }
 

@@ -5,6 +5,7 @@ the layout it claims to measure. Its numbers are not tested; its Prometheus runs
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 import sys
 from collections import Counter
@@ -206,3 +207,18 @@ def test_a_batch_measures_every_pack_of_a_layout_at_every_record_interval(tmp_pa
     }
     with pytest.raises(fleet.argparse.ArgumentTypeError):
         fleet._layout_pack(f"dcgm={tmp_path}")
+
+
+def test_a_query_prometheus_does_not_answer_costs_one_figure_not_the_run() -> None:
+    failed: list[str] = []
+
+    def timed_out() -> float:
+        raise TimeoutError("timed out")
+
+    assert math.isnan(fleet._or_default(failed, "count(up)", timed_out, math.nan))
+    assert failed == ["count(up): timed out"]
+    assert fleet._or_default(failed, "count(up)", lambda: 3.0, math.nan) == 3.0
+    assert len(failed) == 1
+    # anything but an unanswered query is a bug in the benchmark: it still stops the run
+    with pytest.raises(KeyError):
+        fleet._or_default(failed, "q", lambda: {"present": 1.0}["missing"], 0.0)

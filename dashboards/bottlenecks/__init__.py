@@ -1,8 +1,9 @@
 """Dashboard "Inference bottlenecks": the one on-call opens first.
 
-Top to bottom: which signature families fire, what the GPU is waiting for, where a request's
-time goes, how far the pod is from its hardware limit (and its interconnect), what each token
-costs, how its prefill and decode pools fare, and whether the GPU's utilisation pulses.
+Top to bottom: which signature families fire, the service-level objectives with the scaling
+advice and its cause, what the GPU is waiting for, where a request's time goes, how far the
+pod is from its hardware limit (and its interconnect), what each token costs, how its prefill
+and decode pools fare, and whether the GPU's utilisation pulses.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dashboards.bottlenecks import (
     pools,
     roofline,
     signatures,
+    slo,
     waiting,
 )
 from dashboards.common import build_dashboard, signature_annotation
@@ -29,7 +31,8 @@ def dashboard() -> Dashboard:
         uid=UID,
         title="Inference bottlenecks",
         description=(
-            "What a GPU LLM inference server is waiting for: signature alerts, the GPU beside "
+            "What a GPU LLM inference server is waiting for: signature alerts, the error budgets "
+            "of the service-level objectives with the scaling advice and its cause, the GPU beside "
             "its feeders (queue, tokenizer, softirq, front-end thread, HBM, memory headroom), "
             "the latency of one request by stage, the distance to the hardware's roofline, what "
             "each token costs in energy and money, the prefill and decode pools of disaggregated "
@@ -37,6 +40,6 @@ def dashboard() -> Dashboard:
             "the distribution of GPU utilisation."
         ),
         variable_names=("model", "gpu"),
-        rows=(signatures, waiting, latency, roofline, energy, pools, distribution),
+        rows=(signatures, slo, waiting, latency, roofline, energy, pools, distribution),
         annotations=(signature_annotation(),),
     )

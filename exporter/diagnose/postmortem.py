@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.config import format_duration as duration
+from exporter.diagnose.advice import scaling_advice
 from exporter.diagnose.diagnosis import Report
 from exporter.diagnose.findings import Condition, Finding, format_value
 from exporter.diagnose.report import energy_line, pool_lines, roofline_summary, texts
@@ -319,6 +320,12 @@ def as_html(report: Report, tl: Timeline | None, config_text: str | None = None)
         '<h2 id="verdict">Verdict</h2>',
         f"<p>{_e(verdict)}</p>",
     ]
+    advice = scaling_advice(report.findings)
+    if advice:
+        items = "".join(
+            f'<li data-action="{_e(a.action)}">{_e(a.target)}: {_e(a.text())}</li>' for a in advice
+        )
+        body.append(f'<h3>Scaling advice</h3><ul id="scaling-advice">{items}</ul>')
     body += [_cause_html(rank, f, report) for rank, f in enumerate(report.findings, 1)]
     if not report.findings:
         body.append("<p>No signature holds or nearly holds.</p>")
@@ -415,6 +422,10 @@ def as_markdown(
         "alert rules checked.",
         "",
     ]
+    advice = scaling_advice(report.findings)
+    if advice:
+        lines += ["### Scaling advice", ""]
+        lines += [f"- {_md(a.target)}: {_md(a.text())}" for a in advice] + [""]
     for rank, f in enumerate(report.findings, 1):
         lines += _cause_md(rank, f, report)
     if not report.findings:

@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Any
 
 from exporter.config import format_duration as duration
+from exporter.diagnose.advice import scaling_advice
 from exporter.diagnose.diagnosis import Report
 from exporter.diagnose.findings import (
     Condition,
@@ -284,6 +285,7 @@ def as_json(report: Report) -> dict[str, Any]:
         "missing_inputs": report.missing_inputs,
         "roofline": [_roofline_json(r) for r in report.roofline],
         "pools": [_pool_json(p) for p in report.pools],
+        "scaling_advice": [a.as_json() for a in scaling_advice(report.findings)],
     }
     if report.mode == "target":
         out["samples"] = report.samples
@@ -347,6 +349,10 @@ def as_text(report: Report) -> str:
         lines.append(f"   {wait}runbook: {runbook_url(report.cfg, f.sig.alert)}")
     if not report.findings:
         lines += ["", "No signature holds or nearly holds."]
+    advice = scaling_advice(report.findings)
+    if advice:
+        lines += ["", "Scaling advice:"]
+        lines += [f"  {a.target}: {a.text()}" for a in advice]
     if report.roofline:
         lines += ["", "Roofline and latency budget:"]
         for r in report.roofline:

@@ -24,8 +24,10 @@ from exporter.signatures.render import (
     recording_rules_yaml,
     runbook_index,
     runbook_markdown,
+    slo_runbook_markdown,
 )
 from exporter.signatures.site import PROFILES, SignatureConfigError, SiteConfig, load_config
+from exporter.signatures.slo.burn_alerts import slo_alerts
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_OUT = ROOT / "alert_rules"
@@ -41,8 +43,10 @@ def profile_files(cfg: SiteConfig, out: Path) -> dict[Path, str]:
 
 def runbook_files(cfg: SiteConfig, out: Path) -> dict[Path, str]:
     signatures = all_signatures(cfg)
+    burns = slo_alerts(cfg, every_kind=True)
     files = {out / f"{sig.alert}.md": runbook_markdown(cfg, sig) for sig in signatures}
-    files[out / "README.md"] = runbook_index(cfg, signatures)
+    files.update({out / f"{burn.alert}.md": slo_runbook_markdown(cfg, burn) for burn in burns})
+    files[out / "README.md"] = runbook_index(cfg, signatures, burns)
     return files
 
 

@@ -22,6 +22,7 @@ from exporter.signatures.definitions import FAMILIES, SEVERITIES, Severity, Sign
 from exporter.signatures.render import GENERATOR
 from exporter.signatures.signals.engine_signals import QUEUE_DEPTH, QUEUE_TREND, QUEUE_WAIT_SHARE
 from exporter.signatures.site import SiteConfig
+from exporter.signatures.slo.burn_alerts import SLO_FAMILY, slo_alerts
 
 PREFIX = "Inference"
 ALERTS_MATCHER = f'alertname=~"{PREFIX}.+"'
@@ -166,9 +167,10 @@ def _receiver(name: str, join: Sequence[str]) -> list[str]:
 def alertmanager_yaml(cfg: SiteConfig) -> str:
     """``alert_rules/alertmanager.yaml``: routes, inhibitions and receivers for the pack."""
     signatures = all_signatures(cfg)
+    burns = slo_alerts(cfg)
     join = cfg.join_labels
     groups = group_labels(cfg)
-    width = max(len(sig.alert) for sig in signatures)
+    width = max(len(alert) for alert in [*(s.alert for s in signatures), *(b.alert for b in burns)])
     out = [
         "# Alertmanager configuration for inference-bottleneck-exporter's alerts: a complete,",
         "# working example (amtool check-config); copy the route subtree, the inhibitions and",
@@ -186,6 +188,11 @@ def alertmanager_yaml(cfg: SiteConfig) -> str:
     for sig in signatures:
         receivers = ", ".join(f"{s} -> {RECEIVER_OF[s]}" for s in sig.severities)
         out.append(f"#   {sig.alert:<{width}}  {sig.family:<{family_width}}  {receivers}")
+    # The burn-rate alerts of the site's objectives: pages critical, tickets warning.
+    for burn in burns:
+        severities = dict.fromkeys(rule.severity for rule in burn.rules)
+        receivers = ", ".join(f"{s} -> {RECEIVER_OF[s]}" for s in severities)
+        out.append(f"#   {burn.alert:<{width}}  {SLO_FAMILY:<{family_width}}  {receivers}")
     out += [
         "#",
         "# Grouping: one notification group per alert name and scrape target",

@@ -18,6 +18,27 @@ from typing import Literal
 Severity = Literal["critical", "warning", "info"]
 Family = Literal["cpu", "queue", "network", "memory", "gpu", "roofline", "pool", "meta"]
 Effort = Literal["minutes", "hours", "days", "weeks"]
+#: What to do when a signature holds, for the scaling advice and the autoscalers' gate
+#: (``docs/slo.md``): ``scale_out`` where the signature is a capacity limit that more
+#: replicas relieve, otherwise the fix it names. A new kind of fix is a new word here.
+AdviceAction = Literal[
+    "scale_out",  # capacity: more replicas (GPUs) relieve it
+    "fix_host_cpu",  # the CPU side cannot feed the GPU (scheduler, copies, contention)
+    "fix_frontend",  # the engine's front-end (API server thread, HTTP, detokenisation)
+    "fix_tokenizer",  # tokenisation slower than a decode step
+    "fix_host_feeding",  # bursty feeding: host-to-device copies, batch assembly
+    "fix_softirq",  # interrupt handling takes the CPU (IRQ affinity, RPS, NIC queues)
+    "fix_kv_link",  # the KV-cache transfer between prefill and decode pods
+    "rebalance_pools",  # the other pool of a disaggregated fleet has the room
+    "restart_engine",  # a stalled engine: restart it (and report it)
+    "fix_gateway_scrape",  # the gateway queues or sheds on stale endpoint metrics
+    "fix_interconnect",  # the GPUs' interconnect (NVLink, C2C, fabric) holds them back
+    "fix_gpu",  # the GPU itself: lost, Xid errors, clocks held down (drain, repair, cool)
+    "isolate_gpu",  # other tenants of a shared GPU take its time
+    "tune_engine",  # the engine's own overhead (small batches, launches, scheduling)
+    "fix_monitoring",  # the pack cannot see: nothing to scale on until it can
+    "investigate",  # a symptom the other signatures of the target explain
+]
 
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
 FAMILIES: tuple[Family, ...] = (
@@ -66,6 +87,9 @@ class RecordingRule:
     help: str
     window: float | None = None
     group: str = "inference.records"
+    #: Static labels the rule adds: rules that write one record name for several things
+    #: (one per signature, one per objective) tell their series apart by them.
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,6 +141,9 @@ class AlertRule:
     when: str = ""
     labels: tuple[tuple[str, str], ...] = ()
     history: float = 0.0
+    #: Placeholders of ``summary``/``description`` that are Go templates of their own (a list
+    #: over a query's results), rendered as they are: name -> template text.
+    templates: tuple[tuple[str, str], ...] = ()
 
     def placeholders(self) -> set[str]:
         return set(ANNOTATION_PLACEHOLDER.findall(self.summary + " " + self.description))
@@ -147,11 +174,35 @@ class Runbook:
 
 
 @dataclass(frozen=True)
+class Advice:
+    """What a signature that holds means for scaling (``docs/slo.md``).
+
+    ``action`` is what to do (:data:`AdviceAction`), ``blocks_scale_out`` whether adding
+    replicas is the wrong fix while the signature holds: the ``scale_out_eligible`` gate is 0
+    on a pod (or pool) where a blocking signature holds, so an autoscaler that multiplies its
+    trigger by the gate buys no GPUs for a backlog the host, a link or a stall causes.
+    ``why`` is one sentence with the evidence placeholders of the signature's rules
+    (``{thread}``): ``diagnose`` fills them ("scaling out would not help: the busiest engine
+    thread is at 98 % of a core").
+    """
+
+    action: AdviceAction
+    blocks_scale_out: bool
+    why: str
+
+    def __post_init__(self) -> None:
+        if self.action == "scale_out" and self.blocks_scale_out:
+            raise ValueError("an advice to scale out cannot block scaling out")
+
+
+@dataclass(frozen=True)
 class Signature:
     """One alert name of the catalogue.
 
-    ``explains`` names the alerts that are this one's consequences where both hold (a gateway
-    gating on stale metrics starves its pool's GPUs): ``diagnose`` ranks this one first.
+    ``advice`` is required: every signature says what it means for scaling, so a new one is
+    in the scaling advice and the autoscalers' gate without code of its own. ``explains`` names
+    the alerts that are this one's consequences where both hold (a gateway gating on stale
+    metrics starves its pool's GPUs): ``diagnose`` ranks this one first.
     """
 
     alert: str
@@ -159,6 +210,7 @@ class Signature:
     title: str
     rules: tuple[AlertRule, ...]
     runbook: Runbook
+    advice: Advice
     explains: tuple[str, ...] = ()
 
     @property

@@ -98,3 +98,14 @@ def regex_alternatives(values: Iterable[str | int]) -> str:
 
 def indent(text: str, prefix: str = "  ") -> str:
     return "\n".join(prefix + line if line else line for line in text.splitlines())
+
+
+def printf_matchers(labels: Sequence[str]) -> str:
+    """A Go template ``printf`` call rendering matchers of the alert's own values of
+    ``labels`` (``namespace="llm",pod=""``), for an annotation's ``query``. A label the alert
+    lacks matches the empty value: ``(or $labels.x "")``, since Prometheus' ``$labels`` gives
+    ``""`` for a missing label and vmalert's gives nothing, which ``printf`` would spell
+    ``%!q(<nil>)`` and the query refuse."""
+    fmt = ",".join(f"{label}=%q" for label in labels)
+    args = " ".join(f'(or $labels.{label} "")' for label in labels)
+    return f"printf `{fmt}` {args}"

@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 
-from exporter.config import format_duration
+from exporter.config import format_duration, parse_duration
 from exporter.signatures.catalogue import all_signatures, builder_path
 from exporter.signatures.definitions import (
     ANNOTATION_PLACEHOLDER,
@@ -24,7 +24,7 @@ from exporter.signatures.definitions import (
     Signature,
 )
 from exporter.signatures.params import PARAMS
-from exporter.signatures.promql_text import indent, num
+from exporter.signatures.promql_text import indent, num, printf_matchers
 from exporter.signatures.runbook_templates import template_path
 from exporter.signatures.signals import recording_rules
 from exporter.signatures.signals.target_signals import TARGET_INFO
@@ -35,6 +35,10 @@ from exporter.signatures.site import (
     WINDOW_HELP,
     SiteConfig,
 )
+from exporter.signatures.slo.burn_alerts import SLO_ALERT_GROUP, SLO_FAMILY, SloAlert, slo_alerts
+from exporter.signatures.slo.slo_signals import slo_rules
+from exporter.signatures.slo.verdict_signals import verdict_rules
+from exporter.signatures.slo_config import SCALING_HELP
 
 GENERATOR = "python -m exporter.signatures"
 ALERT_GROUPS = (("inference.signatures", False), ("inference.meta", True))
@@ -46,8 +50,14 @@ _LABEL_PLACEHOLDER = re.compile(r"\{labels\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
 # --- YAML -------------------------------------------------------------------------------------
 
 
+# Plain words YAML reads as something else than a string (YAML 1.1 booleans, null).
+_YAML_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "y", "n", "null"})
+
+
 def _scalar(text: str) -> str:
-    return text if _PLAIN.match(text) else json.dumps(text, ensure_ascii=False)
+    if _PLAIN.match(text) and text.lower() not in _YAML_WORDS:
+        return text
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _block(key: str, text: str, prefix: str) -> list[str]:
@@ -64,17 +74,27 @@ def _header(profile: str, what: str) -> list[str]:
     ]
 
 
+def pack_recording_rules(cfg: SiteConfig) -> list[RecordingRule]:
+    """Every record of the pack's rule file: the signals', then the SLOs' (per objective and
+    pool) and the verdicts (which signatures hold, the scaling advice and its gate), which
+    read the signals and the signatures' conditions."""
+    return [*recording_rules(cfg), *slo_rules(cfg), *verdict_rules(cfg)]
+
+
 def recording_rules_yaml(cfg: SiteConfig) -> str:
     out = _header(cfg.profile.name, "Recording rules")
     out.append("groups:")
     group = None
-    for rule in recording_rules(cfg):
+    for rule in pack_recording_rules(cfg):
         if rule.group != group:
             group = rule.group
             out += [f"  - name: {group}", "    rules:"]
         out.append(f"      # {rule.help}")
         out.append(f"      - record: {rule.record}")
         out += _block("expr", rule.expr, "        ")
+        if rule.labels:
+            out.append("        labels:")
+            out += [f"          {key}: {_scalar(value)}" for key, value in rule.labels]
     return "\n".join(out) + "\n"
 
 
@@ -88,23 +108,29 @@ def alerts_yaml(cfg: SiteConfig) -> str:
             if (sig.family == "meta") != meta:
                 continue
             for rule in sig.rules:
-                out += _alert(cfg, sig, rule)
+                out += _alert(cfg, sig.alert, sig.family, rule)
+    burns = slo_alerts(cfg)
+    if burns:
+        out += [f"  - name: {SLO_ALERT_GROUP}", "    rules:"]
+        for burn in burns:
+            for rule in burn.rules:
+                out += _alert(cfg, burn.alert, SLO_FAMILY, rule)
     return "\n".join(out) + "\n"
 
 
-def _alert(cfg: SiteConfig, sig: Signature, rule: AlertRule) -> list[str]:
+def _alert(cfg: SiteConfig, alert: str, family: str, rule: AlertRule) -> list[str]:
     prefix = "        "
-    out = [f"      - alert: {sig.alert}"]
+    out = [f"      - alert: {alert}"]
     out += _block("expr", rule.expr, prefix)
     if rule.for_seconds > 0:
         out.append(f"{prefix}for: {format_duration(rule.for_seconds)}")
     out += [f"{prefix}labels:", f"{prefix}  severity: {rule.severity}"]
-    out.append(f"{prefix}  signature: {sig.family}")
+    out.append(f"{prefix}  signature: {family}")
     out += [f"{prefix}  {key}: {_scalar(value)}" for key, value in rule.labels]
     annotations = {
         "summary": annotation_template(cfg, rule, rule.summary),
         "description": annotation_template(cfg, rule, rule.description),
-        "runbook_url": runbook_url(cfg, sig.alert),
+        "runbook_url": runbook_url(cfg, alert),
     }
     out.append(f"{prefix}annotations:")
     out += [f"{prefix}  {key}: {_scalar(value)}" for key, value in annotations.items()]
@@ -134,9 +160,7 @@ def annotation_target_template(join: Sequence[str]) -> str:
 
 def _printf_matchers(labels: Sequence[str]) -> str:
     """Go template: a printf call rendering matchers for the alert's own label values."""
-    fmt = ",".join(f"{label}=%q" for label in labels)
-    args = " ".join(f"$labels.{label}" for label in labels)
-    return f"printf `{fmt}` {args}"
+    return printf_matchers(labels)
 
 
 def matchers_template(labels: Sequence[str]) -> str:
@@ -167,7 +191,7 @@ def evidence_template(evidence: Evidence, join: Sequence[str] = ()) -> str:
 
 def annotation_template(cfg: SiteConfig, rule: AlertRule, text: str) -> str:
     """Summary or description text as a Prometheus annotation template."""
-    values = {"target": annotation_target_template(cfg.join_labels)}
+    values = {"target": annotation_target_template(cfg.join_labels), **dict(rule.templates)}
     queried = False
     for item in rule.evidence:
         values[item.key] = evidence_template(item, cfg.join_labels)
@@ -236,6 +260,28 @@ def _param_value(cfg: SiteConfig, alert: str, name: str, kind: str) -> str:
     return num(value)
 
 
+def _scaling_line(sig: Signature) -> str:
+    """What the signature means for scaling, as its runbook says it (``docs/slo.md``)."""
+    advice = sig.advice
+    if advice.action == "scale_out":
+        gate = (
+            "it is capacity and never closes the `scale_out_eligible` gate, which opens where "
+            "requests wait or the KV cache is full on busy GPUs and no cause that blocks "
+            "scaling out holds"
+        )
+    elif advice.blocks_scale_out:
+        gate = "it blocks scaling out: the `scale_out_eligible` gate is 0 while it holds"
+    else:
+        gate = "it neither blocks nor opens the `scale_out_eligible` gate"
+    said = "scale out" if advice.action == "scale_out" else "scaling out would not help"
+    if not advice.blocks_scale_out and advice.action != "scale_out":
+        said = advice.action
+    return (
+        f"**Scaling advice:** `{advice.action}`; {gate}. `diagnose` says, with the evidence's "
+        f'values in the braces: "{said}: {advice.why}".'
+    )
+
+
 def runbook_markdown(cfg: SiteConfig, sig: Signature) -> str:
     """One runbook page (``docs/runbooks/<Alert>.md``)."""
     side = {r.record: r for r in recording_rules(cfg.with_profile("sidecar"))}
@@ -252,6 +298,8 @@ def runbook_markdown(cfg: SiteConfig, sig: Signature) -> str:
         "## What it means",
         "",
         sig.runbook.meaning,
+        "",
+        _scaling_line(sig),
         "",
         "## When it fires",
         "",
@@ -322,7 +370,82 @@ def runbook_markdown(cfg: SiteConfig, sig: Signature) -> str:
     return "\n".join(out) + "\n"
 
 
-def runbook_index(cfg: SiteConfig, signatures: Sequence[Signature]) -> str:
+def slo_runbook_markdown(cfg: SiteConfig, burn: SloAlert) -> str:
+    """The runbook page of one burn-rate alert (``docs/runbooks/<Alert>.md``)."""
+    severities = ", ".join(dict.fromkeys(rule.severity for rule in burn.rules))
+    out = [
+        f"# {burn.alert}",
+        "",
+        f"Generated by `{GENERATOR}` from `{template_path(burn.alert)}` (the prose) and "
+        "`exporter/signatures/slo/burn_alerts.py` (the rules); do not edit.",
+        "",
+        f'**{burn.title}.** Severity {severities}; label `signature="{SLO_FAMILY}"`.',
+        "",
+        "## What it means",
+        "",
+        burn.runbook.meaning,
+        "",
+        "## When it fires",
+        "",
+    ]
+    for rule in burn.rules:
+        action = "page" if rule.severity == "critical" else "ticket"
+        out.append(f"- **{rule.severity}** ({action}): {rule.when}.")
+    longest = format_duration(max(rule_long(rule) for rule in burn.rules))
+    out += [
+        "",
+        "Each rule waits until the objective's base record reaches back its whole long window "
+        f"(the cold-start guard; {longest} for the longest): after Prometheus starts with an "
+        "empty TSDB, or after the pack is first loaded, a long window holds only the last "
+        "minutes and would page on them.",
+        "",
+        "```promql",
+        "\n\n".join(f"# {r.severity}\n{r.expr}" for r in burn.rules),
+        "```",
+        "",
+        "The page names its cause: the signatures that hold on the pool's pods at that moment "
+        "(`inference:bottleneck_signature:holding`, with the pods each holds on) and on the "
+        "pool (`inference_pool:bottleneck_signature:holding`), or says that none holds "
+        "(capacity, or a cause the pack does not see); its description adds the pool's scaling "
+        "advice (`inference_pool:scaling_advice:ratio`).",
+        "",
+        "Objectives (site config `slo.objectives`; `docs/slo.md`):",
+        "",
+        "| objective | model | selector | engines | objective |",
+        "|---|---|---|---|---|",
+    ]
+    for slo in cfg.slo.objectives:
+        objective = slo.objective(burn.kind)
+        if objective is None:
+            continue
+        model = f"`{slo.model}`" if slo.model else "every model no other objective names"
+        selector = f"`{','.join(slo.selector)}`" if slo.selector else "-"
+        engines = ", ".join(slo.engines) or "-"
+        out.append(f"| `{slo.name}` | {model} | {selector} | {engines} | {objective.text()} |")
+    if not cfg.slo.has(burn.kind):
+        out.append("| - | the site config sets none | | | |")
+    out += ["", "## How to confirm", "", "In Prometheus:", ""]
+    for what, query in burn.runbook.queries:
+        out += [f"- {what}:", "  ```promql", indent(query, "  "), "  ```"]
+    out += ["", "On the node:", ""]
+    out += [f"- `{check.command}` - {check.look_for}." for check in burn.runbook.on_node]
+    out += ["", "## Fixes, cheapest first", ""]
+    for number, fix in enumerate(burn.runbook.fixes, 1):
+        out.append(f"{number}. **{fix.action}** ({fix.effort}): {fix.detail}")
+    if burn.runbook.caveats:
+        out += ["", "## Caveats", ""]
+        out += [f"- {caveat}" for caveat in burn.runbook.caveats]
+    return "\n".join(out) + "\n"
+
+
+def rule_long(rule: AlertRule) -> float:
+    """The long window of a burn-rate rule (its ``long_window`` label), seconds."""
+    return parse_duration(dict(rule.labels)["long_window"])
+
+
+def runbook_index(
+    cfg: SiteConfig, signatures: Sequence[Signature], burns: Sequence[SloAlert] = ()
+) -> str:
     out = [
         "# Runbooks",
         "",
@@ -335,6 +458,10 @@ def runbook_index(cfg: SiteConfig, signatures: Sequence[Signature]) -> str:
         when = "; ".join(r.when for r in sig.rules)
         severities = "/".join(sig.severities)
         out.append(f"| [{sig.alert}]({sig.alert}.md) | {severities} | {sig.family} | {when} |")
+    for burn in burns:
+        when = "; ".join(r.when for r in burn.rules)
+        severities = "/".join(dict.fromkeys(r.severity for r in burn.rules))
+        out.append(f"| [{burn.alert}]({burn.alert}.md) | {severities} | {SLO_FAMILY} | {when} |")
     out += ["", "Profiles:", ""]
     out += [f"- `{p.name}`: {p.summary}." for p in PROFILES.values()]
     out += ["", "Windows (site config `windows`):", ""]
@@ -378,6 +505,22 @@ def runbook_index(cfg: SiteConfig, signatures: Sequence[Signature]) -> str:
         f"  currency: {cfg.cost.currency}  # {COST_HELP['currency']}",
         f"  # gpu_hour_price_by_product:  # {COST_HELP['gpu_hour_price_by_product']}",
         '  #   "NVIDIA H100 80GB HBM3": 3.9',
-        "```",
+        "slo:  # docs/slo.md: objectives, their burn-rate alerts (the SRE workbook's by default)",
+        f"  period: {format_duration(cfg.slo.period)}",
+        "  objectives:",
     ]
+    for slo in cfg.slo.objectives:
+        out.append(f"    - name: {_scalar(slo.name)}")
+        if slo.model is not None:
+            out.append(f"      model: {_scalar(slo.model)}")
+        for kind in slo.kinds():
+            objective = slo.objective(kind)
+            assert objective is not None
+            out.append(f"      {kind}: {_scalar(objective.text())}")
+    out.append("scaling:  # when a backlog is capacity: the scale_out_eligible gate")
+    for name, help_text in SCALING_HELP.items():
+        value = getattr(cfg.scaling, name)
+        text = format_duration(value) if name == "cause_hold" else num(value)
+        out.append(f"  {name}: {text}  # {help_text}")
+    out.append("```")
     return "\n".join(out) + "\n"

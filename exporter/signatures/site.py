@@ -41,8 +41,11 @@ import yaml
 
 from exporter.config import parse_duration
 from exporter.metrics import CLOCK_EVENT_BITS, UTILIZATION_BUCKETS
+from exporter.signatures import site_errors
 from exporter.signatures.params import PARAMS, Param, ParamValue
 from exporter.signatures.promql_text import LABEL_NAME, split_matchers
+from exporter.signatures.site_errors import describe
+from exporter.signatures.slo_config import ScalingConfig, SloConfig, parse_scaling, parse_slo
 
 Source = Literal["sidecar", "dcgm", "node"]
 
@@ -82,19 +85,20 @@ RESERVED_LABELS = frozenset(
         "layer",
         "priority",
         "outcome",
+        # the SLO records and the scaling advice (exporter/signatures/slo/)
+        "slo",
+        "advice",
+        "cause",
+        "blocks_scale_out",
+        "long_window",
+        "short_window",
     }
 )
+#: An invalid site configuration; ``str()`` is the one line the user sees (defined apart, in
+#: :mod:`.site_errors`, for the parts of the config read by modules of their own).
+SignatureConfigError = site_errors.SignatureConfigError
 _ENGINE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
-
-
-class SignatureConfigError(ValueError):
-    """An invalid site configuration; ``str()`` is the one line the user sees."""
-
-    def __init__(self, field_path: str, problem: str) -> None:
-        self.field = field_path
-        self.problem = problem
-        super().__init__(f"{field_path}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -263,6 +267,10 @@ class SiteConfig:
     overrides: Mapping[str, Mapping[str, ParamValue]] = field(default_factory=dict)
     gateway: GatewayJoin = field(default_factory=GatewayJoin)
     cost: Cost = field(default_factory=Cost)
+    #: The service-level objectives and their burn-rate alerts (:mod:`.slo_config`).
+    slo: SloConfig = field(default_factory=SloConfig)
+    #: When a backlog is capacity, for the scaling advice (:mod:`.slo_config`).
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
 
     def with_profile(self, name: str) -> SiteConfig:
         """The same site settings under another profile (validated for it)."""
@@ -281,6 +289,8 @@ class SiteConfig:
             overrides=self.overrides,
             gateway=self.gateway,
             cost=self.cost,
+            slo=self.slo,
+            scaling=self.scaling,
         )
 
     def window_seconds(self, name: str) -> float:
@@ -360,6 +370,8 @@ def parse_config(data: object, profile: str = "sidecar") -> SiteConfig:
             "windows",
             "signatures",
             "cost",
+            "slo",
+            "scaling",
         ),
     )
     join_labels = _join_labels(root.get("join_labels", list(DEFAULT_JOIN_LABELS)))
@@ -372,6 +384,8 @@ def parse_config(data: object, profile: str = "sidecar") -> SiteConfig:
         overrides=_signatures(root.get("signatures", {})),
         gateway=_gateway(root.get("gateway", {}), join_labels),
         cost=_cost(root.get("cost", {})),
+        slo=parse_slo(root.get("slo")),
+        scaling=parse_scaling(root.get("scaling")),
     )
     return cfg.with_profile(profile)
 
@@ -386,19 +400,7 @@ def _mapping(value: object, where: str) -> Mapping[str, Any]:
 
 
 def _kind(value: object) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return f"boolean {str(value).lower()}"
-    if isinstance(value, (int, float)):
-        return f"number {value}"
-    if isinstance(value, str):
-        return f"string {value!r}"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return type(value).__name__
+    return describe(value)
 
 
 def _join(prefix: str, key: str) -> str:

@@ -33,6 +33,7 @@ from support.paths import ROOT
 from dashboards import generate
 from exporter.signatures.definitions import RECORD_NAME
 from exporter.signatures.promql_text import split_matchers
+from exporter.signatures.render import pack_recording_rules
 from exporter.signatures.signals import pool_labels, recording_rules
 from exporter.signatures.site import SiteConfig, parse_config
 
@@ -56,7 +57,7 @@ SITE: dict[str, Any] = {
 PANEL_LABELS = {
     "gpu", "uuid", "xid", "reason", "le", "source", "collector", "engine", "metric", "process",
     "name", "driver_version", "pci_bus_id", "mig_mode", "model", "role", "stage",
-    "decision",
+    "decision", "advice", "cause",
 }  # fmt: skip
 # Labels the rules group by beside the target's join labels.
 RULE_LABELS = {
@@ -73,6 +74,9 @@ RULE_LABELS = {
     "pool",
     "layer",
     "cause",  # the throttle cause record's, told apart `on (cause)`
+    # the SLO records' objective, the scaling advice's action and cause
+    "slo",
+    "advice",
 }
 EXPORTER_SERIES = re.compile(r"^(up|scrape_\w+|process_\w+)$")
 
@@ -92,6 +96,7 @@ THRESHOLD_ALERTS = {
     "Time to first token: queue, prefill, KV transfer": ("InferenceKVTransferBound",),
     "KV-cache transfer failures": ("InferenceKVTransferFailing",),
     "NVLink use vs SM activity": ("InferenceInterconnectBound",),
+    "Error budget burn rate": ("InferenceTTFTBudgetBurn", "InferenceAvailabilityBudgetBurn"),
 }
 # Dashed lines that are no alert's: slowdown temperature, scrape deadline, NVML call budget,
 # the workload-shape advice (long prompts and outputs).
@@ -252,7 +257,8 @@ def test_site_queries_group_by_the_sites_join_labels(site: Generated) -> None:
 def test_site_queries_carry_exactly_the_sites_matchers(site: Generated) -> None:
     variables = [f'{name}=~"${name}"' for name in ("cluster", "namespace", "pod")]
     checked = {"sidecar": 0, "exporter": 0, "alerts": 0, "records": 0}
-    records = {rule.record for rule in recording_rules(parse_config(SITE)) if ":" in rule.record}
+    pack = pack_recording_rules(parse_config(SITE))
+    records = {rule.record for rule in pack if ":" in rule.record}
     exprs = [(str(q), q.expr) for q in site.queries]
     exprs += [(f"{v.uid} / variable {v.name}", v.selector) for v in site.variables]
     for where, expr in exprs:

@@ -165,11 +165,13 @@ def test_target_nearly_holds_and_json_schema(
         "missing_inputs",
         "roofline",
         "pools",
+        "scaling_advice",
         "samples",
         "span_seconds",
     }
     assert report["mode"] == "target" and report["source"] == proc.base + "/metrics"
     assert report["pools"] == []  # one colocated engine: no budget per pool
+    assert report["scaling_advice"] == []  # nothing holds: nothing to advise
     assert report["verdict"] == "none" and report["holds"] == 0 and report["nearly"] == 1
     assert report["samples"] == 5 and 3.5 < report["span_seconds"] < 5
     assert report["nearly_within"] == 0.1 and report["profile"] == "sidecar"

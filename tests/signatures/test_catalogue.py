@@ -11,7 +11,8 @@ from support.paths import ROOT
 from exporter.signatures import all_signatures, parse_config, recording_rules
 from exporter.signatures.definitions import EFFORTS, FAMILIES, RECORD_NAME, SEVERITIES
 from exporter.signatures.params import PARAMS
-from exporter.signatures.render import alerts_yaml, recording_rules_yaml
+from exporter.signatures.render import alerts_yaml, pack_recording_rules, recording_rules_yaml
+from exporter.signatures.slo.burn_alerts import slo_alerts
 
 # Names, severities and signature groups are a fixed contract: Alertmanager routes, the
 # dashboards and a site's silences match on them.
@@ -101,12 +102,19 @@ def test_rendered_alerts(profile: str) -> None:
     cfg = parse_config({}, profile)
     data = yaml.safe_load(alerts_yaml(cfg))
     rules = [rule for group in data["groups"] for rule in group["rules"]]
-    assert {r["alert"] for r in rules} == set(CONTRACT)
+    # The signatures, and the burn-rate alerts of the shipped objectives (their own group).
+    burns = {burn.alert for burn in slo_alerts(cfg)}
+    assert burns == {"InferenceTTFTBudgetBurn", "InferenceAvailabilityBudgetBurn"}
+    assert {r["alert"] for r in rules} == set(CONTRACT) | burns
+    slo = next(g for g in data["groups"] if g["name"] == "inference.slo")
+    assert {r["alert"] for r in slo["rules"]} == burns
     seen: set[tuple[str, ...]] = set()
     for rule in rules:
         assert re.fullmatch(r"Inference[A-Z][A-Za-z]+", rule["alert"])
         labels, notes = rule["labels"], rule["annotations"]
-        assert labels["severity"] in SEVERITIES and labels["signature"] in FAMILIES
+        family = "slo" if rule["alert"] in burns else labels["signature"]
+        assert labels["severity"] in SEVERITIES and family in (*FAMILIES, "slo")
+        assert labels["signature"] == family
         assert set(notes) == {"summary", "description", "runbook_url"}
         assert notes["runbook_url"].endswith(f"/docs/runbooks/{rule['alert']}.md")
         # Two rules of one alert never share their label set.
@@ -132,23 +140,33 @@ def test_rendered_records_parse_and_are_named_level_metric_operation(profile: st
         "inference.records.energy",
         "inference.records.pool",
         "inference.records.gateway",
+        # Per objective and pool; then which signatures hold, the scaling advice, its gate.
+        "inference.records.slo",
+        "inference.records.verdicts",
     ]
     rules = [rule for group in data["groups"] for rule in group["rules"]]
     names = [r["record"] for r in rules]
-    assert names == [r.record for r in recording_rules(cfg)]
-    assert len(names) == len(set(names))
+    assert names == [r.record for r in pack_recording_rules(cfg)]
+    assert names[: len(recording_rules(cfg))] == [r.record for r in recording_rules(cfg)]
+    # A name two rules write (one per signature, one per objective) has a label per rule.
+    keyed = [(r["record"], tuple(sorted(r.get("labels", {}).items()))) for r in rules]
+    assert len(keyed) == len(set(keyed))
     for name in names:
         assert re.fullmatch(r"inference(_gpu|_pool|_gateway)?:[a-z0-9_]+:[a-z0-9_]+", name), name
     # A record only reads records defined before it: in its group, or in the group before.
     for i, rule in enumerate(rules):
         for used in re.findall(RECORD_NAME, rule["expr"]):
             assert used in names[:i], f"{rule['record']} reads {used} before it is recorded"
+        if "vector(" in rule["expr"]:  # an objective's target: a constant of its own label
+            assert set(rule["labels"]) == {"slo"}, rule
     # Nothing per GPU is read in the per-target groups (the roofline reads the GPUs' peaks:
     # the sidecar's, or the product table's by the name dcgm-exporter gives each GPU), no
     # histogram quantile outside its group.
     peaks = ("inference_gpu_peak_", "DCGM_FI_DEV_GPU_UTIL")
     for group in data["groups"]:
         for rule in group["rules"]:
+            if group["name"] == "inference.records.verdicts":
+                continue  # the signatures' own conditions, read as the alerts read them
             if group["name"] == "inference.records.roofline":
                 per_gpu = re.findall(r"inference_gpu_[a-z_]+|DCGM_[A-Z_]+", rule["expr"])
                 assert all(name.startswith(peaks) for name in per_gpu), rule
@@ -166,7 +184,7 @@ def test_alerts_read_only_defined_records(profile: str) -> None:
         for rule in sig.rules:
             texts = [rule.expr, *(e.expr or "" for e in rule.evidence)]
             for text in texts:
-                for used in re.findall(r"inference(?:_gpu)?:[a-z0-9_]+:[a-z0-9_]+", text):
+                for used in RECORD_NAME.findall(text):
                     assert used in records, f"{sig.alert} reads undefined {used}"
 
 

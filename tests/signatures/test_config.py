@@ -34,7 +34,7 @@ STARVED = "InferenceGPUStarvedQueueGrowing"
         (
             {"thresholds": {}},
             "thresholds: unknown key (known: runbook_url, join_labels, "
-            "selectors, dcgm, gateway, windows, signatures, cost)",
+            "selectors, dcgm, gateway, windows, signatures, cost, slo, scaling)",
         ),
         (
             {"runbook_url": "https://wiki/runbooks"},

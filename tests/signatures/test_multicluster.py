@@ -37,7 +37,7 @@ from support.victoria import (
 
 from exporter.lab.processes import Child, fast_sidecar_flags, spawn, wait_until
 from exporter.signatures import parse_config, recording_rules
-from exporter.signatures.render import alerts_yaml, recording_rules_yaml
+from exporter.signatures.render import alerts_yaml, pack_recording_rules, recording_rules_yaml
 
 JOB = "llm/inference-bottleneck-exporter"
 # What a PodMonitor would give the target; the same in both clusters.
@@ -195,7 +195,7 @@ def test_agents_write_to_one_store_where_vmalert_evaluates_the_pack(
         groups = vmalert.get_json("/api/v1/rules")["data"]["groups"]
         rules = [rule for group in groups for rule in group["rules"]]
         alerts = yaml.safe_load(alerts_yaml(site))["groups"]
-        assert len(rules) == len(recording_rules(site)) + sum(len(g["rules"]) for g in alerts)
+        assert len(rules) == len(pack_recording_rules(site)) + sum(len(g["rules"]) for g in alerts)
         errors = {rule["name"]: rule["lastError"] for rule in rules if rule.get("lastError")}
         assert errors == {}
         for cluster in ("eu-1", "us-1"):

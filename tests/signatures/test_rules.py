@@ -39,6 +39,7 @@ PROFILE_OF_FIXTURE = {
     "gpu-cost": "sidecar",
     "gpu-cost-dcgm": "dcgm",
     "throttle-reasons": "sidecar",
+    "slo-objectives": "sidecar",
 }
 # Labels Prometheus adds to a target: a PodMonitor's, and a static config's (instance, job).
 TARGET_LABELS = {"namespace", "pod", "container", "endpoint", "instance", "job", "cluster"}

@@ -13,6 +13,7 @@ from exporter.signatures import all_signatures, parse_config, runbook_templates
 from exporter.signatures.catalogue import BUILDERS, builder_path
 from exporter.signatures.definitions import Check, Fix
 from exporter.signatures.runbook_templates import RunbookTemplateError, fill, parse, template_names
+from exporter.signatures.slo.burn_alerts import slo_alerts
 
 UNDERUSED = "InferenceGPUUnderutilized"
 VALID = """# InferenceGPULost
@@ -43,8 +44,10 @@ A second paragraph.
 
 
 def test_every_alert_has_a_template_and_every_template_an_alert() -> None:
-    alerts = sorted(sig.alert for sig in all_signatures(parse_config({})))
-    assert template_names() == alerts
+    alerts = [sig.alert for sig in all_signatures(parse_config({}))]
+    # The burn-rate alerts of every kind of objective, set in the shipped config or not.
+    alerts += [burn.alert for burn in slo_alerts(parse_config({}), every_kind=True)]
+    assert template_names() == sorted(alerts)
 
 
 def test_templates_ship_as_package_data() -> None:

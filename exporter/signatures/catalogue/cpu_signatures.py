@@ -8,7 +8,7 @@ Alerts carry ``signature="cpu"``.
 from __future__ import annotations
 
 from exporter.signatures.catalogue.context import Context, percent
-from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
+from exporter.signatures.definitions import TARGET, Advice, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, on, pct
 from exporter.signatures.signals.cpu_signals import HOTTEST_THREAD
 from exporter.signatures.signals.engine_signals import (
@@ -82,6 +82,14 @@ def gpu_starved_queue_growing(ctx: Context) -> Signature:
                 ),
             ),
         ),
+        advice=Advice(
+            "fix_host_cpu",
+            blocks_scale_out=True,
+            why=(
+                "the GPU is {util} % busy while {depth} requests wait and the queue grows: the "
+                "CPU side cannot feed it, and another GPU would wait the same way"
+            ),
+        ),
     )
 
 
@@ -144,6 +152,14 @@ def tokenizer_slower_than_decode(ctx: Context) -> Signature:
                 ),
             ),
         ),
+        advice=Advice(
+            "fix_tokenizer",
+            blocks_scale_out=True,
+            why=(
+                "tokenising a prompt takes {tok} ms, longer than a decode step ({itl} ms): the "
+                "tokenizer on the CPU sets the pace, not the GPU"
+            ),
+        ),
     )
 
 
@@ -186,6 +202,15 @@ def frontend_cpu_saturated(ctx: Context) -> Signature:
                     "CPU of each engine process (cores)",
                     ctx.rate("inference_engine_process_cpu_seconds_total"),
                 ),
+            ),
+        ),
+        advice=Advice(
+            "fix_frontend",
+            blocks_scale_out=True,
+            why=(
+                "the engine's front-end thread is at {thread} % of a core while the GPU is "
+                "{util} % busy: that one thread caps throughput, and each new replica would hit "
+                "the same cap with an idle GPU"
             ),
         ),
     )
@@ -243,5 +268,13 @@ def gpu_utilization_pulsing(ctx: Context) -> Signature:
                 ),
             ),
             busy_sample_above=pct(busy_sample),
+        ),
+        advice=Advice(
+            "fix_host_feeding",
+            blocks_scale_out=True,
+            why=(
+                "{idle} % of the GPU's samples are idle and {busy} % saturated: it works in "
+                "bursts and waits for the host in between"
+            ),
         ),
     )

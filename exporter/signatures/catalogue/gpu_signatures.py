@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from exporter.metrics import GPU_LABELS
 from exporter.signatures.catalogue.context import Context, percent
-from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
+from exporter.signatures.definitions import TARGET, Advice, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, on, pct, regex_alternatives
 from exporter.signatures.signals.engine_signals import (
     GENERATION_TOKENS,
@@ -77,6 +77,14 @@ def gpu_underutilized(ctx: Context) -> Signature:
             ),
             utilization_below=pct(util),
         ),
+        advice=Advice(
+            "investigate",
+            blocks_scale_out=True,
+            why=(
+                "the GPU is {util} % busy with {running} requests running: it waits most of the "
+                "time, and another GPU would wait too"
+            ),
+        ),
     )
 
 
@@ -143,6 +151,14 @@ def interconnect_bound(ctx: Context) -> Signature:
             link_utilization_above=pct(links),
             sm_active_below=pct(sm_below),
         ),
+        advice=Advice(
+            "fix_interconnect",
+            blocks_scale_out=True,
+            why=(
+                "the pod's {gpus} GPUs wait on NVLink at {links} % of its peak with their SMs "
+                "{sm} % active: another replica would split its work the same way and wait too"
+            ),
+        ),
     )
 
 
@@ -168,6 +184,14 @@ def gpu_lost(ctx: Context) -> Signature:
         title="GPU lost",
         rules=(rule,),
         runbook=ctx.runbook(alert, queries=(("Xids on the same GPU", ctx.name(XID_NEW)),)),
+        advice=Advice(
+            "fix_gpu",
+            blocks_scale_out=True,
+            why=(
+                "GPU {labels.gpu} stopped answering: the replica is broken, not short; drain "
+                "and repair it"
+            ),
+        ),
     )
 
 
@@ -214,6 +238,14 @@ def gpu_xid_errors(ctx: Context) -> Signature:
             alert,
             queries=(("new Xids per GPU", ctx.name(XID_NEW)),),
             critical_xids=listed,
+        ),
+        advice=Advice(
+            "fix_gpu",
+            blocks_scale_out=True,
+            why=(
+                "GPU {labels.gpu} reported Xid {labels.xid}: its state cannot be trusted until "
+                "it is reset"
+            ),
         ),
     )
 
@@ -306,6 +338,15 @@ def gpu_throttled(ctx: Context) -> Signature:
                 ),
             ),
             power_cap_draw_at_least=pct(capped),
+        ),
+        advice=Advice(
+            "fix_gpu",
+            blocks_scale_out=True,
+            why=(
+                "GPU {labels.gpu} runs with its clocks held down ({labels.reason}) at {temp} "
+                "°C: every replica on hardware like it runs slower until cooling or power is "
+                "fixed"
+            ),
         ),
     )
 
@@ -402,5 +443,13 @@ def gpu_contended(ctx: Context) -> Signature:
             ),
             others_above=pct(others),
             baseline=baseline,
+        ),
+        advice=Advice(
+            "isolate_gpu",
+            blocks_scale_out=True,
+            why=(
+                "other tenants take {others} % of GPU {labels.gpu}: the engine shares its GPU, "
+                "it is not short of GPUs"
+            ),
         ),
     )

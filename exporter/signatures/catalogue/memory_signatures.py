@@ -6,7 +6,7 @@ Alerts carry ``signature="memory"``.
 from __future__ import annotations
 
 from exporter.signatures.catalogue.context import Context, percent
-from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
+from exporter.signatures.definitions import TARGET, Advice, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, on, pct, regex_alternatives
 from exporter.signatures.signals.engine_signals import (
     GENERATION_TOKENS,
@@ -83,6 +83,14 @@ def hbm_bandwidth_saturated(ctx: Context) -> Signature:
             ),
             baseline=baseline,
         ),
+        advice=Advice(
+            "scale_out",
+            blocks_scale_out=False,
+            why=(
+                "HBM bandwidth is {bw} % used and each request decodes slower than before: "
+                "memory bandwidth is the limit, and more replicas add bandwidth"
+            ),
+        ),
     )
 
 
@@ -146,6 +154,14 @@ def gpu_memory_headroom_low(ctx: Context) -> Signature:
                     "engine of each target (pre-allocating engines skip the framebuffer rule)",
                     ctx.selector("inference_engine_up"),
                 ),
+            ),
+        ),
+        advice=Advice(
+            "scale_out",
+            blocks_scale_out=False,
+            why=(
+                "the KV cache or the framebuffer is nearly full: the engine cannot admit more "
+                "requests at once, and more replicas add room"
             ),
         ),
     )

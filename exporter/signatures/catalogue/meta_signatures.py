@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import assert_never
 
 from exporter.signatures.catalogue.context import Context
-from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
+from exporter.signatures.definitions import TARGET, Advice, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import on, selector
 from exporter.signatures.signals.dcgm_fields import UTILIZATION, DcgmQuantity
 from exporter.signatures.signals.engine_signals import GENERATION_TOKENS, TRAFFIC
@@ -50,6 +50,11 @@ def exporter_down(ctx: Context) -> Signature:
         title="Exporter down or not discovered",
         rules=(down, absent),
         runbook=ctx.runbook(alert, queries=(("scrape health of the sidecars", up),)),
+        advice=Advice(
+            "fix_monitoring",
+            blocks_scale_out=False,
+            why=("the sidecar is not scraped: the pack cannot say what limits this pod"),
+        ),
     )
 
 
@@ -91,6 +96,14 @@ def collector_failing(ctx: Context) -> Signature:
                     "collector durations vs the scrape deadline",
                     ctx.selector("inference_scrape_collector_duration_seconds"),
                 ),
+            ),
+        ),
+        advice=Advice(
+            "fix_monitoring",
+            blocks_scale_out=False,
+            why=(
+                "collector {labels.collector} fails: the signatures that read it are blind on "
+                "this pod"
             ),
         ),
     )
@@ -136,6 +149,13 @@ def engine_metrics_down(ctx: Context) -> Signature:
                 ),
             ),
         ),
+        advice=Advice(
+            "fix_monitoring",
+            blocks_scale_out=False,
+            why=(
+                "the engine's metrics are unreadable: its queue and latency are unknown on this pod"
+            ),
+        ),
     )
 
 
@@ -161,6 +181,11 @@ def nvml_unavailable(ctx: Context) -> Signature:
         rules=(rule,),
         runbook=ctx.runbook(
             alert, queries=(("NVML state per target", ctx.selector("inference_nvml_up")),)
+        ),
+        advice=Advice(
+            "fix_monitoring",
+            blocks_scale_out=False,
+            why=("NVML is unavailable in the sidecar: the GPU signatures of this pod are blind"),
         ),
     )
 
@@ -197,6 +222,14 @@ def gpu_attribution_uncertain(ctx: Context) -> Signature:
             queries=(
                 ("how each target chose its GPUs", ctx.selector("inference_gpu_attribution_info")),
                 ("each GPU's tenants: processes by owner", ctx.selector("inference_gpu_processes")),
+            ),
+        ),
+        advice=Advice(
+            "fix_monitoring",
+            blocks_scale_out=False,
+            why=(
+                "the sidecar averages in {gpus} GPUs that are not the engine's: this pod's GPU "
+                "verdicts are unsure"
             ),
         ),
     )
@@ -268,6 +301,14 @@ def gpu_metrics_missing(ctx: Context) -> Signature:
                 ),
             ),
             dcgm_names=UTILIZATION.described(),
+        ),
+        advice=Advice(
+            "fix_monitoring",
+            blocks_scale_out=False,
+            why=(
+                "the pack reads no GPU utilisation for an engine generating {tokens} tokens/s: "
+                "nothing to scale on until it can"
+            ),
         ),
     )
 

@@ -6,7 +6,7 @@ Alerts carry ``signature="network"``.
 from __future__ import annotations
 
 from exporter.signatures.catalogue.context import Context, percent
-from exporter.signatures.definitions import AlertRule, Signature
+from exporter.signatures.definitions import Advice, AlertRule, Signature
 from exporter.signatures.promql_text import num, pct
 from exporter.signatures.signals.cpu_signals import SOFTIRQ_HOTTEST_CORE, SOFTIRQ_SHARE
 
@@ -47,6 +47,14 @@ def softirq_cpu_high(ctx: Context) -> Signature:
                     "softirq invocations per second by vector",
                     ctx.rate("inference_softirqs_total"),
                 ),
+            ),
+        ),
+        advice=Advice(
+            "fix_softirq",
+            blocks_scale_out=True,
+            why=(
+                "softirq takes {node} % of the node's CPU and {core} % of its busiest core: "
+                "interrupt handling starves the threads that feed the GPU"
             ),
         ),
     )

@@ -9,7 +9,7 @@ that shares the join labels besides pod and instance), not one target. Alerts ca
 from __future__ import annotations
 
 from exporter.signatures.catalogue.context import Context, percent
-from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
+from exporter.signatures.definitions import TARGET, Advice, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, on, pct
 from exporter.signatures.signals.pool_signals import (
     KV_FAILURE_RATIO,
@@ -75,6 +75,14 @@ def kv_transfer_bound(ctx: Context) -> Signature:
             ),
             transfer_share_above=f"{pct(share)} %",
         ),
+        advice=Advice(
+            "fix_kv_link",
+            blocks_scale_out=True,
+            why=(
+                "the KV transfer takes {share} % of time to first token ({transfer} s each) "
+                "while the decode pool has room: the link between the pools is the limit"
+            ),
+        ),
     )
 
 
@@ -112,6 +120,14 @@ def kv_transfer_failing(ctx: Context) -> Signature:
                 ),
             ),
             failure_ratio_above=f"{pct(ratio)} %",
+        ),
+        advice=Advice(
+            "fix_kv_link",
+            blocks_scale_out=True,
+            why=(
+                "{ratio} % of KV transfers fail or expire: requests are prefilled again or "
+                "lost, whatever the pools' size"
+            ),
         ),
     )
 
@@ -172,6 +188,15 @@ def _pool_short(ctx: Context, alert: str, short: Role, other: Role) -> Signature
                 ("prefill:decode engines suggested", ctx.name(POOL_RATIO_SUGGESTED)),
             ),
             queue_depth_at_least=num(depth),
+        ),
+        advice=Advice(
+            "rebalance_pools",
+            blocks_scale_out=True,
+            why=(
+                f"{{depth}} requests wait in the {short} pool while the {other} pool has no "
+                f"queue: move engines from {other} to {short} (the queues suggest {{suggested}} "
+                "prefill engines per decode engine) rather than adding GPUs"
+            ),
         ),
     )
 

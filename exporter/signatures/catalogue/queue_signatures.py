@@ -8,7 +8,7 @@ Alerts carry ``signature="queue"``.
 from __future__ import annotations
 
 from exporter.signatures.catalogue.context import Context, percent
-from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
+from exporter.signatures.definitions import TARGET, Advice, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import by, num, on, pct
 from exporter.signatures.signals.engine_signals import (
     GENERATION_TOKENS,
@@ -63,6 +63,14 @@ def queue_wait_dominates_latency(ctx: Context) -> Signature:
                 ("requests running", ctx.name(REQUESTS_RUNNING)),
             ),
         ),
+        advice=Advice(
+            "scale_out",
+            blocks_scale_out=False,
+            why=(
+                "requests spend {share} % of their latency waiting in the queue ({depth} "
+                "waiting): the offered load exceeds what the replicas admit"
+            ),
+        ),
     )
 
 
@@ -110,6 +118,15 @@ def engine_stalled(ctx: Context) -> Signature:
                 ),
             ),
             kv_cache_below=f"{pct(kv)} %",
+        ),
+        advice=Advice(
+            "restart_engine",
+            blocks_scale_out=True,
+            why=(
+                "{waiting} requests wait while the engine runs none and generates no token, its "
+                "KV cache at {kv} %: the engine has stopped, and new replicas would not drain its "
+                "queue"
+            ),
         ),
     )
 
@@ -159,6 +176,14 @@ def requests_rejected(ctx: Context) -> Signature:
                 ("mean GPU utilisation", ctx.name(GPU_UTILIZATION)),
             ),
             rejected_share_above=f"{pct(share)} %",
+        ),
+        advice=Advice(
+            "scale_out",
+            blocks_scale_out=False,
+            why=(
+                "the {labels.layer} refuses {share} % of arrivals ({refused} per second): the "
+                "replicas admit less than arrives"
+            ),
         ),
     )
 
@@ -251,5 +276,19 @@ def gateway_stale_endpoints(ctx: Context) -> Signature:
             utilization_below=f"{pct(util)} %",
             pool_labels=", ".join(f"`{label}`" for label in ctx.cfg.gateway.labels) or "no",
         ),
-        explains=("InferenceGPUStarvedQueueGrowing", "InferenceRequestsRejected"),
+        advice=Advice(
+            "fix_gateway_scrape",
+            blocks_scale_out=True,
+            why=(
+                "the gateway counts {stale} endpoints with stale metrics as saturated and holds "
+                "{queued} requests while the pool's GPUs are {util} % busy: new replicas would "
+                "be gated the same way"
+            ),
+        ),
+        # The pool's GPUs idle behind the gateway: starved, underused; its sheds: refusals.
+        explains=(
+            "InferenceGPUStarvedQueueGrowing",
+            "InferenceGPUUnderutilized",
+            "InferenceRequestsRejected",
+        ),
     )

@@ -9,7 +9,7 @@ and ``docs/roofline.md``. Alerts carry ``signature="roofline"``.
 from __future__ import annotations
 
 from exporter.signatures.catalogue.context import Context, percent
-from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
+from exporter.signatures.definitions import TARGET, Advice, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, on, pct
 from exporter.signatures.signals.engine_signals import REQUESTS_RUNNING, TRAFFIC
 from exporter.signatures.signals.gpu_signals import GPU_UTILIZATION, HBM_BANDWIDTH, SM_ACTIVE
@@ -99,6 +99,14 @@ def decode_overhead_bound(ctx: Context) -> Signature:
                 ("mean SM activity (small kernels keep it low)", ctx.name(SM_ACTIVE)),
             ),
         ),
+        advice=Advice(
+            "tune_engine",
+            blocks_scale_out=True,
+            why=(
+                "decode runs at {eff} % of its HBM roofline with bandwidth to spare: launches, "
+                "the scheduler or the host between steps hold it back, on every replica alike"
+            ),
+        ),
     )
 
 
@@ -141,6 +149,14 @@ def gpu_busy_sms_idle(ctx: Context) -> Signature:
             queries=(
                 ("decode roofline efficiency per model", ctx.name(DECODE_EFFICIENCY)),
                 ("requests running", ctx.name(REQUESTS_RUNNING)),
+            ),
+        ),
+        advice=Advice(
+            "tune_engine",
+            blocks_scale_out=True,
+            why=(
+                "the GPU reads {util} % busy but its SMs are {sm} % active: small kernels keep "
+                "it occupied, not loaded"
             ),
         ),
     )
@@ -192,6 +208,14 @@ def host_latency_share_high(ctx: Context) -> Signature:
                     "engine front-end CPU, per process (a process near 1 core is saturated)",
                     ctx.rate("inference_engine_process_cpu_seconds_total"),
                 ),
+            ),
+        ),
+        advice=Advice(
+            "fix_frontend",
+            blocks_scale_out=True,
+            why=(
+                "{host} % of request latency is spent on the host outside the engine's queue, "
+                "prefill and decode: more GPUs do not shorten it"
             ),
         ),
     )
