@@ -10,6 +10,7 @@ from exporter.backends.replay import parse_trace
 from exporter.hardware.gpus import peaks_of, product_of
 from exporter.lab.refengine.gputrace import (
     DEVICE_NAME,
+    FLOPS_PER_CLOCK,
     LOOKS,
     SCENARIO_LOOK,
     HostPeaks,
@@ -51,6 +52,20 @@ def test_host_peaks_come_back_from_the_replayed_nvml_facts() -> None:
     assert record["clocks_mhz"] == [gpu.facts.max_sm_clock_mhz, gpu.facts.max_memory_clock_mhz]
     assert trace_lines("starved", host=HOST) == lines  # deterministic for given peaks
     assert "facts" not in json.loads(trace_lines("starved")[0])["gpus"][0]
+
+
+def test_a_slowed_worker_replays_a_gpu_as_much_slower() -> None:
+    """--worker-slowdown 8 stands in for an accelerator 8x slower: its replayed peaks are the
+    host's divided by 8, so the decode floor stays as far from the (slowed) step."""
+    slow = HOST.slowed(8.0)
+    assert HOST.slowed(1.0) == HOST
+    gpu = parse_trace(trace_lines("starved", host=slow), "starved").gpus[0]
+    peaks = peaks_of(gpu.name, gpu.facts)
+    assert peaks.memory_bandwidth == pytest.approx(HOST.memory_bandwidth / 8, rel=1e-2)
+    # NVML clocks are whole MHz: within half a clock's worth of FLOPs.
+    half_mhz = FLOPS_PER_CLOCK * 1e6 / 2
+    assert peaks.flops["bf16"] == pytest.approx(HOST.matmul_flops / 8, abs=half_mhz)
+    assert "slowdown 8" in slow.how
 
 
 def test_measure_host_measures_this_machine() -> None:

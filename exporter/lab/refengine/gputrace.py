@@ -41,7 +41,7 @@ import os
 import random
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,19 @@ class HostPeaks:
     dram_bandwidth: float = 0.0  # bytes/s, read-only stream (for the record)
     threads: int = 1
     how: str = ""
+
+    def slowed(self, factor: float) -> HostPeaks:
+        """The peaks of an accelerator ``factor`` times slower: what the model worker stands in
+        for under ``--worker-slowdown factor``, so a slowed model's decode floor is as far from
+        its step as the model's at its own speed."""
+        if factor <= 1.0:
+            return self
+        return replace(
+            self,
+            memory_bandwidth=self.memory_bandwidth / factor,
+            matmul_flops=self.matmul_flops / factor,
+            how=f"{self.how}; divided by the worker's slowdown {factor:g}",
+        )
 
     def facts(self) -> GpuFacts:
         """The peaks as the NVML facts that give them back (within 0.5 MHz of rounding)."""
