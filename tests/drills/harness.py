@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,8 @@ from drills.timing import PAGES_S
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.lab.processes import child_pythonpath, http_get, stop_process
-from exporter.lab.refengine import DEFAULT_MODEL_NAME
+from exporter.lab.refengine import DEFAULT_MODEL_NAME, hostpeak
+from exporter.lab.refengine.cli import auto_threads
 from exporter.lab.refengine.gputrace import HostPeaks, measure_host, write_trace
 from exporter.lab.stack import JOB, TARGET_LABELS, Stack, StackConfig
 
@@ -77,13 +78,25 @@ def speed(factor: float) -> str:
 
 @functools.cache
 def host_peaks() -> HostPeaks:
-    """This host's peaks, measured once per session (about four seconds each time)."""
+    """This host's peaks (fastest passes), measured once per session."""
     return measure_host()
 
 
-def write_drill_trace(look: str, path: Path, factor: float) -> Path:
-    """The drill's replayed GPU: the host's peaks, divided by the worker's slowdown."""
-    return write_trace(look, path, host=host_peaks().slowed(factor))
+def drill_peaks(factor: float, sized: Sized) -> HostPeaks:
+    """The replayed GPU's peaks for one drill: the host's, as one thread can have them now
+    (on a shared host, the share its neighbours leave: :meth:`HostPeaks.available`; the
+    sustained rate measured as the drill starts), divided by the worker's slowdown."""
+    # In this process (torch imported once per session, its own scheduling group as the
+    # engine's): the second back to back is the whole cost.
+    sustained = hostpeak.measure_sustained(auto_threads())["decode_stream_sustained"]
+    host = replace(host_peaks(), sustained_bandwidth=float(sustained))
+    peaks = host.available().slowed(factor)
+    sized.host = {
+        "fastest_bytes_per_s": host.memory_bandwidth,
+        "sustained_bytes_per_s": host.sustained_bandwidth,
+        "replayed_bytes_per_s": peaks.memory_bandwidth,
+    }
+    return peaks
 
 
 def _slowed(args: list[str], factor: float) -> list[str]:
@@ -100,6 +113,7 @@ class Sized:
     sizes: dict[str, Any] | None = None  # the engine's answer to the sizes it was given
     deadline_s: float = 0.0
     deadline_how: str = ""
+    host: dict[str, float] | None = None  # the host's decode stream rates, and the replayed
 
     def load(self) -> Load | None:
         if self.plan is None:
@@ -192,14 +206,16 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
         workdir=str(workdir),
     )
     factor = slowdown() if scenario.engine == "reference" else 1.0
+    wait = deadline(scenario)
+    result.sized = Sized(slowdown=factor, deadline_s=wait.seconds, deadline_how=wait.how)
     trace = (
-        write_drill_trace(scenario.look, workdir / "trace.jsonl", factor) if scenario.look else None
+        write_trace(scenario.look, workdir / "trace.jsonl", drill_peaks(factor, result.sized))
+        if scenario.look
+        else None
     )
     engine_args = _slowed([*ENGINE_ARGS, *scenario.engine_args, "--device", device], factor)
     if scenario.engine != "reference":
         engine_args = list(scenario.engine_args)  # the third-party server's own flags
-    wait = deadline(scenario)
-    result.sized = Sized(slowdown=factor, deadline_s=wait.seconds, deadline_how=wait.how)
     rules_config = None
     site_config = scenario.site_config()
     if site_config:
@@ -581,13 +597,14 @@ def run_disagg_drill(scenario: DisaggScenario, workdir: Path) -> DisaggResult:
     factor = slowdown()
     wait = deadline(scenario)
     result.sized = Sized(slowdown=factor, deadline_s=wait.seconds, deadline_how=wait.how)
+    peaks = drill_peaks(factor, result.sized)
     cfg = StackConfig(
         workdir=workdir,
         injections=scenario.injections,
         engine_args=_slowed([*ENGINE_ARGS, *scenario.engine_args, "--device", "cpu"], factor),
-        trace=write_drill_trace(scenario.look, workdir / "trace.jsonl", factor),
+        trace=write_trace(scenario.look, workdir / "trace.jsonl", peaks),
         prefill_args=_slowed([*ENGINE_ARGS, *scenario.prefill_args, "--device", "cpu"], factor),
-        prefill_trace=write_drill_trace("starved", workdir / "prefill-trace.jsonl", factor),
+        prefill_trace=write_trace("starved", workdir / "prefill-trace.jsonl", peaks),
         rules_config=rules_config,
         # vLLM's metrics do not say a server's role in the pair: each sidecar is told.
         sidecar_args=("--engine.role", "decode"),

@@ -170,6 +170,13 @@ def _measured(sized: Sized) -> str:
         parts.append(f"tokenizer {_ms(cal['tokenizer_s'])} ({cal.get('probe_tokens')} tokens)")
     if cal.get("kv_bytes"):
         parts.append(f"KV {cal['kv_bytes'] / 2**20:.2f} MiB")
+    if sized.host:
+        h = sized.host
+        parts.append(
+            f"decode stream {h['fastest_bytes_per_s'] / 1e9:.1f} GB/s fastest, "
+            f"{h['sustained_bytes_per_s'] / 1e9:.1f} sustained, replayed "
+            f"{h['replayed_bytes_per_s'] / 1e9:.2f}"
+        )
     return ", ".join(parts)
 
 
@@ -195,7 +202,7 @@ def _sizing_row(name: str, result: DrillResult | DisaggResult | None) -> str:
 
 
 SIZING_HEAD = [
-    "| drill | measured (TTFT and decode step at 1 / the full batch, tokenizer probe) | "
+    "| drill | measured (TTFT and decode step at 1 / the full batch, tokenizer probe, host) | "
     "served | load | injection | how | calibration |",
     "|---|---|---|---|---|---|---|",
 ]
@@ -399,7 +406,12 @@ def render(
         "`exporter/lab/refengine/hostpeak.py`), so `inference_gpu_peak_memory_bandwidth_bytes_per_"
         "second` and `inference_gpu_peak_flops` are what this machine's memory and core deliver, "
         "and the reference model's decode floor is real (`docs/roofline.md`, \"The reference "
-        'engine on a CPU"). The engine writes its model directory and the sidecar reads it '
+        'engine on a CPU"). On a shared host the model worker, which stands in for a GPU '
+        "nothing else uses, gets only the share of a core its neighbours leave: the drills "
+        "replay the peaks scaled by the decode stream sustained back to back for a second "
+        "over its fastest pass (the *host* entries of each run's sizing table), so that the "
+        "neighbours' load slows the replayed GPU as it slows the worker, as the worker's "
+        "slowdown does. The engine writes its model directory and the sidecar reads it "
         "(`--model.path`), so the model metrics are the tiny model's.",
         "",
         "Trace-driven signatures (`InferenceGPUUtilizationPulsing`, "

@@ -34,7 +34,9 @@ How each kind of drill uses them:
   :data:`GIL_CORES` cores of work at the load's rate; a slow KV link takes
   :data:`KV_TTFTS` times the pair's time to first token for one request's cache, at a rate
   that keeps :data:`KV_WAITING` requests reading on average; the decode pool's requests
-  decode :data:`DECODE_TTFTS` times as long as their first token takes.
+  decode :data:`DECODE_TTFTS` times as long as their first token takes (with shorter prompts,
+  whose prefill takes in proportion to its tokens, where such requests would finish fewer
+  than :data:`MIN_RATE` a second).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ KEEP_UP = 0.3  # a keep-up load: at most this share of what the full batch serve
 OVERLOAD = 3.0  # an overload: this many times what the admitted sequences serve
 MIN_RATE = 0.25  # requests a second below which requests are shortened (7 in 30 s)
 MIN_OUTPUT = 16  # output tokens a request keeps at least
+MIN_PROMPT = 32  # prompt tokens a request keeps at least
 MAX_MODEL_LEN = 1024  # the reference engine's --max-model-len: prompt + output at most
 IN_FLIGHT_BUDGET = 256  # an overload's queue by its deadline at most (the load keeps 512)
 TOKENIZER_STEPS = 3.0  # the slow tokenizer: the probe takes this many decode steps
@@ -74,13 +77,18 @@ class Engine:
     step_one_s: float  # t(1)
     step_full_s: float  # t(n)
     full: int  # n
+    prompt_tokens: int = 256  # the prompt P was measured with
 
     @classmethod
     def of(cls, cal: Calibration, full: int) -> Engine:
         one = cal.one
         step_full = cal.full.step_s if cal.full is not None else one.step_s
         prefill = one.ttft_s if one.tpot_s is not None else one.e2e_s
-        return cls(prefill, one.step_s, max(step_full, one.step_s), full)
+        return cls(prefill, one.step_s, max(step_full, one.step_s), full, one.prompt_tokens)
+
+    def prefill(self, prompt: int) -> float:
+        """P for a prompt of ``prompt`` tokens (in proportion to the one measured)."""
+        return self.prefill_s * prompt / self.prompt_tokens
 
     def step(self, batch: float) -> float:
         """The decode step at ``batch`` sequences (straight between one and the full batch)."""
@@ -290,21 +298,29 @@ def _kv_transfer(engine: Engine, base: Load, cal: Calibration, plan: Plan) -> No
 
 
 def _decode_pool(engine: Engine, base: Load, plan: Plan, admitted: int, deadline_s: float) -> None:
+    """Requests that decode DECODE_TTFTS times as long as their first token takes; their
+    prompts shortened where such requests would finish fewer than MIN_RATE a second."""
     step = engine.step(admitted)
-    output = min(
-        base.output_tokens,
-        max(MIN_OUTPUT, 1 + math.ceil((DECODE_TTFTS - 1) * engine.prefill_s / step)),
-    )
-    output = _bounded(lambda o: engine.served(admitted, o), output, base.prompt_tokens, deadline_s)
-    capacity = engine.served(admitted, output)
+    longest_prefill = 1.0 / (DECODE_TTFTS * MIN_RATE)
+    prompt = base.prompt_tokens
+    if engine.prefill(prompt) > longest_prefill:
+        prompt = max(MIN_PROMPT, int(prompt * longest_prefill / engine.prefill_s))
+    prefill = engine.prefill(prompt)
+    shaped = Engine(prefill, engine.step_one_s, engine.step_full_s, engine.full, prompt)
+    output = max(MIN_OUTPUT, 1 + math.ceil((DECODE_TTFTS - 1) * prefill / step))
+    output = _bounded(lambda o: shaped.served(admitted, o), output, prompt, deadline_s)
+    output = min(output, MAX_MODEL_LEN - prompt - 1)
+    capacity = shaped.served(admitted, output)
     rate = OVERLOAD * capacity
     plan.served = capacity
-    plan.load = Load(round(rate, 3), base.prompt_tokens, output)
+    plan.load = Load(round(rate, 3), prompt, output)
+    shorter = f", prompts of {prompt} tokens" if prompt != base.prompt_tokens else ""
     plan.how.append(
         f"time to first token {1000 * engine.prefill_s:.0f} ms, decode step "
-        f"{1000 * step:.1f} ms: requests of {output} tokens decode {DECODE_TTFTS:g}x as "
-        f"long; {admitted} decode slot(s) serve {capacity:.2f}/s, {OVERLOAD:g}x that is "
-        f"{rate:.2f}/s (the prefill server busy {rate * engine.prefill_s:.0%})"
+        f"{1000 * step:.1f} ms: requests of {output} tokens decode at least "
+        f"{DECODE_TTFTS:g}x as long as their first token takes{shorter}; {admitted} decode "
+        f"slot(s) serve {capacity:.2f}/s, {OVERLOAD:g}x that is {rate:.2f}/s (the prefill "
+        f"server busy {rate * prefill:.0%})"
     )
 
 

@@ -68,6 +68,16 @@ def test_a_slowed_worker_replays_a_gpu_as_much_slower() -> None:
     assert "slowdown 8" in slow.how
 
 
+def test_the_replayed_gpu_gets_the_share_of_the_host_a_thread_gets_now() -> None:
+    quiet = HostPeaks(memory_bandwidth=10e9, matmul_flops=100e9, sustained_bandwidth=11e9)
+    assert quiet.available() == quiet  # no slower than its fastest pass: the hardware
+    busy = HostPeaks(memory_bandwidth=10e9, matmul_flops=100e9, sustained_bandwidth=4e9)
+    shared = busy.available()
+    assert (shared.memory_bandwidth, shared.matmul_flops) == (4e9, pytest.approx(40e9))
+    assert "40% of the fastest pass" in shared.how
+    assert HostPeaks(memory_bandwidth=10e9, matmul_flops=1e9).available().memory_bandwidth == 10e9
+
+
 def test_measure_host_measures_this_machine() -> None:
     host = measure_host(threads=1)
     assert host.threads == 1
@@ -75,3 +85,5 @@ def test_measure_host_measures_this_machine() -> None:
     assert 1e9 < host.memory_bandwidth < 1e13
     assert 1e9 < host.matmul_flops < 1e14
     assert "fastest of 10 passes" in host.how
+    # By the wall clock, back to back: never above the fastest pass by more than noise.
+    assert 0 < host.sustained_bandwidth < 1.3 * host.memory_bandwidth

@@ -22,9 +22,10 @@ is; the physical cache is one slot per running sequence (:mod:`exporter.lab.refe
 
 With ``slowdown`` above 1 (``--worker-slowdown``) every forward pass takes that many times as
 long: after each prefill and each batched decode pass (with its sampling) the worker waits
-``slowdown - 1`` times the time the pass took. It stands in for a slower accelerator, whose
-kernels take longer without taking more of the host's CPU; the decode-overhead's host work is
-not slowed.
+``slowdown - 1`` times the work the pass did (on a CPU its CPU time per torch thread, on a GPU
+its time). It stands in for a slower accelerator, whose kernels take longer without taking
+more of the host's CPU; the decode-overhead's host work is not slowed, nor are the moments a
+busy host's neighbours hold the worker's core.
 
 Messages (tuples over a :func:`multiprocessing.Pipe`)::
 
@@ -291,7 +292,7 @@ class Scheduler:
             if seq.kv is not None:
                 self._load(seq, decoding)
                 continue
-            began = time.monotonic()
+            began = self._clock()
             logits = self.model.prefill(seq.tokens, seq.slot)
             out.work.add(prefill_work(mcfg, len(seq.tokens), size))
             seq.cached = len(seq.tokens)
@@ -301,7 +302,7 @@ class Scheduler:
         if decoding:
             if self.decode_overhead_s > 0:
                 step_overhead(self.decode_overhead_s)
-            began = time.monotonic()
+            began = self._clock()
             positions = [s.cached for s in decoding]
             logits = self.model.decode(
                 [s.tokens[-1] for s in decoding],
@@ -327,11 +328,21 @@ class Scheduler:
         out.step_seconds = now - started
         return out
 
+    def _clock(self) -> float:
+        """What a forward pass's work is measured by: on a CPU the worker's CPU time per
+        torch thread (its compute, not the moments a busy host's neighbours hold the core),
+        on a GPU the wall clock."""
+        if str(self.model.device).startswith("cuda"):
+            return time.monotonic()
+        return time.process_time() / max(1, self.cfg.threads)
+
     def _slow_down(self, began: float) -> None:
-        """``slowdown``: the pass that began at ``began`` (sampling read back, so its work is
-        done) takes ``slowdown`` times as long; the rest is a wait, not CPU work."""
+        """``slowdown``: the pass whose work began at ``began`` (:meth:`_clock`; sampling read
+        back, so its work is done) takes ``slowdown`` times as long; the rest is a wait, not
+        CPU work. A slower accelerator's kernels take longer for the same work; a busy host
+        does not make them longer still."""
         if self.cfg.slowdown > 1.0:
-            time.sleep((self.cfg.slowdown - 1.0) * (time.monotonic() - began))
+            time.sleep((self.cfg.slowdown - 1.0) * max(0.0, self._clock() - began))
 
     def _load(self, seq: _Seq, decoding: list[_Seq]) -> None:
         """A transferred prompt cache: every position but the last is loaded, and the last
