@@ -89,9 +89,11 @@ def measure(
     output_tokens: int = CAL_OUTPUT_TOKENS,
     requests: int | None = None,
     api: str = "openai",
+    served_model: str = "",
 ) -> Measured:
     """At least ``requests`` (default: one per slot) and :data:`MEASURE_S` seconds of a
-    closed loop of ``concurrency``; the medians of every request that completed."""
+    closed loop of ``concurrency``; the medians of every request that completed.
+    ``served_model``: the model to ask for (default: the server's first)."""
     needed = requests or concurrency
     base = loadgen.LoadConfig(
         url=loadgen.completions_url(url) if api == "openai" else url,
@@ -105,6 +107,7 @@ def measure(
         concurrency=concurrency,
         requests=needed,
         seed=7,
+        model=served_model,
     )
     began = time.monotonic()
     done: list[loadgen.RequestResult] = []
@@ -192,10 +195,12 @@ def calibrate(
     output_tokens: int = CAL_OUTPUT_TOKENS,
     model: str | None = None,
     disaggregated: bool = False,
+    served_model: str = "",
 ) -> Calibration:
-    """One sequence at a time with the drill's prompt, then (``full``) that many at once with
-    short prompts; the tokenizer probe where ``model`` (a vLLM-like /tokenize) is given; the
-    KV bytes per request on a disaggregated pair."""
+    """One sequence at a time with the drill's prompt, then (``full``) that many at once; the
+    tokenizer probe where ``model`` (a vLLM-like /tokenize) is given; the KV bytes per request
+    on a disaggregated pair. ``served_model``: the model to load (default: the server's
+    first)."""
     began = time.monotonic()
     kv_before = (
         (counter(url, XFER_BYTES), counter(url, XFER_COUNT)) if disaggregated else (0.0, 0.0)
@@ -207,6 +212,7 @@ def calibrate(
         output_tokens=output_tokens,
         requests=ONE_REQUESTS,
         api=api,
+        served_model=served_model,
     )
     cal = Calibration(one=one)
     if disaggregated:
@@ -222,6 +228,7 @@ def calibrate(
             prompt_tokens=prompt_tokens,
             output_tokens=output_tokens,
             api=api,
+            served_model=served_model,
         )
     if model is not None:
         cal.tokenizer_s, cal.probe_tokens = tokenizer_probe(url, model)

@@ -28,12 +28,14 @@ import platform
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from drills.calibrate import Calibration, CalibrationError, calibrate
+from drills.calibrate import CAL_OUTPUT_TOKENS, Calibration, CalibrationError, calibrate
 from drills.scenarios import (
     DISAGG_SITE_CONFIG,
     ENGINE_ARGS,
@@ -47,6 +49,7 @@ from drills.sizing import Plan, plan
 from drills.timing import PAGES_S
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.lab import tritonmodel
 from exporter.lab.processes import child_pythonpath, http_get, stop_process
 from exporter.lab.refengine import DEFAULT_MODEL_NAME, hostpeak
 from exporter.lab.refengine.cli import auto_threads
@@ -55,6 +58,7 @@ from exporter.lab.stack import JOB, TARGET_LABELS, Stack, StackConfig
 
 POLL_S = 1.0
 PAGES_FOR_DEDUP = 2
+TRITON_MODEL = tritonmodel.MODEL  # the model the drills' PyTriton serves
 MAX_SLOWDOWN = 100.0
 
 
@@ -82,14 +86,21 @@ def host_peaks() -> HostPeaks:
     return measure_host()
 
 
+_FASTEST = [0.0]  # the fastest decode stream seen this session (bytes/s)
+
+
 def drill_peaks(factor: float, sized: Sized) -> HostPeaks:
     """The replayed GPU's peaks for one drill: the host's, as one thread can have them now
     (on a shared host, the share its neighbours leave: :meth:`HostPeaks.available`; the
     sustained rate measured as the drill starts), divided by the worker's slowdown."""
     # In this process (torch imported once per session, its own scheduling group as the
     # engine's): the second back to back is the whole cost.
-    sustained = hostpeak.measure_sustained(auto_threads())["decode_stream_sustained"]
-    host = replace(host_peaks(), sustained_bandwidth=float(sustained))
+    sustained = float(hostpeak.measure_sustained(auto_threads())["decode_stream_sustained"])
+    host = host_peaks()
+    # A fastest pass taken while the host was busy is only a lower bound on its peak: a
+    # faster sustained rate later raises it.
+    _FASTEST[0] = max(_FASTEST[0], host.memory_bandwidth, sustained)
+    host = replace(host, memory_bandwidth=_FASTEST[0], sustained_bandwidth=sustained)
     peaks = host.available().slowed(factor)
     sized.host = {
         "fastest_bytes_per_s": host.memory_bandwidth,
@@ -114,11 +125,6 @@ class Sized:
     deadline_s: float = 0.0
     deadline_how: str = ""
     host: dict[str, float] | None = None  # the host's decode stream rates, and the replayed
-
-    def load(self) -> Load | None:
-        if self.plan is None:
-            return None
-        return Load(**self.plan["load"])
 
 
 @dataclass
@@ -272,15 +278,19 @@ def _size(stack: Stack, scenario: Scenario | DisaggScenario, sized: Sized) -> Lo
     reference = getattr(scenario, "engine", "reference") == "reference"
     triton = getattr(scenario, "engine", "") == "triton"
     base = scenario.load
-    needs_full = scenario.sizing == KEEP_UP_DRILL or "cpu-contention" in scenario.injections
+    # An overload needs only one sequence: what its admitted sequences serve, or (cpu-contention)
+    # at most what a full batch would serve if batching were free (a rate above it floods).
+    needs_full = scenario.sizing == KEEP_UP_DRILL
     cal: Calibration = calibrate(
         stack.engine_url,
         prompt_tokens=base.prompt_tokens,
         full=scenario.full if needs_full else None,
         api="triton" if triton else "openai",
-        output_tokens=base.output_tokens if triton else 16,
+        # Triton answers whole requests: measured with the drill's own.
+        output_tokens=base.output_tokens if triton else CAL_OUTPUT_TOKENS,
         model=DEFAULT_MODEL_NAME if reference else None,
         disaggregated=isinstance(scenario, DisaggScenario),
+        served_model=TRITON_MODEL if triton else "",
     )
     sized.calibration = cal.to_json()
     chosen: Plan = plan(
@@ -302,9 +312,6 @@ def _size(stack: Stack, scenario: Scenario | DisaggScenario, sized: Sized) -> Lo
 
 
 def _post_json(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
-    import urllib.error  # noqa: PLC0415
-    import urllib.request  # noqa: PLC0415
-
     req = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
@@ -376,7 +383,7 @@ def _start_load(
         "json",
     ]
     if stack.cfg.engine == "triton":
-        cmd += ["--api", "triton", "--model", "tiny"]
+        cmd += ["--api", "triton", "--model", TRITON_MODEL]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": child_pythonpath()}
     with (workdir / "load.json").open("wb") as out, (workdir / "load.log").open("wb") as err:
         return subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)

@@ -28,6 +28,7 @@ from drills.scenarios import (
 from drills.sizing import (
     DECODE_TTFTS,
     GIL_CORES,
+    IN_FLIGHT_BUDGET,
     KEEP_UP,
     KV_TTFTS,
     KV_WAITING,
@@ -312,11 +313,14 @@ def _sizing_text() -> list[str]:
         f"where even {MIN_RATE:g} requests/s would be more, the requests are shortened "
         f"(not below {MIN_OUTPUT} output tokens);",
         f"- an **overload** drill (`queue-flood`, `decode-pool-short`, `cpu-contention`) offers "
-        f"{OVERLOAD:g}x what the sequences it admits serve (`cpu-contention`: what the "
-        "contended engine's full batch serves, measured with the busy-loopers running, or its "
-        "own rate where that is more): its queue grows by what the engine serves each second "
-        f"on any machine; requests are shortened where fewer than {MIN_RATE:g} a second would "
-        "finish;",
+        f"{OVERLOAD:g}x what the sequences it admits serve (`cpu-contention`: the most the "
+        "contended engine's full batch could serve, from one sequence measured with the "
+        "busy-loopers running and batching taken as free, or its own rate where that is "
+        "more): its queue grows by twice what the engine serves each second on any machine, "
+        "and still grows should the machine's neighbours go quiet after the calibration; "
+        f"requests are shortened where fewer than {MIN_RATE:g} a second would finish, and "
+        f"lengthened where the queue would pass {IN_FLIGHT_BUDGET} requests before the "
+        "deadline;",
         f"- `tokenizer-slow`: the probe takes {TOKENIZER_STEPS:g} decode steps at the batch "
         f"the load keeps (`--tokenizer-slow-us-per-token`; the tokenizer's thread at most "
         f"{TOKENIZER_CPU:g} of a core); `frontend-gil`: pre-processing of {GIL_CORES:g} cores "

@@ -166,10 +166,10 @@ SCENARIOS: tuple[Scenario, ...] = (
         injections=("cpu-contention",),
         expected=STARVED,
         why=(
-            "four busy-looping processes per CPU take the host's CPU: the load offers three times "
-            "what the contended engine's full batch serves (measured with the busy-loopers "
-            "running; the drill's own load where that is more), the queue grows while the GPU "
-            "idles"
+            "four busy-looping processes per CPU take the host's CPU: the load offers three "
+            "times the most the contended engine's full batch could serve (measured with the "
+            "busy-loopers running; the drill's own load where that is more), the queue grows "
+            "while the GPU idles"
         ),
         sizing=OVERLOAD_DRILL,
         allowed={

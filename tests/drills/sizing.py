@@ -19,8 +19,10 @@ How each kind of drill uses them:
   the drill's own rate when that is lower. Where even :data:`MIN_RATE` would be more, the
   requests are shortened (not below :data:`MIN_OUTPUT` tokens) until it is not;
 - **overload** (``queue-flood``, ``decode-pool-short``, ``cpu-contention``): the rate is
-  :data:`OVERLOAD` times what the admitted sequences serve (under ``cpu-contention``: what the
-  contended engine's full batch serves, measured with the busy-loopers running), so the queue
+  :data:`OVERLOAD` times what the admitted sequences serve (under ``cpu-contention``: the most
+  the contended engine's full batch could serve, from one sequence measured with the
+  busy-loopers running, batching taken as free; the drill's own rate where that is more), so
+  the queue
   grows by twice what the engine serves every second, on any machine - and still grows should
   a shared machine's neighbours go quiet after the calibration and the engine serve up to
   three times as much; requests are shortened where fewer than :data:`MIN_RATE` would finish
@@ -168,7 +170,8 @@ def keep_up(engine: Engine, base: Load, plan: Plan, overhead_s: float = 0.0) -> 
 def overload(
     engine: Engine, base: Load, plan: Plan, admitted: int, *, full: bool, deadline_s: float
 ) -> Load:
-    """OVERLOAD times what the admitted sequences (``full``: the full batch) serve."""
+    """OVERLOAD times what the admitted sequences serve; ``full``: what the full batch serves
+    at most, each of its steps as short as one sequence's (batching for free)."""
 
     def served(o: int) -> float:
         return engine.served_full(o) if full else engine.served(admitted, o)
@@ -179,7 +182,7 @@ def overload(
     rate = OVERLOAD * capacity
     plan.served = capacity
     what = (
-        f"the full batch of {engine.full}"
+        f"the full batch of {engine.full} (at most)"
         if full
         else f"{admitted} admitted sequence{'s' if admitted > 1 else ''}"
     )
