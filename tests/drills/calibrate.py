@@ -13,7 +13,10 @@ load generator's closed loop (``load --concurrency``), as a client would see it:
 - on the reference engine, the sidecar's tokenizer probe (its ~512-token prompt and a 1-token
   one, :data:`PROBES` times each): how long tokenizing the probe takes, and its tokens;
 - on a disaggregated pair, the KV cache one request moves (the decode engine's NIXL byte
-  counter over the one-at-a-time requests).
+  counter over the one-at-a-time requests);
+- and, for the report, what the node was doing meanwhile: its share of CPU time in softirq
+  (the calibration's own loopback requests make a little, a shared node's neighbours may
+  make more) and its load average.
 
 :mod:`drills.sizing` turns these into the drill's load and injection sizes. The measurement
 takes about six seconds at the engine's own speed (up to half a minute with its model worker
@@ -27,6 +30,7 @@ import json
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from exporter.collectors.tokenizer import default_prompt, request_body
@@ -202,6 +206,7 @@ def calibrate(
     on a disaggregated pair. ``served_model``: the model to load (default: the server's
     first)."""
     began = time.monotonic()
+    node_before = node_ticks()
     kv_before = (
         (counter(url, XFER_BYTES), counter(url, XFER_COUNT)) if disaggregated else (0.0, 0.0)
     )
@@ -233,7 +238,24 @@ def calibrate(
     if model is not None:
         cal.tokenizer_s, cal.probe_tokens = tokenizer_probe(url, model)
     cal.took_s = round(time.monotonic() - began, 1)
+    cal.extra["node_softirq"] = round(softirq_share(node_before, node_ticks()), 4)
+    cal.extra["load_average"] = float(Path("/proc/loadavg").read_text().split()[0])
     return cal
+
+
+def node_ticks() -> tuple[float, float]:
+    """(softirq, all) CPU ticks of the whole node so far, from ``/proc/stat``."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("cpu "):
+            values = [float(v) for v in line.split()[1:8]]
+            return values[6], sum(values)
+    return 0.0, 0.0
+
+
+def softirq_share(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """The node's share of CPU time in softirq between two :func:`node_ticks`."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else 0.0
 
 
 XFER_BYTES = "vllm:nixl_bytes_transferred_sum"

@@ -171,6 +171,9 @@ def _measured(sized: Sized) -> str:
         parts.append(f"tokenizer {_ms(cal['tokenizer_s'])} ({cal.get('probe_tokens')} tokens)")
     if cal.get("kv_bytes"):
         parts.append(f"KV {cal['kv_bytes'] / 2**20:.2f} MiB")
+    extra = cal.get("extra") or {}
+    if "load_average" in extra:
+        parts.append(f"node: load {extra['load_average']:.1f}, softirq {extra['node_softirq']:.1%}")
     if sized.host:
         h = sized.host
         parts.append(
