@@ -441,6 +441,10 @@ class EngineServer:
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait(5)
+        for pipe in (self.popen.stdin, self.popen.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
         self._sink.close()
 
     def __enter__(self) -> EngineServer:

@@ -11,7 +11,7 @@ its own GPU count (the lines of GPUs it lacks dropped), its own GPU UUIDs, count
 the captured rate times a per-pod factor and gauges that move every scrape, so Prometheus stores
 and compresses what a real fleet sends.
 
-Two layouts (``--layout``; several are measured side by side):
+Three layouts (``--layout``; several are measured side by side):
 
 * ``sidecar`` - today's: each pod's sidecar reads its own GPUs through NVML; the pack's
   ``sidecar`` profile (``alert_rules/``).
@@ -103,7 +103,7 @@ from common import (  # noqa: E402
 from support.synthetic import write_synthetic_trace  # noqa: E402
 
 from exporter.lab.processes import stop_process  # noqa: E402
-from exporter.signatures.records.record_groups import POOL_GROUP  # noqa: E402
+from exporter.signatures.signals.signal_groups import POOL_GROUP  # noqa: E402
 
 SCRAPE_INTERVAL_S = 15
 EVALUATION_INTERVAL_S = 30
@@ -116,14 +116,18 @@ NODE_GPUS = 8
 # The node layout's agents: a DaemonSet in its own namespace, scraped with honor_labels.
 NODE_JOB = "monitoring/inference-bottleneck-exporter-node"
 ROLES = ("prefill", "decode")
-LAYOUTS = ("sidecar", "node")
+# dcgm-exporter (the dcgm layout): a DaemonSet of the GPU operator, scraped with honor_labels.
+DCGM_JOB = "gpu-operator/nvidia-dcgm-exporter"
+LAYOUTS = ("sidecar", "node", "dcgm")
 RULES = ROOT / "alert_rules"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
 _GPU = re.compile(r'\bgpu="(\d+)"')
 _UUID = re.compile(r'uuid="(GPU-[^"]+)"')
-# Gauges that hold still in a real sidecar: identities, limits, capacities, start times.
+# Gauges that hold still in a real sidecar: identities, limits, capacities, start times, how
+# many pods hold a GPU (a count: moved by 10 %, a GPU of one pod would read as shared).
 _CONSTANT = (
     "_info",
+    "_gpu_pods",
     "_start_time_seconds",
     "_max_fds",
     "_memory_total_bytes",
@@ -200,19 +204,21 @@ class NodeIdentity:
     def instance(self) -> str:
         return f"10.250.{(self.index >> 8) & 255}.{self.index & 255}:10960"
 
-    def target(self, address: str) -> dict[str, Any]:
-        """The file_sd entry of the agent: its own pod's labels (``honor_labels`` keeps the
-        holders' namespace, pod and container that ``inference_gpu_pod_info`` carries)."""
+    def target(self, address: str, layout: str = "node") -> dict[str, Any]:
+        """The file_sd entry of the node's agent (``node``) or dcgm-exporter (``dcgm``): its
+        own pod's labels (``honor_labels`` keeps the holders' namespace, pod and container that
+        ``inference_gpu_pod_info``, or dcgm-exporter's pod mapping, carries)."""
+        dcgm = layout == "dcgm"
         return {
             "targets": [address],
             "labels": {
                 "__metrics_path__": f"/nodes/{self.index}/metrics",
-                "namespace": "monitoring",
-                "pod": f"ibe-node-{self.index:05d}",
-                "container": "inference-bottleneck-exporter",
+                "namespace": "gpu-operator" if dcgm else "monitoring",
+                "pod": f"{'nvidia-dcgm-exporter' if dcgm else 'ibe-node'}-{self.index:05d}",
+                "container": "nvidia-dcgm-exporter" if dcgm else "inference-bottleneck-exporter",
                 "endpoint": "metrics",
-                "instance": self.instance,
-                "job": NODE_JOB,
+                "instance": self.instance.replace(":10960", ":9400") if dcgm else self.instance,
+                "job": DCGM_JOB if dcgm else NODE_JOB,
             },
         }
 
@@ -455,6 +461,80 @@ def node_body(template: Template, node: NodeIdentity) -> Body:
     return Body(template, f"node/{node.index}", rewrite)
 
 
+# dcgm-exporter's fields per GPU (hand-written: the gauges and counters of NVIDIA/dcgm-exporter
+# etc/dcp-metrics-included.csv at commit 084a245dc715966ea2c72b00fde311b6795a6ffb, plus
+# DCGM_FI_PROF_SM_ACTIVE, commented out there, which the pack's dcgm profile reads), with
+# values of a busy H100: (field, type, value). Counters are given as their value after
+# DCGM_AGE_S seconds, so they grow at value / age.
+DCGM_FIELDS = (
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", 1755.0),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", 2619.0),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", 47.0),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", 55.0),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", 430.0),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", 430.0 * 1000 * 1000),  # mJ
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", 0.0),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", 74.0),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", 41.0),
+    ("DCGM_FI_DEV_ENC_UTIL", "gauge", 0.0),
+    ("DCGM_FI_DEV_DEC_UTIL", "gauge", 0.0),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", 0.0),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", 5430.0),
+    ("DCGM_FI_DEV_FB_USED", "gauge", 75650.0),
+    ("DCGM_FI_DEV_FB_RESERVED", "gauge", 567.0),
+    ("DCGM_FI_DEV_RETIRED_SBE", "counter", 0.0),
+    ("DCGM_FI_DEV_RETIRED_DBE", "counter", 0.0),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", 0.0),
+    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", 0.0),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", 0.0),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", 0.0),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", 0.0),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", 0.71),
+    ("DCGM_FI_PROF_SM_ACTIVE", "gauge", 0.58),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", 0.22),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", 0.47),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", 2.1e8),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", 9.6e8),
+)
+DCGM_AGE_S = 1000.0
+_DCGM_HOLDER = re.compile(r'\b(Hostname|UUID|container|namespace|pod)="[^"]*"')
+
+
+def dcgm_template() -> Template:
+    """One dcgm-exporter's exposition for an 8-GPU node, its labels in dcgm-exporter's order;
+    the holders (``namespace``, ``pod``, ``container``) are set per node (:func:`dcgm_body`)."""
+    lines: list[str] = []
+    for name, kind, value in DCGM_FIELDS:
+        lines += [f"# HELP {name} {name}.", f"# TYPE {name} {kind}"]
+        for k in range(NODE_GPUS):
+            labels = (
+                f'gpu="{k}",UUID="GPU-{k}",pci_bus_id="00000000:{0x18 + k:02X}:00.0",'
+                f'device="nvidia{k}",modelName="NVIDIA H100 80GB HBM3",Hostname="node",'
+                'DCGM_FI_DRIVER_VERSION="570.124.06",container="",namespace="",pod=""'
+            )
+            lines.append(f"{name}{{{labels}}} {value!r}")
+    return Template.parse("\n".join(lines) + "\n", DCGM_AGE_S)
+
+
+def dcgm_body(template: Template, node: NodeIdentity) -> Body:
+    """A node's dcgm-exporter: its eight GPUs with their own UUIDs, each labelled with the pod
+    holding it (empty labels, which Prometheus drops, for a GPU no pod holds)."""
+
+    def rewrite(line: Line) -> str | None:
+        gpu = line.gpu if line.gpu is not None else -1
+        holder = node.holder(gpu)
+        labels = {
+            "Hostname": f"node-{node.index:05d}",
+            "UUID": _uuid_of(1_000_000 + node.index, gpu),
+            "container": "engine" if holder else "",
+            "namespace": holder.namespace if holder else "",
+            "pod": holder.pod if holder else "",
+        }
+        return _DCGM_HOLDER.sub(lambda m: f'{m[1]}="{labels[m[1]]}"', line.head)
+
+    return Body(template, f"dcgm/{node.index}", rewrite)
+
+
 # --- capture ------------------------------------------------------------------------------------
 
 
@@ -558,9 +638,10 @@ def _kubelet(trace: Path, workdir: Path, wanted: bool) -> Iterator[tuple[str, ..
         yield (f"--podresources.socket={socket}",)
 
 
-def capture(workdir: Path, kind: str = "sidecar") -> tuple[str, float]:
+def capture(workdir: Path, kind: str = "sidecar", args: Sequence[str] = ()) -> tuple[str, float]:
     """The real CLI's exposition (8 GPUs, vLLM) as ``kind`` (:data:`CAPTURES`) serves it, and
-    its uptime when it was read."""
+    its uptime when it was read. ``args`` are added to the CLI's (a test's shorter poll
+    intervals: the same series, sooner)."""
     spec = CAPTURES[kind]
     trace = workdir / "trace-8gpu.jsonl"
     if not trace.exists():
@@ -577,7 +658,7 @@ def capture(workdir: Path, kind: str = "sidecar") -> tuple[str, float]:
             trace if spec.nvml else None,
             engine.metrics_url,
             workdir,
-            (*spec.args, *kubelet_flags),
+            (*spec.args, *kubelet_flags, *args),
         ) as sidecar,
     ):
         deadline = time.monotonic() + 60
@@ -655,7 +736,8 @@ class Scenario:
         return fleet(self.gpus, self.mix)
 
     def agents(self) -> list[NodeIdentity]:
-        return nodes(self.pods()) if self.layout == "node" else []
+        """The per-node exporters: the node agents (``node``) or dcgm-exporters (``dcgm``)."""
+        return nodes(self.pods()) if self.layout in ("node", "dcgm") else []
 
     def args(self) -> list[str]:
         return [
@@ -692,18 +774,23 @@ def serve(args: argparse.Namespace) -> int:
     scenario = Scenario(args.gpus, args.layout, args.mix, args.pool_models, args.pods_per_model)
     templates = _templates(args, workdir)
     pods, agents = scenario.pods(), scenario.agents()
-    sidecar = "sidecar-nonvml" if scenario.layout == "node" else "sidecar"
+    sidecar = "sidecar-nonvml" if scenario.layout in ("node", "dcgm") else "sidecar"
+    if scenario.layout == "dcgm":
+        per_node = [dcgm_body(dcgm_template(), node) for node in agents]
+    else:
+        per_node = [node_body(templates["agent"], node) for node in agents]
     bodies = {
         "pods": [
             pod_body(templates[sidecar if pod.template == "sidecar" else pod.template], pod)
             for pod in pods
         ],
-        "nodes": [node_body(templates["agent"], node) for node in agents],
+        "nodes": per_node,
     }
     address = f"127.0.0.1:{args.port}"
     Path(args.targets).write_text(json.dumps([pod.target(address) for pod in pods]))
     if args.node_targets:
-        Path(args.node_targets).write_text(json.dumps([a.target(address) for a in agents]))
+        entries = [a.target(address, scenario.layout) for a in agents]
+        Path(args.node_targets).write_text(json.dumps(entries))
     print(f"fleet {scenario.name}: {len(pods)} pods, {len(agents)} node agents on {address}")
     asyncio.run(_serve(bodies, args.port, Path(args.ready) if args.ready else None))
     shutil.rmtree(workdir, ignore_errors=True)
@@ -933,7 +1020,7 @@ def _start_simulator(
 ) -> tuple[subprocess.Popen[bytes], Path, Path | None]:
     directory.mkdir(parents=True, exist_ok=True)
     targets, ready = directory / "targets.json", directory / "ready"
-    node_targets = directory / "targets-node.json" if scenario.layout == "node" else None
+    node_targets = directory / "targets-node.json" if scenario.agents() else None
     sim = subprocess.Popen(
         [
             sys.executable,
@@ -1097,7 +1184,7 @@ def _results(inst: Instance, cost_repeat: int) -> dict[str, Any]:
     # The fleet's own series: everything of the jobs but records and alert state (which carry
     # the job label as a join label).
     sidecar_series = api.scalar(f'count({{job="{JOB}",{own}}})')
-    agent_series = api.scalar(f'count({{job="{NODE_JOB}",{own}}})')
+    agent_series = api.scalar(f'count({{job=~"{NODE_JOB}|{DCGM_JOB}",{own}}})')
     pods = len(sc.pods())
     gpus = sum(p.gpus for p in sc.pods())
     groups = {
@@ -1158,7 +1245,8 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
     """What ``run`` measures: per fleet size, every layout and mix side by side; the
     disaggregated fleets (with and without the pool family) join the first batch."""
     sidecar = pack_of(args.rules)
-    packs = {"sidecar": [sidecar], "node": [pack_of(args.rules / "node")]}
+    packs = {layout: [pack_of(args.rules / layout)] for layout in LAYOUTS if layout != "sidecar"}
+    packs["sidecar"] = [sidecar]
     out: list[list[tuple[Scenario, list[Pack]]]] = [
         [(Scenario(gpus, layout, mix), packs[layout]) for layout in args.layout for mix in args.mix]
         for gpus in args.gpus
@@ -1404,7 +1492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=LAYOUTS,
         default=["sidecar"],
         help="sidecar: a sidecar per pod reads its GPUs; node: sidecars without NVML and one "
-        "node agent per 8-GPU node (the node rule profile); several are measured side by side",
+        "node agent per 8-GPU node (the node rule profile); dcgm: sidecars without NVML and one "
+        "dcgm-exporter per node (the dcgm rule profile); several are measured side by side",
     )
     p_run.add_argument(
         "--mix", nargs="+", choices=sorted(MIXES), default=["default"], help="GPUs per pod"

@@ -1,7 +1,8 @@
 """Keep the Helm chart's generated parts in step with their sources; render a site's chart.
 
 Helm reads files only inside the chart directory, so the chart carries copies of the generated
-rules (``alert_rules/``) and dashboards (``dashboards/*.json``) under ``files/``, the PagerDuty
+rules (``alert_rules/``) and dashboards (``dashboards/*.json`` and ``dashboards/<profile>/``, one
+set per rule profile; the chart installs its mode's) under ``files/``, the PagerDuty
 routing of ``alert_rules/alertmanager.yaml`` translated into an AlertmanagerConfig spec, and its
 README's values table is generated from the ``# --`` comments of ``values.yaml``.
 
@@ -53,13 +54,17 @@ def chart_sources(root: Path = ROOT) -> dict[str, bytes]:
             relative = path.relative_to(rules)
             if relative.parts[0] not in NOT_PROFILES:
                 rule_files[relative.as_posix()] = path.read_bytes()
-    dashboards = {p.name: p.read_bytes() for p in sorted((root / "dashboards").glob("*.json"))}
+    boards = root / "dashboards"
+    dashboards = {
+        p.relative_to(boards).as_posix(): p.read_bytes()
+        for p in sorted([*boards.glob("*.json"), *boards.glob("*/*.json")])
+    }
     return chart_files(rule_files, dashboards)
 
 
 def chart_files(rule_files: dict[str, bytes], dashboards: dict[str, bytes]) -> dict[str, bytes]:
     """Path under ``files/`` -> content, from the pack's files (path under ``alert_rules/``)
-    and the dashboards (file name)."""
+    and the dashboards (path under ``dashboards/``)."""
     out: dict[str, bytes] = {}
     for name, data in sorted(rule_files.items()):
         if _is_rule_file(data):
@@ -85,7 +90,7 @@ def site_sources(config: Path) -> dict[str, bytes]:
     # The generators: dashboards/ is not part of the installed package, it lives at the root.
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from dashboards import generate  # noqa: PLC0415
+    from dashboards import generate_all  # noqa: PLC0415
     from exporter.signatures.__main__ import pack_files  # noqa: PLC0415
     from exporter.signatures.site import SignatureConfigError, load_config  # noqa: PLC0415
 
@@ -93,7 +98,7 @@ def site_sources(config: Path) -> dict[str, bytes]:
     try:
         cfg = load_config(config)
         rules = pack_files(cfg, pack, runbooks=None)
-        dashboards = generate(cfg)
+        dashboards = generate_all(cfg)
     except SignatureConfigError as err:
         where = "" if str(err).startswith(str(config)) else f"{config}: "
         raise SiteConfigError(f"{where}{err}") from None

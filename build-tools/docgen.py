@@ -4,6 +4,8 @@
 * the flag table of ``README.md`` from the ``serve`` options;
 * the web-config field tables of ``SECURITY.md`` and ``docs/deployment.md`` from
   :data:`exporter.server.websec.fields.FIELDS`;
+* in ``docs/engines.md``: the engine table and each engine's mapping, from the engine specs
+  and their rule tables (:mod:`exporter.engines.describe`);
 * in ``docs/architecture.md``: every module of ``exporter/`` with the first line of its
   docstring (read with :mod:`ast`, nothing imported), the engine table from
   :data:`exporter.engines.SPECS` and the collector table from
@@ -60,12 +62,33 @@ _COLLECTOR_TITLES = {
 }
 
 
+def source_of(spec: MetricSpec) -> str:
+    """The source column: the catalogue's words, then, for a name engines fill, each engine's
+    source as its rules read it (the one place the engine mappings are written)."""
+    from exporter.engines import describe  # noqa: PLC0415
+
+    if spec.name == "inference_engine_info":
+        generated = describe.info_source()
+    elif spec.name == "inference_engine_model_info":
+        generated = describe.model_info_source()
+    else:
+        generated = describe.source_column(spec.name)
+    return "; ".join(part for part in (spec.source, generated) if part)
+
+
 def _row(spec: MetricSpec) -> str:
     labels = ", ".join(
         [f"`{label}`" for label in spec.labels] + [f"`{label}`?" for label in spec.optional_labels]
     )
     labels = labels or "-"
-    cells = [f"`{spec.name}`", spec.type, spec.unit or "-", labels, spec.help, spec.source or "-"]
+    cells = [
+        f"`{spec.name}`",
+        spec.type,
+        spec.unit or "-",
+        labels,
+        spec.help,
+        source_of(spec) or "-",
+    ]
     if spec.collector == "nvml":
         cells.append(spec.gpus or "-")
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
@@ -227,6 +250,18 @@ def render_engines() -> str:
     return "\n".join(out) + "\n"
 
 
+def _engine_table() -> str:
+    from exporter.engines import describe  # noqa: PLC0415
+
+    return describe.engine_table()
+
+
+def _engine_mappings() -> str:
+    from exporter.engines import describe  # noqa: PLC0415
+
+    return describe.mapping_tables()
+
+
 def render_collectors() -> str:
     """The collector table: one row per registered collector, in table order."""
     from exporter.collectors import COLLECTORS  # noqa: PLC0415
@@ -255,6 +290,10 @@ def _sections() -> dict[str, tuple[tuple[str, Callable[[], str]], ...]]:
         "README.md": (("flags", render_flags),),
         "SECURITY.md": fields,
         "docs/deployment.md": fields,
+        "docs/engines.md": (
+            ("engine-table", _engine_table),
+            ("engine-mappings", _engine_mappings),
+        ),
         "docs/architecture.md": (
             ("modules", render_modules),
             ("engines", render_engines),

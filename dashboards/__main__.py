@@ -1,4 +1,6 @@
-"""``python -m dashboards [--config SITE] [--check] [--out DIR]``: write (or check) the JSON."""
+"""``python -m dashboards [--config SITE] [--profile P] [--check] [--out DIR]``: write (or check)
+the JSON of every rule profile (``DIR/*.json`` for ``sidecar``, ``DIR/<profile>/*.json`` for the
+others), or of one profile into ``DIR``."""
 
 from __future__ import annotations
 
@@ -6,9 +8,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from dashboards import generate
+from dashboards import generate, generate_all
 from exporter.config import ArgumentParser
-from exporter.signatures.site import SignatureConfigError, load_config
+from exporter.signatures.site import PROFILES, SignatureConfigError, load_config
 
 HERE = Path(__file__).resolve().parent
 PROG = "python -m dashboards"
@@ -26,6 +28,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "its selectors, join labels and thresholds; the shipped defaults when omitted",
     )
     parser.add_argument(
+        "--profile",
+        choices=tuple(PROFILES),
+        help="only this rule profile's dashboards, into --out (default: every profile's)",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="write nothing; exit 1 when a committed file differs from a fresh generation",
@@ -35,7 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        files = generate(load_config(args.config))
+        cfg = load_config(args.config, args.profile or "sidecar")
+        files = generate(cfg) if args.profile else generate_all(cfg)
     except SignatureConfigError as err:
         # The one line `python -m exporter.signatures` prints for the same file.
         where = (
@@ -53,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.check:
             stale.append(name)
         else:
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             print(f"wrote {path}")
     if stale:

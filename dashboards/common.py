@@ -19,7 +19,7 @@ label, and every matcher on them is a regular-expression matcher.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -48,8 +48,15 @@ from grafana_foundation_sdk.models.heatmap import HeatmapColorMode, HeatmapColor
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from prometheus_client.utils import floatToGoString
 
-from exporter.signatures.promql_text import split_matchers
-from exporter.signatures.site import SignatureConfigError, SiteConfig
+from exporter.metrics import GPU_LABELS
+from exporter.signatures.promql_text import selector, split_matchers
+from exporter.signatures.signals.dcgm_join import dcgm_matchers, dcgm_per_gpu, dcgm_series
+from exporter.signatures.signals.node_join import node_per_gpu
+from exporter.signatures.signals.shared_gpu_signals import GPU_DEVICE_UTILIZATION
+from exporter.signatures.signals.signal import Signal
+from exporter.signatures.signals.signal import Unit as SignalUnit
+from exporter.signatures.signals.signal_context import SignalContext
+from exporter.signatures.site import SignatureConfigError, SiteConfig, Source
 
 # --- identity ---------------------------------------------------------------------------------
 
@@ -77,6 +84,27 @@ class Unit:
     CALLS_PER_SECOND = "suffix: calls/s"
     CORES = "suffix: cores"
     STATE = "none"
+    FLOPS = "suffix: FLOP/s"
+    REQUESTS_PER_SECOND = "suffix: req/s"
+
+    @classmethod
+    def of(cls, unit: SignalUnit) -> str:
+        """The Grafana unit of a signal's unit."""
+        return {
+            "ratio": cls.RATIO,
+            "seconds": cls.SECONDS,
+            "requests": cls.COUNT,
+            "requests_per_second": cls.REQUESTS_PER_SECOND,
+            "tokens": cls.COUNT,
+            "tokens_per_second": cls.TOKENS_PER_SECOND,
+            "bytes": cls.BYTES,
+            "bytes_per_second": cls.BYTES_PER_SECOND,
+            "flops": cls.FLOPS,
+            "celsius": cls.CELSIUS,
+            "hertz": cls.HERTZ,
+            "count": cls.COUNT,
+            "flag": cls.STATE,
+        }[unit]
 
 
 # --- the site -------------------------------------------------------------------------------
@@ -115,6 +143,12 @@ def check_site(cfg: SiteConfig) -> None:
 def site() -> SiteConfig:
     """The site config of the dashboards being built."""
     return _SITE.get(_SHIPPED)
+
+
+def layout() -> Source:
+    """Where the GPU series come from in the profile being built: the sidecar's NVML, the node
+    agent (``node``), dcgm-exporter (``dcgm``)."""
+    return site().profile.source
 
 
 # --- selectors --------------------------------------------------------------------------------
@@ -204,6 +238,82 @@ def series(metric: str, *matchers: str) -> str:
     site_matchers = sidecar_matchers() if _is_sidecar_series(metric) else ()
     own = [part for text in matchers for part in split_matchers(text)]
     return metric + _body((*target_matchers(), *site_matchers, *own))
+
+
+def signal(sig: Signal, *matchers: str) -> str:
+    """A signal of the rule pack (a recording rule the alerts read) as the site's pack names
+    it, ``{<target variables>, <matchers>}``."""
+    return series(sig.record(site()), *matchers)
+
+
+class Select(Protocol):
+    """Builds a selector of one raw series of the layout's source, narrowed to the GPU
+    variable unless the series is not per GPU (``per_gpu=False``: a node's driver)."""
+
+    def __call__(self, metric: str, *matchers: str, per_gpu: bool = True) -> str: ...
+
+
+#: PromQL of one per-GPU reading, given how to select the source's series.
+Reading = Callable[[Select], str]
+
+
+def gpu_reading(nvml: Reading, dcgm: Reading | None = None, *, keep: Sequence[str] = ()) -> str:
+    """A per-GPU reading from the layout's own source, one series per target, GPU (and ``keep``
+    label), with the target's join labels: where no signal exists (per-GPU detail).
+
+    ``nvml`` is PromQL over the NVML collector's series (``inference_gpu_*``): the sidecar's
+    own, or (``node``) the node agent's, given to the pod holding each GPU; ``dcgm`` over
+    dcgm-exporter's (``DCGM_FI_*``), joined by pod. The joins are the rules' own
+    (:mod:`exporter.signatures.signals.node_join`, :mod:`~exporter.signatures.signals.dcgm_join`),
+    narrowed to the dashboard's variables before joining. Where dcgm-exporter has no such
+    reading (``dcgm=None``), the sidecar's series, which are absent there: no data.
+    """
+    ctx = SignalContext(site())
+    extra = tuple(label for label in keep if label not in GPU_LABELS)
+    labels = ", ".join((*target_labels(), "gpu", *extra))
+    source = layout()
+    if source == "node":
+
+        def agent(metric: str, *matchers: str, per_gpu: bool = True) -> str:
+            gpu = (GPU,) if per_gpu else ()
+            return selector(metric, site().selectors.sidecar, *gpu, *matchers)
+
+        inner = node_per_gpu(ctx, nvml(agent), extra, pod=target_matchers())
+    elif source == "dcgm" and dcgm is not None:
+        narrowed = dcgm_matchers(ctx, target_matchers())
+
+        def exporter(metric: str, *matchers: str, per_gpu: bool = True) -> str:
+            gpu = (GPU,) if per_gpu else ()
+            return dcgm_series(ctx, metric, *gpu, *matchers, *narrowed)
+
+        inner = dcgm_per_gpu(ctx, dcgm(exporter), extra, target=target_matchers())
+    else:
+
+        def own(metric: str, *matchers: str, per_gpu: bool = True) -> str:
+            return series(metric, *((GPU,) if per_gpu else ()), *matchers)
+
+        inner = nvml(own)
+    return f"max by ({labels}) (\n{inner}\n)"
+
+
+def gpu_gauge(nvml: str, dcgm: str | None = None, scale: str = "") -> str:
+    """One gauge per GPU (:func:`gpu_reading`): the NVML collector's ``nvml``, or
+    dcgm-exporter's field ``dcgm`` followed by ``scale`` (`` * 1000000`` for its MHz)."""
+
+    def own(select: Select) -> str:
+        return select(nvml)
+
+    def exporter(select: Select) -> str:
+        return f"{select(dcgm or '')}{scale}"
+
+    return gpu_reading(own, exporter if dcgm else None)
+
+
+def gpu_variable_source() -> str:
+    """The series the GPU variable lists its values from: the per-GPU utilisation signal, which
+    carries each target's GPUs in every layout (the agent's or dcgm-exporter's index where they
+    read the GPUs)."""
+    return series(GPU_DEVICE_UTILIZATION.record(site()))
 
 
 def over(metric: str, *matchers: str, window: str = RATE_INTERVAL) -> str:
@@ -768,8 +878,9 @@ def variables(*names: str) -> list[cogbuilder.Builder[dashboard_models.VariableM
         "gpu": _query_variable(
             "gpu",
             "GPU",
-            f"label_values({series('inference_gpu_info')}, gpu)",
-            "GPU index inside the pod, as NVML numbers it.",
+            f"label_values({gpu_variable_source()}, gpu)",
+            "GPU index as its source numbers it: inside the pod (the sidecar's NVML), on the "
+            "node (the node agent, dcgm-exporter).",
             numeric=True,
         ),
     }

@@ -24,8 +24,11 @@ from exporter import __version__, logs
 from exporter.config import (
     ArgumentParser,
     ConfigError,
+    HttpOptions,
     Option,
     Settings,
+    add_flag,
+    given_flags,
     parse_duration,
     read_config_file,
     resolve,
@@ -65,43 +68,6 @@ def version_text() -> str:
     return f"{PROG}, version {__version__} (python {platform.python_version()})"
 
 
-def _add_option(parser: argparse.ArgumentParser, opt: Option, *, env: bool = True) -> None:
-    """The flag of an option (``--no-<name>`` too for a boolean), its help from the declaration;
-    ``env``: the help names the environment variable, which the command reads."""
-    env_help = f" [env {opt.env}]" if env else ""
-    if opt.kind == "bool":
-        state = "enabled" if opt.default else "disabled"
-        parser.add_argument(
-            f"--{opt.name}",
-            dest=opt.dest,
-            action="store_const",
-            const=True,
-            help=f"{opt.help} (default: {state}; --no-{opt.name} turns it off){env_help}",
-        )
-        parser.add_argument(
-            f"--no-{opt.name}",
-            dest=opt.dest,
-            action="store_const",
-            const=False,
-            help=argparse.SUPPRESS,
-        )
-        return
-    default = "" if opt.default in (None, "") else f" (default: {opt.show(opt.default)})"
-    parser.add_argument(
-        f"--{opt.name}",
-        dest=opt.dest,
-        metavar=opt.metavar or opt.kind.upper(),
-        help=f"{opt.help}{default}{env_help}",
-        action="append" if opt.multiple else "store",
-    )
-
-
-def _given(options: Sequence[Option], namespace: argparse.Namespace) -> dict[str, Any]:
-    """The options given as flags, by name (the parser's ``argument_default`` is SUPPRESS)."""
-    parsed = vars(namespace)
-    return {o.name: parsed[o.dest] for o in options if o.dest in parsed}
-
-
 def _serve_parser(options: tuple[Option, ...]) -> ArgumentParser:
     parser = ArgumentParser(
         prog=PROG,
@@ -116,7 +82,7 @@ def _serve_parser(options: tuple[Option, ...]) -> ArgumentParser:
         "--config.check", dest="config_check", action="store_true", help=CONFIG_CHECK_HELP
     )
     for opt in options:
-        _add_option(parser, opt)
+        add_flag(parser, opt)
     return parser
 
 
@@ -129,7 +95,7 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Settings
     namespace = vars(args)
     config_path = namespace.get("config_file") or env.get("INFERENCE_EXPORTER_CONFIG_FILE")
     file_values = read_config_file(Path(config_path)) if config_path else {}
-    values, sources = resolve(options, _given(options, args), env, file_values)
+    values, sources = resolve(options, given_flags(options, args), env, file_values)
     settings = Settings.of(values, sources)
     check_settings(settings)
     if settings.web_config_file is not None:
@@ -154,9 +120,12 @@ def _describe(settings: Settings) -> str:
 async def _serve(settings: Settings) -> int:
     from exporter.collectors import build_collectors  # noqa: PLC0415
     from exporter.server.app import SHUTDOWN_BUDGET_S, Exporter  # noqa: PLC0415
+    from exporter.server.limits import HttpGuard  # noqa: PLC0415
     from exporter.server.listen import start_site, wait_for_stop_signal  # noqa: PLC0415
 
+    guard = HttpGuard(section(HttpOptions, settings))
     exporter = Exporter(settings, build_collectors(settings))
+    exporter.registry.register(guard)
     security = None
     if settings.web_config_file is not None:
         from exporter.server.websec import WebSecurity  # noqa: PLC0415
@@ -168,7 +137,7 @@ async def _serve(settings: Settings) -> int:
     host, port = settings.listen
     try:
         runner = await start_site(
-            app, host, port, security.context if security is not None else None
+            app, host, port, security.context if security is not None else None, guard
         )
     except OSError as err:
         log.error("cannot listen on %s: %s", settings.listen_address, err.strerror or err)
@@ -255,13 +224,13 @@ def record(argv: Sequence[str], env: Mapping[str, str]) -> int:
     parser.add_argument("--duration", default="60s", help="How long to record (default 60s).")
     parser.add_argument("--out", required=True, type=Path, help="Trace file to write.")
     for option in options:
-        _add_option(parser, option, env=False)
+        add_flag(parser, option, env=False)
     args = parser.parse_args(list(argv))
     duration = _duration("--duration", args.duration)
     if not 0 < duration <= 86400:
         _fail(f"--duration: {args.duration} must be more than 0 and at most 24h")
     try:
-        values, _ = resolve(options, _given(options, args), {}, {})
+        values, _ = resolve(options, given_flags(options, args), {}, {})
         settings = default_settings(**{by_name[name].dest: v for name, v in values.items()})
         nvml.check(settings)
     except ConfigError as err:

@@ -17,7 +17,7 @@ import argparse
 import math
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -300,6 +300,48 @@ class Option:
         return text
 
 
+def add_flag(parser: argparse.ArgumentParser, opt: Option, *, env: bool = True) -> None:
+    """The flag of an option (``--no-<name>`` too for a boolean), its help from the declaration;
+    ``env``: the help names the environment variable, which the command reads. A flag not
+    given leaves no attribute (``SUPPRESS``): read the given ones back with
+    :func:`given_flags`."""
+    env_help = f" [env {opt.env}]" if env else ""
+    if opt.kind == "bool":
+        state = "enabled" if opt.default else "disabled"
+        parser.add_argument(
+            f"--{opt.name}",
+            dest=opt.dest,
+            action="store_const",
+            const=True,
+            default=argparse.SUPPRESS,
+            help=f"{opt.help} (default: {state}; --no-{opt.name} turns it off){env_help}",
+        )
+        parser.add_argument(
+            f"--no-{opt.name}",
+            dest=opt.dest,
+            action="store_const",
+            const=False,
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+        )
+        return
+    default = "" if opt.default in (None, "") else f" (default: {opt.show(opt.default)})"
+    parser.add_argument(
+        f"--{opt.name}",
+        dest=opt.dest,
+        metavar=opt.metavar or opt.kind.upper(),
+        default=argparse.SUPPRESS,
+        help=f"{opt.help}{default}{env_help}",
+        action="append" if opt.multiple else "store",
+    )
+
+
+def given_flags(options: Sequence[Option], namespace: argparse.Namespace) -> dict[str, Any]:
+    """The options given as flags, by name (the parser's ``argument_default`` is SUPPRESS)."""
+    parsed = vars(namespace)
+    return {o.name: parsed[o.dest] for o in options if o.dest in parsed}
+
+
 # The key of an option in its dataclass field's metadata.
 _OPTION = "option"
 _Value = TypeVar("_Value")
@@ -395,13 +437,103 @@ class ServerOptions:
         bounds=(0.1, 60.0),
         metavar="DURATION",
     )
+    # signals branch: the landing page of a sidecar that reads no GPU names who reads them.
+    gpus_read_by: str = flag(
+        "gpu.read-by",
+        "",
+        "Who reads this pod's GPUs where the nvml collector is off, as the landing page says "
+        "it: the chart sets 'the node agent on <node>' (mode node) or 'dcgm-exporter on "
+        "<node>' (mode dcgm); empty: the page says only that this sidecar reads none.",
+        kind="str",
+        metavar="TEXT",
+    )
     log_level: str = flag("log.level", "info", "Log level.", kind="choice", choices=LOG_LEVELS)
     log_format: str = flag(
         "log.format", "logfmt", "Log format.", kind="choice", choices=LOG_FORMATS
     )
 
 
-CORE_OPTIONS: tuple[Option, ...] = options_of(ServerOptions)
+# --- HTTP limits: every listener (sidecar, node agent, webhook) -------------------------------
+# Defaults a Prometheus scrape at any interval never meets: the request arrives at once, the
+# response is read at once, and an idle keep-alive connection is closed by Prometheus itself
+# after 5 minutes (prometheus/common's IdleConnTimeout) before the exporter would close it.
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """Timeouts and limits of the HTTP server; ``serve`` and ``webhook`` take the same flags.
+
+    exporter-toolkit's web config has no field for any of them (its ``http_server_config``
+    has ``http2`` and ``headers`` only), so they are flags; the web config refuses such a field
+    and names the flag."""
+
+    read_header_timeout: float = flag(
+        "web.read-header-timeout",
+        10.0,
+        "Longest a client may take to send a request's headers, from the connection's start "
+        "(TLS handshake included) or from the first byte of the next request on a kept-alive "
+        "connection; then 408 and closed.",
+        kind="duration",
+        bounds=(0.1, 600.0),
+        metavar="DURATION",
+    )
+    read_body_timeout: float = flag(
+        "web.read-body-timeout",
+        30.0,
+        "Longest a client may take to send a request's body, from the end of its headers; "
+        "then closed.",
+        kind="duration",
+        bounds=(0.1, 600.0),
+        metavar="DURATION",
+    )
+    idle_timeout: float = flag(
+        "web.idle-timeout",
+        360.0,
+        "Longest a kept-alive connection may wait for its next request; then closed.",
+        kind="duration",
+        bounds=(0.1, 3600.0),
+        metavar="DURATION",
+    )
+    write_timeout: float = flag(
+        "web.write-timeout",
+        30.0,
+        "Longest a response may wait on a client that reads none of it; then closed.",
+        kind="duration",
+        bounds=(0.1, 600.0),
+        metavar="DURATION",
+    )
+    max_connections: int = flag(
+        "web.max-connections",
+        128,
+        "Most connections open at once (lowered to fit the process's file limit). At the "
+        "limit a new connection takes the place of the oldest one that is idle or still "
+        "sending its request, which is closed; with none, it gets 503.",
+        kind="int",
+        bounds=(2, 65536),
+        metavar="N",
+    )
+    max_requests: int = flag(
+        "web.max-requests",
+        40,
+        "Most requests in progress at once (the health probes not counted); one more gets "
+        "503 and its connection is closed. Below --web.max-connections.",
+        kind="int",
+        bounds=(1, 65535),
+        metavar="N",
+    )
+
+    def check(self) -> None:
+        """Cross-field checks; :class:`ConfigError` naming the flag."""
+        if self.max_requests >= self.max_connections:
+            raise ConfigError(
+                "--web.max-requests",
+                f"{self.max_requests} must be below --web.max-connections "
+                f"({self.max_connections}), so that a new connection can always find room",
+            )
+
+
+HTTP_OPTIONS: tuple[Option, ...] = options_of(HttpOptions)
+CORE_OPTIONS: tuple[Option, ...] = options_of(ServerOptions) + HTTP_OPTIONS
 
 
 def collector_option(name: str, enabled: bool, help_text: str) -> Option:
@@ -444,6 +576,11 @@ class Settings(ServerOptions):
         )
         if settings.telemetry_path in {"/-/healthy", "/-/ready"}:
             raise ConfigError("--web.telemetry-path", "collides with a health endpoint")
+        options_from(HttpOptions, values).check()
+        if settings.gpus_read_by and collectors.get("nvml", False):
+            raise ConfigError(
+                "--gpu.read-by", "this sidecar reads its GPUs itself (the nvml collector is on)"
+            )
         return settings
 
 

@@ -116,6 +116,55 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         unit="seconds",
         source="scrape orchestration",
     ),
+    # --- self: the HTTP server's limits (exporter.server.limits; the webhook serves them too) ---
+    MetricSpec(
+        "inference_exporter_http_connections",
+        "gauge",
+        "self",
+        (),
+        "Connections open now (TLS handshakes included).",
+        source="the HTTP server's own count",
+    ),
+    MetricSpec(
+        "inference_exporter_http_connections_limit",
+        "gauge",
+        "self",
+        (),
+        "The most connections kept at once: --web.max-connections, lowered to fit the "
+        "process's file limit.",
+        source="flags and the process's file limit",
+    ),
+    MetricSpec(
+        "inference_exporter_http_requests_in_flight",
+        "gauge",
+        "self",
+        (),
+        "Requests in their handlers now, the health probes not counted (capped by "
+        "--web.max-requests).",
+        source="the HTTP server's own count",
+    ),
+    MetricSpec(
+        "inference_exporter_http_connections_closed_total",
+        "counter",
+        "self",
+        ("reason",),
+        "Connections the exporter closed to protect itself, by reason: header_timeout, "
+        "body_timeout, write_timeout, idle_timeout (the --web.*-timeout flags), evicted (the "
+        "oldest idle or slow connection, to make room at the connection limit or when out of "
+        "file descriptors).",
+        source="the HTTP server's own count",
+    ),
+    MetricSpec(
+        "inference_exporter_http_connections_refused_total",
+        "counter",
+        "self",
+        ("reason",),
+        "Connections turned away, by reason: max_connections (every connection in a request: "
+        "503 and closed), max_requests (a request past --web.max-requests: 503 and closed), "
+        "out_of_files (an accept that found no file descriptor; the client waits in the "
+        "backlog).",
+        source="the HTTP server's own count",
+    ),
     # --- nvml ---------------------------------------------------------------------------------
     MetricSpec(
         "inference_nvml_up",
@@ -538,6 +587,269 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         source="nvmlDeviceGetComputeRunningProcesses, host /proc/<pid>/cgroup",
         gpus=_ALL + "; " + _POD_SHARES,
     ),
+    # --- nvml: energy shares, power state, links (issue 36) ----------------------------------
+    MetricSpec(
+        "inference_gpu_engine_busy_seconds_total",
+        "counter",
+        "nvml",
+        GPU_LABELS,
+        "The engine's own share of the GPU integrated over time: at each poll, the engine's "
+        "share (inference_gpu_engine_utilization_ratio) times the time since the previous "
+        "poll; rate() is the engine's mean share, the key to splitting a shared GPU's energy.",
+        unit="seconds",
+        source="nvmlDeviceGetProcessUtilization(last_seen_timestamp) smUtil, per poll",
+        gpus=_ALL + "; " + _SHARES,
+    ),
+    MetricSpec(
+        "inference_gpu_pod_busy_seconds_total",
+        "counter",
+        "nvml",
+        (*GPU_LABELS, "pod_uid", "container_id"),
+        "A container's own share of the GPU integrated over time (the node agent): at each "
+        "poll, inference_gpu_pod_utilization_ratio times the time since the previous poll. "
+        "Restarts from 0 when the container comes back to the GPU.",
+        unit="seconds",
+        source="nvmlDeviceGetProcessUtilization smUtil, host PIDs mapped to pods, per poll",
+        gpus=_ALL + "; " + _POD_SHARES,
+    ),
+    MetricSpec(
+        "inference_gpu_idle_energy_joules_total",
+        "counter",
+        "nvml",
+        GPU_LABELS,
+        "Energy the GPU consumed over poll intervals in which every utilisation sample of the "
+        "driver was 0 % (no kernel ran at all); an interval with any work counts as busy, so "
+        "this is a lower bound at poll resolution. rate() over rate() of "
+        "inference_gpu_energy_joules_total is the share of energy spent idle.",
+        unit="joules",
+        source="nvmlDeviceGetTotalEnergyConsumption (mJ) and nvmlDeviceGetSamples, per poll",
+        gpus="Volta and newer with a utilisation sample buffer; not MIG (no buffer there)",
+    ),
+    MetricSpec(
+        "inference_gpu_power_limit_watts",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "The power limit the GPU enforces now: the lowest of the administrator's, the "
+        "default and any set out of band; inference_gpu_clock_event_active{reason="
+        '"power_cap"} means the GPU draws against it.',
+        unit="watts",
+        source="field NVML_FI_DEV_POWER_CURRENT_LIMIT (mW, GPU scope); older drivers: "
+        "nvmlDeviceGetEnforcedPowerLimit",
+        gpus=_GPU_ONLY,
+    ),
+    MetricSpec(
+        "inference_gpu_power_default_limit_watts",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "The power limit the GPU boots with; an enforced limit "
+        "(inference_gpu_power_limit_watts) below it is a cap someone set.",
+        unit="watts",
+        source="field NVML_FI_DEV_POWER_DEFAULT_LIMIT (mW, GPU scope)",
+        gpus=_GPU_ONLY + "; driver 535 and newer",
+    ),
+    MetricSpec(
+        "inference_gpu_power_smoothing_enabled",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "1 while power smoothing holds the GPU's power between a floor and a ceiling (the "
+        "GPU then burns power at the floor even when idle and ramps clocks gradually), 0 "
+        "when it is off.",
+        source="field NVML_FI_PWR_SMOOTHING_ENABLED (id 251 from driver 590, 256 on 570-580)",
+        gpus="Blackwell and newer with driver 570 or later; absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_power_smoothing_floor_watts",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "The power floor power smoothing applies now (total module power): the GPU's draw "
+        "does not fall below it, idle or not.",
+        unit="watts",
+        source="field NVML_FI_PWR_SMOOTHING_APPLIED_TMP_FLOOR (W; id 255 from driver 590, "
+        "260 on 570-580)",
+        gpus="Blackwell and newer with driver 570 or later; absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_power_profile_info",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "profile"),
+        "A workload power profile the GPU enforces now (max_p, max_q, llm_inference, "
+        "memory_bound, ...: NVML_POWER_PROFILE_* in lower case); constant 1, one series per "
+        "enforced profile, none when no profile is enforced.",
+        source="nvmlDeviceWorkloadPowerProfileGetCurrentProfiles enforcedProfilesMask",
+        gpus="Blackwell and newer; absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_transmit_bytes_total",
+        "counter",
+        "nvml",
+        GPU_LABELS,
+        "Bytes the GPU sent over all its NVLink links (header and payload) since the "
+        "exporter started; tensor-parallel all-reduces and expert-parallel all-to-alls travel "
+        "here.",
+        unit="bytes",
+        source="GPM NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC (MiB/s) x the poll interval "
+        "(Hopper and newer); else field NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX, all links (KiB)",
+        gpus="GPUs with NVLink (Ampere and newer); not MIG devices",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_receive_bytes_total",
+        "counter",
+        "nvml",
+        GPU_LABELS,
+        "Bytes the GPU received over all its NVLink links (header and payload) since the "
+        "exporter started.",
+        unit="bytes",
+        source="GPM NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC (MiB/s) x the poll interval "
+        "(Hopper and newer); else field NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX, all links (KiB)",
+        gpus="GPUs with NVLink (Ampere and newer); not MIG devices",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_links",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "state"),
+        "The GPU's NVLink links by state: active, sleep (idle in low power, woken by traffic), "
+        "inactive, active_traffic_disabled, unknown (the driver gives no state); every state "
+        "is a series, 0 where no link is in it. All 0 on a GPU without NVLink (PCIe only).",
+        source="field NVML_FI_DEV_NVLINK_LINK_COUNT (once), NVML_FI_DEV_NVLINK_GET_STATE per link",
+        gpus=_GPU_ONLY + " that answer the link count",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_peak_bytes_per_second",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "The GPU's NVLink peak in one direction: the speeds of its usable (active or "
+        "sleeping) links summed; rate() of inference_gpu_nvlink_transmit_bytes_total over it "
+        "is how close the links run to their peak.",
+        unit="bytes per second",
+        source="field NVML_FI_DEV_NVLINK_GET_SPEED per link (MBps; else "
+        "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON), NVML_FI_DEV_NVLINK_GET_STATE",
+        gpus="GPUs with NVLink (driver 520 and newer); not MIG devices",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_link_transmit_bytes_total",
+        "counter",
+        "nvml",
+        (*GPU_LABELS, "link"),
+        "Bytes the GPU sent over one NVLink link since the exporter started (with "
+        "--gpu.nvlink-per-link).",
+        unit="bytes",
+        source="GPM NVML_GPM_METRIC_NVLINK_L<n>_TX_PER_SEC x the poll interval; else field "
+        "NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX with the link as scope",
+        gpus="GPUs with NVLink, with --gpu.nvlink-per-link; not MIG devices",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_link_receive_bytes_total",
+        "counter",
+        "nvml",
+        (*GPU_LABELS, "link"),
+        "Bytes the GPU received over one NVLink link since the exporter started (with "
+        "--gpu.nvlink-per-link).",
+        unit="bytes",
+        source="GPM NVML_GPM_METRIC_NVLINK_L<n>_RX_PER_SEC x the poll interval; else field "
+        "NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX with the link as scope",
+        gpus="GPUs with NVLink, with --gpu.nvlink-per-link; not MIG devices",
+    ),
+    MetricSpec(
+        "inference_gpu_nvlink_link_peak_bytes_per_second",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "link"),
+        "One usable NVLink link's speed in one direction (with --gpu.nvlink-per-link).",
+        unit="bytes per second",
+        source="field NVML_FI_DEV_NVLINK_GET_SPEED with the link as scope (MBps)",
+        gpus="GPUs with NVLink, with --gpu.nvlink-per-link; not MIG devices",
+    ),
+    MetricSpec(
+        "inference_gpu_c2c_transmit_bytes_total",
+        "counter",
+        "nvml",
+        GPU_LABELS,
+        "Bytes the GPU sent to its Grace CPU over the C2C link (offloaded KV cache, weights "
+        "streamed from CPU memory) since the exporter started.",
+        unit="bytes",
+        source="GPM NVML_GPM_METRIC_C2C_TOTAL_TX_PER_SEC (MiB/s) x the poll interval",
+        gpus="Grace parts (GH200, GB200) with driver 550 and newer; absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_c2c_receive_bytes_total",
+        "counter",
+        "nvml",
+        GPU_LABELS,
+        "Bytes the GPU received from its Grace CPU over the C2C link since the exporter started.",
+        unit="bytes",
+        source="GPM NVML_GPM_METRIC_C2C_TOTAL_RX_PER_SEC (MiB/s) x the poll interval",
+        gpus="Grace parts (GH200, GB200) with driver 550 and newer; absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_c2c_links",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "state"),
+        "The GPU's C2C links by status: active, inactive, unknown; every state is a series.",
+        source="field NVML_FI_DEV_C2C_LINK_COUNT (once), NVML_FI_DEV_C2C_LINK_GET_STATUS per link",
+        gpus="Grace parts (GH200, GB200); absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_c2c_peak_bytes_per_second",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "The C2C peak in one direction: the bandwidth of the active C2C links summed.",
+        unit="bytes per second",
+        source="field NVML_FI_DEV_C2C_LINK_GET_MAX_BW per link (MBps)",
+        gpus="Grace parts (GH200, GB200); absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_fabric_state",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "state"),
+        "The GPU's registration in the NVLink fabric (Fabric Manager, NVSwitch systems) as a "
+        "state set: not_started, in_progress, completed, failed (completed with an error "
+        "status); 1 for the current state. Until completed the GPU has no NVLink peers.",
+        source="nvmlDeviceGetGpuFabricInfoV state and status (older drivers: "
+        "nvmlDeviceGetGpuFabricInfo)",
+        gpus="Hopper and newer on NVSwitch systems (HGX, NVL); absent elsewhere",
+    ),
+    MetricSpec(
+        "inference_gpu_fabric_health",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "status"),
+        "The NVLink fabric's health summary for the GPU as a state set: healthy, unhealthy, "
+        "limited_capacity; 1 for the current one.",
+        source="nvmlDeviceGetGpuFabricInfoV healthSummary (v3 of the structure)",
+        gpus="Hopper and newer on NVSwitch systems with a driver that has the v3 structure",
+    ),
+    MetricSpec(
+        "inference_gpu_fabric_condition_active",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "condition"),
+        "1 while a fabric health condition holds, 0 otherwise: degraded_bandwidth, "
+        "route_recovery, route_unhealthy, access_timeout_recovery, incorrect_configuration; "
+        "only the conditions the driver reports.",
+        source="nvmlDeviceGetGpuFabricInfoV healthMask (v2 and later)",
+        gpus="Hopper and newer on NVSwitch systems with driver 550 and newer",
+    ),
+    MetricSpec(
+        "inference_gpu_fabric_info",
+        "gauge",
+        "nvml",
+        (*GPU_LABELS, "cluster_uuid", "clique_id"),
+        "The NVLink domain the GPU joined once registered: GPUs with the same cluster_uuid "
+        "and clique_id reach each other over NVLink (one NVL72 rack, one HGX board); "
+        "constant 1.",
+        source="nvmlDeviceGetGpuFabricInfoV clusterUuid, cliqueId",
+        gpus="Hopper and newer on NVSwitch systems; absent elsewhere",
+    ),
     # --- cpu ----------------------------------------------------------------------------------
     MetricSpec(
         "inference_cpu_seconds_total",
@@ -616,12 +928,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine",
         ("engine", "model", "role"),
         "Requests waiting in the engine's queue.",
-        source="vLLM vllm:num_requests_waiting; SGLang sglang:num_queue_reqs (one TP rank per DP "
-        "rank); TGI tgi_queue_size; Triton nv_inference_pending_request_count + TensorRT-LLM "
-        'nv_trt_llm_request_metrics{request_type="waiting"}; llama.cpp llamacpp:requests_deferred; '
-        "NIM num_requests_waiting; TensorRT-LLM trtllm_num_requests_waiting; LMDeploy "
-        "lmdeploy:num_requests_waiting; Ray ray_vllm_num_requests_waiting; Dynamo frontend "
-        "dynamo_frontend_queued_requests",
     ),
     MetricSpec(
         "inference_requests_running",
@@ -629,12 +935,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine",
         ("engine", "model", "role"),
         "Requests being processed (in the running batch).",
-        source="vLLM vllm:num_requests_running; SGLang sglang:num_running_reqs (one TP rank per "
-        "DP rank); TGI tgi_batch_current_size; Triton (TensorRT-LLM models only) "
-        'nv_trt_llm_request_metrics{request_type="active"}; llama.cpp '
-        "llamacpp:requests_processing; NIM num_requests_running; TensorRT-LLM "
-        "trtllm_num_requests_running; LMDeploy lmdeploy:num_requests_running; Ray "
-        "ray_vllm_num_requests_running; Dynamo frontend dynamo_frontend_inflight_requests",
     ),
     MetricSpec(
         "inference_kv_cache_usage_ratio",
@@ -643,13 +943,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Share of the KV cache in use (0-1).",
         unit="ratio",
-        source="vLLM vllm:kv_cache_usage_perc (older vllm:gpu_cache_usage_perc, deprecated 0.9); "
-        "SGLang "
-        "sglang:token_usage; Triton (TensorRT-LLM) nv_trt_llm_kv_cache_block_metrics"
-        '{kv_cache_block_type="fraction"}; llama.cpp llamacpp:kv_cache_usage_ratio (builds '
-        "before mid-2025); NIM gpu_cache_usage_perc; TensorRT-LLM trtllm_kv_cache_utilization; "
-        "LMDeploy lmdeploy:gpu_cache_usage_perc; Ray ray_vllm_kv_cache_usage_perc; Dynamo "
-        "dynamo_component_kvstats_gpu_cache_usage_percent; the fullest engine of a model",
     ),
     MetricSpec(
         "inference_prompt_tokens_total",
@@ -657,11 +950,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine",
         ("engine", "model", "role"),
         "Prompt (prefill) tokens processed.",
-        source="vLLM vllm:prompt_tokens_total; SGLang sglang:prompt_tokens_total; TGI "
-        "tgi_request_input_length_sum; llama.cpp llamacpp:prompt_tokens_total + "
-        "llamacpp:prompt_tokens_cached_total; NIM, TensorRT-LLM, "
-        "LMDeploy, Ray: the same name with their prefix; Dynamo frontend "
-        "dynamo_frontend_input_sequence_tokens_sum",
     ),
     MetricSpec(
         "inference_generation_tokens_total",
@@ -669,10 +957,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine",
         ("engine", "model", "role"),
         "Tokens generated (decoded).",
-        source="vLLM vllm:generation_tokens_total; SGLang sglang:generation_tokens_total; TGI "
-        "tgi_request_generated_tokens_sum; llama.cpp llamacpp:tokens_predicted_total; NIM, "
-        "TensorRT-LLM, LMDeploy, Ray: the same name with their prefix; Dynamo frontend "
-        "dynamo_frontend_output_tokens_total",
     ),
     MetricSpec(
         "inference_time_to_first_token_seconds",
@@ -681,10 +965,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Time from request arrival to the first generated token (engine's own buckets).",
         unit="seconds",
-        source="vLLM vllm:time_to_first_token_seconds; SGLang sglang:time_to_first_token_seconds; "
-        "Triton nv_inference_first_response_histogram_ms (decoupled models; ms converted); NIM, "
-        "TensorRT-LLM, LMDeploy, Ray: time_to_first_token_seconds with their prefix; Dynamo "
-        "frontend dynamo_frontend_time_to_first_token_seconds",
     ),
     MetricSpec(
         "inference_inter_token_latency_seconds",
@@ -694,13 +974,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Time between consecutive generated tokens of a request: one decode step as a request "
         "sees it.",
         unit="seconds",
-        source="vLLM vllm:inter_token_latency_seconds (older "
-        "vllm:time_per_output_token_seconds, deprecated 0.11); SGLang "
-        "sglang:inter_token_latency_seconds (older sglang:time_per_output_token_seconds); TGI "
-        "tgi_request_mean_time_per_token_duration (a per-request mean); NIM "
-        "time_per_output_token_seconds; TensorRT-LLM trtllm_time_per_output_token_seconds (a "
-        "per-request mean); LMDeploy lmdeploy:iter_token_latency; Ray as vLLM; Dynamo frontend "
-        "dynamo_frontend_inter_token_latency_seconds",
     ),
     MetricSpec(
         "inference_e2e_request_latency_seconds",
@@ -709,11 +982,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "End-to-end request latency inside the engine.",
         unit="seconds",
-        source="vLLM vllm:e2e_request_latency_seconds; SGLang sglang:e2e_request_latency_seconds; "
-        "TGI tgi_request_duration; Triton nv_inference_request_duration_us / "
-        "nv_inference_request_success (+Inf bucket only); NIM, TensorRT-LLM, LMDeploy, Ray: "
-        "e2e_request_latency_seconds with their prefix; Dynamo frontend "
-        "dynamo_frontend_request_duration_seconds",
     ),
     MetricSpec(
         "inference_queue_time_seconds",
@@ -722,11 +990,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Time requests spent waiting in the queue.",
         unit="seconds",
-        source="vLLM vllm:request_queue_time_seconds (V0 also vllm:time_in_queue_requests); "
-        "SGLang sglang:queue_time_seconds; TGI tgi_request_queue_duration; Triton "
-        "nv_inference_queue_duration_us / nv_inference_request_success (+Inf bucket only); "
-        "TensorRT-LLM trtllm_request_queue_time_seconds; LMDeploy "
-        "lmdeploy:request_queue_time_seconds; Ray as vLLM",
     ),
     MetricSpec(
         "inference_prefill_time_seconds",
@@ -735,10 +998,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Time requests spent in prefill.",
         unit="seconds",
-        source="vLLM vllm:request_prefill_time_seconds; SGLang "
-        'sglang:per_stage_req_latency_seconds{stage="prefill_forward"}; TensorRT-LLM '
-        "trtllm_request_prefill_time_seconds; LMDeploy lmdeploy:request_prefill_time_seconds; "
-        "Ray as vLLM",
     ),
     MetricSpec(
         "inference_decode_time_seconds",
@@ -747,10 +1006,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Time requests spent in decode.",
         unit="seconds",
-        source="vLLM vllm:request_decode_time_seconds; SGLang "
-        'sglang:per_stage_req_latency_seconds{stage="decode_loop"}; TensorRT-LLM '
-        "trtllm_request_decode_time_seconds; LMDeploy lmdeploy:request_decode_time_seconds; "
-        "Ray as vLLM",
     ),
     MetricSpec(
         "inference_h2d_copy_seconds",
@@ -769,10 +1024,16 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "version", "model", "role"),
         "Which engine (and version, where it tells) serves which model; constant 1, one series "
         "per model of the last good poll.",
-        source="engine type as configured or recognised; version from the engine's version "
-        "endpoint (vLLM and TensorRT-LLM /version, SGLang /get_server_info, TGI /info, Triton "
-        "/v2, llama.cpp /props, NIM /v1/version) or, for Ray, its Version label; empty where "
-        "the engine tells none (LMDeploy, Dynamo)",
+    ),
+    MetricSpec(
+        "inference_engine_model_info",
+        "gauge",
+        "engine",
+        ("engine", "model", "raw_model", "origin"),
+        "The engine's own name for each model of inference_engine_info: raw_model as the "
+        "engine gave it (a served name, a Hugging Face id or the path it loaded the model "
+        "from), model as every series labels it (a path becomes the model it holds), origin "
+        "where the name came from (metrics, or the API path that said it).",
     ),
     MetricSpec(
         "inference_queue_depth_by_reason",
@@ -781,7 +1042,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role", "reason"),
         "Requests waiting, by why they wait: capacity (no KV-cache room to admit them) or "
         "deferred (held back for another reason, e.g. a LoRA or grammar limit).",
-        source="vLLM vllm:num_requests_waiting_by_reason{reason}; Ray as vLLM",
     ),
     MetricSpec(
         "inference_kv_cache_capacity_tokens",
@@ -789,10 +1049,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine",
         ("engine", "model", "role"),
         "Tokens the engine's KV-cache pool holds, summed over its data-parallel engines.",
-        source="vLLM vllm:cache_config_info kv_cache_size_tokens label, else num_gpu_blocks x "
-        "block_size; SGLang sglang:max_total_num_tokens; TensorRT-LLM trtllm_kv_cache_max_blocks "
-        "x trtllm_kv_cache_tokens_per_block; Dynamo frontend dynamo_frontend_model_total_kv_blocks "
-        "x dynamo_frontend_model_kv_cache_block_size (all workers of the model); Ray as vLLM",
     ),
     MetricSpec(
         "inference_prompt_tokens_cached_total",
@@ -801,11 +1057,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Prompt tokens whose KV came from a cache (prefix-cache hit or KV transfer) instead of "
         "being computed; a part of inference_prompt_tokens_total.",
-        source="vLLM vllm:prompt_tokens_cached_total (else vllm:prompt_tokens_by_source_total "
-        '{source!="local_compute"}); SGLang sglang:cached_tokens_total (else '
-        'sglang:realtime_tokens_total{mode="prefill_cache"}); LMDeploy '
-        "lmdeploy:cached_tokens_total; llama.cpp llamacpp:prompt_tokens_cached_total; Ray as "
-        "vLLM",
     ),
     MetricSpec(
         "inference_estimated_flops_total",
@@ -814,8 +1065,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Floating-point operations the engine estimates it ran, PER GPU (one GPU's share; the "
         "mean over data-parallel engines or ranks): divide its rate by one GPU's peak.",
-        source="vLLM vllm:estimated_flops_per_gpu_total (--enable-mfu-metrics); SGLang "
-        "sglang:estimated_flops_per_gpu_total; Ray as vLLM",
     ),
     MetricSpec(
         "inference_estimated_read_bytes_total",
@@ -825,8 +1074,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Bytes the engine estimates it read from GPU memory, PER GPU (as "
         "inference_estimated_flops_total).",
         unit="bytes",
-        source="vLLM vllm:estimated_read_bytes_per_gpu_total; SGLang "
-        "sglang:estimated_read_bytes_per_gpu_total; Ray as vLLM",
     ),
     MetricSpec(
         "inference_estimated_write_bytes_total",
@@ -836,8 +1083,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Bytes the engine estimates it wrote to GPU memory, PER GPU (as "
         "inference_estimated_flops_total).",
         unit="bytes",
-        source="vLLM vllm:estimated_write_bytes_per_gpu_total; SGLang "
-        "sglang:estimated_write_bytes_per_gpu_total; Ray as vLLM",
     ),
     # --- disaggregated serving: the KV transfer between prefill and decode pods ----------------
     MetricSpec(
@@ -849,11 +1094,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "prefill forward), prealloc (KV room on the decode side, or its bootstrap handshake), "
         "transfer (the KV cache crossing from the prefill pod to the decode pod), decode (the "
         "decode batch). A colocated server has the prefill stage only.",
-        source="SGLang sglang:num_queue_reqs (stage prefill, or decode on a decode server), "
-        "sglang:num_prefill_prealloc_queue_reqs (later sglang:num_prefill_bootstrap_queue_reqs) "
-        "and sglang:num_decode_prealloc_queue_reqs (prealloc), "
-        "sglang:num_prefill_inflight_queue_reqs and sglang:num_decode_transfer_queue_reqs "
-        "(transfer)",
     ),
     MetricSpec(
         "inference_kv_transfer_seconds",
@@ -864,9 +1104,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "engine measured it (engine's own buckets; vLLM observes it on the side that reads, the "
         "decode server, SGLang on the side that sends, the prefill server).",
         unit="seconds",
-        source="vLLM NixlConnector vllm:nixl_xfer_time_seconds; SGLang "
-        "sglang:kv_transfer_latency_ms (the histogram of 2026 only; ms converted; the older "
-        "gauge feeds inference_kv_transfer_last_seconds)",
     ),
     MetricSpec(
         "inference_kv_transfer_last_seconds",
@@ -877,8 +1114,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "that keep no histogram of their transfers. One value per log interval, not a "
         "distribution: it feeds no latency record.",
         unit="seconds",
-        source="SGLang sglang:kv_transfer_latency_ms where it is a gauge (releases before the "
-        "histogram; set on the prefill server from its last finished transfer; ms converted)",
     ),
     MetricSpec(
         "inference_kv_transfer_bytes_total",
@@ -887,10 +1122,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("engine", "model", "role"),
         "Bytes of KV cache transferred between prefill and decode servers.",
         unit="bytes",
-        source="vLLM NixlConnector vllm:nixl_bytes_transferred_sum; SGLang "
-        "sglang:kv_transfer_total_mb_sum x 1048576 (the histogram of 2026, on the prefill "
-        "server; SGLang's MB is 2^20 bytes; the older gauge, the last transfer's size, is not "
-        "read)",
     ),
     MetricSpec(
         "inference_kv_transfer_bootstrap_seconds",
@@ -900,8 +1131,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Time a disaggregated request waited for the prefill and decode servers to connect "
         "(the bootstrap handshake) before its KV room could be reserved.",
         unit="seconds",
-        source="SGLang sglang:kv_transfer_bootstrap_ms (the histogram of 2026, on both "
-        "servers; ms converted)",
     ),
     MetricSpec(
         "inference_kv_transfer_alloc_wait_seconds",
@@ -911,8 +1140,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Time a disaggregated request waited, after the bootstrap, for KV-cache room to be "
         "allocated for it (on the decode server: a full decode pool shows here first).",
         unit="seconds",
-        source="SGLang sglang:kv_transfer_alloc_ms (the histogram of 2026, on both servers; ms "
-        "converted)",
     ),
     MetricSpec(
         "inference_kv_transfer_upper_bound_seconds",
@@ -923,7 +1150,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "to the decode server's first token, so it also holds the dispatch, the network and one "
         "decode step. An estimate, kept apart from the measured inference_kv_transfer_seconds.",
         unit="seconds",
-        source="Dynamo router dynamo_component_router_kv_transfer_estimated_latency_seconds",
     ),
     MetricSpec(
         "inference_pd_decisions_total",
@@ -933,9 +1159,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Requests a disaggregation-aware router routed, by its decision: prefill_decode (a "
         "prefill pod first, then decode), decode_only (straight to a decode pod), "
         "encode_decode, encode_prefill_decode (multimodal encode first).",
-        source="llm-d endpoint picker llm_d_epp_disagg_decision_total{decision_type} (older "
-        "llm_d_router_epp_ and llm_d_inference_scheduler_ prefixes; else the deprecated "
-        "pd_decision_total under the same three prefixes)",
     ),
     MetricSpec(
         "inference_kv_transfer_failures_total",
@@ -945,10 +1168,70 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "KV-cache transfers that failed, by reason: transfer (the copy failed), notification "
         "(the copy's completion notice failed), bootstrap (the two servers never connected), "
         "expired (the prefill server freed the KV before the decode server read it).",
-        source="vLLM NixlConnector vllm:nixl_num_failed_transfers, "
-        "vllm:nixl_num_failed_notifications, vllm:nixl_num_kv_expired_reqs (counted on the "
-        "prefill server); SGLang sglang:num_transfer_failed_reqs_total, "
-        "sglang:num_bootstrap_failed_reqs_total",
+    ),
+    # --- the gateway in front of the engines: its queue (llm-d's endpoint picker) ------------
+    MetricSpec(
+        "inference_gateway_queue_depth",
+        "gauge",
+        "engine",
+        ("engine", "model", "pool", "priority"),
+        "Requests the gateway holds in its own queue (flow control) until the pool has room, by "
+        "priority band, summed over tenants (fairness ids). They wait before any engine: the "
+        "engines' queues stay short while this one grows.",
+    ),
+    MetricSpec(
+        "inference_gateway_queue_time_seconds",
+        "histogram",
+        "engine",
+        ("engine", "model", "pool"),
+        "Time requests the gateway dispatched had waited in its queue (the gateway's own buckets).",
+        unit="seconds",
+    ),
+    MetricSpec(
+        "inference_gateway_pool_saturation",
+        "gauge",
+        "engine",
+        ("engine", "model", "pool", "stage"),
+        "The pool's saturation as the gateway computes it to gate dispatch, by stage (prefill, "
+        "decode, effective: the larger, the one that gates). 1 is the gating set point, above "
+        "1 oversubscription; an empty pool, or endpoints whose metrics are missing or stale, "
+        "read as 1 (fail-closed): see inference_gateway_stale_endpoints.",
+    ),
+    MetricSpec(
+        "inference_gateway_requests_total",
+        "counter",
+        "engine",
+        ("engine", "model", "pool", "outcome"),
+        "Requests the gateway's queue finished with, by outcome: dispatched, rejected_capacity "
+        "(the queue full), rejected_no_endpoints, rejected_other, evicted_ttl (waited past "
+        "their deadline), evicted_no_endpoints, evicted_context_cancelled (the client gave "
+        "up), evicted_other, unknown (an outcome this exporter does not know yet).",
+    ),
+    MetricSpec(
+        "inference_gateway_stale_endpoints",
+        "gauge",
+        "engine",
+        ("engine", "model"),
+        "Endpoints whose metrics the gateway found missing or stale at its last saturation "
+        "check; it counts them as saturated, so a nonzero value while it queues or sheds load "
+        "means its scrape of the engines is broken, not that the pool is full.",
+    ),
+    MetricSpec(
+        "inference_gateway_ready_endpoints",
+        "gauge",
+        "engine",
+        ("engine", "model", "pool"),
+        "Endpoints of the pool the gateway can route to.",
+    ),
+    # --- requests refused at admission, by the engine or the gateway --------------------------
+    MetricSpec(
+        "inference_requests_rejected_total",
+        "counter",
+        "engine",
+        ("engine", "model", "layer", "reason"),
+        "Requests refused at admission, before any work: layer engine (the engine's own "
+        "limit, e.g. vLLM's --max-num-queued-reqs, answered 503) or gateway (the gateway's "
+        "queue: capacity, no_endpoints, other); reason as the layer names it.",
     ),
     # --- tokenizer ----------------------------------------------------------------------------
     MetricSpec(
@@ -959,9 +1242,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Tokenizer latency of a ~512-token prompt: source=probe is the sidecar's probe minus its "
         "1-token round trip; source=engine is what the engine or its instrumentation reports.",
         unit="seconds",
-        source="POST to the engine's tokenize endpoint; engine: TGI "
-        "tgi_request_validation_duration (proxy), SGLang "
-        'sglang:per_stage_req_latency_seconds{stage="tokenize"}, exporter.instrument '
+        source="probe: POST to the engine's tokenize endpoint; engine: exporter.instrument "
         "tokenizer_timer()",
     ),
     MetricSpec(
@@ -1123,7 +1404,7 @@ class SeriesBudget:
 
 
 SERIES_BUDGET = SeriesBudget(
-    per_gpu=47, per_engine=192, per_engine_process=1, per_sidecar=44, max_labels=10
+    per_gpu=67, per_engine=193, per_engine_process=1, per_sidecar=55, max_labels=10
 )
 # The labels Prometheus adds to every series of a target found through the chart's PodMonitor.
 POD_MONITOR_TARGET_LABELS = ("namespace", "pod", "container", "endpoint", "instance", "job")

@@ -2,8 +2,11 @@
 
 The recorder uses the same :class:`GpuReader` as the exporter, so a trace holds exactly what
 the exporter would have seen, and replaying it reproduces the exporter's output: MIG devices
-(each read as the exporter reads it), and the per-process reads (compute processes and the
-per-process utilisation buffer) of every GPU not in MIG mode and every MIG device. The
+(each read as the exporter reads it), the per-process reads (compute processes and the
+per-process utilisation buffer) of every GPU not in MIG mode and every MIG device, and the
+links and power state (field values, fabric, workload power profiles), each NVLink link's
+throughput included (the reader as ``--gpu.nvlink-per-link`` has it), so a trace serves either
+setting. The
 engine's processes, where they can be told among NVML's host PIDs
 (:mod:`exporter.backends.pidns`), go into the header's ``engine_pids``.
 """
@@ -27,7 +30,7 @@ from exporter.backends.gpu_reader import (
     read_identity,
     read_mig_slices,
 )
-from exporter.backends.nvml_api import FIELD_ERRORS, NvmlApi, NvmlError
+from exporter.backends.nvml_api import FIELD_ERRORS, FieldKey, NvmlApi, NvmlError
 from exporter.backends.pidns import EngineProcesses, HostPids
 from exporter.backends.replay import (
     TRACE_FORMAT,
@@ -70,7 +73,48 @@ def _record_line(at: float, ident: GpuIdentity, reading: GpuReading, t0_us: int)
         rec["process_samples"] = [
             [s.timestamp_us - t0_us, s.pid, s.sm_pct, s.mem_pct] for s in reading.process_samples
         ]
+    _link_state(rec, reading)
     return rec
+
+
+def _number(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else value
+
+
+def fields_to_json(fields: dict[FieldKey, float]) -> dict[str, Any]:
+    """A ``fields`` object: per-link fields as lists by link (null where a link did not
+    answer), the others as numbers."""
+    out: dict[str, Any] = {}
+    for (name, link), value in sorted(fields.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        if link is None:
+            out[name] = _number(value)
+            continue
+        links: list[Any] = out.setdefault(name, [])
+        links.extend([None] * (link + 1 - len(links)))
+        links[link] = _number(value)
+    return out
+
+
+def _link_state(rec: dict[str, Any], reading: GpuReading) -> None:
+    """What the links and the power state answered: field values, fabric, power profiles and
+    the enforced power limit where it came from its own call."""
+    if reading.fields:
+        rec["fields"] = fields_to_json(reading.fields)
+    limit = reading.power_limit_mw
+    if limit is not None and ("power_limit_mw", None) not in reading.fields:
+        rec["enforced_power_limit_mw"] = _number(limit)
+    fabric = reading.fabric
+    if fabric is not None:
+        rec["fabric"] = {
+            "state": fabric.state,
+            "status": fabric.status,
+            "clique_id": fabric.clique_id,
+            "cluster_uuid": fabric.cluster_uuid,
+            **({} if fabric.health_mask is None else {"health_mask": fabric.health_mask}),
+            **({} if fabric.health_summary is None else {"health_summary": fabric.health_summary}),
+        }
+    if reading.power_profiles is not None:
+        rec["power_profiles"] = sorted(reading.power_profiles)
 
 
 def _mig_entries(api: NvmlApi, handle: object, slices: list[GpuIdentity]) -> dict[str, Any]:
@@ -100,6 +144,13 @@ def _mig_entries(api: NvmlApi, handle: object, slices: list[GpuIdentity]) -> dic
     }
 
 
+def _links_to_json(ident: GpuIdentity) -> dict[str, Any]:
+    """The header's ``fields`` of a GPU: its link counts, as NVML answered them."""
+    counts = {"nvlink_link_count": ident.links.nvlink, "c2c_link_count": ident.links.c2c}
+    known = {name: n for name, n in counts.items() if n is not None}
+    return {"fields": known} if known else {}
+
+
 def _readers(
     api: NvmlApi, handles: list[object], identities: list[GpuIdentity]
 ) -> tuple[list[GpuReader], dict[int, list[GpuIdentity]]]:
@@ -108,7 +159,11 @@ def _readers(
     slices_of: dict[int, list[GpuIdentity]] = {}
     for ident, handle in zip(identities, handles, strict=True):
         mig_mode = ident.mig_mode == "enabled"
-        readers.append(GpuReader(api, ident, handle, clock=time.monotonic, processes=not mig_mode))
+        readers.append(
+            GpuReader(
+                api, ident, handle, clock=time.monotonic, processes=not mig_mode, per_link=True
+            )
+        )
         if not mig_mode:
             continue
         slices = read_mig_slices(api, ident, handle)
@@ -155,6 +210,7 @@ def record_with(
                     "mig_mode": {"enabled": 1, "disabled": 0}.get(i.mig_mode),
                     "gpm": i.gpm_supported,
                     "facts": facts_to_json(i.facts),
+                    **_links_to_json(i),
                     **(
                         _mig_entries(api, handles[i.index], slices_of[i.index])
                         if i.index in slices_of

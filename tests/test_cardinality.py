@@ -82,6 +82,8 @@ def _complete(text: str) -> bool:
         'inference_engine_up{engine="vllm"} 1.0' in text
         and "inference_tokenizer_probe_rtt_seconds_count" in names
         and "inference_gpu_utilization_samples_bucket" in names
+        # GPM's series (NVLink's bytes among them) come with the second poll
+        and "inference_gpu_nvlink_transmit_bytes_total" in names
         # both need two reads a window apart
         and "inference_cpu_softirq_hottest_core_ratio" in names
         and "inference_engine_hottest_thread_cpu_ratio" in names

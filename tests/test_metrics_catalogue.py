@@ -28,17 +28,28 @@ FLAGS_BEGIN, FLAGS_END = _docgen_module.FLAGS_BEGIN, _docgen_module.FLAGS_END
 METRICS_MD, generated = _docgen_module.METRICS_MD, _docgen_module.generated
 
 PROC = FIXTURES / "proc" / "two-cpu"
-# The shared-GPU traces: MIG devices, per-process shares (the 2-GPU trace has neither).
+# The shared-GPU traces: MIG devices, per-process shares (the 2-GPU trace has neither); and a
+# Grace-Blackwell GPU: C2C, power smoothing, workload power profiles, fabric health summary.
 SHARED_TRACES = (
     ROOT / "tests" / "fixtures" / "traces" / "replay-mig-7slice-synthetic.jsonl",
     ROOT / "tests" / "fixtures" / "traces" / "replay-timesliced-2tenant-synthetic.jsonl",
+    ROOT / "tests" / "fixtures" / "traces" / "replay-gb200-synthetic.jsonl",
 )
 SHARED_ONLY = {
     "inference_gpu_mig_info",
     "inference_gpu_mig_instance_info",
     "inference_gpu_processes",
     "inference_gpu_engine_utilization_ratio",
+    "inference_gpu_engine_busy_seconds_total",
     "inference_gpu_engine_memory_used_bytes",
+    "inference_gpu_power_smoothing_enabled",
+    "inference_gpu_power_smoothing_floor_watts",
+    "inference_gpu_power_profile_info",
+    "inference_gpu_c2c_transmit_bytes_total",
+    "inference_gpu_c2c_receive_bytes_total",
+    "inference_gpu_c2c_links",
+    "inference_gpu_c2c_peak_bytes_per_second",
+    "inference_gpu_fabric_health",
 }
 # The collectors this test runs (the others need an engine to scrape).
 RUN = ("self", "nvml", "cpu")
@@ -55,8 +66,18 @@ NOT_PRODUCIBLE = {
             "inference_gpu_pod_utilization_ratio",
             "inference_gpu_pod_memory_used_bytes",
             "inference_gpu_pod_unattributed_processes",
+            "inference_gpu_pod_busy_seconds_total",
         ),
         "a replayed trace's PIDs are another machine's: never mapped to this one's pods",
+    ),
+    # Each link's series only with --gpu.nvlink-per-link (tests/collectors/test_nvml_links.py).
+    **dict.fromkeys(
+        (
+            "inference_gpu_nvlink_link_transmit_bytes_total",
+            "inference_gpu_nvlink_link_receive_bytes_total",
+            "inference_gpu_nvlink_link_peak_bytes_per_second",
+        ),
+        "per-link series need --gpu.nvlink-per-link, which this scrape does not pass",
     ),
 }
 

@@ -30,10 +30,12 @@ READS_PER_GPU = 5
 # (started at init) can be ahead of the ``t`` the recorder writes before the read.
 LAG_S = 0.05
 # First read: 9 fields + the GPM sample + both PCIe calls (no GPM values yet to replace them)
-# + the two per-process calls (NOT_SUPPORTED: the trace has no processes, so not asked again);
-# later reads: GPM supplies PCIe, so 9 fields + the GPM sample.
-FIRST_READ_CALLS = 14
-LATER_READ_CALLS = 10
+# + the two per-process calls (NOT_SUPPORTED: the trace has no processes, so not asked again)
+# + the field values, fabric and power profiles (not an H100's: not asked again); later reads:
+# GPM supplies PCIe, so 9 fields + the GPM sample + the field values (fabric: every tenth read).
+FIRST_READ_CALLS = 17
+LATER_READ_CALLS = 11
+UNSUPPORTED = ["power_profiles", "process_utilization", "processes"]  # not in this trace
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +80,15 @@ def test_header_names_the_source_gpus_and_is_not_synthetic(
     assert header["synthetic"] is False
     assert header["driver_version"] == "550.54.15"
     # identity round-trips exactly: same uuid, name, bus id, MIG mode and GPM support, and the
-    # hardware facts behind the peak figures
-    assert header["gpus"] == source.header["gpus"]
+    # hardware facts behind the peak figures; of the source's constant answers (fields,
+    # fabric) the header keeps the link count, the records carry the rest as read
+    session = [
+        {k: v for k, v in g.items() if k not in ("fields", "fabric")} for g in header["gpus"]
+    ]
+    assert session == [
+        {k: v for k, v in g.items() if k not in ("fields", "fabric")} for g in source.header["gpus"]
+    ]
+    assert [g["fields"] for g in header["gpus"]] == [{"nvlink_link_count": 18}] * 2
     assert header["gpus"][0]["facts"] == {
         "memory_bus_width_bits": 5120,
         "max_clocks_mhz": [1980, 2619],
@@ -112,6 +121,11 @@ def test_records_hold_the_source_values(
                 assert rec.values[key] in [o.values[key] for o in options], (gpu, rec.t, key)
             # energy is a counter read in the first loop: the source's value, not an offset one
             assert rec.values["energy_mj"] in [o.values["energy_mj"] for o in options]
+            # the links and power state as every read answered them (the source's constants)
+            gpu_entry = source.header["gpus"][gpu]
+            fields = {k: v for k, v in gpu_entry["fields"].items() if k != "nvlink_link_count"}
+            assert rec.values["fields"] == fields
+            assert rec.values["fabric"] == gpu_entry["fabric"]
             # GPM needs two samples: nothing on the first read, every metric from then on
             if k == 0:
                 assert "gpm" not in rec.values
@@ -151,10 +165,9 @@ def test_summary_counts_calls_within_budget(recorded: tuple[Path, dict[str, Any]
     assert summary["gpus"] == 2
     assert summary["reads"] == 2 * READS_PER_GPU
     assert summary["calls"] == 2 * (FIRST_READ_CALLS + (READS_PER_GPU - 1) * LATER_READ_CALLS)
-    no_processes = ["process_utilization", "processes"]  # not in this trace
-    assert summary["unsupported"] == {"0": no_processes, "1": no_processes}
+    assert summary["unsupported"] == {"0": UNSUPPORTED, "1": UNSUPPORTED}
     calls_per_read = summary["calls"] / summary["reads"]
-    assert calls_per_read <= 12
+    assert calls_per_read <= 12.2
     # at the default 3 s poll interval that is at most 5 calls per GPU per second
     assert calls_per_read / 3.0 <= 5
     # the reported rate is calls / elapsed / GPUs, elapsed being the recording's length
@@ -238,8 +251,7 @@ def test_cli_record_from_replay_prints_a_summary(tmp_path: Path) -> None:
     assert summary["gpus"] == 2
     assert summary["reads"] == 8  # reads at 0, 0.5, 1.0 and 1.5 s for each GPU
     assert summary["calls"] == 2 * (FIRST_READ_CALLS + 3 * LATER_READ_CALLS)
-    no_processes = ["process_utilization", "processes"]
-    assert summary["unsupported"] == {"0": no_processes, "1": no_processes}
+    assert summary["unsupported"] == {"0": UNSUPPORTED, "1": UNSUPPORTED}
     trace = load_trace(out)
     assert trace.header["synthetic"] is False
     assert [len(trace.records[g]) for g in (0, 1)] == [4, 4]
@@ -389,6 +401,6 @@ def test_cli_record_takes_the_gpu_flags_as_serve_declares_them(tmp_path: Path) -
     )
     assert helped.returncode == 0
     assert (
-        "How often each GPU is read (about 10 NVML calls per read). (default: 3s)\n"
+        "How often each GPU is read (about 11 NVML calls per read). (default: 3s)\n"
         in helped.stdout
     )

@@ -25,6 +25,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 from support.clock import FakeClock
+from support.doc_tables import presence_table
 from support.metrics import registry_of
 from support.paths import ROOT
 from support.synthetic_shared import (
@@ -95,15 +96,7 @@ def at(records: list[TraceRecord], t: float) -> TraceRecord:
 
 def promised() -> dict[str, dict[str, bool]]:
     """docs/nvml.md's table: metric -> mode -> present."""
-    text = (ROOT / "docs" / "nvml.md").read_text(encoding="utf-8")
-    table = text.split("<!-- modes -->", 1)[1].split("<!-- /modes -->", 1)[0].strip()
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
-    modes = rows[0][1:]
-    out: dict[str, dict[str, bool]] = {}
-    for row in rows[2:]:
-        name = row[0].strip("`")
-        out[name] = {mode: cell == "✓" for mode, cell in zip(modes, row[1:], strict=True)}
-    return out
+    return presence_table("modes")
 
 
 FAMILY = {spec.name: spec.family_name for spec in CATALOGUE}
@@ -163,7 +156,11 @@ def test_the_table_covers_every_gpu_series() -> None:
         # PIDs are another machine's; tests/collectors/test_nvml.py covers them)
         and not s.name.startswith("inference_gpu_pod_")
     }
-    assert set(promised()) == gpu_series
+    # What the board has, not how the GPU is shared (links, fabric, Blackwell's power
+    # features), has a table of its own (tests/collectors/test_nvml_links.py checks it).
+    boards = set(presence_table("boards"))
+    assert boards <= gpu_series
+    assert set(promised()) == gpu_series - boards
 
 
 def test_mig_mode_gpu_as_promised(mig: Replayed) -> None:
@@ -272,11 +269,14 @@ def test_mig_mode_gpu_keeps_its_physical_series(mig: Replayed) -> None:
 
 
 def test_mig_call_budget(mig: Replayed) -> None:
-    """Steady state: 8 calls per poll for the GPU, 3 per MIG device (docs/nvml.md)."""
+    """Steady state: 9 calls per poll for the GPU, 3 per MIG device (docs/nvml.md)."""
     # first poll: + utilisation buffer and rates tried once (and memory, NO_PERMISSION here as
     # it is absent from the trace), + per-process utilisation once on each MIG device
     polls = len(POLLS)
-    assert mig.value("inference_nvml_calls_total", gpu="0") == 8 * polls + 3
+    # 9 per poll: the 8 of the physical GPU and the field values (its power limit); the first
+    # poll 3 more (utilisation buffer, rates, memory) and fabric and power profiles, which this
+    # GPU does not answer
+    assert mig.value("inference_nvml_calls_total", gpu="0") == 9 * polls + 3 + 2
     for slot in range(7):
         calls = mig.value("inference_nvml_calls_total", gpu=f"0:{slot}")
         assert calls == 3 * polls + 3  # + samples, rates, process utilisation on the first
@@ -348,9 +348,10 @@ def test_single_tenant_owns_everything(single: Replayed) -> None:
 
 
 def test_per_process_reads_cost_two_calls(starved: Replayed, single: Replayed) -> None:
-    # 9 fields + GPM sample per poll, PCIe twice on the first (no GPM values yet), and the
-    # two per-process calls: 12 per poll
-    assert starved.value("inference_nvml_calls_total", gpu="0") == 12 * len(POLLS) + 2
+    # 9 fields + GPM sample + the field values (its power limit) per poll, PCIe twice on the
+    # first (no GPM values yet), and fabric and power profiles once (unsupported there); and
+    # the two per-process calls: 13 per poll
+    assert starved.value("inference_nvml_calls_total", gpu="0") == 13 * len(POLLS) + 2 + 2
 
 
 # --- the shipped traces -------------------------------------------------------------------------

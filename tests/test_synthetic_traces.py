@@ -21,7 +21,7 @@ from support.synthetic_cli import main
 from support.synthetic_shared import mig_trace_lines, timesliced_trace_lines
 
 import exporter
-from exporter.backends.nvml_api import GPM_NAMES
+from exporter.backends.nvml_api import GPM_BASE_NAMES
 from exporter.backends.replay import Trace, TraceRecord, load_trace, parse_trace
 
 SHIPPED = Path(exporter.__file__).parent / "data" / "replay-2gpu-synthetic.jsonl"
@@ -166,7 +166,10 @@ def test_record_values_are_in_nvml_units(trace: Trace) -> None:
             assert 1800 <= sm <= 1980 and mem == 2619
             assert v["clock_events"] in (0, 0x1)
             gpm = v["gpm"]
-            assert set(gpm) == set(GPM_NAMES.values())
+            # every base metric, and the NVLink totals of an HGX board (no per-link rates)
+            assert set(gpm) == {*GPM_BASE_NAMES.values(), "nvlink_tx_per_sec", "nvlink_rx_per_sec"}
+            peak_mib_s = 18 * 26562e6 / 1024**2
+            assert 0 <= gpm["nvlink_rx_per_sec"] <= gpm["nvlink_tx_per_sec"] <= 0.15 * peak_mib_s
             assert 30 <= gpm["dram_bw_util"] <= 85
             for name in ("sm_util", "sm_occupancy", "any_tensor_util"):
                 assert 0 <= gpm[name] <= 100

@@ -6,6 +6,10 @@ and the calls per second the sidecar makes at its defaults (docs/nvml.md). With
 sidecar reads, the device's utilisation samples and the per-process ones, once a second as the
 sidecar does, and keeps what each poll returned: how many samples, how far apart, which PIDs,
 what values. That is the per-process sampling behaviour of the driver, which no stand-in shows.
+The links and power state (issue 36) are timed as the reader makes them (the poll's one
+``nvmlDeviceGetFieldValues`` with every field it asks, fabric, power profiles, the enforced
+power limit, GPM metrics with the NVLink ids) and what they answered is kept under ``links``:
+link count, states, speeds, fabric, power limit and smoothing, which docs/nvml.md records.
 Needs a driver.
 """
 
@@ -20,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from exporter.backends.gpu_reader import GpuReader, read_identity
 from exporter.backends.nvml_api import NvmlError
 from exporter.backends.nvml_library import PynvmlApi
 
@@ -103,6 +108,57 @@ def probe(api: PynvmlApi, index: int, seconds: float) -> dict[str, Any]:
     return {"index": index, "polls": polls}
 
 
+def _answer(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except NvmlError as err:
+        return {"error": err.name}
+
+
+def links(api: PynvmlApi, index: int, calls: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The new calls timed as a poll makes them, and what they answered."""
+    handle = api.handle(index)
+    identity = read_identity(api, index, handle)
+    reader = GpuReader(api, identity, handle, clock=time.monotonic, per_link=True)
+    keys = reader.wanted_fields()
+    timings = {
+        f"field_values_{len(keys)}": timed(lambda: api.field_values(handle, keys), calls),
+        "fabric_info": timed(lambda: api.fabric_info(handle), calls),
+        "power_profiles": timed(lambda: api.power_profiles(handle), calls),
+        "enforced_power_limit": timed(lambda: api.enforced_power_limit_mw(handle), calls),
+    }
+    if identity.gpm_supported:
+        # The metrics between two samples 100 ms apart, NVLink's per link included: computed
+        # in the library, timed here to show it costs no driver time.
+        ids = reader.gpm_ids()
+        older = api.gpm_sample(handle)
+        time.sleep(0.1)
+        newer = api.gpm_sample(handle)
+        try:
+            timings[f"gpm_metrics_{len(ids)}"] = timed(
+                lambda: api.gpm_metrics(older, newer, ids), calls
+            )
+        finally:
+            api.gpm_free(older)
+            api.gpm_free(newer)
+    answered = _answer(lambda: api.field_values(handle, keys))
+    values = {
+        "links": {"nvlink": identity.links.nvlink, "c2c": identity.links.c2c},
+        "fields": {
+            f"{name}[{link}]" if link is not None else name: (
+                value.name if isinstance(value, NvmlError) else value
+            )
+            for (name, link), value in answered.items()
+        }
+        if isinstance(answered, dict)
+        else answered,
+        "fabric": _answer(lambda: vars(api.fabric_info(handle))),
+        "power_profiles": _answer(lambda: sorted(api.power_profiles(handle))),
+        "enforced_power_limit_mw": _answer(lambda: api.enforced_power_limit_mw(handle)),
+    }
+    return timings, values
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=200)
@@ -137,7 +193,9 @@ def main() -> int:
                 api.gpm_free(api.gpm_sample(h))
 
             timings["gpm_sample"] = timed(gpm, max(10, args.calls // 10))
-        gpus.append({"index": index, "name": api.name(h), "calls": timings})
+        link_timings, answered = links(api, index, args.calls)
+        timings.update(link_timings)
+        gpus.append({"index": index, "name": api.name(h), "calls": timings, "links": answered})
     if args.probe_seconds > 0:
         result["probe"] = [probe(api, i, args.probe_seconds) for i in range(api.device_count())]
     api.shutdown()

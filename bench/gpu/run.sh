@@ -11,7 +11,8 @@
 #      results.md. During the drills in RECORD_DURING (default "h2d-stall healthy-gpu")
 #      `inference-bottleneck-exporter record` writes an NVML trace of the engine (RECORD_S,
 #      default 40 s), and during the first of them bench/gpu/nvml_timing.py times every NVML call
-#      the sidecar makes and probes the driver's per-process sampling;
+#      the sidecar makes (the links and power state of issue 36 included, with what they answer)
+#      and probes the driver's per-process sampling;
 #   2. results.md: a table of what came out.
 #
 # The GPU machine has no Prometheus: carry the binaries (about 15 MiB compressed):

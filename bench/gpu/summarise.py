@@ -58,6 +58,8 @@ def _timing(timing: dict[str, Any]) -> list[str]:
                 f"| {gpu['index']} | {call} | {t['median_us']} | {t['p99_us']} "
                 f"| {t['max_us']} | {t.get('error') or ''} |"
             )
+    for gpu in timing["gpus"]:
+        lines += _links(gpu)
     for probe in timing.get("probe", []):
         polls = probe["polls"]
         device = [p["device"]["samples"] for p in polls if "samples" in p.get("device", {})]
@@ -77,6 +79,27 @@ def _timing(timing: dict[str, Any]) -> list[str]:
             f"between one PID's samples {_median(gaps)} ms).",
         ]
     return lines
+
+
+def _links(gpu: dict[str, Any]) -> list[str]:
+    """What the links and power state answered on one GPU (nvml_timing.py ``links``)."""
+    answered = gpu.get("links")
+    if not answered:
+        return []
+    fields = answered.get("fields") or {}
+    if not isinstance(fields, dict):
+        fields = {}
+    states = sorted({str(v) for k, v in fields.items() if k.startswith("nvlink_state[")})
+    speeds = sorted({str(v) for k, v in fields.items() if k.startswith("nvlink_speed_mbps[")})
+    keep = ("power_limit_mw", "power_smoothing_enabled", "power_smoothing_floor_w")
+    return [
+        "",
+        f"Links and power state, GPU {gpu['index']}: links {answered.get('links')}, NVLink "
+        f"states {states or '-'}, speeds (MBps) {speeds or '-'}, "
+        + ", ".join(f"{k} {fields.get(k, '-')}" for k in keep)
+        + f", fabric {answered.get('fabric')}, power profiles {answered.get('power_profiles')}, "
+        f"enforced power limit (mW) {answered.get('enforced_power_limit_mw')}.",
+    ]
 
 
 def _median(values: list[Any]) -> str:

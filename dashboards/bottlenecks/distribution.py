@@ -10,27 +10,39 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dashboards.common import (
-    GPU,
     RANGE,
+    RATE_INTERVAL,
     AnyPanel,
     Query,
+    Select,
     Unit,
     alert_threshold,
     bar_gauge,
-    by,
+    gpu_reading,
     heatmap_panel,
     le,
-    over,
     pct,
+    signal,
     target_legend,
     timeseries,
     warn,
 )
+from exporter.signatures.signals.gpu_signals import BUSY_SAMPLES, IDLE_SAMPLES
 
 TITLE = "GPU utilisation distribution"
 
 PULSING = "InferenceGPUUtilizationPulsing"
 SAMPLES = "inference_gpu_utilization_samples"
+
+
+def _buckets(window: str, *matchers: str) -> str:
+    """The driver samples of each GPU in ``window`` per bucket, from the NVML collector (the
+    sidecar's, or the node agent's given to the pod holding the GPU)."""
+
+    def increase(select: Select) -> str:
+        return f"increase({select(SAMPLES + '_bucket', *matchers)}[{window}])"
+
+    return gpu_reading(increase, keep=("le",))
 
 
 def heatmap() -> AnyPanel:
@@ -39,14 +51,9 @@ def heatmap() -> AnyPanel:
         "How many driver utilisation samples fell in each utilisation band over time, for the "
         "selected GPUs. Healthy: one band, high and steady. Bad: two bands, one at 0-5 % and "
         "one at 90-100 % - the GPU pulses between idle and saturated because it is fed in "
-        "bursts (synchronous host-to-device copies, CPU-side batch assembly).",
-        [
-            Query(
-                f"sum by (le) (increase({over(SAMPLES + '_bucket', GPU)}))",
-                "{{le}}",
-                format="heatmap",
-            )
-        ],
+        "bursts (synchronous host-to-device copies, CPU-side batch assembly). dcgm-exporter "
+        "keeps no driver samples: empty in the dcgm layout.",
+        [Query(f"sum by (le) (\n{_buckets(RATE_INTERVAL)}\n)", "{{le}}", format="heatmap")],
         y_unit=Unit.RATIO,
         span=12,
     )
@@ -57,25 +64,17 @@ def idle_and_saturated() -> AnyPanel:
     busy_at = le(alert_threshold(PULSING, "busy_sample_above"))
     idle_share = alert_threshold(PULSING, "idle_share_above")
     busy_share = alert_threshold(PULSING, "busy_share_above")
-    count = by("sum", f"increase({over(SAMPLES + '_count', GPU)})")
-
-    def at_most(bound: str) -> str:
-        bucket = over(SAMPLES + "_bucket", GPU, f'le="{bound}"')
-        return by("sum", f"increase({bucket})")
-
     return timeseries(
         "Idle and saturated samples",
-        f"Share of driver samples at most {idle_at} (idle) and above {busy_at} (saturated). "
-        f"Bad: more than {pct(idle_share)} idle together with more than {pct(busy_share)} "
-        "saturated while requests run - utilisation pulses; the mean hides it.",
+        f"Share of driver samples at most {idle_at} (idle) and above {busy_at} (saturated) "
+        "over the rule pack's window (dcgm-exporter: of its readings): what "
+        f"InferenceGPUUtilizationPulsing reads. Bad: more than {pct(idle_share)} idle together "
+        f"with more than {pct(busy_share)} saturated while requests run - utilisation pulses; "
+        "the mean hides it.",
         [
+            Query(signal(IDLE_SAMPLES), f"idle {target_legend()}", thresholds=(warn(idle_share),)),
             Query(
-                f"{at_most(idle_at)}\n/\n{count}",
-                f"idle {target_legend()}",
-                thresholds=(warn(idle_share),),
-            ),
-            Query(
-                f"1 - (\n{at_most(busy_at)}\n/\n{count}\n)",
+                signal(BUSY_SAMPLES),
                 f"saturated {target_legend()}",
                 thresholds=(warn(busy_share),),
             ),
@@ -87,15 +86,16 @@ def idle_and_saturated() -> AnyPanel:
 
 
 def cumulative() -> AnyPanel:
-    finite = over(SAMPLES + "_bucket", GPU, 'le!="+Inf"', window=RANGE)
-    buckets = f"sum by (le) (increase({finite}))"
-    total = f"sum(increase({over(SAMPLES + '_count', GPU, window=RANGE)}))"
+    finite, every = _buckets(RANGE, 'le!="+Inf"'), _buckets(RANGE, 'le="+Inf"')
+    buckets = f"sum by (le) (\n{finite}\n)"
+    total = f"sum(\n{every}\n)"
     return bar_gauge(
         "Samples at or below each level (time range)",
         "Share of the driver samples in the dashboard's time range at or below each utilisation "
         "level (a cumulative distribution). Healthy: small bars up to the top levels. Bad: a "
         "tall first bar (many idle samples) that stays flat until a jump at the last levels - "
-        "the GPU is either idle or saturated.",
+        "the GPU is either idle or saturated. dcgm-exporter keeps no driver samples: empty in "
+        "the dcgm layout.",
         [Query(f"{buckets}\n/ ignoring (le) group_left\n{total}", "≤ {{le}}", instant=True)],
         unit=Unit.RATIO,
         maximum=1.0,

@@ -20,12 +20,13 @@ from dashboards.common import (
     mean_per_request,
     pct,
     quantile,
-    rate,
     series,
+    signal,
     target_legend,
     timeseries,
     warn,
 )
+from exporter.signatures.signals.engine_signals import QUEUE_WAIT_SHARE
 
 TITLE = "Request latency decomposition"
 
@@ -65,14 +66,14 @@ def decomposition() -> AnyPanel:
 
 def queue_share() -> AnyPanel:
     above = alert_threshold(QUEUE_WAIT, "queue_share_above")
-    waited = by("sum", rate(QUEUE + "_sum", MODEL))
-    total = by("sum", rate(E2E + "_sum", MODEL))
     return timeseries(
         "Share of latency spent in the queue",
         "Time requests spent waiting in the engine's queue as a share of their end-to-end "
-        f"latency. Bad: above {pct(above)} while the server has traffic - the offered load "
+        "latency (a decode engine's wait for the KV transfer left out), over the rule pack's "
+        "window: what InferenceQueueWaitDominatesLatency reads. "
+        f"Bad: above {pct(above)} while the server has traffic - the offered load "
         "exceeds what the server admits; scale out or shed load, the GPU work itself is fine.",
-        [Query(f"{waited}\n/\n({total} > 0)", f"queue share {target_legend()}")],
+        [Query(signal(QUEUE_WAIT_SHARE), f"queue share {target_legend()}")],
         unit=Unit.RATIO,
         maximum=1.0,
         thresholds=[warn(above)],

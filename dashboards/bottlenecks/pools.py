@@ -2,9 +2,10 @@
 
 A pool is every engine of one model with one role (``prefill``, ``decode``) that shares the
 join labels that do not name a pod, as in the rule pack's pool records and signatures
-(``exporter/signatures/records/pool_records.py``). The panels group the sidecar's series the
+(``exporter/signatures/signals/pool.py``). The panels group the sidecar's series the
 same way: engines per role, the queue by stage, the KV-cache transfer between the pools (its
 time, its bandwidth), the transfers that failed, by reason, and the router's P/D decisions.
+Where a pool signature draws its threshold, the panel plots the pool signal it reads.
 """
 
 from __future__ import annotations
@@ -16,12 +17,26 @@ from dashboards.common import (
     AnyPanel,
     Query,
     Unit,
+    alert_threshold,
+    pct,
     rate,
     series,
+    site,
     target_labels,
+    target_matchers,
     timeseries,
+    warn,
 )
-from exporter.signatures.records import pool_labels
+from exporter.signatures.promql_text import selector
+from exporter.signatures.signals import pool_labels
+from exporter.signatures.signals.pool_signals import (
+    KV_FAILURE_RATIO,
+    POOL_QUEUE,
+    TTFT_PREFILL_SHARE,
+    TTFT_QUEUE_SHARE,
+    TTFT_TRANSFER_SHARE,
+)
+from exporter.signatures.signals.signal import ROLES, Signal
 
 TITLE = "Prefill and decode pools"
 
@@ -34,6 +49,13 @@ def pool() -> tuple[str, ...]:
 def by_pool(aggregation: str, inner: str, *extra: str) -> str:
     """``aggregation by (<pool labels>, model, extra...) (inner)``."""
     return f"{aggregation} by ({', '.join((*pool(), 'model', *extra))}) ({inner})"
+
+
+def pool_signal(sig: Signal) -> str:
+    """A pool signal narrowed by the variables of the pool's labels (a pool has no pod) and the
+    model."""
+    mine = [m for m in target_matchers() if m.split("=", 1)[0] in pool()]
+    return selector(sig.record(site()), mine, MODEL)
 
 
 def pool_legend(*extra: str) -> str:
@@ -56,6 +78,57 @@ def sizes() -> AnyPanel:
             )
         ],
         unit=Unit.COUNT,
+    )
+
+
+def queues() -> AnyPanel:
+    levels = {
+        role: alert_threshold(f"Inference{role.capitalize()}PoolShort", "queue_depth_at_least")
+        for role in ROLES
+    }
+    return timeseries(
+        "Pool queues: prefill and decode",
+        "Requests each pool of a model holds waiting, mean over the rule pack's window (the "
+        "decode pool's also those waiting for KV room): what InferencePrefillPoolShort and "
+        "InferenceDecodePoolShort read, each against its threshold. Bad: one pool's queue at "
+        "its threshold and growing while the other's is empty - move engines from the idle "
+        f"pool (prefill at {levels['prefill']:g}, decode at {levels['decode']:g} requests).",
+        [
+            Query(
+                pool_signal(POOL_QUEUE.of(role)),
+                f"{role} {pool_legend()}",
+                thresholds=(warn(levels[role]),),
+            )
+            for role in ROLES
+        ],
+        unit=Unit.of(POOL_QUEUE.unit),
+    )
+
+
+def ttft_split() -> AnyPanel:
+    above = alert_threshold("InferenceKVTransferBound", "transfer_share_above")
+    parts = (
+        ("queue", TTFT_QUEUE_SHARE),
+        ("prefill", TTFT_PREFILL_SHARE),
+        ("KV transfer", TTFT_TRANSFER_SHARE),
+    )
+    return timeseries(
+        "Time to first token: queue, prefill, KV transfer",
+        "Where a disaggregated request's time to first token goes, per model: the queues, "
+        "prefill, and the KV-cache transfer between the pools, stacked to 100 %: what "
+        f"InferenceKVTransferBound reads. Bad: the KV transfer above {pct(above)} while the "
+        "decode pool has room - the link between the pools is the wall.",
+        [
+            Query(
+                pool_signal(sig),
+                f"{part} {pool_legend()}",
+                thresholds=(warn(above),) if sig is TTFT_TRANSFER_SHARE else (),
+            )
+            for part, sig in parts
+        ],
+        unit=Unit.RATIO,
+        maximum=1.0,
+        stack=True,
     )
 
 
@@ -119,17 +192,27 @@ def bandwidth() -> AnyPanel:
 
 
 def failures() -> AnyPanel:
+    above = alert_threshold("InferenceKVTransferFailing", "failure_ratio_above")
     return timeseries(
-        "KV-cache transfer failures by reason",
-        "KV-cache transfers per second that failed or expired, by reason, per pool. Bad: "
-        "anything above zero for long - requests are re-prefilled or dropped.",
+        "KV-cache transfer failures",
+        "Share of KV-cache transfers that failed or expired, per pool (left; what "
+        "InferenceKVTransferFailing reads), and failures per second by reason (right). Bad: "
+        f"the share above {pct(above)} for long - requests are re-prefilled or dropped.",
         [
+            Query(
+                pool_signal(KV_FAILURE_RATIO),
+                f"failed share {pool_legend()}",
+                thresholds=(warn(above),),
+            ),
             Query(
                 by_pool("sum", rate("inference_kv_transfer_failures_total", MODEL), "reason"),
                 pool_legend("reason"),
-            )
+                axis="right",
+                unit=Unit.PER_SECOND,
+            ),
         ],
-        unit=Unit.PER_SECOND,
+        unit=Unit.RATIO,
+        right_label="failures/s",
     )
 
 
@@ -152,4 +235,13 @@ def decisions() -> AnyPanel:
 
 
 def panels() -> Sequence[AnyPanel]:
-    return [sizes(), queue_by_stage(), transfer_time(), bandwidth(), failures(), decisions()]
+    return [
+        sizes(),
+        queues(),
+        ttft_split(),
+        queue_by_stage(),
+        transfer_time(),
+        bandwidth(),
+        failures(),
+        decisions(),
+    ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dashboards.common import (
-    GPU,
     MODEL,
     AnyPanel,
     Query,
@@ -21,25 +20,33 @@ from dashboards.common import (
     by,
     pct,
     rate,
-    series,
-    site,
+    signal,
     target_legend,
     timeseries,
     warn,
 )
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS, PREFILL_PRECISION
-from exporter.signatures.records import RecordNames
+from exporter.signatures.signals.gpu_signals import GPU_UTILIZATION, SM_ACTIVE
+from exporter.signatures.signals.roofline_signals import (
+    BUDGET_DECODE,
+    BUDGET_HOST,
+    BUDGET_PREFILL,
+    BUDGET_QUEUE,
+    BUDGET_TRANSFER,
+    DECODE_EFFICIENCY,
+    DECODE_FLOOR,
+    INTER_TOKEN_MEAN,
+    OUTPUT_TOKENS,
+    PREFILL_EFFICIENCY,
+    PROMPT_TOKENS,
+    ROOFLINE_TOKENS,
+)
 
 TITLE = "Roofline and latency budget"
 
 OVERHEAD = "InferenceDecodeOverheadBound"
 SMS_IDLE = "InferenceGPUBusySMsIdle"
 HOST = "InferenceHostLatencyShareHigh"
-
-
-def records() -> RecordNames:
-    """The record names of the site's pack (its windows are in the names)."""
-    return RecordNames.of(site())
 
 
 def model_legend() -> str:
@@ -56,14 +63,13 @@ def efficiency() -> AnyPanel:
         "(--model.path) it is the engine's estimated read bytes per second over the peak. Bad: "
         f"below {pct(below)} while the HBM bus is under half busy - steps wait on kernel "
         "launches, the scheduler or the host (CUDA graphs, overlap scheduling, larger batches).",
-        [Query(series(records().decode_efficiency, MODEL), model_legend())],
+        [Query(signal(DECODE_EFFICIENCY, MODEL), model_legend())],
         unit=Unit.RATIO,
         thresholds=[warn(below)],
     )
 
 
 def floor_vs_step() -> AnyPanel:
-    r = records()
     return timeseries(
         "Decode step: HBM floor vs observed",
         "The shortest a decode step can take (the dashed line: weights and live KV cache read "
@@ -71,22 +77,21 @@ def floor_vs_step() -> AnyPanel:
         "is time spent on anything but moving bytes. Bad: the observed step several times its "
         "floor; the floor rising with the KV cache while the step rises faster.",
         [
-            Query(series(r.decode_floor, MODEL), f"floor {model_legend()}", dashed=True),
-            Query(series(r.inter_token_mean, MODEL), f"observed {model_legend()}"),
+            Query(signal(DECODE_FLOOR, MODEL), f"floor {model_legend()}", dashed=True),
+            Query(signal(INTER_TOKEN_MEAN, MODEL), f"observed {model_legend()}"),
         ],
         unit=Unit.SECONDS,
     )
 
 
 def budget() -> AnyPanel:
-    r = records()
     above = alert_threshold(HOST, "host_share_above")
     parts = (
-        ("queue", r.budget_queue),
-        ("prefill", r.budget_prefill),
-        ("KV transfer", r.budget_transfer),
-        ("decode", r.budget_decode),
-        ("host", r.budget_host),
+        ("queue", BUDGET_QUEUE),
+        ("prefill", BUDGET_PREFILL),
+        ("KV transfer", BUDGET_TRANSFER),
+        ("decode", BUDGET_DECODE),
+        ("host", BUDGET_HOST),
     )
     return timeseries(
         "Latency budget: queue, prefill, KV transfer, decode, host",
@@ -98,7 +103,7 @@ def budget() -> AnyPanel:
         "report all four histograms only (vLLM, SGLang, TensorRT-LLM, LMDeploy). Bad: the host "
         f"band above {pct(above)} (InferenceHostLatencyShareHigh); a growing queue band is "
         "overload.",
-        [Query(series(record, MODEL), f"{part} {model_legend()}") for part, record in parts],
+        [Query(signal(record, MODEL), f"{part} {model_legend()}") for part, record in parts],
         unit=Unit.RATIO,
         maximum=1.0,
         stack=True,
@@ -115,7 +120,7 @@ def prefill_efficiency() -> AnyPanel:
         "prefilled together are each charged the whole step, so batched prefills read low. "
         "Bad: low while prefill dominates the latency budget - prefill kernels or chunking "
         "leave the tensor cores idle.",
-        [Query(series(records().prefill_efficiency, MODEL), model_legend())],
+        [Query(signal(PREFILL_EFFICIENCY, MODEL), model_legend())],
         unit=Unit.RATIO,
         span=8,
     )
@@ -132,7 +137,7 @@ def tokens_vs_roofline() -> AnyPanel:
         [
             Query(generated, f"generated {model_legend()}"),
             Query(
-                series(records().roofline_tokens, MODEL),
+                signal(ROOFLINE_TOKENS, MODEL),
                 f"roofline {model_legend()}",
                 dashed=True,
             ),
@@ -146,19 +151,21 @@ def utilisation_vs_sm_activity() -> AnyPanel:
     busy = alert_threshold(SMS_IDLE, "utilization_above")
     idle = alert_threshold(SMS_IDLE, "sm_active_below")
     return timeseries(
-        "GPU-Util vs SM activity",
-        "Mean GPU utilisation (GPU-Util: a kernel was running) and mean SM activity (the SMs "
-        "had a warp resident; GPM, Hopper and later) over the selected GPUs. Bad: utilisation "
+        "GPU-Util (device utilisation) vs SM activity",
+        "Mean utilisation of the pod's GPUs, the device's (GPU-Util: a kernel was running, "
+        "every tenant's work together), and mean SM activity (the SMs had a warp resident; GPM, "
+        "Hopper and later, or dcgm-exporter's profiling field) over the pod's GPUs: what "
+        "InferenceGPUBusySMsIdle reads. Bad: utilisation "
         f"above {pct(busy)} with SM activity below {pct(idle)} - tiny serial kernels keep "
         "GPU-Util at 100 % while the SMs idle (InferenceGPUBusySMsIdle).",
         [
             Query(
-                by("avg", rate("inference_gpu_busy_seconds_total", GPU)),
-                f"GPU-Util {target_legend()}",
+                signal(GPU_UTILIZATION),
+                f"GPU-Util (device) {target_legend()}",
                 thresholds=(warn(busy),),
             ),
             Query(
-                by("avg", series("inference_gpu_sm_active_ratio", GPU)),
+                signal(SM_ACTIVE),
                 f"SM activity {target_legend()}",
                 thresholds=(warn(idle),),
             ),
@@ -170,7 +177,6 @@ def utilisation_vs_sm_activity() -> AnyPanel:
 
 
 def workload_shape() -> AnyPanel:
-    r = records()
     return timeseries(
         "Workload shape: tokens per request",
         "Mean prompt and output tokens per finished request; the dashed lines are the rule of "
@@ -180,12 +186,12 @@ def workload_shape() -> AnyPanel:
         "prefill and decode pools would serve each better.",
         [
             Query(
-                series(r.prompt_tokens, MODEL),
+                signal(PROMPT_TOKENS, MODEL),
                 f"prompt {model_legend()}",
                 thresholds=(warn(LONG_PROMPT_TOKENS),),
             ),
             Query(
-                series(r.output_tokens, MODEL),
+                signal(OUTPUT_TOKENS, MODEL),
                 f"output {model_legend()}",
                 thresholds=(warn(LONG_OUTPUT_TOKENS),),
             ),

@@ -5,15 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dashboards.common import (
-    GPU,
     OFF_ACTIVE,
     AnyPanel,
     Query,
     Unit,
     alert_names,
-    by,
+    gpu_gauge,
     gpu_legend,
-    series,
+    gpu_reading,
     state_timeline,
     target_legend,
     timeseries,
@@ -22,6 +21,8 @@ from dashboards.common import (
 TITLE = "Clocks and thermals"
 
 THROTTLED = "InferenceGPUThrottled"
+EVENTS = "inference_gpu_clock_event_active"
+MHZ = " * 1000000"
 
 
 def clocks() -> AnyPanel:
@@ -31,9 +32,12 @@ def clocks() -> AnyPanel:
         "load while a hardware, thermal or power reason is active (see clock events) - every "
         "kernel runs slower. Low clocks while idle are normal.",
         [
-            Query(series("inference_gpu_sm_clock_hertz", GPU), f"SM {gpu_legend()}"),
             Query(
-                series("inference_gpu_memory_clock_hertz", GPU),
+                gpu_gauge("inference_gpu_sm_clock_hertz", "DCGM_FI_DEV_SM_CLOCK", MHZ),
+                f"SM {gpu_legend()}",
+            ),
+            Query(
+                gpu_gauge("inference_gpu_memory_clock_hertz", "DCGM_FI_DEV_MEM_CLOCK", MHZ),
                 f"memory {gpu_legend()}",
                 dashed=True,
             ),
@@ -48,7 +52,12 @@ def temperature() -> AnyPanel:
         "GPU die temperature. Bad: approaching the GPU's slowdown temperature (about 85-90 °C "
         "on data-centre GPUs), after which the driver lowers the clocks (sw_thermal, "
         "hw_thermal); check cooling and airflow.",
-        [Query(series("inference_gpu_temperature_celsius", GPU), gpu_legend())],
+        [
+            Query(
+                gpu_gauge("inference_gpu_temperature_celsius", "DCGM_FI_DEV_GPU_TEMP"),
+                gpu_legend(),
+            )
+        ],
         unit=Unit.CELSIUS,
         thresholds=[(85.0, "red")],
         minimum=None,
@@ -63,10 +72,11 @@ def clock_events() -> AnyPanel:
         "applications_clocks_setting and sync_boost are normal. Bad: "
         f"{reasons} held for minutes - the hardware slows every kernel down until cooling or "
         "power delivery is fixed (the InferenceGPUThrottled alert); power_cap under load "
-        "means the board limit, not the work, sets the speed.",
+        "means the board limit, not the work, sets the speed. dcgm-exporter's default counters "
+        "have no clock event reasons: empty in the dcgm layout.",
         [
             Query(
-                by("max", series("inference_gpu_clock_event_active", GPU), "gpu", "reason"),
+                gpu_reading(lambda select: select(EVENTS), keep=("reason",)),
                 "GPU {{gpu}} {{reason}} " + target_legend(short=True),
             )
         ],

@@ -12,12 +12,13 @@ from dashboards.common import (
     Unit,
     alert_ints,
     by,
+    gpu_gauge,
     gpu_legend,
-    over,
-    series,
+    signal,
     state_timeline,
     timeseries,
 )
+from exporter.signatures.signals.gpu_signals import XID_NEW
 
 TITLE = "Errors"
 
@@ -27,8 +28,9 @@ def gpu_up() -> AnyPanel:
         "GPU answering NVML",
         "Whether each GPU's last NVML read succeeded in time. Bad: down - the GPU errors or "
         "hangs (Xid 79, fallen off the bus, is the usual cause) and requests on it stall or "
-        "fail (the InferenceGPULost alert).",
-        [Query(by("min", series("inference_gpu_up", GPU), "gpu"), gpu_legend())],
+        "fail (the InferenceGPULost alert). dcgm-exporter has no such reading: empty in the "
+        "dcgm layout.",
+        [Query(gpu_gauge("inference_gpu_up"), gpu_legend())],
         mappings=UP_DOWN,
     )
 
@@ -37,13 +39,14 @@ def xid() -> AnyPanel:
     critical = ", ".join(str(code) for code in alert_ints("InferenceGPUXidErrors", "critical_xids"))
     return timeseries(
         "Xid errors",
-        "Xid errors the driver reported per GPU and Xid code, per interval; no data means none "
-        f"since the sidecar started. Bad: any of {critical} (the GPU's state cannot be trusted "
+        "New Xid errors per GPU and Xid code within the rule pack's window, what "
+        "InferenceGPUXidErrors reads (dcgm-exporter keeps only the last Xid of a GPU); no data "
+        f"means none. Bad: any of {critical} (the GPU's state cannot be trusted "
         "until it is reset: ECC errors, fallen off the bus) - drain the node; repeated "
         "13/31/43 on one GPU point at the application or the hardware.",
         [
             Query(
-                by("sum", f"increase({over('inference_gpu_xid_errors_total', GPU)})", "gpu", "xid"),
+                by("max", signal(XID_NEW, GPU), "gpu", "xid"),
                 "Xid {{xid}} " + gpu_legend(),
             )
         ],

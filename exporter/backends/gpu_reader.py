@@ -4,12 +4,18 @@ Fields a GPU does not support are dropped after the first ``NOT_SUPPORTED`` (log
 info) and cost no further calls. Errors that concern the whole GPU (lost, hung, unknown)
 propagate as :class:`NvmlError` so the caller can mark the GPU down.
 
-Call budget (counted in :attr:`GpuReader.calls`): one read makes at most 10 driver calls
-(samples, utilisation rates, memory, power, energy, temperature, two clocks, clock events,
-one GPM sample), or 11 on GPUs without GPM (two PCIe throughput calls instead of the GPM
-sample), plus 2 with per-process reads on (compute processes, process utilisation). GPM sample
-allocation, freeing and metric computation happen inside the library without the driver and
-are not counted.
+Call budget (counted in :attr:`GpuReader.calls`): one read makes at most 10 driver calls for
+the readings (samples, utilisation rates, memory, power, energy, temperature, two clocks,
+clock events, one GPM sample), or 11 on GPUs without GPM (two PCIe throughput calls instead of
+the GPM sample), plus 2 with per-process reads on (compute processes, process utilisation).
+GPM sample allocation, freeing and metric computation happen inside the library without the
+driver and are not counted. The links and the power state add (:meth:`GpuReader._read_links`)
+one ``nvmlDeviceGetFieldValues`` for every field value at once (the enforced power limit, power
+smoothing, each NVLink and C2C link's state and speed, and the NVLink throughput counters
+where GPM has none), ``nvmlDeviceGetGpuFabricInfoV`` (NVSwitch systems) and the workload power
+profiles (Blackwell); each of these is made only while the GPU answers it, so a GPU without any
+costs one call each on the first read and none after; fabric and power profiles, which change
+only when someone acts, are read every :data:`SLOW_EVERY` reads.
 
 A MIG device (:class:`MigSlice`) is read by the same :class:`GpuReader`: its memory and
 processes through its own handle, GPM through the parent GPU's handle and the GPU instance id
@@ -19,7 +25,8 @@ utilisation buffer, utilisation rates and per-process utilisation, which nvml.h 
 not supported in MIG mode, cost one call each on the first read and none after. Steady state:
 3 calls per read of a MIG device (memory, GPM sample, compute processes).
 
-Identity calls (UUID, name, PCI bus, MIG mode, GPM support) and the hardware facts behind the
+Identity calls (UUID, name, PCI bus, MIG mode, GPM support, the NVLink and C2C link counts) and
+the hardware facts behind the
 peak figures (memory bus width, maximum SM and memory clocks, CUDA cores, compute capability:
 :class:`~exporter.hardware.gpus.GpuFacts`) are made once per NVML session, not per read; so
 are the MIG enumeration and each MIG device's identity (:func:`read_mig_slices`).
@@ -37,15 +44,25 @@ from typing import TypeVar
 
 from exporter.backends.nvml_api import (
     FIELD_ERRORS,
-    GPM_IDS,
+    GPM_BASE_NAMES,
+    GPM_C2C_RX_PER_SEC,
+    GPM_C2C_TX_PER_SEC,
+    GPM_NAMES,
+    GPM_NVLINK_LINKS,
+    GPM_NVLINK_RX_PER_SEC,
+    GPM_NVLINK_TX_PER_SEC,
     INVALID_ARGUMENT,
     NOT_FOUND,
     NOT_SUPPORTED,
+    Direction,
+    FabricInfo,
+    FieldKey,
     MigAttributes,
     NvmlApi,
     NvmlError,
     ProcessMemory,
     ProcessSample,
+    gpm_nvlink_link_id,
 )
 from exporter.hardware.gpus import GpuFacts
 
@@ -56,6 +73,15 @@ T = TypeVar("T")
 # GPM needs two samples at least this far apart to compute rates.
 GPM_MIN_INTERVAL_S = 0.1
 
+# The fabric and the workload power profiles change when an operator or the Fabric Manager
+# acts, not from poll to poll: read on the first poll and every this many after (30 s at the
+# default interval), the last answer standing in between.
+SLOW_EVERY = 10
+
+TX_RX: tuple[Direction, Direction] = ("tx", "rx")
+# What each C2C link answers, every read.
+C2C_FIELDS = ("c2c_link_status", "c2c_link_max_bw_mbps")
+
 MIG_MODES = {0: "disabled", 1: "enabled"}
 # The mig_mode of a MIG device itself.
 MIG_SLICE = "slice"
@@ -63,7 +89,7 @@ MIG_SLICE = "slice"
 # Fields of the physical GPU: read on the parent, never asked of a MIG device.
 PARENT_FIELDS = frozenset(
     {"power", "energy", "temperature", "sm_clock", "mem_clock", "clock_events"}
-    | {"pcie_tx", "pcie_rx"}
+    | {"pcie_tx", "pcie_rx", "fields", "fabric", "power_profiles", "power_limit"}
 )
 
 MIB = 1024 * 1024
@@ -110,6 +136,15 @@ def mig_profile(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class Links:
+    """How many NVLink and C2C links the GPU has (``NVML_FI_DEV_NVLINK_LINK_COUNT``,
+    ``NVML_FI_DEV_C2C_LINK_COUNT``); None where NVML does not say."""
+
+    nvlink: int | None = None
+    c2c: int | None = None
+
+
+@dataclass(frozen=True)
 class GpuIdentity:
     """What does not change while the driver stays loaded (a GPU, or a MIG device of one)."""
 
@@ -121,6 +156,7 @@ class GpuIdentity:
     gpm_supported: bool
     facts: GpuFacts = field(default_factory=GpuFacts)
     mig: MigSlice | None = None
+    links: Links = field(default_factory=Links)
 
     @property
     def label(self) -> str:
@@ -152,6 +188,12 @@ class GpuReading:
     # Per-process reads (None: not read, or not supported here).
     processes: list[ProcessMemory] | None = None
     process_samples: list[ProcessSample] | None = None
+    # Field values NVML answered (FIELD_SPECS units: KiB, MBps, mW, W), by field and link.
+    fields: dict[FieldKey, float] = field(default_factory=dict)
+    fabric: FabricInfo | None = None
+    # The enforced power limit (the field, else nvmlDeviceGetEnforcedPowerLimit), mW.
+    power_limit_mw: float | None = None
+    power_profiles: frozenset[int] | None = None
 
 
 def _optional(fn: Callable[[], T]) -> T | None:
@@ -172,6 +214,20 @@ def read_facts(api: NvmlApi, handle: object) -> GpuFacts:
         max_sm_clock_mhz=_optional(lambda: api.max_clock_mhz(handle, "sm")) or None,
         cuda_cores=_optional(lambda: api.cuda_cores(handle)) or None,
         compute_capability=_optional(lambda: api.compute_capability(handle)),
+    )
+
+
+def read_links(api: NvmlApi, handle: object) -> Links:
+    """The GPU's NVLink and C2C link counts: one field-values call, once per NVML session."""
+    counts = _optional(
+        lambda: api.field_values(handle, [("nvlink_link_count", None), ("c2c_link_count", None)])
+    )
+    if counts is None:
+        return Links()
+    nvlink, c2c = counts.get(("nvlink_link_count", None)), counts.get(("c2c_link_count", None))
+    return Links(
+        nvlink=None if nvlink is None or isinstance(nvlink, NvmlError) else int(nvlink),
+        c2c=None if c2c is None or isinstance(c2c, NvmlError) else int(c2c),
     )
 
 
@@ -198,6 +254,7 @@ def read_identity(api: NvmlApi, index: int, handle: object) -> GpuIdentity:
         mig_mode=mig,
         gpm_supported=gpm,
         facts=read_facts(api, handle),
+        links=read_links(api, handle),
     )
 
 
@@ -265,11 +322,12 @@ def read_mig_slices(
 
 class GpuReader:
     """Reads one GPU or MIG device; keeps what must persist between reads (sample cursors,
-    GPM sample).
+    GPM sample, the fields this GPU does not answer).
 
     ``parent`` is the GPU's handle for a MIG device (GPM is sampled through it).
     ``processes`` turns the per-process reads on (they are only useful when the engine's
-    processes can be told apart; the collector decides).
+    processes can be told apart; the collector decides). ``per_link`` also reads each NVLink
+    link's throughput (GPM metrics, or counters), not only the GPU's total.
     """
 
     def __init__(
@@ -281,25 +339,38 @@ class GpuReader:
         clock: Callable[[], float],
         parent: object | None = None,
         processes: bool = False,
+        per_link: bool = False,
     ) -> None:
         self.api = api
         self.identity = identity
         self.handle = handle
         self.parent = parent
         self.processes = processes
+        self.per_link = per_link
         self._clock = clock
         self.unsupported: set[str] = set()
+        # Field values the GPU does not answer: each (field, link) dropped alone, each field
+        # said once.
+        self.dropped_fields: set[FieldKey] = set()
+        self.unsupported_fields: set[str] = set()
         if not identity.gpm_supported:
             self.unsupported.add("gpm")
         if identity.mig is not None:
             self.unsupported |= PARENT_FIELDS
             if parent is None:
                 raise ValueError("a MIG device is read with its GPU's handle (parent=)")
+        # NVLink throughput: from GPM where it has the metrics (Hopper and newer), else from
+        # the throughput counters (field values); decided by the first GPM answer.
+        self.nvlink_via_gpm = identity.gpm_supported and bool(identity.links.nvlink)
         self.last_seen_us = 0
         self.last_process_us = 0
         self.calls = 0
+        self.reads = 0
+        self._fabric: FabricInfo | None = None
+        self._profiles: frozenset[int] | None = None
         self._gpm_prev: object | None = None
         self._gpm_prev_at = 0.0
+        self._newly_unsupported: list[str] = []
 
     def _field(self, name: str, fn: Callable[[], T]) -> T | None:
         if name in self.unsupported:
@@ -311,17 +382,32 @@ class GpuReader:
             if err.code not in FIELD_ERRORS:
                 raise
             self.unsupported.add(name)
+            self._say_unsupported(name, err)
+            return None
+
+    def _say_unsupported(self, name: str, err: NvmlError) -> None:
+        self._newly_unsupported.append(f"{name} ({err.name})")
+
+    def _flush_unsupported(self) -> None:
+        """One line for every field a read found unsupported, not one line each: a driver
+        that lacks a dozen fields (an older GPU, every new generation's fields) says so once."""
+        if self._newly_unsupported:
             log.info(
-                "GPU %s (%s): %s unsupported (%s); metric absent from now on",
+                "GPU %s (%s): unsupported, absent from now on: %s",
                 self.identity.label,
                 self.identity.name,
-                name,
-                err.name,
+                ", ".join(self._newly_unsupported),
             )
-            return None
+            self._newly_unsupported = []
 
     def read(self) -> GpuReading:
         """One read of every supported field; raises NvmlError for GPU-wide failures."""
+        try:
+            return self._read()
+        finally:
+            self._flush_unsupported()
+
+    def _read(self) -> GpuReading:
         api, h = self.api, self.handle
         reading = GpuReading()
         samples = self._field("samples", lambda: api.utilization_samples(h, self.last_seen_us))
@@ -353,7 +439,75 @@ class GpuReader:
             reading.pcie_rx_kibps = self._field(
                 "pcie_rx", lambda: api.pcie_throughput_kibps(h, "rx")
             )
+        self._read_links(reading)
         return reading
+
+    # --- links and power state ---------------------------------------------------------------
+    def wanted_fields(self) -> list[FieldKey]:
+        """The field values one read asks for: the power state, and each link's state and
+        speed (the throughput counters too where GPM has no NVLink metrics)."""
+        keys: list[FieldKey] = [
+            ("power_limit_mw", None),
+            ("power_default_limit_mw", None),
+            ("power_smoothing_enabled", None),
+            ("power_smoothing_floor_w", None),
+        ]
+        links = range(self.identity.links.nvlink or 0)
+        if links:
+            keys += [("nvlink_state", link) for link in links]
+            speeds: list[FieldKey] = [("nvlink_speed_mbps", link) for link in links]
+            keys += speeds
+            if any(key in self.dropped_fields for key in speeds):
+                keys.append(("nvlink_speed_common_mbps", None))  # for the links without one
+            if not self.nvlink_via_gpm:
+                keys += [("nvlink_raw_tx_kib", None), ("nvlink_raw_rx_kib", None)]
+                if self.per_link:
+                    keys += [(f"nvlink_link_raw_{d}_kib", link) for link in links for d in TX_RX]
+        c2c = range(self.identity.links.c2c or 0)
+        keys += [(name, link) for name in C2C_FIELDS for link in c2c]
+        return [k for k in keys if k not in self.dropped_fields]
+
+    def _drop(self, key: FieldKey, err: NvmlError) -> None:
+        self.dropped_fields.add(key)
+        if key[0] not in self.unsupported_fields:
+            self.unsupported_fields.add(key[0])
+            self._say_unsupported(key[0], err)
+
+    def _read_links(self, reading: GpuReading) -> None:
+        """Field values, fabric and workload power profiles; the enforced power limit through
+        its own call where the field is missing."""
+        api, h = self.api, self.handle
+        keys = self.wanted_fields()
+        values = self._field("fields", lambda: api.field_values(h, keys)) if keys else None
+        for key, value in (values or {}).items():
+            if isinstance(value, NvmlError):
+                if value.code in FIELD_ERRORS:
+                    self._drop(key, value)
+                continue
+            if key[0] == "power_smoothing_enabled" and value not in (0, 1):
+                # Not an enablement: nvml.h numbered these fields differently for this driver.
+                self.dropped_fields |= {key, ("power_smoothing_floor_w", None)}
+                self.unsupported_fields |= {key[0], "power_smoothing_floor_w"}
+                log.warning(
+                    "GPU %s: power smoothing field answered %s, not 0 or 1 (field ids differ "
+                    "for this driver); power smoothing absent from now on",
+                    self.identity.label,
+                    value,
+                )
+                continue
+            reading.fields[key] = value
+        if ("power_smoothing_floor_w", None) in self.dropped_fields:
+            reading.fields.pop(("power_smoothing_floor_w", None), None)
+        reading.power_limit_mw = reading.fields.get(("power_limit_mw", None))
+        missing = ("power_limit_mw", None) in self.dropped_fields or "fields" in self.unsupported
+        if reading.power_limit_mw is None and missing:
+            limit = self._field("power_limit", lambda: api.enforced_power_limit_mw(h))
+            reading.power_limit_mw = None if limit is None else float(limit)
+        if self.reads % SLOW_EVERY == 0:
+            self._fabric = self._field("fabric", lambda: api.fabric_info(h))
+            self._profiles = self._field("power_profiles", lambda: api.power_profiles(h))
+        self.reads += 1
+        reading.fabric, reading.power_profiles = self._fabric, self._profiles
 
     def _read_processes(self, reading: GpuReading) -> None:
         api, h = self.api, self.handle
@@ -367,6 +521,20 @@ class GpuReader:
         if reading.process_samples:
             self.last_process_us = max(s.timestamp_us for s in reading.process_samples)
 
+    # --- GPM ---------------------------------------------------------------------------------
+    def gpm_ids(self) -> list[int]:
+        """The GPM metrics one read asks for: the base ones, and the links' where it has
+        them."""
+        ids = list(GPM_BASE_NAMES)
+        if self.nvlink_via_gpm:
+            ids += [GPM_NVLINK_RX_PER_SEC, GPM_NVLINK_TX_PER_SEC]
+            if self.per_link:
+                links = range(min(self.identity.links.nvlink or 0, GPM_NVLINK_LINKS))
+                ids += [gpm_nvlink_link_id(link, d) for link in links for d in TX_RX]
+        if self.identity.links.c2c:
+            ids += [GPM_C2C_TX_PER_SEC, GPM_C2C_RX_PER_SEC]
+        return ids
+
     def _gpm_sample(self) -> object:
         mig = self.identity.mig
         if mig is None:
@@ -377,6 +545,7 @@ class GpuReader:
         now = self._clock()
         sample = self._field("gpm", self._gpm_sample)
         if sample is None:
+            self.nvlink_via_gpm = False  # no GPM here: the counters it is
             return
         prev, prev_at = self._gpm_prev, self._gpm_prev_at
         if prev is not None and now - prev_at < GPM_MIN_INTERVAL_S:
@@ -386,19 +555,29 @@ class GpuReader:
         self._gpm_prev, self._gpm_prev_at = sample, now
         if prev is None:
             return
+        ids = self.gpm_ids()
         try:
-            values = self.api.gpm_metrics(prev, sample, list(GPM_IDS.values()))
+            values = self.api.gpm_metrics(prev, sample, ids)
         except NvmlError as err:
             if err.code != NOT_SUPPORTED:
                 raise
             values = {}
         finally:
             self.api.gpm_free(prev)
-        for name, metric_id in GPM_IDS.items():
+        for metric_id in ids:
             value = values.get(metric_id)
             if value is not None:
-                reading.gpm[name] = value
+                reading.gpm[GPM_NAMES[metric_id]] = value
         reading.gpm_interval_s = now - prev_at
+        # GPM answered the other metrics and not NVLink's: it has none here.
+        if self.nvlink_via_gpm and reading.gpm and "nvlink_tx_per_sec" not in reading.gpm:
+            self.nvlink_via_gpm = False
+            log.info(
+                "GPU %s (%s): GPM has no NVLink metrics here; reading the NVLink throughput "
+                "counters instead",
+                self.identity.label,
+                self.identity.name,
+            )
 
     def close(self) -> None:
         """Free the GPM sample kept between reads."""

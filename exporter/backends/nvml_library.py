@@ -8,19 +8,25 @@ a stand-in module (``library=``) that answers as NVML does.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
 from exporter.backends.nvml_api import (
+    ARGUMENT_VERSION_MISMATCH,
+    FIELDS_BY_NAME,
     FUNCTION_NOT_FOUND,
     INSUFFICIENT_SIZE,
     LIBRARY_NOT_FOUND,
     NOT_FOUND,
+    NOT_SUPPORTED,
     TIMEOUT,
     UNINITIALIZED,
     UNKNOWN,
     ClockKind,
+    FabricInfo,
+    FieldKey,
     MigAttributes,
     NvmlError,
     PcieDirection,
@@ -40,6 +46,29 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+# c_nvmlValue_t's member for each nvmlValueType_t (NVML_VALUE_TYPE_*).
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def _field_value(entry: Any) -> float:
+    """The value of one nvmlFieldValue_t, by its valueType."""
+    kind = int(entry.valueType)
+    member = _VALUE_MEMBERS[kind] if 0 <= kind < len(_VALUE_MEMBERS) else "ullVal"
+    return float(getattr(entry.value, member))
+
+
+def _driver_branch(version: str) -> int | None:
+    """``550`` for driver ``550.54.15``; None where the version does not start with a number."""
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _uuid_hex(raw: Any) -> str:
+    """A fabric cluster UUID (16 bytes) in the usual 8-4-4-4-12 form."""
+    h = bytes(raw).hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 class PynvmlApi:
     """:class:`~exporter.backends.nvml_api.NvmlApi` on top of nvidia-ml-py."""
 
@@ -47,6 +76,9 @@ class PynvmlApi:
         self._library = library
         self._nvml: ModuleType | None = None
         self._event_set: Any = None
+        self._branch: int | None = None
+        # The newest nvmlGpuFabricInfo version the driver took (3, 2; 1: the unversioned call).
+        self._fabric_version = 3
 
     @property
     def _lib(self) -> ModuleType:
@@ -79,6 +111,8 @@ class PynvmlApi:
             library = pynvml
         self._nvml = library
         self._call(library.nvmlInit)
+        self._branch = None
+        self._fabric_version = 3
 
     def shutdown(self) -> None:
         nvml = self._lib
@@ -175,6 +209,81 @@ class PynvmlApi:
             nvml.NVML_PCIE_UTIL_TX_BYTES if direction == "tx" else nvml.NVML_PCIE_UTIL_RX_BYTES
         )
         return int(self._call(nvml.nvmlDeviceGetPcieThroughput, handle, counter))
+
+    def field_values(
+        self, handle: object, keys: Sequence[FieldKey]
+    ) -> dict[FieldKey, float | NvmlError]:
+        if self._branch is None:
+            self._branch = _driver_branch(self.driver_version()) or 0
+        out: dict[FieldKey, float | NvmlError] = {}
+        asked: list[FieldKey] = []
+        ids: list[tuple[int, int]] = []
+        for key in keys:
+            name, link = key
+            spec = FIELDS_BY_NAME[name]
+            field_id = spec.id_for(self._branch or None)
+            if field_id is None:  # the driver predates the field: do not ask
+                out[key] = NvmlError(NOT_SUPPORTED, f"{name}: not in driver {self._branch}")
+                continue
+            scope = link if spec.per_link and link is not None else spec.scope
+            asked.append(key)
+            ids.append((field_id, scope))
+        if not ids:
+            return out
+        values = self._call(self._fn("nvmlDeviceGetFieldValues"), handle, ids)
+        for key, entry in zip(asked, values, strict=True):
+            code = int(entry.nvmlReturn)
+            out[key] = _field_value(entry) if code == 0 else NvmlError(code)
+        return out
+
+    def fabric_info(self, handle: object) -> FabricInfo:
+        nvml = self._lib
+        while self._fabric_version > 1:
+            struct = getattr(nvml, f"c_nvmlGpuFabricInfo_v{self._fabric_version}_t", None)
+            if struct is None or not hasattr(nvml, "nvmlDeviceGetGpuFabricInfoV"):
+                self._fabric_version -= 1  # an older nvidia-ml-py
+                continue
+            info = struct()
+            try:
+                self._call(nvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
+            except NvmlError as err:
+                if err.code in (ARGUMENT_VERSION_MISMATCH, FUNCTION_NOT_FOUND):
+                    self._fabric_version -= 1  # an older driver: ask the previous version
+                    continue
+                raise
+            summary = int(getattr(info, "healthSummary", 0))  # v3 only; 0: not supported
+            return FabricInfo(
+                state=int(info.state),
+                status=int(info.status),
+                clique_id=int(info.cliqueId),
+                cluster_uuid=_uuid_hex(info.clusterUuid),
+                health_mask=int(info.healthMask),
+                health_summary=summary or None,
+            )
+        old = nvml.c_nvmlGpuFabricInfo_t()
+        self._call(self._fn("nvmlDeviceGetGpuFabricInfo"), handle, ctypes.byref(old))
+        return FabricInfo(
+            state=int(old.state),
+            status=int(old.status),
+            clique_id=int(old.cliqueId),
+            cluster_uuid=_uuid_hex(old.clusterUuid),
+        )
+
+    def enforced_power_limit_mw(self, handle: object) -> int:
+        return int(self._call(self._fn("nvmlDeviceGetEnforcedPowerLimit"), handle))
+
+    def power_profiles(self, handle: object) -> frozenset[int]:
+        nvml = self._lib
+        get = self._fn("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles")
+        struct = getattr(nvml, "c_nvmlWorkloadPowerProfileCurrentProfiles_v1_t", None)
+        if struct is None:
+            raise NvmlError(FUNCTION_NOT_FOUND, "pynvml has no workload power profile structure")
+        info = struct()
+        self._call(get, handle, ctypes.byref(info))
+        words = list(info.enforcedProfilesMask.mask)
+        return frozenset(
+            32 * w + bit for w, word in enumerate(words) for bit in range(32) if word >> bit & 1
+        )
 
     def gpm_supported(self, handle: object) -> bool:
         nvml = self._lib

@@ -80,9 +80,9 @@ class PodResourcesClient:
 
     def _call(self, method: str, request: Any, response: Any) -> Any:
         """One unary call with the deadline; every failure as :class:`PodResourcesError`."""
+        self._check_socket()
         import grpc  # noqa: PLC0415 - only the node agent needs grpc
 
-        self._check_socket()
         if self._channel is None:
             self._channel = grpc.insecure_channel(
                 f"unix://{self.socket}",

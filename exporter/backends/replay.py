@@ -34,6 +34,13 @@ Trace format (version 1), one JSON object per line:
   ``nvmlDeviceGetAttributes`` answers; optional. ``max_mig_devices`` defaults to the highest
   slot + 1.)
 
+  A gpu entry may carry ``fields``, what ``nvmlDeviceGetFieldValues`` answers for the GPU
+  whatever the record (the link counts, and any field a record does not carry), and
+  ``fabric``, ``power_profiles`` and ``enforced_power_limit_mw`` (below) for every record that
+  does not carry its own::
+
+    "fields": {"nvlink_link_count": 18, "nvlink_state": [1, 1, ...]}
+
   ``engine_pids`` (optional, top level) lists the host PIDs that were the engine's processes
   where the trace was recorded: in replay they stand for the engine (the recorded processes do
   not exist on the replaying machine), so per-process shares are attributed as they were.
@@ -53,6 +60,22 @@ Trace format (version 1), one JSON object per line:
   for that GPU fail with that NVML error while the record is current; ``hang_s`` makes the
   first call during the record block that long (a hung driver call); ``xids`` are delivered
   as Xid events.
+
+  Links and power state: ``"fields"`` holds what ``nvmlDeviceGetFieldValues`` answered, by
+  the names of :data:`exporter.backends.nvml_api.FIELD_SPECS` (a per-link field is a list by
+  link, null where that link does not answer; a record's ``fields`` shadow the header's)::
+
+    "fields": {"nvlink_state": [1, 1], "nvlink_speed_mbps": [26562, 26562],
+               "nvlink_raw_tx_kib": 123456, "power_limit_mw": 700000}
+
+  ``"fabric": {"state": 3, "status": 0, "clique_id": 1, "cluster_uuid": "...",
+  "health_mask": 682, "health_summary": 1}`` (``nvmlDeviceGetGpuFabricInfoV``; the last two
+  optional, as older drivers answer), ``"power_profiles": [6]`` (the enforced workload power
+  profiles) and ``"enforced_power_limit_mw"`` (``nvmlDeviceGetEnforcedPowerLimit``, where the
+  power-limit field is missing). Counter fields (``*_kib``) keep growing across loops, as
+  energy does. NVLink and C2C rates come with the other GPM values (``nvlink_tx_per_sec``,
+  ``nvlink_l0_rx_per_sec``, ``c2c_tx_per_sec``: the names of
+  :data:`exporter.backends.nvml_api.GPM_NAMES`).
 
   Per-process fields: ``"processes": [[pid, used_bytes or null], ...]`` (the compute
   processes, host PIDs) and ``"process_samples": [[microseconds, pid, sm_percent,
@@ -81,12 +104,15 @@ from typing import Any
 
 from exporter.backends.nvml_api import (
     ERROR_CODES,
+    FIELDS_BY_NAME,
     GPM_NAMES,
     INVALID_ARGUMENT,
     NOT_FOUND,
     NOT_SUPPORTED,
     UNINITIALIZED,
     ClockKind,
+    FabricInfo,
+    FieldKey,
     MigAttributes,
     NvmlError,
     PcieDirection,
@@ -129,6 +155,10 @@ class TraceGpu:
     facts: GpuFacts = field(default_factory=GpuFacts)
     mig_devices: tuple[TraceMig, ...] = ()
     max_mig_devices: int = 0
+    # What nvmlDeviceGetFieldValues answers where a record does not say (link counts), by
+    # field name, and the fabric, power profiles, enforced power limit likewise.
+    fields: dict[str, Any] = field(default_factory=dict)
+    constants: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -307,6 +337,8 @@ def _parse_gpu(where: str, raw: Any) -> TraceGpu:
             mig_mode=None if mig is None else int(mig),
             gpm=bool(raw.get("gpm", False)),
             facts=_parse_facts(raw.get("facts")),
+            fields=_parse_fields(raw.get("fields")),
+            constants=_parse_constants(where, raw),
             mig_devices=tuple(sorted(migs, key=lambda m: m.slot)),
             max_mig_devices=most,
         )
@@ -315,6 +347,72 @@ def _parse_gpu(where: str, raw: Any) -> TraceGpu:
 
 
 _RECORD_KEYS = {"t", "gpu", "mig", "samples", "process_samples", "xids", "error", "hang_s"}
+_FABRIC_KEYS = {"state", "status", "clique_id", "cluster_uuid", "health_mask", "health_summary"}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _parse_fields(raw: Any) -> dict[str, Any]:
+    """A ``fields`` object: known names, a list by link for per-link fields, else a number
+    (null: not answered)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError("'fields' must be an object")
+    unknown = set(raw) - set(FIELDS_BY_NAME)
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)}")
+    for name, value in raw.items():
+        if FIELDS_BY_NAME[name].per_link:
+            ok = isinstance(value, list) and all(v is None or _number(v) for v in value)
+            if not ok:
+                raise ValueError(f"field {name!r} must be a list of numbers by link")
+        elif value is not None and not _number(value):
+            raise ValueError(f"field {name!r} must be a number")
+    return dict(raw)
+
+
+# Answers a header gpu entry may give for every record that does not carry its own.
+_CONSTANTS = ("fabric", "power_profiles", "enforced_power_limit_mw")
+
+
+def _parse_constants(where: str, raw: dict[str, Any]) -> dict[str, Any]:
+    constants = {k: raw[k] for k in _CONSTANTS if raw.get(k) is not None}
+    _parse_link_state(where, constants)
+    return constants
+
+
+def _parse_link_state(where: str, raw: dict[str, Any]) -> None:
+    """Check a record's fields, fabric, power profiles and enforced power limit."""
+    try:
+        _parse_fields(raw.get("fields"))
+    except ValueError as err:
+        raise TraceError(f"{where}: {err}") from None
+    fabric = raw.get("fabric")
+    if fabric is not None:
+        ok = (
+            isinstance(fabric, dict)
+            and set(fabric) <= _FABRIC_KEYS
+            and {"state", "status", "clique_id", "cluster_uuid"} <= set(fabric)
+            and isinstance(fabric["cluster_uuid"], str)
+            and all(
+                isinstance(v, int) and not isinstance(v, bool)
+                for k, v in fabric.items()
+                if k != "cluster_uuid" and v is not None
+            )
+        )
+        _expect(ok, where, "'fabric' must be {state, status, clique_id, cluster_uuid, ...}")
+    profiles = raw.get("power_profiles")
+    _expect(
+        profiles is None
+        or (isinstance(profiles, list) and all(isinstance(p, int) and p >= 0 for p in profiles)),
+        where,
+        "'power_profiles' must be a list of profile ids",
+    )
+    limit = raw.get("enforced_power_limit_mw")
+    _expect(limit is None or _number(limit), where, "'enforced_power_limit_mw' must be a number")
 
 
 def _parse_processes(where: str, raw: dict[str, Any]) -> None:
@@ -370,6 +468,7 @@ def _parse_record(where: str, raw: Any, devices: set[DeviceKey]) -> TraceRecord:
     unknown = set(gpm) - set(GPM_NAMES.values())
     _expect(not unknown, where, f"unknown GPM metrics {sorted(unknown)}")
     _parse_processes(where, raw)
+    _parse_link_state(where, raw)
     process_samples = _parse_process_samples(where, raw)
     values = {k: v for k, v in raw.items() if k not in _RECORD_KEYS}
     try:
@@ -467,6 +566,35 @@ def parse_trace(lines: Sequence[str], source: str = "trace") -> Trace:
     )
 
 
+def _field_of(fields: dict[str, Any], name: str, link: int | None) -> float | None:
+    """A field's value in a ``fields`` object: a per-link field's entry for ``link``."""
+    value = fields.get(name)
+    if isinstance(value, list):
+        if link is None or not 0 <= link < len(value):
+            return None
+        value = value[link]
+    return None if value is None else float(value)
+
+
+def _field_steps(recs: list[TraceRecord]) -> dict[tuple[str, int | None], float]:
+    """How much each counter field grows per loop of the trace (as energy does): its rise over
+    the trace and one mean step more."""
+    series: dict[tuple[str, int | None], list[float]] = {}
+    for rec in recs:
+        for name, value in (rec.values.get("fields") or {}).items():
+            if not FIELDS_BY_NAME[name].counter:
+                continue
+            entries = enumerate(value) if isinstance(value, list) else [(None, value)]
+            for link, v in entries:
+                if v is not None:
+                    series.setdefault((name, link), []).append(float(v))
+    return {
+        key: values[-1] - values[0] + (values[-1] - values[0]) / (len(values) - 1)
+        for key, values in series.items()
+        if len(values) >= 2
+    }
+
+
 def load_trace(path: Path) -> Trace:
     """Read a trace file; raises :class:`TraceError` (also for unreadable files)."""
     try:
@@ -506,6 +634,11 @@ class ReplayApi:
             k: frozenset().union(*(r.buffers for r in recs)) for k, recs in self._series.items()
         }
         self._energy_step = {g: self._energy_per_loop(recs) for g, recs in trace.records.items()}
+        self._field_step = {
+            (g, name, link): step
+            for g, recs in trace.records.items()
+            for (name, link), step in _field_steps(recs).items()
+        }
         self._xid_times = sorted({r.t for recs in trace.records.values() for r in recs if r.xids})
         self._migs = {(g.index, m.slot): m for g in trace.gpus for m in g.mig_devices}
 
@@ -602,9 +735,12 @@ class ReplayApi:
 
     def _value(self, handle: object, key: str, position: tuple[int, float] | None = None) -> Any:
         rec = self._record(handle, position)
-        if key not in rec.values or rec.values[key] is None:
+        value = rec.values.get(key)
+        if value is None and rec.mig is None:
+            value = self.trace.gpus[rec.gpu].constants.get(key)
+        if value is None:
             raise NvmlError(NOT_SUPPORTED)
-        return rec.values[key]
+        return value
 
     def uuid(self, handle: object) -> str:
         gpu, slot = self._key(handle)
@@ -718,6 +854,49 @@ class ReplayApi:
     def pcie_throughput_kibps(self, handle: object, direction: PcieDirection) -> int:
         tx, rx = self._value(handle, "pcie_kibps")
         return int(tx if direction == "tx" else rx)
+
+    def field_values(
+        self, handle: object, keys: Sequence[FieldKey]
+    ) -> dict[FieldKey, float | NvmlError]:
+        gpu = self._gpu(handle)
+        position = self._position()
+        loop, _, _ = self._current((gpu.index, None), position)
+        recorded: dict[str, Any] = {}
+        if not all(FIELDS_BY_NAME[name].identity for name, _ in keys):
+            # Identity fields are the header's: asked while the session opens, before any read.
+            recorded = self._record(handle, position).values.get("fields") or {}
+        out: dict[FieldKey, float | NvmlError] = {}
+        for name, link in keys:
+            value = _field_of(recorded, name, link)
+            if value is None:
+                value = _field_of(gpu.fields, name, link)
+            if value is None:
+                out[(name, link)] = NvmlError(NOT_SUPPORTED)
+                continue
+            if FIELDS_BY_NAME[name].counter:
+                value += loop * self._field_step.get((gpu.index, name, link), 0.0)
+            out[(name, link)] = float(value)
+        return out
+
+    def fabric_info(self, handle: object) -> FabricInfo:
+        self._gpu(handle)
+        raw = self._value(handle, "fabric")
+        return FabricInfo(
+            state=int(raw["state"]),
+            status=int(raw["status"]),
+            clique_id=int(raw["clique_id"]),
+            cluster_uuid=str(raw["cluster_uuid"]),
+            health_mask=raw.get("health_mask"),
+            health_summary=raw.get("health_summary"),
+        )
+
+    def enforced_power_limit_mw(self, handle: object) -> int:
+        self._gpu(handle)
+        return int(self._value(handle, "enforced_power_limit_mw"))
+
+    def power_profiles(self, handle: object) -> frozenset[int]:
+        self._gpu(handle)
+        return frozenset(int(p) for p in self._value(handle, "power_profiles"))
 
     def gpm_supported(self, handle: object) -> bool:
         return self._gpu(handle).gpm

@@ -10,6 +10,8 @@ with several ``--engine.url``, every series also carries ``endpoint``)::
                                                           there from the start, at 0)
     inference_engine_series_dropped_total{engine,metric}  over --engine.max-series
     inference_engine_info{engine,version,model,role}      1 per model of the last good poll
+    inference_engine_model_info{engine,model,raw_model,origin}  1 per model: the engine's own
+                                                          name for it and where it came from
     inference_queue_depth{engine,model,role},
     inference_queue_depth_by_reason{engine,model,role,reason},
     inference_queue_depth_by_stage{engine,model,role,stage}, inference_kv_transfer_seconds,
@@ -24,7 +26,10 @@ with several ``--engine.url``, every series also carries ``endpoint``)::
     inference_prefill_time_seconds, inference_decode_time_seconds   (engine's own buckets)
 
 ``role`` is the server's part in disaggregated serving (prefill, decode, both): what the
-engine's metrics say where they say it, else ``--engine.role``.
+engine's metrics say where they say it, else ``--engine.role``. ``model`` is the name people
+read (:func:`exporter.engines.models.readable`: a path becomes the model it holds) of what the
+engine's metrics call the model, or, where they call it nothing (llama.cpp, TGI), of what the
+engine's API says (``/v1/models``, TGI's ``/info``), asked once each time the endpoint comes up.
 
 A background thread polls every ``--engine.url`` every ``--engine.poll-interval`` with its own
 event loop (a hostile or hung engine cannot stall the exporter's HTTP server), each endpoint
@@ -72,6 +77,7 @@ from exporter.engines import (
     load_mapping,
     poll_keys,
 )
+from exporter.engines.models import FROM_METRICS
 from exporter.engines.snapshot import EngineSnapshot, Role
 from exporter.priority import SCRAPES
 
@@ -97,6 +103,10 @@ class Endpoint:
     last_error: str = ""
     # Ask the version endpoint at the next success: first poll, recovery, engine change.
     version_wanted: bool = True
+    # The same for the model endpoint, asked only when the metrics name no model.
+    model_wanted: bool = True
+    # What the engine's API last called its model, and the path that said it.
+    api_model: tuple[str, str] = ("", "")
 
 
 def endpoint_labels(urls: Sequence[str]) -> list[str]:
@@ -205,6 +215,13 @@ class EngineCollector(HttpPollingCollector):
         except ValueError as err:
             self._fail(ep, "parse", str(err))
             return
+        if ep.model_wanted:  # read without the API's last answer: does it name its model?
+            ep.model_wanted = False
+            ep.api_model = ("", "")
+            if any(not s.model for s in snapshot.series):
+                ep.api_model = await self._model(session, ep, snapshot.engine)
+                if ep.api_model[0]:
+                    snapshot = await loop.run_in_executor(None, self._digest, result.body, ep)
         ep.dropped.update(snapshot.dropped)
         if snapshot.version:  # in the metrics themselves (Ray): current at every poll
             with ep.hub.lock:
@@ -236,11 +253,13 @@ class EngineCollector(HttpPollingCollector):
             mapping=self.mapping,
             max_series=self.max_series,
             pause=SCRAPES.step_aside,  # a scrape in flight goes first (exporter.priority)
+            default_model="" if ep.model_wanted else ep.api_model[0],
+            model_origin=ep.api_model[1],
         )
         if ep.hub.configured == "auto" and snapshot.engine != ep.hub.detected:
             log.info("engine at %s recognised as %s", ep.url, snapshot.engine)
             ep.hub.detected = snapshot.engine
-            ep.version_wanted = True
+            ep.version_wanted = ep.model_wanted = True
         return snapshot
 
     async def _version(self, session: aiohttp.ClientSession, ep: Endpoint, engine: str) -> str:
@@ -257,9 +276,28 @@ class EngineCollector(HttpPollingCollector):
             return ""
         return version_of(result.body, spec.version.keys)
 
+    async def _model(
+        self, session: aiohttp.ClientSession, ep: Endpoint, engine: str
+    ) -> tuple[str, str]:
+        """What the engine's API calls its model, and the path asked; ``("", "")`` when the
+        engine has no such API or did not answer with a name."""
+        spec = BY_ENGINE.get(engine)
+        if spec is None or spec.model is None:
+            return "", ""
+        parts = urlsplit(ep.url)
+        url = urlunsplit((parts.scheme, parts.netloc, spec.model.path, "", ""))
+        try:
+            result = await fetch(session, url, timeout=self.timeout, max_bytes=MAX_VERSION_BODY)
+        except FetchError as err:
+            log.debug("no model name from %s: %s", url, err)
+            return "", ""
+        name = spec.model.read(result.body)
+        return (name, spec.model.path) if name else ("", "")
+
     def _fail(self, ep: Endpoint, reason: str, message: str) -> None:
         ep.failures[reason] += 1
-        ep.version_wanted = True  # the engine may come back as another version
+        # The engine may come back as another version, serving another model.
+        ep.version_wanted = ep.model_wanted = True
         with ep.hub.lock:
             ep.hub.up = False
         text = f"{reason}: {message}"
@@ -275,6 +313,7 @@ class EngineCollector(HttpPollingCollector):
         failures = m.counter("inference_engine_poll_failures_total", optional)
         dropped = m.counter("inference_engine_series_dropped_total", optional)
         info = m.gauge("inference_engine_info", optional)
+        named = m.gauge("inference_engine_model_info", optional)
         now = self._clock()
         fresh: list[tuple[Endpoint, str, EngineSnapshot]] = []
         errors: list[str] = []
@@ -299,12 +338,15 @@ class EngineCollector(HttpPollingCollector):
                 role = self.role_of(snapshot)
                 for model in models or [""]:
                     info.add_metric([engine, version, model, role, *tail], 1.0)
+                for model in models:
+                    raw, origin = snapshot.models.get(model, (model, FROM_METRICS))
+                    named.add_metric([engine, model, raw, origin, *tail], 1.0)
         out = Collection(
             metrics=[up, failures],
             success=not errors,
             error="; ".join(e for e in errors if e),
         )
-        out.metrics += [f for f in (ts, dropped, info) if f.samples]
+        out.metrics += [f for f in (ts, dropped, info, named) if f.samples]
         out.metrics += self._families_of(fresh)
         return out
 

@@ -22,10 +22,13 @@ def add_series(
     """Add one normalised series to its family (created from the catalogue on first use).
 
     ``extra`` is the second label's value: the model for engine metrics, the source for the
-    tokenizer latency; then ``role`` when given (engine metrics), the series' own labels, then
+    tokenizer latency; then ``role`` when given and the metric has one (engine metrics), the
+    series' own labels, then
     ``endpoint`` when given.
     """
-    head = [engine, extra] if role is None else [engine, extra, role]
+    # A gateway's series have no role: a router is no prefill or decode server.
+    has_role = role is not None and "role" in m.BY_NAME[series.name].labels
+    head = [engine, extra, role] if has_role and role is not None else [engine, extra]
     labels = [*head, *(value for _, value in series.labels)]
     optional: tuple[str, ...] = ()
     if endpoint is not None:

@@ -27,8 +27,20 @@ Emits (labels ``gpu``, ``uuid`` unless noted; see ``docs/metrics.md``)::
     inference_gpu_pod_utilization_ratio{pod_uid,container_id}   a container's own SM share
     inference_gpu_pod_memory_used_bytes{pod_uid,container_id}   its framebuffer memory
     inference_gpu_pod_unattributed_processes{reason}   processes of no pod: host, gone, unreadable
+    inference_gpu_engine_busy_seconds_total, inference_gpu_pod_busy_seconds_total{...}
+                                                       those shares integrated, poll by poll
+    inference_gpu_idle_energy_joules_total             energy of polls with every sample at 0 %
+    inference_gpu_power_limit_watts                    the enforced power limit
+    inference_gpu_power_smoothing_enabled, _power_smoothing_floor_watts (Blackwell)
+    inference_gpu_power_profile_info{profile}          enforced workload power profiles
+    inference_gpu_nvlink_{transmit,receive}_bytes_total, _nvlink_links{state},
+    inference_gpu_nvlink_peak_bytes_per_second         NVLink; per link with
+                                                       --gpu.nvlink-per-link ({link})
+    inference_gpu_c2c_{transmit,receive}_bytes_total, _c2c_links{state}, _c2c_peak_...  Grace
+    inference_gpu_fabric_state{state}, _fabric_health{status},
+    inference_gpu_fabric_condition_active{condition}, _fabric_info{cluster_uuid,clique_id}
 
-How it reads: one thread per GPU polls every ``poll_interval`` (default 3 s, about 3.3 NVML
+How it reads: one thread per GPU polls every ``poll_interval`` (default 3 s, about 3.7 NVML
 calls per GPU per second), so a hung call stalls only its own GPU and never a scrape. The
 driver's utilisation buffer is drained on each poll, so the busy-seconds counter sees every
 driver sample whatever the scrape interval. ``collect()`` only reads the latest state.
@@ -155,10 +167,17 @@ class NvmlOptions:
     poll_interval: float = flag(
         "gpu.poll-interval",
         3.0,
-        "How often each GPU is read (about 10 NVML calls per read).",
+        "How often each GPU is read (about 11 NVML calls per read).",
         kind="duration",
         bounds=(0.5, 300.0),
         metavar="DURATION",
+    )
+    nvlink_per_link: bool = flag(
+        "gpu.nvlink-per-link",
+        False,
+        "Also export each NVLink link's throughput and peak (a link label: three series per "
+        "link, 18 links on an H100); the GPU's totals are always exported.",
+        kind="bool",
     )
 
     @property
@@ -190,6 +209,7 @@ class NvmlCollector(Collector):
         published: GpuDevices | None = None,
         attribution: str = "all-visible",
         pods: PodProcesses | None = None,
+        per_link: bool = False,
     ) -> None:
         self._api_factory = api_factory
         # Where each session's devices are published for other collectors (podresources).
@@ -206,6 +226,8 @@ class NvmlCollector(Collector):
         self._engine = engine
         # Maps NVML's processes to pods by cgroup (the node agent; None: not mapped).
         self._pods = pods
+        # Each NVLink link's series too (--gpu.nvlink-per-link).
+        self._per_link = per_link
         self._said_processes = False
         self._reenumerate_at = 0.0
         self._states: dict[str, GpuState] = {}
@@ -316,6 +338,7 @@ class NvmlCollector(Collector):
         state = self._by_uuid.get(identity.uuid) or GpuState(identity=identity)
         state.identity = identity
         state.peaks = _said_peaks(identity, device_peaks(identity))
+        state.poll_interval_s = self.poll_interval
         state.reader = GpuReader(
             api,
             identity,
@@ -323,6 +346,7 @@ class NvmlCollector(Collector):
             clock=self._clock,
             parent=parent if identity.mig is not None else None,
             processes=processes,
+            per_link=self._per_link,
         )
         state.inflight_since = None
         return state
@@ -631,6 +655,7 @@ def build(settings: Settings, shared: Shared) -> NvmlCollector:
         published=shared.gpu_devices,
         attribution=method,
         pods=pods,
+        per_link=opts.nvlink_per_link,
     )
 
 

@@ -41,6 +41,7 @@ class GpuFamilies:
         self.mig_instance = m.gauge("inference_gpu_mig_instance_info")
         self.pod_util = m.gauge("inference_gpu_pod_utilization_ratio")
         self.pod_memory = m.gauge("inference_gpu_pod_memory_used_bytes")
+        self.pod_busy = m.counter("inference_gpu_pod_busy_seconds_total")
         self.unattributed = m.gauge("inference_gpu_pod_unattributed_processes")
         self.fields: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
         for row in FIELDS:
@@ -51,7 +52,7 @@ class GpuFamilies:
         families: list[Metric] = [self.calls, self.info, self.mig_mode, self.up, self.xid]
         families += [self.histogram, self.busy, self.peak_bandwidth, self.peak_flops]
         families += [self.mig_info, self.mig_instance, *self.fields.values()]
-        families += [self.pod_util, self.pod_memory, self.unattributed]
+        families += [self.pod_util, self.pod_busy, self.pod_memory, self.unattributed]
         return [family for family in families if family.samples]
 
     def add_gpu(self, state: GpuState, healthy: bool) -> None:
@@ -89,6 +90,8 @@ class GpuFamilies:
         """Each container's share and memory of the GPU, and the processes of no pod."""
         for owner, value in sorted((state.pod_util or {}).items(), key=_by_owner):
             self.pod_util.add_metric([*labels, owner.pod_uid, owner.container_id], value)
+        for owner, value in sorted(state.pod_busy_seconds.items(), key=_by_owner):
+            self.pod_busy.add_metric([*labels, owner.pod_uid, owner.container_id], value)
         for owner, value in sorted((state.pod_memory or {}).items(), key=_by_owner):
             self.pod_memory.add_metric([*labels, owner.pod_uid, owner.container_id], value)
         for reason, count in (state.unattributed or {}).items():

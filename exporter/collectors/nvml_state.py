@@ -1,6 +1,7 @@
 """What the ``nvml`` collector knows of one GPU (or MIG device), folded from its readings:
 the latest reading, counters that only grow (busy and DRAM-active seconds, Xids, NVML
-calls), the utilisation histogram, and the engine's share of the device."""
+calls, bytes over the links, energy spent idle, the engine's and each pod's busy seconds), the
+utilisation histogram, and the engine's share of the device."""
 
 from __future__ import annotations
 
@@ -13,11 +14,20 @@ from prometheus_client.samples import Sample
 from exporter import metrics as m
 from exporter.backends.gpu_reader import GpuIdentity, GpuReader, GpuReading
 from exporter.backends.pod_cgroups import POD, UNATTRIBUTED, Lookup, PodContainer
+from exporter.collectors.nvml_links import LinkCounters
 from exporter.hardware.gpus import Peaks
 
 # A driver sample stands for the period since the one before it. Periods longer than this
 # (samples lost while the GPU was unreachable) are not credited beyond it.
 MAX_SAMPLE_PERIOD_S = 2.0
+# A share read at a poll stands for the time since the previous poll; a gap longer than this
+# many poll intervals (polls failed meanwhile) is not credited.
+MAX_POLL_GAP = 2.5
+
+
+def all_idle(samples: list[tuple[int, float]]) -> bool:
+    """Whether the driver's samples say no kernel ran at all: every one at 0 %."""
+    return bool(samples) and all(value <= 0.0 for _, value in samples)
 
 
 def integrate_samples(
@@ -58,6 +68,16 @@ class GpuState:
     xids: Counter[int] = field(default_factory=Counter)
     calls: int = 0
     attempted: bool = False
+    # How often the collector polls (a longer gap between two polls is not credited).
+    poll_interval_s: float = 3.0
+    links: LinkCounters = field(default_factory=LinkCounters)
+    # Energy of the poll intervals in which every driver sample was 0 % (None: no energy
+    # counter or no sample buffer here).
+    idle_energy_joules: float | None = None
+    last_energy_mj: float | None = None
+    # The engine's share and each container's, times the poll interval, summed.
+    engine_busy_seconds: float | None = None
+    pod_busy_seconds: dict[PodContainer, float] = field(default_factory=dict)
     # Per-process shares of the latest reading; None where not known.
     engine_util: float | None = None
     engine_memory: float | None = None
@@ -82,6 +102,10 @@ class GpuState:
         """Fold one successful reading into the state (counters only grow); ``engine`` is
         the engine's PIDs among the reading's processes (None: not known), ``pods`` the owner
         of each of its PIDs (None: not mapped)."""
+        gap = now - self.latest_at if self.latest is not None else None
+        recent = gap is not None and 0.0 < gap <= MAX_POLL_GAP * self.poll_interval_s
+        self._apply_idle_energy(reading, recent)
+        self.links.apply(reading)
         busy, self.last_sample = integrate_samples(self.last_sample, reading.samples)
         self.busy_seconds += busy
         for _, value in reading.samples:
@@ -104,9 +128,35 @@ class GpuState:
             self.dram_active_seconds += reading.gpm_interval_s * dram / 100.0
         self._apply_processes(reading, engine)
         self._apply_pods(reading, pods)
+        self._apply_busy_shares(gap if recent else None)
         self.latest = reading
         self.latest_at = now
         self.error = ""
+
+    def _apply_idle_energy(self, reading: GpuReading, recent: bool) -> None:
+        """The energy since the previous poll counts as idle when every driver sample since
+        then is 0 %: nothing ran for the whole interval (a mixed interval counts as busy)."""
+        energy = reading.energy_mj
+        if energy is None or not reading.has_samples:
+            return
+        if self.idle_energy_joules is None:
+            self.idle_energy_joules = 0.0
+        last, self.last_energy_mj = self.last_energy_mj, float(energy)
+        if recent and last is not None and energy >= last and all_idle(reading.samples):
+            self.idle_energy_joules += (energy - last) / 1000.0
+
+    def _apply_busy_shares(self, gap: float | None) -> None:
+        """The engine's share and each container's, credited for the time since the previous
+        poll; containers gone from the GPU drop out (a counter that comes back restarts)."""
+        if self.engine_util is not None:
+            self.engine_busy_seconds = (self.engine_busy_seconds or 0.0) + (
+                self.engine_util * gap if gap else 0.0
+            )
+        shares = self.pod_util or {}
+        self.pod_busy_seconds = {
+            owner: self.pod_busy_seconds.get(owner, 0.0) + (share * gap if gap else 0.0)
+            for owner, share in shares.items()
+        }
 
     def _apply_processes(self, reading: GpuReading, engine: frozenset[int] | None) -> None:
         procs = reading.processes

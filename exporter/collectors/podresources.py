@@ -177,7 +177,10 @@ class PodResourcesCollector(Collector, BackgroundThread):
 
     def _run(self) -> None:
         while not self.stopping.is_set():
-            self.refresh()
+            try:
+                self.refresh()
+            except Exception as err:  # e.g. out of file descriptors: costs this collector only
+                self._fail(f"asking the kubelet failed: {err!r}")
             self._ready.set()
             self.stopping.wait(self.interval)
 

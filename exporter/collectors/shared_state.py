@@ -125,9 +125,19 @@ class EngineHub:
         return self.detected or "unknown"
 
     def models(self) -> list[str]:
+        """The models of the last snapshot, as the ``model`` label names them."""
         with self.lock:
             snap = self.snapshot
         return sorted({s.model for s in snap.series if s.model}) if snap else []
+
+    def served_names(self) -> list[str]:
+        """The same models as the engine itself calls them (what its API expects back)."""
+        with self.lock:
+            snap = self.snapshot
+        if snap is None:
+            return []
+        models = sorted({s.model for s in snap.series if s.model})
+        return [snap.models.get(model, (model, ""))[0] for model in models]
 
     def fresh(self, now: float, max_age: float) -> EngineSnapshot | None:
         with self.lock:

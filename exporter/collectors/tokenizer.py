@@ -40,7 +40,7 @@ from exporter.collectors.engine_families import add_series
 from exporter.collectors.shared_state import STALE_INTERVALS, EngineHub, EngineOptions, Shared
 from exporter.config import ConfigError, Settings, flag, parse_url, section
 from exporter.engines import BY_ENGINE
-from exporter.engines.snapshot import Tokenize, token_count
+from exporter.engines.spec import Tokenize, token_count
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class TokenizerCollector(HttpPollingCollector):
             self._note(None, why)
             return
         engine, url = target
-        model = self.model or next(iter(self.hub.models()), "")
+        model = self.model or next(iter(self.hub.served_names()), "")
         with self._lock:
             self._probes += 1
         try:

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from exporter.config import EXIT_USAGE, ArgumentParser, parse_duration
 from exporter.diagnose.datasources import metrics_url
+from exporter.diagnose.diagnosis import Report
+from exporter.diagnose.errors import DiagnoseError
 from exporter.diagnose.evaluate import diagnose_prometheus, diagnose_target
-from exporter.diagnose.findings import DiagnoseError, Report
 from exporter.diagnose.postmortem import check_path, write
 from exporter.diagnose.report import as_json, as_text
 from exporter.signatures.site import PROFILES, SignatureConfigError, load_config

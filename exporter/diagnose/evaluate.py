@@ -9,6 +9,7 @@ its threshold by at most the margin (a share of the threshold).
 from __future__ import annotations
 
 import math
+import re
 import time
 
 from exporter.backends.http import make_session
@@ -19,6 +20,7 @@ from exporter.diagnose.datasources import (
     sample_target,
     target_evaluator,
 )
+from exporter.diagnose.diagnosis import Report
 from exporter.diagnose.findings import (
     FIGURES,
     POOL_BUDGET,
@@ -28,14 +30,16 @@ from exporter.diagnose.findings import (
     Finding,
     Instance,
     PoolBudget,
-    Report,
     Roofline,
+    explained_first,
     format_value,
 )
 from exporter.diagnose.promql_eval import (
+    NAME,
     Labels,
     NeedsHistoryError,
     Sample,
+    Scrape,
     Value,
     compare,
     match_key,
@@ -52,10 +56,10 @@ from exporter.diagnose.promql_syntax import (
 )
 from exporter.diagnose.timeline import timeline
 from exporter.signatures.catalogue import all_signatures
-from exporter.signatures.definitions import AlertRule, Evidence, Signature
+from exporter.signatures.definitions import RECORD_NAME, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import matchers
-from exporter.signatures.records import RecordNames, pool_labels
-from exporter.signatures.records.pool_records import POD_LABELS
+from exporter.signatures.signals import POD_LABELS, pool_labels, recording_rules
+from exporter.signatures.signals.dcgm_fields import QUANTITIES
 from exporter.signatures.site import SiteConfig
 
 ORDERED = frozenset({">", "<", ">=", "<="})
@@ -267,7 +271,7 @@ async def evaluate(
                 report.findings.append(finding)
         if not data and sig.alert not in report.not_evaluated:
             report.no_data.append(sig.alert)
-    report.findings.sort(key=Finding.sort_key)
+    report.findings = explained_first(sorted(report.findings, key=Finding.sort_key))
 
 
 def _state(states: list[Sample], sig: Signature, rule: AlertRule, inst: Instance) -> str | None:
@@ -287,6 +291,9 @@ def _state(states: list[Sample], sig: Signature, rule: AlertRule, inst: Instance
 # --- roofline and latency budget --------------------------------------------------------------
 
 
+# The series of the nvml collector: the GPUs and the driver.
+_GPU_SERIES = re.compile(r"\binference_(?:gpu|nvml)_[a-z0-9_]+")
+
 MAIN_FIGURES = frozenset({"efficiency", "e2e", "prefill_efficiency", "prompt_tokens"})
 
 
@@ -294,10 +301,9 @@ async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) 
     """The roofline figures and latency budget of each served model, from the pack's records
     (:data:`~exporter.diagnose.findings.FIGURES`); NaN and infinities (a zero division) left out,
     and models with none of :data:`MAIN_FIGURES`. Ordered by target and model."""
-    records = RecordNames.of(cfg)
     found: dict[Labels, dict[str, float]] = {}
-    for key, attribute in FIGURES.items():
-        name = getattr(records, attribute)
+    for key, signal in FIGURES.items():
+        name = signal.record(cfg)
         try:
             value = await backend.value(name, parse(name))
         except (NeedsHistoryError, PromQLError):
@@ -331,10 +337,9 @@ async def pool_budgets(backend: Backend, cfg: SiteConfig) -> list[PoolBudget]:
     """The latency budget of each pool by role, and its time to first token split, from the
     pack's pool records; none unless the targets include more than one role (colocated
     serving has the per-target budget of :func:`roofline` only). Ordered by pool."""
-    records = RecordNames.of(cfg)
     roles: dict[Labels, dict[str, dict[str, float]]] = {}
-    for key, attribute in POOL_BUDGET.items():
-        for s in await _record(backend, getattr(records, attribute)):
+    for key, signal in POOL_BUDGET.items():
+        for s in await _record(backend, signal.record(cfg)):
             labels = dict(s.without_name())
             role = labels.pop("role", "")
             pool = tuple(sorted(labels.items()))
@@ -342,14 +347,34 @@ async def pool_budgets(backend: Backend, cfg: SiteConfig) -> list[PoolBudget]:
     if len({role for by_role in roles.values() for role in by_role}) < 2:
         return []
     ttft: dict[Labels, dict[str, float]] = {}
-    for key, attribute in TTFT_SPLIT.items():
-        for s in await _record(backend, getattr(records, attribute)):
+    for key, signal in TTFT_SPLIT.items():
+        for s in await _record(backend, signal.record(cfg)):
             ttft.setdefault(s.without_name(), {})[key] = s.value
     pools = sorted(roles.keys() | ttft.keys())
     return [
         PoolBudget(pool, target_name(cfg, dict(pool)), roles.get(pool, {}), ttft.get(pool, {}))
         for pool in pools
     ]
+
+
+async def missing_inputs(backend: Backend, cfg: SiteConfig) -> list[str]:
+    """The dcgm profile's dcgm-exporter quantities with no series under any name it reads (a
+    release that renamed them again, a counters file without them): one line each, naming
+    every name that was looked for. Nothing for the other profiles."""
+    if cfg.profile.source != "dcgm":
+        return []
+    out = []
+    for quantity in QUANTITIES:
+        names = "|".join(quantity.metrics)
+        query = f'count({{__name__=~"{names}"}})'
+        try:
+            value = await backend.value(query, parse(query))
+        except (NeedsHistoryError, PromQLError):
+            continue
+        if isinstance(value, list) and not value:
+            note = "" if quantity.default else " (not in dcgm-exporter's default counters)"
+            out.append(f"{quantity.title}: none of {quantity.described()}{note}")
+    return out
 
 
 # --- the two modes ----------------------------------------------------------------------------
@@ -371,25 +396,69 @@ async def diagnose_prometheus(
     async with make_session() as session:
         backend = PrometheusBackend(session, url, timeout, at)
         await backend.check_records(cfg)
+        report.missing_inputs = await missing_inputs(backend, cfg)
         states = await backend.vector('ALERTS{alertname=~"Inference.+"}')
         await evaluate(backend, report, None, states)
         report.roofline = await roofline(backend, cfg, None)
         report.pools = await pool_budgets(backend, cfg)
         if window is not None:
-            report.timeline = await timeline(backend, report, window)
+            report.timeline = await timeline(
+                backend, cfg, report.findings, report.evaluated_at, window
+            )
     return report
+
+
+#: Why a signature that reads the GPUs has no data on a sidecar that reads none.
+NO_GPUS = (
+    "reads the GPUs, which this sidecar does not (its nvml collector is off): the node agent "
+    "(chart mode node) or dcgm-exporter (mode dcgm) reads them; diagnose --prometheus.url with "
+    "that layout's --profile sees them"
+)
+
+
+def gpu_readers(cfg: SiteConfig) -> set[str]:
+    """The alerts that read a GPU series, directly or through the signals they read."""
+    exprs = {rule.record: rule.expr for rule in recording_rules(cfg)}
+    reads_gpu: dict[str, bool] = {}
+
+    def gpu(expr: str, seen: frozenset[str] = frozenset()) -> bool:
+        if _GPU_SERIES.search(expr):
+            return True
+        for name in RECORD_NAME.findall(expr):
+            if name not in seen and name in exprs:
+                if name not in reads_gpu:
+                    reads_gpu[name] = gpu(exprs[name], seen | {name})
+                if reads_gpu[name]:
+                    return True
+        return False
+
+    return {sig.alert for sig in all_signatures(cfg) if any(gpu(rule.expr) for rule in sig.rules)}
+
+
+def _reads_no_gpu(scrapes: list[Scrape]) -> bool:
+    """Whether the sidecar exports no GPU series at all (its nvml collector is off)."""
+    return not any(_GPU_SERIES.match(dict(labels).get(NAME, "")) for labels in scrapes[-1].samples)
 
 
 async def diagnose_target(
     url: str, cfg: SiteConfig, *, span: float, interval: float, timeout: float, margin: float
 ) -> Report:
-    """The catalogue over samples of one sidecar's ``/metrics`` page."""
+    """The catalogue over samples of one sidecar's ``/metrics`` page.
+
+    A sidecar that reads no GPU (the node and dcgm layouts: the node agent or dcgm-exporter
+    reads them) says so: the signatures that read the GPUs are not evaluated, with the reason,
+    instead of having no data."""
     scrapes = await sample_target(url, span, interval, timeout)
     evaluator = target_evaluator(scrapes, cfg)
     report = Report("target", url, cfg, margin, scrapes[-1].time)
     report.samples, report.span = len(scrapes), evaluator.span
     backend = TargetBackend(evaluator)
     await evaluate(backend, report, url)
+    if _reads_no_gpu(scrapes):
+        blind = gpu_readers(cfg)
+        for alert in [a for a in report.no_data if a in blind]:
+            report.no_data.remove(alert)
+            report.not_evaluated[alert] = NO_GPUS
     report.roofline = await roofline(backend, cfg, url)
     report.pools = await pool_budgets(backend, cfg)
     return report

@@ -1,18 +1,17 @@
-"""What a diagnosis finds: conditions, instances, evidence, findings, the report."""
+"""What a diagnosis finds: conditions, instances, evidence, findings, the roofline figures and
+the pools' budgets (the whole run's result is :class:`~exporter.diagnose.diagnosis.Report`)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from exporter.diagnose.promql_eval import Labels
 from exporter.signatures.definitions import AlertRule, Signature
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS
-from exporter.signatures.site import SiteConfig
-
-if TYPE_CHECKING:
-    from exporter.diagnose.timeline import Timeline
+from exporter.signatures.signals import pool_signals, roofline_signals
+from exporter.signatures.signals.signal import Signal
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 # Among signatures that hold, an alert already firing (it held for its whole `for`) ranks
@@ -20,10 +19,6 @@ SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 _STATE_RANK = {"firing": 0, "pending": 1}
 # Among signatures that hold and share a severity: pools, then targets, then measures.
 _TIER = {"pool": 0.0, "roofline": 2.0}
-
-
-class DiagnoseError(Exception):
-    """Something the user can fix; ``str()`` is the one line printed."""
 
 
 def json_number(value: float | None) -> float | str | None:
@@ -129,23 +124,38 @@ class Finding:
         return (1.0, max(gaps, default=0.0), severity)
 
 
-# The roofline figures diagnose shows, by key, and the record of the pack each comes from
-# (:class:`exporter.signatures.records.RecordNames` attribute names).
-FIGURES: dict[str, str] = {
-    "floor": "decode_floor",
-    "itl": "inter_token_mean",
-    "efficiency": "decode_efficiency",
-    "roofline_tokens": "roofline_tokens",
-    "throughput": "roofline_throughput",
-    "prefill_efficiency": "prefill_efficiency",
-    "e2e": "e2e_mean",
-    "queue": "budget_queue",
-    "prefill": "budget_prefill",
-    "decode": "budget_decode",
-    "host": "budget_host",
-    "transfer": "budget_transfer",
-    "prompt_tokens": "prompt_tokens",
-    "output_tokens": "output_tokens",
+def explained_first(findings: list[Finding]) -> list[Finding]:
+    """``findings`` (in rank order) with each holding finding placed before the first holding
+    finding of an alert it explains (:attr:`~exporter.signatures.definitions.Signature.
+    explains`): a gateway gating on stale endpoint metrics before the starved GPUs of its
+    pool, whatever their severities and margins."""
+    out = list(findings)
+    for cause in [f for f in findings if f.instance.holds and f.sig.explains]:
+        effects = [
+            i for i, f in enumerate(out) if f.instance.holds and f.sig.alert in cause.sig.explains
+        ]
+        here = out.index(cause)
+        if effects and min(effects) < here:
+            out.insert(min(effects), out.pop(here))
+    return out
+
+
+# The roofline figures diagnose shows, by key, and the signal of the pack each comes from.
+FIGURES: dict[str, Signal] = {
+    "floor": roofline_signals.DECODE_FLOOR,
+    "itl": roofline_signals.INTER_TOKEN_MEAN,
+    "efficiency": roofline_signals.DECODE_EFFICIENCY,
+    "roofline_tokens": roofline_signals.ROOFLINE_TOKENS,
+    "throughput": roofline_signals.ROOFLINE_THROUGHPUT,
+    "prefill_efficiency": roofline_signals.PREFILL_EFFICIENCY,
+    "e2e": roofline_signals.E2E_MEAN,
+    "queue": roofline_signals.BUDGET_QUEUE,
+    "prefill": roofline_signals.BUDGET_PREFILL,
+    "decode": roofline_signals.BUDGET_DECODE,
+    "host": roofline_signals.BUDGET_HOST,
+    "transfer": roofline_signals.BUDGET_TRANSFER,
+    "prompt_tokens": roofline_signals.PROMPT_TOKENS,
+    "output_tokens": roofline_signals.OUTPUT_TOKENS,
 }
 
 
@@ -189,20 +199,20 @@ class Roofline:
 
 
 # Each pool's latency budget (one series per pool, model and role) and its time to first
-# token split (one per pool and model), by key, from the records of the pack.
-POOL_BUDGET: dict[str, str] = {
-    "queue": "pool_budget_queue",
-    "prefill": "pool_budget_prefill",
-    "transfer": "pool_budget_transfer",
-    "decode": "pool_budget_decode",
+# token split (one per pool and model), by key, from the signals of the pack.
+POOL_BUDGET: dict[str, Signal] = {
+    "queue": pool_signals.POOL_BUDGET_QUEUE,
+    "prefill": pool_signals.POOL_BUDGET_PREFILL,
+    "transfer": pool_signals.POOL_BUDGET_TRANSFER,
+    "decode": pool_signals.POOL_BUDGET_DECODE,
 }
-TTFT_SPLIT: dict[str, str] = {
-    "queue_seconds": "ttft_queue_mean",
-    "prefill_seconds": "ttft_prefill_mean",
-    "transfer_seconds": "kv_transfer_mean",
-    "queue": "ttft_queue_share",
-    "prefill": "ttft_prefill_share",
-    "transfer": "ttft_transfer_share",
+TTFT_SPLIT: dict[str, Signal] = {
+    "queue_seconds": pool_signals.TTFT_QUEUE_MEAN,
+    "prefill_seconds": pool_signals.TTFT_PREFILL_MEAN,
+    "transfer_seconds": pool_signals.KV_TRANSFER_MEAN,
+    "queue": pool_signals.TTFT_QUEUE_SHARE,
+    "prefill": pool_signals.TTFT_PREFILL_SHARE,
+    "transfer": pool_signals.TTFT_TRANSFER_SHARE,
 }
 #: The roles a pool budget is printed in, in the order a request meets them.
 ROLE_ORDER = ("prefill", "decode", "both")
@@ -261,29 +271,3 @@ def workload_advice(prompt_tokens: float | None, output_tokens: float | None) ->
         f"prompts up to {LONG_PROMPT_TOKENS} tokens and outputs up to {LONG_OUTPUT_TOKENS}: "
         "neither phase dominates by length; disaggregated serving would not pay"
     )
-
-
-@dataclass
-class Report:
-    """Everything one run found, in rank order once :func:`evaluate` has sorted it."""
-
-    mode: str
-    source: str
-    cfg: SiteConfig
-    margin: float
-    evaluated_at: float
-    findings: list[Finding] = field(default_factory=list)
-    not_evaluated: dict[str, str] = field(default_factory=dict)
-    no_data: list[str] = field(default_factory=list)
-    checked: int = 0
-    samples: int = 0
-    span: float = 0.0
-    roofline: list[Roofline] = field(default_factory=list)
-    # The latency budget per pool, where the targets include more than one role.
-    pools: list[PoolBudget] = field(default_factory=list)
-    # The window around the evaluation time (``--report``, Prometheus only).
-    timeline: Timeline | None = None
-
-    @property
-    def found(self) -> bool:
-        return any(f.instance.holds for f in self.findings)

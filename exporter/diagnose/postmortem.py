@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.config import format_duration as duration
-from exporter.diagnose.findings import Condition, Finding, Report, format_value
+from exporter.diagnose.diagnosis import Report
+from exporter.diagnose.findings import Condition, Finding, format_value
 from exporter.diagnose.report import pool_lines, roofline_summary, texts
 from exporter.diagnose.timeline import Interval, Panel, Timeline
 from exporter.signatures.catalogue import all_signatures
@@ -198,6 +199,7 @@ def quality_lines(report: Report, tl: Timeline | None) -> list[str]:
             out.append("no scrape target (up) found for the window")
     out += [f"not evaluated: {alert}: {reason}" for alert, reason in report.not_evaluated.items()]
     out += [f"no data for {alert} (its inputs are absent)" for alert in report.no_data]
+    out += [f"missing input: {line}" for line in report.missing_inputs]
     return out
 
 

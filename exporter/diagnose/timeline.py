@@ -3,8 +3,8 @@ evaluation time, the interval where the first cause held (or its alert fired), a
 missing from the data.
 
 Read through the Prometheus HTTP API (range queries, and the raw samples of ``up`` for scrape
-gaps). The panels' queries are the pack's record names (:class:`RecordNames`), narrowed to the
-first finding's target, so a plot shows what the alert read.
+gaps). The panels' queries are the pack's signals (:mod:`exporter.signatures.signals`), narrowed
+to the first finding's target, so a plot shows what the alert read.
 """
 
 from __future__ import annotations
@@ -13,15 +13,25 @@ import itertools
 import json
 import math
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.diagnose.datasources import Matrix, PrometheusBackend
-from exporter.diagnose.findings import Finding, Report
+from exporter.diagnose.findings import Finding
 from exporter.diagnose.promql_eval import NAME, Labels
 from exporter.diagnose.promql_syntax import PromQLError
 from exporter.signatures.promql_text import matchers, selector
-from exporter.signatures.records import RecordNames, pool_labels
-from exporter.signatures.records.pool_records import POD_LABELS
+from exporter.signatures.signals import (
+    POD_LABELS,
+    cpu_signals,
+    engine_signals,
+    gpu_signals,
+    latency_signals,
+    pool_labels,
+    pool_signals,
+    roofline_signals,
+)
+from exporter.signatures.signals.signal import Signal
 from exporter.signatures.site import SiteConfig
 
 # Points per plot: Prometheus answers at most 11,000 per series; a page needs far fewer.
@@ -33,86 +43,95 @@ MAX_SERIES = 6
 @dataclass(frozen=True)
 class SeriesSpec:
     name: str
-    record: str  # an attribute of RecordNames
+    signal: Signal
 
 
 @dataclass(frozen=True)
 class PanelSpec:
-    """One plot: its series (records of the pack), unit, and the alert threshold it shows."""
+    """One plot: its series (signals of the pack, of one unit), and the alert threshold it
+    shows."""
 
     key: str
     title: str
-    unit: str
     series: tuple[SeriesSpec, ...]
     stacked: bool = False
     threshold: tuple[str, str] | None = None  # (alert, parameter) of the site config
     threshold_label: str = ""
 
+    def __post_init__(self) -> None:
+        units = {item.signal.unit for item in self.series}
+        if len(units) != 1:
+            raise ValueError(f"plot {self.key}: series of units {sorted(units)}")
+
+    @property
+    def unit(self) -> str:
+        """The axis's unit, the signals': ``ratio`` and ``seconds`` as such, else counts."""
+        unit = self.series[0].signal.unit
+        return unit if unit in ("ratio", "seconds") else "count"
+
 
 PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
         "gpu",
-        "GPU utilisation and the shares of idle and busy samples",
-        "ratio",
+        "GPU utilisation (the device's) and the shares of idle and busy samples",
         (
-            SeriesSpec("utilisation", "gpu_utilization"),
-            SeriesSpec("idle samples", "idle_samples"),
-            SeriesSpec("busy samples", "busy_samples"),
+            SeriesSpec("utilisation", gpu_signals.GPU_UTILIZATION),
+            SeriesSpec("idle samples", gpu_signals.IDLE_SAMPLES),
+            SeriesSpec("busy samples", gpu_signals.BUSY_SAMPLES),
         ),
         threshold=("InferenceFrontendCPUSaturated", "utilization_below"),
         threshold_label="starved below",
     ),
     PanelSpec(
-        "queue", "Requests waiting in the queue", "count", (SeriesSpec("waiting", "queue_depth"),)
+        "queue",
+        "Requests waiting in the queue",
+        (SeriesSpec("waiting", engine_signals.QUEUE_DEPTH),),
     ),
     PanelSpec(
         "latency",
         "Client latency: mean end-to-end request latency",
-        "seconds",
-        (SeriesSpec("end to end", "e2e_mean"),),
+        (SeriesSpec("end to end", roofline_signals.E2E_MEAN),),
     ),
     PanelSpec(
         "budget",
         "Latency budget: shares of end-to-end latency",
-        "ratio",
         (
-            SeriesSpec("queue", "budget_queue"),
-            SeriesSpec("prefill", "budget_prefill"),
-            SeriesSpec("decode", "budget_decode"),
-            SeriesSpec("host", "budget_host"),
+            SeriesSpec("queue", roofline_signals.BUDGET_QUEUE),
+            SeriesSpec("prefill", roofline_signals.BUDGET_PREFILL),
+            SeriesSpec("decode", roofline_signals.BUDGET_DECODE),
+            SeriesSpec("host", roofline_signals.BUDGET_HOST),
         ),
         stacked=True,
     ),
     PanelSpec(
         "roofline",
         "Decode roofline efficiency (HBM floor of a step / inter-token latency)",
-        "ratio",
-        (SeriesSpec("efficiency", "decode_efficiency"),),
+        (SeriesSpec("efficiency", roofline_signals.DECODE_EFFICIENCY),),
         threshold=("InferenceDecodeOverheadBound", "efficiency_below"),
         threshold_label="overhead-bound below",
     ),
     PanelSpec(
         "tokenizer",
         "Tokenizer latency against a decode step (medians)",
-        "seconds",
         (
-            SeriesSpec("tokenizer", "tokenizer_median"),
-            SeriesSpec("decode step", "inter_token_median"),
+            SeriesSpec("tokenizer", latency_signals.TOKENIZER_MEDIAN),
+            SeriesSpec("decode step", latency_signals.INTER_TOKEN_MEDIAN),
         ),
     ),
     PanelSpec(
         "softirq",
         "softirq share of CPU time",
-        "ratio",
-        (SeriesSpec("node", "softirq_share"), SeriesSpec("busiest core", "softirq_hottest_core")),
+        (
+            SeriesSpec("node", cpu_signals.SOFTIRQ_SHARE),
+            SeriesSpec("busiest core", cpu_signals.SOFTIRQ_HOTTEST_CORE),
+        ),
         threshold=("InferenceSoftirqCPUHigh", "node_share_above"),
         threshold_label="node share above",
     ),
     PanelSpec(
         "thread",
         "Busiest engine thread (share of one core)",
-        "ratio",
-        (SeriesSpec("busiest thread", "hottest_thread"),),
+        (SeriesSpec("busiest thread", cpu_signals.HOTTEST_THREAD),),
         threshold=("InferenceFrontendCPUSaturated", "hottest_thread_above"),
         threshold_label="saturated above",
     ),
@@ -123,11 +142,10 @@ POOL_PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
         "ttft",
         "Time to first token of the pool: shares in queue, prefill and KV transfer",
-        "ratio",
         (
-            SeriesSpec("queue", "ttft_queue_share"),
-            SeriesSpec("prefill", "ttft_prefill_share"),
-            SeriesSpec("KV transfer", "ttft_transfer_share"),
+            SeriesSpec("queue", pool_signals.TTFT_QUEUE_SHARE),
+            SeriesSpec("prefill", pool_signals.TTFT_PREFILL_SHARE),
+            SeriesSpec("KV transfer", pool_signals.TTFT_TRANSFER_SHARE),
         ),
         stacked=True,
         threshold=("InferenceKVTransferBound", "transfer_share_above"),
@@ -226,9 +244,9 @@ def runs(points: Points, step: float) -> list[Interval]:
     return out
 
 
-def _lead(report: Report) -> Finding | None:
-    held = [f for f in report.findings if f.instance.holds]
-    chosen = held or report.findings
+def _lead(findings: Sequence[Finding]) -> Finding | None:
+    held = [f for f in findings if f.instance.holds]
+    chosen = held or findings
     return chosen[0] if chosen else None
 
 
@@ -262,11 +280,10 @@ async def _panel(
     window: tuple[float, float, float],
     scope: dict[str, str],
 ) -> Panel:
-    records = RecordNames.of(cfg)
     series: list[PlotSeries] = []
     missing, more = [], 0
     for item in spec.series:
-        query = getattr(records, item.record) + (matchers(scope) if scope else "")
+        query = item.signal.record(cfg) + (matchers(scope) if scope else "")
         try:
             found = await backend.query_range(query, *window)
         except PromQLError:
@@ -358,16 +375,26 @@ async def _quality(
     return quality
 
 
-async def timeline(backend: PrometheusBackend, report: Report, span: float) -> Timeline:
-    """The window of ``span`` seconds that ends at the report's evaluation time."""
-    end = report.evaluated_at
+async def timeline(
+    backend: PrometheusBackend,
+    cfg: SiteConfig,
+    findings: Sequence[Finding],
+    evaluated_at: float,
+    span: float,
+    *,
+    scope: Mapping[str, str] | None = None,
+) -> Timeline:
+    """The window of ``span`` seconds that ends at the evaluation time, around the first of the
+    ranked ``findings``; its plots narrowed to ``scope`` (target labels) where given, else to
+    the first finding's target or pool."""
+    end = evaluated_at
     start = end - span
     step = max(span / POINTS, 1.0)
     window = (start, end, step)
-    lead = _lead(report)
-    scope = _scope(report.cfg, lead)
+    lead = _lead(findings)
+    narrowed = dict(scope) if scope is not None else _scope(cfg, lead)
     specs = PANELS + (POOL_PANELS if _pooled(lead) else ())
-    panels = [await _panel(backend, report.cfg, spec, window, scope) for spec in specs]
+    panels = [await _panel(backend, cfg, spec, window, narrowed) for spec in specs]
     incident = await _incident(backend, lead, window)
-    quality = await _quality(backend, report.cfg, scope, window)
-    return Timeline(start, end, step, scope, panels, incident, quality)
+    quality = await _quality(backend, cfg, narrowed, window)
+    return Timeline(start, end, step, narrowed, panels, incident, quality)

@@ -8,7 +8,7 @@ Pure functions over the exposition (no I/O except :func:`load_mapping`, no regis
     engine = detect(families)                  # "vllm", "sglang", ... or None
     snapshot = normalise(families, engine, mapping=None, max_series=1000)
 
-One module per engine holds its :class:`~exporter.engines.snapshot.EngineSpec` (metric prefixes
+One module per engine holds its :class:`~exporter.engines.spec.EngineSpec` (metric prefixes
 or name signatures, the declarative mapping table with current and deprecated names, model
 label and unit conversion, tokenize endpoint, process regex, version endpoint) and documents
 what it maps and why; :mod:`.rules` applies the tables the same way for every engine. Adding
@@ -36,6 +36,7 @@ from exporter.engines import (
     vllm,
 )
 from exporter.engines.custom import CustomMapping, load_mapping
+from exporter.engines.models import name_models
 from exporter.engines.parse import parse_exposition
 from exporter.engines.rules import (
     NORMALISED,
@@ -46,7 +47,8 @@ from exporter.engines.rules import (
     source_names,
 )
 from exporter.engines.scan import family_key, line_name, scan
-from exporter.engines.snapshot import EngineSnapshot, EngineSpec, Layer, Role, RoleLabel, Series
+from exporter.engines.snapshot import EngineSnapshot, Layer, Role, Series
+from exporter.engines.spec import EngineSpec, RoleLabel
 from exporter.priority import no_pause
 
 __all__ = [
@@ -233,13 +235,18 @@ def normalise(
     *,
     mapping: CustomMapping | None = None,
     max_series: int = 1000,
+    default_model: str = "",
+    model_origin: str = "",
 ) -> EngineSnapshot:
     """The normalised series of ``families`` (or of a sample index) read as engine type
     ``engine``.
 
     ``mapping`` is used by ``custom`` only (None: the identity mapping alone). At most
     ``max_series`` series per normalised name are kept; the others are counted in
-    ``EngineSnapshot.dropped[name]``. Raises :class:`ValueError` for an unknown engine type."""
+    ``EngineSnapshot.dropped[name]``. Model names are made readable, and series whose
+    metrics name no model take ``default_model`` (what the engine's API at ``model_origin``
+    calls its model; :mod:`exporter.engines.models`). Raises :class:`ValueError` for an
+    unknown engine type."""
     rules = _rules(engine, mapping)
     index = families if isinstance(families, Mapping) else index_samples(families)
     spec = BY_ENGINE.get(engine)
@@ -257,7 +264,7 @@ def normalise(
             snapshot.version = _label_version(index, spec.version.label, keys)
         if spec.role is not None:
             snapshot.role = _label_role(index, spec.role, keys)
-    return snapshot
+    return name_models(snapshot, default_model, model_origin)
 
 
 #: Names a front-end measures for each request as the user sees it; an engine behind it
@@ -305,9 +312,12 @@ def digest(
     mapping: CustomMapping | None = None,
     max_series: int = 1000,
     pause: Callable[[], None] = no_pause,
+    default_model: str = "",
+    model_origin: str = "",
 ) -> EngineSnapshot:
     """One engine poll's work on the body: keep the families in ``keys`` (see
-    :func:`poll_keys`), recognise the engine when ``configured`` is ``auto``, normalise.
+    :func:`poll_keys`), recognise the engine when ``configured`` is ``auto``, normalise
+    (``default_model`` and ``model_origin`` as for :func:`normalise`).
 
     Raises :class:`ValueError` for a malformed exposition and :class:`UnrecognisedError` for one
     whose names belong to no engine."""
@@ -319,4 +329,11 @@ def digest(
             parse_exposition(text)  # not an exposition at all: a parse failure, as before
             raise UnrecognisedError("could not recognise the engine from its metric names")
         engine = found
-    return normalise(scanned.index, engine, mapping=mapping, max_series=max_series)
+    return normalise(
+        scanned.index,
+        engine,
+        mapping=mapping,
+        max_series=max_series,
+        default_model=default_model,
+        model_origin=model_origin,
+    )

@@ -15,20 +15,8 @@ A worker is read with the engine's own rules (:mod:`~exporter.engines.vllm`,
 ``dynamo_component_gpu_cache_usage_percent``, a ratio with no model label; its
 ``dynamo_component_requests_total`` counts the engine's requests again and is not read).
 
-==========================================  ==================================================
-normalised                                  Dynamo frontend
-==========================================  ==================================================
-inference_queue_depth                       dynamo_frontend_queued_requests
-inference_requests_running                  dynamo_frontend_inflight_requests
-inference_kv_cache_capacity_tokens          dynamo_frontend_model_total_kv_blocks x
-                                            dynamo_frontend_model_kv_cache_block_size (every
-                                            worker of the model, as the frontend sees them)
-inference_prompt_tokens_total               dynamo_frontend_input_sequence_tokens_sum
-inference_generation_tokens_total           dynamo_frontend_output_tokens_total
-inference_time_to_first_token_seconds       dynamo_frontend_time_to_first_token_seconds
-inference_inter_token_latency_seconds       dynamo_frontend_inter_token_latency_seconds
-inference_e2e_request_latency_seconds       dynamo_frontend_request_duration_seconds
-==========================================  ==================================================
+The mapping is :data:`RULES` below, each source with its note; ``docs/engines.md`` shows
+it as a table (``python build-tools/docgen.py``).
 
 ``dynamo_frontend_queued_requests`` counts the requests that have not had their first response
 yet (queued in the HTTP service, or being prefilled, or waiting for their KV transfer): the
@@ -61,8 +49,8 @@ counted twice. No tokenize endpoint and no version.
 from __future__ import annotations
 
 from exporter.engines import sglang, trtllm, vllm
-from exporter.engines.rules import Product, Rule, SampleIndex, Source, merge_tables, rule
-from exporter.engines.snapshot import EngineSpec, Serving
+from exporter.engines.rules import Product, Rule, SampleIndex, Source, merge_tables, noted, rule
+from exporter.engines.spec import EngineSpec, Serving, left_out
 
 FRONTEND = "dynamo_frontend_"
 COMPONENT = "dynamo_component_"
@@ -74,13 +62,21 @@ def _f(metric: str) -> Source:
 
 
 FRONTEND_RULES: tuple[Rule, ...] = (
-    rule("inference_queue_depth", _f("dynamo_frontend_queued_requests")),
+    rule(
+        "inference_queue_depth",
+        noted(
+            _f("dynamo_frontend_queued_requests"),
+            "requests without their first response yet: queued, prefilling or waiting for "
+            "their KV transfer",
+        ),
+    ),
     rule("inference_requests_running", _f("dynamo_frontend_inflight_requests")),
     rule(
         "inference_kv_cache_capacity_tokens",
         Product(
             _f("dynamo_frontend_model_total_kv_blocks"),
             _f("dynamo_frontend_model_kv_cache_block_size"),
+            note="every worker of the model, as the frontend sees them",
         ),
     ),
     rule("inference_prompt_tokens_total", _f("dynamo_frontend_input_sequence_tokens_sum")),
@@ -124,6 +120,53 @@ COMPONENT_RULES: tuple[Rule, ...] = (
 )
 
 
+#: The tables of the engines a worker serves, which come first, then Dynamo's own.
+READS_AS = ("vllm", "sglang", "trtllm")
+OWN_RULES = (FRONTEND_RULES, ROUTER_RULES, COMPONENT_RULES)
+
+
+#: The frontend's families no rule reads (``prometheus_names.rs``, ``frontend_service``).
+LEFT_OUT = (
+    *left_out(
+        "requests by status: the request duration histogram counts them",
+        "dynamo_frontend_requests_total",
+    ),
+    *left_out("clients that went away", "dynamo_frontend_disconnected_clients"),
+    *left_out(
+        "the router's predicted prefix-cache hits: the engines' own cached tokens are read",
+        "dynamo_frontend_kv_hit_rate",
+        "dynamo_frontend_cached_tokens",
+    ),
+    *left_out(
+        "the frontend's tokenize and detokenize time, in ms: its form (histogram or gauge) "
+        "is not in the names' file; with a capture it can feed the tokenizer latency",
+        "dynamo_frontend_tokenizer_latency_ms",
+    ),
+    *left_out(
+        "the model's configuration and migrations between workers",
+        "dynamo_frontend_model_max_num_seqs",
+        "dynamo_frontend_model_max_num_batched_tokens",
+        "dynamo_frontend_model_context_length",
+        "dynamo_frontend_model_migration_limit",
+        "dynamo_frontend_model_migration_total",
+    ),
+    *left_out(
+        "each worker's load and last latencies as the router keeps them: the workers' own "
+        "series are read",
+        "dynamo_frontend_worker_active_decode_blocks",
+        "dynamo_frontend_worker_active_prefill_tokens",
+        "dynamo_frontend_worker_last_time_to_first_token_seconds",
+        "dynamo_frontend_worker_last_input_sequence_tokens",
+        "dynamo_frontend_worker_last_inter_token_latency_seconds",
+    ),
+    *left_out(
+        "requests queued in the router: already counted in dynamo_frontend_queued_requests "
+        "(every request without its first response)",
+        "dynamo_frontend_router_queue_pending_requests",
+    ),
+)
+
+
 def model_alias(index: SampleIndex) -> dict[str, str]:
     """Lower-case model names of the frontend's request metrics -> the configured spelling
     (from the ``dynamo_frontend_model_*`` gauges)."""
@@ -140,16 +183,18 @@ def model_alias(index: SampleIndex) -> dict[str, str]:
 
 SPEC = EngineSpec(
     name="dynamo",
+    title="NVIDIA Dynamo",
     prefixes=(FRONTEND, COMPONENT),
-    rules=merge_tables(
-        vllm.RULES, sglang.RULES, trtllm.RULES, FRONTEND_RULES, ROUTER_RULES, COMPONENT_RULES
-    ),
+    rules=merge_tables(vllm.RULES, sglang.RULES, trtllm.RULES, *OWN_RULES),
     tokenize=None,
     preallocates_memory=True,
     process=r"dynamo\.(frontend|vllm|sglang|trtllm)|dynamo-run",
-    wraps=("vllm", "sglang", "trtllm"),
+    wraps=READS_AS,
+    reads_as=READS_AS,
+    own_rules=merge_tables(*OWN_RULES),
     frontend_prefixes=(FRONTEND, ROUTER),
     model_alias=model_alias,
+    left_out=LEFT_OUT,
     role=sglang.ROLE,
     # The frontend serves /metrics on its HTTP port, a worker on DYN_SYSTEM_PORT (the
     # operator's default "system" port, 9090).

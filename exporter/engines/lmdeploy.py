@@ -6,28 +6,8 @@ prometheus_client, labels ``model_name`` and ``engine`` (the data-parallel rank;
 (``--disable-metrics``), ``--enable-metrics`` before. **No captured scrape exists publicly**:
 ``tests/fixtures/engines/lmdeploy.txt`` is written from the declarations, and says so.
 
-==========================================  ==================================================
-normalised                                  LMDeploy
-==========================================  ==================================================
-inference_queue_depth                       lmdeploy:num_requests_waiting (the engine's queue;
-                                            lmdeploy:num_api_requests_waiting, requests waiting
-                                            for a request handle in the API server, is not
-                                            added: it is a queue before this one)
-inference_requests_running                  lmdeploy:num_requests_running
-inference_kv_cache_usage_ratio              lmdeploy:gpu_cache_usage_perc (a ratio, "1 means
-                                            100 percent usage")
-inference_prompt_tokens_total               lmdeploy:prompt_tokens_total
-inference_prompt_tokens_cached_total        lmdeploy:cached_tokens_total (later releases)
-inference_generation_tokens_total           lmdeploy:generation_tokens_total
-inference_time_to_first_token_seconds       lmdeploy:time_to_first_token_seconds
-inference_inter_token_latency_seconds       lmdeploy:iter_token_latency (later releases, per
-                                            token); lmdeploy:time_per_output_token_seconds (a
-                                            per-request mean)
-inference_e2e_request_latency_seconds       lmdeploy:e2e_request_latency_seconds
-inference_queue_time_seconds                lmdeploy:request_queue_time_seconds
-inference_prefill_time_seconds              lmdeploy:request_prefill_time_seconds
-inference_decode_time_seconds               lmdeploy:request_decode_time_seconds
-==========================================  ==================================================
+The mapping is :data:`RULES` below, each source with its note; ``docs/engines.md`` shows
+it as a table (``python build-tools/docgen.py``).
 
 Several ``engine`` values of one model are summed (KV usage: the fullest). Tokenize endpoint
 ``POST /v1/encode`` (``{"input": ..., "add_bos": ...}`` answering ``input_ids`` and
@@ -38,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.engines.rules import Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Serving, Tokenize
+from exporter.engines.rules import Rule, Source, noted, rule
+from exporter.engines.spec import OPENAI_MODELS, EngineSpec, Serving, Tokenize
 
 PREFIX = "lmdeploy:"
 MODEL_LABEL = "model_name"
@@ -55,17 +35,31 @@ def _encode_body(text: str, model: str) -> dict[str, Any]:
 
 
 RULES: tuple[Rule, ...] = (
-    rule("inference_queue_depth", _s("lmdeploy:num_requests_waiting")),
+    rule(
+        "inference_queue_depth",
+        noted(
+            _s("lmdeploy:num_requests_waiting"),
+            "the engine's queue; lmdeploy:num_api_requests_waiting, requests waiting for a "
+            "request handle in the API server, is a queue before this one and not added",
+        ),
+    ),
     rule("inference_requests_running", _s("lmdeploy:num_requests_running")),
-    rule("inference_kv_cache_usage_ratio", _s("lmdeploy:gpu_cache_usage_perc"), aggregate="max"),
+    rule(
+        "inference_kv_cache_usage_ratio",
+        noted(_s("lmdeploy:gpu_cache_usage_perc"), 'a ratio: "1 means 100 percent usage"'),
+        aggregate="max",
+    ),
     rule("inference_prompt_tokens_total", _s("lmdeploy:prompt_tokens_total")),
-    rule("inference_prompt_tokens_cached_total", _s("lmdeploy:cached_tokens_total")),
+    rule(
+        "inference_prompt_tokens_cached_total",
+        noted(_s("lmdeploy:cached_tokens_total"), "later releases"),
+    ),
     rule("inference_generation_tokens_total", _s("lmdeploy:generation_tokens_total")),
     rule("inference_time_to_first_token_seconds", _s("lmdeploy:time_to_first_token_seconds")),
     rule(
         "inference_inter_token_latency_seconds",
-        _s("lmdeploy:iter_token_latency"),
-        _s("lmdeploy:time_per_output_token_seconds"),
+        noted(_s("lmdeploy:iter_token_latency"), "later releases, per token"),
+        noted(_s("lmdeploy:time_per_output_token_seconds"), "a per-request mean"),
     ),
     rule("inference_e2e_request_latency_seconds", _s("lmdeploy:e2e_request_latency_seconds")),
     rule("inference_queue_time_seconds", _s("lmdeploy:request_queue_time_seconds")),
@@ -75,10 +69,12 @@ RULES: tuple[Rule, ...] = (
 
 SPEC = EngineSpec(
     name="lmdeploy",
+    title="LMDeploy",
     prefixes=(PREFIX,),
     rules=RULES,
     tokenize=Tokenize(path="/v1/encode", body=_encode_body),
     preallocates_memory=True,
     process="lmdeploy",
+    model=OPENAI_MODELS,
     serving=Serving(images=(r"openmmlab/lmdeploy",), port=23333, port_flags=("--server-port",)),
 )

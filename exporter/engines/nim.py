@@ -5,19 +5,8 @@ a captured scrape of NIM 1.0.0 (``tests/fixtures/engines/nim-llm-1.0.0-2024-10.t
 ``model_name``). NIM runs its own build of vLLM's server (``vllm_nvext``, later
 ``nim_llm_sdk``) and drops vLLM's ``vllm:`` prefix.
 
-==========================================  ==================================================
-normalised                                  NIM
-==========================================  ==================================================
-inference_queue_depth                       num_requests_waiting
-inference_requests_running                  num_requests_running
-inference_kv_cache_usage_ratio              gpu_cache_usage_perc (a ratio despite the name)
-inference_prompt_tokens_total               prompt_tokens_total
-inference_generation_tokens_total           generation_tokens_total
-inference_time_to_first_token_seconds       time_to_first_token_seconds
-inference_inter_token_latency_seconds       time_per_output_token_seconds (one observation
-                                            per generated token, as vLLM's V0 engine)
-inference_e2e_request_latency_seconds       e2e_request_latency_seconds
-==========================================  ==================================================
+The mapping is :data:`RULES` below, each source with its note; ``docs/engines.md`` shows
+it as a table (``python build-tools/docgen.py``).
 
 Recognising NIM: unprefixed names are common, so NIM is recognised only after every prefixed
 engine, and only by ``num_request_max`` (a NIM-only gauge) or by the three gauges
@@ -29,8 +18,8 @@ else) is not NIM. No queue, prefill or decode time, KV capacity or tokenize endp
 
 from __future__ import annotations
 
-from exporter.engines.rules import Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Serving, Version
+from exporter.engines.rules import Rule, Source, noted, rule
+from exporter.engines.spec import OPENAI_MODELS, EngineSpec, Serving, Version
 
 MODEL_LABEL = "model_name"
 
@@ -42,16 +31,27 @@ def _s(metric: str) -> Source:
 RULES: tuple[Rule, ...] = (
     rule("inference_queue_depth", _s("num_requests_waiting")),
     rule("inference_requests_running", _s("num_requests_running")),
-    rule("inference_kv_cache_usage_ratio", _s("gpu_cache_usage_perc"), aggregate="max"),
+    rule(
+        "inference_kv_cache_usage_ratio",
+        noted(_s("gpu_cache_usage_perc"), "a ratio despite the name"),
+        aggregate="max",
+    ),
     rule("inference_prompt_tokens_total", _s("prompt_tokens_total")),
     rule("inference_generation_tokens_total", _s("generation_tokens_total")),
     rule("inference_time_to_first_token_seconds", _s("time_to_first_token_seconds")),
-    rule("inference_inter_token_latency_seconds", _s("time_per_output_token_seconds")),
+    rule(
+        "inference_inter_token_latency_seconds",
+        noted(
+            _s("time_per_output_token_seconds"),
+            "one observation per generated token, as vLLM's V0 engine",
+        ),
+    ),
     rule("inference_e2e_request_latency_seconds", _s("e2e_request_latency_seconds")),
 )
 
 SPEC = EngineSpec(
     name="nim",
+    title="NVIDIA NIM",
     prefixes=(),
     rules=RULES,
     tokenize=None,
@@ -62,6 +62,7 @@ SPEC = EngineSpec(
         frozenset({"num_request_max"}),
         frozenset({"num_requests_running", "num_requests_waiting", "gpu_cache_usage_perc"}),
     ),
+    model=OPENAI_MODELS,
     version=Version(path="/v1/version", keys=("release",)),
     serving=Serving(
         images=(r"(^|/)nim/",), port=8000, port_flags=(), port_env=("NIM_SERVER_PORT",)

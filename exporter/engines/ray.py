@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from exporter.engines import vllm
 from exporter.engines.rules import renamed
-from exporter.engines.snapshot import EngineSpec, Version
+from exporter.engines.spec import EngineSpec, Version
 
 PREFIXES = ("ray_vllm_", "ray_vllm:")
 
@@ -35,6 +35,7 @@ def _spellings(name: str) -> tuple[str, ...]:
 
 SPEC = EngineSpec(
     name="ray",
+    title="Ray Serve LLM",
     prefixes=PREFIXES,
     rules=renamed(vllm.RULES, _spellings),
     tokenize=None,

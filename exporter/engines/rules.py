@@ -44,7 +44,7 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import pairwise
-from typing import Literal
+from typing import Literal, TypeVar
 
 from prometheus_client.metrics_core import Metric
 
@@ -98,7 +98,7 @@ class LabelMatcher:
 @dataclass(frozen=True)
 class Source:
     """One source metric: its exposed name, label matchers, the label that carries the model
-    (``None``: the engine has none, model ``""``; several: the first present) and the unit
+    (``None``: the engine has none, model ``""``; several: the first not empty) and the unit
     conversion to base units (value x ``scale`` / ``divisor``; histograms convert bucket bounds
     and ``_sum``).
 
@@ -107,7 +107,11 @@ class Source:
     sample's; ``engine_wide``: the series have no model label and belong to the exposition's
     only model; ``blank_models``: model label values that mean "no model" (``""``);
     ``fixed``: values of the rule's own labels that the source sets rather than reads (which
-    of several failure counters a series came from: ``reason="expired"``).
+    of several failure counters a series came from: ``reason="expired"``); ``relabel``: the
+    rule's labels read from a source label of another name (``("pool", "inference_pool")``);
+    ``note``: what a
+    reader of the mapping should know of this source (since when, what it means), shown in
+    ``docs/engines.md`` and ``docs/metrics.md``, never read by the code.
     """
 
     metric: str
@@ -120,6 +124,8 @@ class Source:
     engine_wide: bool = False
     blank_models: tuple[str, ...] = ()
     fixed: tuple[tuple[str, str], ...] = ()
+    relabel: tuple[tuple[str, str], ...] = ()
+    note: str = ""
 
     @cached_property
     def plain_model(self) -> str | None:
@@ -140,7 +146,7 @@ class Source:
         elif isinstance(names, str):
             model = labels.get(names, "")
         else:
-            model = next((labels[n] for n in names if n in labels), "")
+            model = next((labels[n] for n in names if labels.get(n)), "")
         if model in self.blank_models:
             model = ""
         if not model and self.engine_wide:
@@ -156,6 +162,7 @@ class CounterPair:
 
     total: Source
     count: Source
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -166,34 +173,50 @@ class Product:
 
     left: Source
     right: Source
+    note: str = ""
 
 
 AnySource = Source | CounterPair | Product
 Alternative = tuple[AnySource, ...]
 
 
+_S = TypeVar("_S", Source, CounterPair, Product)
+
+
+def noted(source: _S, note: str) -> _S:
+    """``source`` with a note for the reader of the mapping (see :class:`Source`)."""
+    return replace(source, note=note)
+
+
 @dataclass(frozen=True)
 class Rule:
     """How one normalised metric is filled: alternatives tried in order. ``labels`` are the
-    metric's own labels besides engine and model, taken from the sources' series."""
+    metric's own labels besides engine and model, taken from the sources' series; ``note``
+    is for the reader of the mapping, as a source's."""
 
     target: str
     alternatives: tuple[Alternative, ...]
     aggregate: Aggregate = "sum"
     labels: tuple[str, ...] = ()
+    note: str = ""
 
     @property
     def kind(self) -> SeriesKind:
         return BY_NAME[self.target].type
 
 
-def rule(target: str, *alternatives: AnySource | Alternative, aggregate: Aggregate = "sum") -> Rule:
+def rule(
+    target: str,
+    *alternatives: AnySource | Alternative,
+    aggregate: Aggregate = "sum",
+    note: str = "",
+) -> Rule:
     """A :class:`Rule`; each alternative is one source or a tuple of sources to combine."""
     if target not in NORMALISED:
         raise ValueError(f"{target} is not a normalised engine metric")
     alts = tuple(a if isinstance(a, tuple) else (a,) for a in alternatives)
     labels = tuple(label for label in BY_NAME[target].labels if label not in COLLECTOR_LABELS)
-    return Rule(target, alts, aggregate, labels)
+    return Rule(target, alts, aggregate, labels, note)
 
 
 def merge_tables(*tables: Iterable[Rule]) -> tuple[Rule, ...]:
@@ -209,7 +232,7 @@ def merge_tables(*tables: Iterable[Rule]) -> tuple[Rule, ...]:
                 raise ValueError(f"{r.target}: tables disagree on aggregation")
             else:
                 merged[r.target] = Rule(
-                    r.target, known.alternatives + r.alternatives, r.aggregate, r.labels
+                    r.target, known.alternatives + r.alternatives, r.aggregate, r.labels, known.note
                 )
     return tuple(merged.values())
 
@@ -236,7 +259,7 @@ def renamed(table: Iterable[Rule], rename: Callable[[str], tuple[str, ...]]) -> 
             first = next(iter(source_names_of(alternative)))
             for i in range(len(rename(first))):
                 alternatives.append(tuple(one(source, i) for source in alternative))
-        out.append(Rule(r.target, tuple(alternatives), r.aggregate, r.labels))
+        out.append(Rule(r.target, tuple(alternatives), r.aggregate, r.labels, r.note))
     return tuple(out)
 
 
@@ -350,10 +373,15 @@ def _rows(samples: _Samples, name: str, source: Source, keep: tuple[str, ...]) -
     replicas = source.replicas
     model_of = source.model_of
     fixed = dict(source.fixed)
+    read = tuple(dict(source.relabel).get(k, k) for k in keep)
     for key, labels, value in rows:
         if matchers and not _accepted(matchers, key, labels):
             continue
-        kept = tuple(fixed.get(k) or labels.get(k, "") for k in keep) if keep else ()
+        kept = (
+            tuple(fixed.get(k) or labels.get(r, "") for k, r in zip(keep, read, strict=True))
+            if keep
+            else ()
+        )
         series_key = tuple(kv for kv in key if kv[0] not in replicas) if replicas else key
         yield (model_of(labels), kept), series_key, key, labels, value
 

@@ -11,57 +11,8 @@ labels sorted, no ``_created`` samples. The model is the ``model_name`` label
 0.4.3.post2, a 0.5 server of January 2026 (through a Dynamo worker, unchanged), excerpts of
 0.5.1 and of a server with data-parallel attention (8 ranks).
 
-==========================================  ==================================================
-normalised                                  SGLang (older names after the first)
-==========================================  ==================================================
-inference_queue_depth                       sglang:num_queue_reqs; sglang:num_requests_waiting
-                                            (0.3)
-inference_requests_running                  sglang:num_running_reqs; sglang:num_requests_running
-                                            (0.3)
-inference_kv_cache_usage_ratio              sglang:token_usage (share of the KV token pool in
-                                            use)
-inference_kv_cache_capacity_tokens          sglang:max_total_num_tokens
-inference_prompt_tokens_total               sglang:prompt_tokens_total
-inference_prompt_tokens_cached_total        sglang:cached_tokens_total (all cache_source);
-                                            sglang:realtime_tokens_total{mode="prefill_cache"}
-inference_generation_tokens_total           sglang:generation_tokens_total
-inference_time_to_first_token_seconds       sglang:time_to_first_token_seconds
-inference_inter_token_latency_seconds       sglang:inter_token_latency_seconds;
-                                            sglang:time_per_output_token_seconds (releases before
-                                            the ITL histogram: a per-request mean, the closest)
-inference_e2e_request_latency_seconds       sglang:e2e_request_latency_seconds
-inference_queue_time_seconds                sglang:queue_time_seconds;
-                                            sglang:per_stage_req_latency_seconds
-                                            {stage="prefill_waiting"};
-                                            sglang:waiting_request_latency_seconds (0.3)
-inference_prefill_time_seconds              sglang:per_stage_req_latency_seconds
-                                            {stage="prefill_forward"} (the last chunk's forward
-                                            of a chunked prefill)
-inference_decode_time_seconds               sglang:per_stage_req_latency_seconds
-                                            {stage="decode_loop"}
-inference_tokenizer_latency_seconds         sglang:per_stage_req_latency_seconds
-                                            {stage="tokenize"}
-inference_estimated_flops_total             sglang:estimated_flops_per_gpu_total
-inference_estimated_read_bytes_total        sglang:estimated_read_bytes_per_gpu_total
-inference_estimated_write_bytes_total       sglang:estimated_write_bytes_per_gpu_total
-inference_queue_depth_by_stage              sglang:num_queue_reqs (prefill; decode on a
-                                            decode server), sglang:num_prefill_prealloc_queue_
-                                            reqs (later ..._bootstrap_...) and
-                                            sglang:num_decode_prealloc_queue_reqs (prealloc),
-                                            sglang:num_prefill_inflight_queue_reqs and
-                                            sglang:num_decode_transfer_queue_reqs (transfer)
-inference_kv_transfer_seconds               sglang:kv_transfer_latency_ms, the histogram of
-                                            2026 (ms converted)
-inference_kv_transfer_last_seconds          sglang:kv_transfer_latency_ms where it is a gauge
-                                            (older releases: the last transfer's latency; on
-                                            a prefill server, the only one that sets it)
-inference_kv_transfer_bytes_total           sglang:kv_transfer_total_mb_sum x 2^20 (the
-                                            histogram of 2026)
-inference_kv_transfer_bootstrap_seconds     sglang:kv_transfer_bootstrap_ms (histogram)
-inference_kv_transfer_alloc_wait_seconds    sglang:kv_transfer_alloc_ms (histogram)
-inference_kv_transfer_failures_total        sglang:num_transfer_failed_reqs_total (transfer),
-                                            sglang:num_bootstrap_failed_reqs_total (bootstrap)
-==========================================  ==================================================
+The mapping is :data:`RULES` below, each source with its note; ``docs/engines.md`` shows
+it as a table (``python build-tools/docgen.py``).
 
 The KV-transfer families changed type in 2026 (``SchedulerMetricsCollector`` in
 ``python/sglang/srt/observability/metrics_collector.py``; at 00ae9c15, in
@@ -96,8 +47,16 @@ series (tokens, TTFT, ITL, e2e) are per request already. SGLang's version comes 
 
 from __future__ import annotations
 
-from exporter.engines.rules import LabelMatcher, Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, RoleLabel, Serving, Tokenize, Version
+from exporter.engines.rules import LabelMatcher, Rule, Source, noted, rule
+from exporter.engines.spec import (
+    OPENAI_MODELS,
+    EngineSpec,
+    RoleLabel,
+    Serving,
+    Tokenize,
+    Version,
+    left_out,
+)
 
 PREFIX = "sglang:"
 MODEL_LABELS = ("model_name", "name")
@@ -147,19 +106,23 @@ RULES: tuple[Rule, ...] = (
     rule(
         "inference_queue_depth",
         _sched("sglang:num_queue_reqs"),
-        _sched("sglang:num_requests_waiting"),
+        noted(_sched("sglang:num_requests_waiting"), "0.3"),
     ),
     rule(
         "inference_requests_running",
         _sched("sglang:num_running_reqs"),
-        _sched("sglang:num_requests_running"),
+        noted(_sched("sglang:num_requests_running"), "0.3"),
     ),
-    rule("inference_kv_cache_usage_ratio", _sched("sglang:token_usage"), aggregate="max"),
+    rule(
+        "inference_kv_cache_usage_ratio",
+        noted(_sched("sglang:token_usage"), "the share of the KV token pool in use"),
+        aggregate="max",
+    ),
     rule("inference_kv_cache_capacity_tokens", _sched("sglang:max_total_num_tokens")),
     rule("inference_prompt_tokens_total", _s("sglang:prompt_tokens_total")),
     rule(
         "inference_prompt_tokens_cached_total",
-        _s("sglang:cached_tokens_total"),
+        noted(_s("sglang:cached_tokens_total"), "every cache_source"),
         _sched("sglang:realtime_tokens_total", LabelMatcher("mode", "=", "prefill_cache")),
     ),
     rule("inference_generation_tokens_total", _s("sglang:generation_tokens_total")),
@@ -167,16 +130,22 @@ RULES: tuple[Rule, ...] = (
     rule(
         "inference_inter_token_latency_seconds",
         _s("sglang:inter_token_latency_seconds"),
-        _s("sglang:time_per_output_token_seconds"),
+        noted(
+            _s("sglang:time_per_output_token_seconds"),
+            "releases before the ITL histogram: a per-request mean, the closest",
+        ),
     ),
     rule("inference_e2e_request_latency_seconds", _s("sglang:e2e_request_latency_seconds")),
     rule(
         "inference_queue_time_seconds",
         _sched("sglang:queue_time_seconds"),
         _stage("prefill_waiting"),
-        _s("sglang:waiting_request_latency_seconds"),
+        noted(_s("sglang:waiting_request_latency_seconds"), "0.3"),
     ),
-    rule("inference_prefill_time_seconds", _stage("prefill_forward")),
+    rule(
+        "inference_prefill_time_seconds",
+        noted(_stage("prefill_forward"), "the last chunk's forward of a chunked prefill"),
+    ),
     rule("inference_decode_time_seconds", _stage("decode_loop")),
     rule(
         "inference_tokenizer_latency_seconds",
@@ -188,23 +157,36 @@ RULES: tuple[Rule, ...] = (
             _waiting("sglang:num_queue_reqs", "prefill", _NOT_DECODE_SERVER),
             _waiting("sglang:num_queue_reqs", "decode", _DECODE_SERVER),
             _waiting("sglang:num_prefill_prealloc_queue_reqs", "prealloc"),
-            _waiting("sglang:num_prefill_bootstrap_queue_reqs", "prealloc"),
+            noted(
+                _waiting("sglang:num_prefill_bootstrap_queue_reqs", "prealloc"),
+                "the later name of the one before",
+            ),
             _waiting("sglang:num_decode_prealloc_queue_reqs", "prealloc"),
             _waiting("sglang:num_prefill_inflight_queue_reqs", "transfer"),
             _waiting("sglang:num_decode_transfer_queue_reqs", "transfer"),
         ),
     ),
-    rule("inference_kv_transfer_seconds", _ms("sglang:kv_transfer_latency_ms")),
+    rule(
+        "inference_kv_transfer_seconds",
+        noted(_ms("sglang:kv_transfer_latency_ms"), "the histogram of 2026"),
+    ),
     # The same name as a gauge (releases before the histogram): a histogram rule reads only
     # _bucket/_sum/_count, this gauge rule only the bare sample, so each form feeds one name.
     # Only a prefill server sets it; elsewhere it stays at 0, which is no transfer's latency.
     rule(
         "inference_kv_transfer_last_seconds",
-        _ms("sglang:kv_transfer_latency_ms", LabelMatcher("engine_type", "=", "prefill")),
+        noted(
+            _ms("sglang:kv_transfer_latency_ms", LabelMatcher("engine_type", "=", "prefill")),
+            "the gauge of older releases: the last transfer's latency, set on a prefill server "
+            "only",
+        ),
     ),
     rule(
         "inference_kv_transfer_bytes_total",
-        _sched("sglang:kv_transfer_total_mb_sum", scale=MIB),
+        noted(
+            _sched("sglang:kv_transfer_total_mb_sum", scale=MIB),
+            "the histogram of 2026; SGLang's MB is 2^20 bytes",
+        ),
     ),
     rule("inference_kv_transfer_bootstrap_seconds", _ms("sglang:kv_transfer_bootstrap_ms")),
     rule("inference_kv_transfer_alloc_wait_seconds", _ms("sglang:kv_transfer_alloc_ms")),
@@ -213,6 +195,16 @@ RULES: tuple[Rule, ...] = (
         (
             _failed("sglang:num_transfer_failed_reqs_total", "transfer"),
             _failed("sglang:num_bootstrap_failed_reqs_total", "bootstrap"),
+        ),
+    ),
+    rule(
+        "inference_requests_rejected_total",
+        Source(
+            "sglang:num_queue_rejected_requests_total",
+            model_label=MODEL_LABELS,
+            replicas=REPLICAS,
+            fixed=(("layer", "engine"),),
+            note="the scheduler's waiting queue full or timed out; SGLang PR 34320",
         ),
     ),
     rule(
@@ -232,14 +224,127 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
+LEFT_OUT = (
+    *left_out(
+        "other pools and views of the KV cache: token_usage, the main pool's share, is read",
+        "sglang:num_used_tokens",
+        "sglang:pending_prealloc_token_usage",
+        "sglang:swa_token_usage",
+        "sglang:mamba_usage",
+        "sglang:decode_sum_seq_lens",
+        "sglang:cache_config_info",
+    ),
+    *left_out(
+        "a rate or ratio SGLang computes over its log interval: the counters read give it "
+        "exactly for any window",
+        "sglang:gen_throughput",
+        "sglang:cache_hit_rate",
+        "sglang:new_token_ratio",
+        "sglang:utilization",
+        "sglang:kv_transfer_speed_gb_s",
+    ),
+    *left_out(
+        "scheduler and start-up state: no bottleneck reads it",
+        "sglang:max_running_requests_under_SLO",
+        "sglang:engine_startup_time",
+        "sglang:engine_load_weights_time",
+        "sglang:is_cuda_graph",
+        "sglang:cuda_graph_passes_total",
+        "sglang:num_running_reqs_offline_batch",
+        "sglang:num_paused_reqs",
+        "sglang:num_prefill_retries_total",
+    ),
+    *left_out(
+        "structured output's grammar queue and compilation: a queue before the scheduler's, "
+        "for grammar requests only",
+        "sglang:num_grammar_queue_reqs",
+        "sglang:grammar_compilation_time_seconds",
+        "sglang:num_grammar_cache_hit_total",
+        "sglang:num_grammar_aborted_total",
+        "sglang:num_grammar_timeout_total",
+        "sglang:num_grammar_total",
+        "sglang:grammar_schema_count",
+        "sglang:grammar_ebnf_size",
+        "sglang:grammar_tree_traversal_time_avg",
+        "sglang:grammar_tree_traversal_time_max",
+    ),
+    *left_out(
+        "speculative decoding's acceptance: no signature reads it yet",
+        "sglang:spec_accept_length",
+        "sglang:spec_accept_rate",
+    ),
+    *left_out(
+        "retractions (SGLang's preemption): a symptom of a full KV cache, which the KV usage shows",
+        "sglang:num_retracted_reqs",
+        "sglang:num_retracted_requests_total",
+        "sglang:num_retracted_input_tokens_total",
+        "sglang:num_retracted_output_tokens_total",
+        "sglang:num_retractions",
+    ),
+    *left_out(
+        "expert-parallel load balance",
+        "sglang:eplb_balancedness",
+        "sglang:eplb_gpu_physical_count",
+    ),
+    *left_out(
+        "the LoRA adapter pool",
+        "sglang:lora_pool_slots_used",
+        "sglang:lora_pool_slots_total",
+        "sglang:lora_pool_utilization",
+    ),
+    *left_out(
+        "routing keys of the batch and the prefill delayer's decisions: scheduling policy",
+        "sglang:num_unique_running_routing_keys",
+        "sglang:routing_key_running_req_count",
+        "sglang:routing_key_all_req_count",
+        "sglang:prefill_delayer_wait_forward_passes",
+        "sglang:prefill_delayer_wait_seconds",
+        "sglang:prefill_delayer_outcomes_total",
+    ),
+    *left_out(
+        "GPU busy time as the engine counts it: the driver's (NVML) is read",
+        "sglang:gpu_execution_seconds_total",
+        "sglang:dp_cooperation_realtime_tokens_total",
+        "sglang:dp_cooperation_gpu_execution_seconds_total",
+    ),
+    *left_out(
+        "request sizes and counts: the token counters and the request histograms give them",
+        "sglang:prompt_tokens_histogram",
+        "sglang:generation_tokens_histogram",
+        "sglang:num_requests_total",
+        "sglang:num_so_requests_total",
+    ),
+    *left_out(
+        "requests the client or the tokenizer manager aborted: no refusal at admission",
+        "sglang:num_aborted_requests_total",
+    ),
+    *left_out(
+        "the hierarchical KV cache's host and storage tiers",
+        "sglang:prefetched_tokens_total",
+        "sglang:backuped_tokens_total",
+        "sglang:prefetch_pgs",
+        "sglang:backup_pgs",
+        "sglang:prefetch_bandwidth",
+        "sglang:backup_bandwidth",
+        "sglang:eviction_duration_seconds",
+        "sglang:evicted_tokens_total",
+        "sglang:load_back_duration_seconds",
+        "sglang:load_back_tokens_total",
+    ),
+)
+
 SPEC = EngineSpec(
     name="sglang",
+    title="SGLang",
     prefixes=(PREFIX,),
     rules=RULES,
     tokenize=Tokenize(),
     preallocates_memory=True,
-    process="sglang",
+    # The router (sglang_router, sglang-router) is no engine: it has no sglang: metrics.
+    process=r"sglang(?![-_]router)",
+    model=OPENAI_MODELS,
     version=Version(path="/get_server_info"),
     role=ROLE,
+    left_out=LEFT_OUT,
     serving=Serving(images=(r"lmsysorg/sglang",), port=30000),
 )

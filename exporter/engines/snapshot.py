@@ -8,14 +8,9 @@ Units are already converted to base units.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
-
-if TYPE_CHECKING:
-    from exporter.engines.rules import Rule, SampleIndex
+from typing import Literal
 
 SeriesKind = Literal["gauge", "counter", "histogram"]
 #: A server's part in disaggregated serving: prefill only, decode only, or both (colocated).
@@ -46,8 +41,10 @@ class Series:
 class EngineSnapshot:
     """Everything normalised from one successful poll: the series, the series dropped over
     the limit, what the endpoint is (``layer``) and the engine's version where its metrics
-    carry it (``""`` otherwise), and the server's role where its metrics say it (None
-    otherwise: the configured ``--engine.role`` applies)."""
+    carry it (``""`` otherwise), the server's role where its metrics say it (None otherwise:
+    the configured ``--engine.role`` applies), and each model name of the series with the
+    raw name the engine gave and where it came from (``"metrics"``, or the API path that
+    named it: :func:`exporter.engines.models.name_models`)."""
 
     engine: str
     series: list[Series] = field(default_factory=list)
@@ -55,122 +52,4 @@ class EngineSnapshot:
     layer: Layer = "engine"
     version: str = ""
     role: Role | None = None
-
-
-def _openai_tokenize_body(text: str, model: str) -> dict[str, Any]:
-    """vLLM's and SGLang's ``/tokenize`` body (OpenAI-style: a prompt and the model)."""
-    body: dict[str, Any] = {"prompt": text}
-    if model:
-        body["model"] = model
-    return body
-
-
-@dataclass(frozen=True)
-class Tokenize:
-    """An engine's tokenize endpoint: its path on the engine's host and the request body.
-
-    Every supported engine answers with a JSON ``count`` (vLLM), a ``tokens`` list (vLLM,
-    SGLang, llama.cpp) or a list of token objects (TGI); :func:`token_count` reads all three.
-    """
-
-    path: str = "/tokenize"
-    body: Callable[[str, str], dict[str, Any]] = _openai_tokenize_body
-
-
-@dataclass(frozen=True)
-class Version:
-    """Where an engine says its version: a JSON document at ``path`` on the engine's host (the
-    first of ``keys`` that holds a string), and/or a label of its metrics (``label``)."""
-
-    path: str | None = None
-    keys: tuple[str, ...] = ("version",)
-    label: str | None = None
-
-
-@dataclass(frozen=True)
-class RoleLabel:
-    """Where an engine's metrics say the server's role: a label of its series (``label``) and
-    what each of its values means (``values``: the engine's word, the role). A value not in
-    ``values`` says nothing."""
-
-    label: str
-    values: tuple[tuple[str, Role], ...]
-
-
-@dataclass(frozen=True)
-class Serving:
-    """How the engine runs in a container, for ``inject`` and the admission webhook: which
-    images are it (regular expressions searched in the image reference; its command line is
-    recognised by the spec's ``process``) and where its metrics listen.
-
-    The port is the first of: a flag of ``port_flags`` on the command line, a variable of
-    ``port_env`` in the container's environment, the port of the first ``defaults`` entry
-    whose pattern the command line matches, ``port``.
-    """
-
-    images: tuple[str, ...]
-    port: int
-    port_flags: tuple[str, ...] = ("--port",)
-    port_env: tuple[str, ...] = ()
-    defaults: tuple[tuple[str, int], ...] = ()
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    """Everything the sidecar knows of one engine, in the engine's own module.
-
-    ``name`` is the ``--engine.type`` value and the ``engine`` label; ``prefixes`` recognise
-    the engine from its metric names (auto-detection); ``rules`` map its metrics to the
-    normalised names; ``tokenize`` is its tokenize endpoint (None: it has none, the probe needs
-    ``--tokenizer.url``); ``process`` is a regular expression matching its processes' command
-    lines; ``metrics_path`` is where it serves its metrics; ``wraps`` names engines whose
-    metrics it may serve next to its own, so that it is recognised before them;
-    ``preallocates_memory`` says it reserves most of the GPU memory at start-up by design (its
-    framebuffer usage says nothing about headroom).
-
-    Engines without a prefix of their own (NVIDIA NIM, early ``trtllm-serve``) are recognised
-    by ``signatures`` instead: sets of family names (without ``_total``, ``_bucket``, ...) that
-    must all be present, checked after every prefix. ``frontend_prefixes`` mark an endpoint
-    that only routes requests (its layer is ``frontend`` when no other name of the engine is
-    present); ``model_alias`` maps model names as some series spell them to the spelling the
-    others use; ``version`` says where the engine tells its version; ``serving`` how it runs in
-    a container (None: ``inject`` cannot recognise it); ``role`` where its metrics tell the
-    server's role in disaggregated serving (None: they do not, and ``--engine.role`` says it).
-    """
-
-    name: str
-    prefixes: tuple[str, ...]
-    rules: tuple[Rule, ...]
-    tokenize: Tokenize | None
-    process: str
-    metrics_path: str = "/metrics"
-    wraps: tuple[str, ...] = ()
-    preallocates_memory: bool = False
-    signatures: tuple[frozenset[str], ...] = ()
-    frontend_prefixes: tuple[str, ...] = ()
-    model_alias: Callable[[SampleIndex], dict[str, str]] | None = None
-    version: Version = field(default_factory=Version)
-    serving: Serving | None = None
-    role: RoleLabel | None = None
-
-
-def token_count(body: bytes) -> int:
-    """Tokens in a tokenize response of any supported engine; ValueError when unrecognised.
-
-    vLLM ``count``, SGLang and llama.cpp ``tokens``, TGI a list, LMDeploy ``length`` (and
-    ``input_ids``)."""
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"tokenize response is not JSON ({err})") from None
-    if isinstance(data, list):  # TGI: one object per token
-        return len(data)
-    if isinstance(data, dict):
-        for key in ("count", "length"):
-            if isinstance(data.get(key), int) and not isinstance(data[key], bool):
-                return int(data[key])
-        for key in ("tokens", "input_ids"):
-            tokens = data.get(key)
-            if isinstance(tokens, list):
-                return len(tokens)
-    raise ValueError("tokenize response has neither 'count' nor 'tokens'")
+    models: dict[str, tuple[str, str]] = field(default_factory=dict)

@@ -6,27 +6,8 @@ and version, rendered by prometheus-cpp: no ``_total``, labels ``model`` and ``v
 the TensorRT-LLM backend README ("Triton Metrics"). The model is the ``model`` label; the
 versions of one model are summed into one series.
 
-=====================================  =======================================================
-normalised                             Triton
-=====================================  =======================================================
-inference_queue_depth                  nv_inference_pending_request_count (23.12+) +
-                                       nv_trt_llm_request_metrics{request_type="waiting"}
-                                       (TensorRT-LLM's own queue, which Triton hands requests
-                                       to at once, so Triton's pending count stays at 0)
-inference_requests_running             nv_trt_llm_request_metrics{request_type="active"}
-                                       (TensorRT-LLM models only; Triton itself has no gauge)
-inference_kv_cache_usage_ratio         nv_trt_llm_kv_cache_block_metrics
-                                       {kv_cache_block_type="fraction"}
-inference_kv_cache_capacity_tokens     nv_trt_llm_kv_cache_block_metrics
-                                       {kv_cache_block_type="max"} x {..."tokens_per"}
-inference_time_to_first_token_seconds  nv_inference_first_response_histogram_ms (decoupled
-                                       models, ``--metrics-config histogram_latencies=true``;
-                                       bounds and sum converted from ms)
-inference_e2e_request_latency_seconds  nv_inference_request_duration_us / ..._request_success;
-                                       nv_inference_request_summary_us (summary_latencies)
-inference_queue_time_seconds           nv_inference_queue_duration_us / ..._request_success;
-                                       nv_inference_queue_summary_us
-=====================================  =======================================================
+The mapping is :data:`RULES` below, each source with its note; ``docs/engines.md`` shows
+it as a table (``python build-tools/docgen.py``).
 
 The cumulative microsecond counters become histograms with only a ``+Inf`` bucket: ``_sum``
 is the counter in seconds, ``_count`` is ``nv_inference_request_success`` (the requests they
@@ -38,8 +19,8 @@ per iteration), no tokenizer latency.
 
 from __future__ import annotations
 
-from exporter.engines.rules import CounterPair, LabelMatcher, Product, Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Serving, Version
+from exporter.engines.rules import CounterPair, LabelMatcher, Product, Rule, Source, noted, rule
+from exporter.engines.spec import EngineSpec, Serving, Version
 
 PREFIX = "nv_inference_"
 # The TensorRT-LLM backend's own families (a server may show only those).
@@ -66,13 +47,20 @@ RULES: tuple[Rule, ...] = (
     rule(
         "inference_queue_depth",
         (
-            _s("nv_inference_pending_request_count"),
-            _trt("nv_trt_llm_request_metrics", "request_type", "waiting"),
+            noted(_s("nv_inference_pending_request_count"), "23.12 and later"),
+            noted(
+                _trt("nv_trt_llm_request_metrics", "request_type", "waiting"),
+                "TensorRT-LLM's own queue: Triton hands it requests at once, so its pending "
+                "count stays at 0",
+            ),
         ),
     ),
     rule(
         "inference_requests_running",
-        _trt("nv_trt_llm_request_metrics", "request_type", "active"),
+        noted(
+            _trt("nv_trt_llm_request_metrics", "request_type", "active"),
+            "TensorRT-LLM models only; Triton itself has no gauge",
+        ),
     ),
     rule(
         "inference_kv_cache_usage_ratio",
@@ -88,17 +76,20 @@ RULES: tuple[Rule, ...] = (
     ),
     rule(
         "inference_time_to_first_token_seconds",
-        _s("nv_inference_first_response_histogram_ms", divisor=_MS),
+        noted(
+            _s("nv_inference_first_response_histogram_ms", divisor=_MS),
+            "decoupled models, --metrics-config histogram_latencies=true",
+        ),
     ),
     rule(
         "inference_e2e_request_latency_seconds",
         _timed("nv_inference_request_duration_us"),
-        _s("nv_inference_request_summary_us", divisor=_US),
+        noted(_s("nv_inference_request_summary_us", divisor=_US), "summary_latencies"),
     ),
     rule(
         "inference_queue_time_seconds",
         _timed("nv_inference_queue_duration_us"),
-        _s("nv_inference_queue_summary_us", divisor=_US),
+        noted(_s("nv_inference_queue_summary_us", divisor=_US), "summary_latencies"),
     ),
 )
 
@@ -106,6 +97,7 @@ RULES: tuple[Rule, ...] = (
 # server is still Triton, so it is recognised before the engines it wraps.
 SPEC = EngineSpec(
     name="triton",
+    title="Triton",
     prefixes=(PREFIX, BACKEND_PREFIX),
     rules=RULES,
     tokenize=None,

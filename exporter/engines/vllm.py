@@ -8,42 +8,8 @@ Sources: ``vllm/v1/metrics/loggers.py`` (V1 engine, 0.8 and later; labels ``mode
 through a Dynamo worker, which passes the ``vllm:`` lines through unchanged), and a
 data-parallel excerpt (``engine="1"``).
 
-==========================================  ==================================================
-normalised                                  vLLM (deprecated names after the first)
-==========================================  ==================================================
-inference_queue_depth                       vllm:num_requests_waiting
-inference_queue_depth_by_reason             vllm:num_requests_waiting_by_reason{reason}
-                                            (capacity, deferred)
-inference_requests_running                  vllm:num_requests_running
-inference_kv_cache_usage_ratio              vllm:kv_cache_usage_perc; vllm:gpu_cache_usage_perc
-                                            (deprecated 0.9, hidden 0.10, then removed)
-inference_kv_cache_capacity_tokens          vllm:cache_config_info: its kv_cache_size_tokens
-                                            label, else num_gpu_blocks x block_size
-inference_prompt_tokens_total               vllm:prompt_tokens_total
-inference_prompt_tokens_cached_total        vllm:prompt_tokens_cached_total;
-                                            vllm:prompt_tokens_by_source_total
-                                            {source!="local_compute"}
-inference_generation_tokens_total           vllm:generation_tokens_total
-inference_time_to_first_token_seconds       vllm:time_to_first_token_seconds
-inference_inter_token_latency_seconds       vllm:inter_token_latency_seconds (0.11+);
-                                            vllm:time_per_output_token_seconds (deprecated
-                                            0.11, hidden 0.12, removed 0.13)
-inference_e2e_request_latency_seconds       vllm:e2e_request_latency_seconds
-inference_queue_time_seconds                vllm:request_queue_time_seconds;
-                                            vllm:time_in_queue_requests (V0, deprecated 0.8)
-inference_prefill_time_seconds              vllm:request_prefill_time_seconds
-inference_decode_time_seconds               vllm:request_decode_time_seconds
-inference_estimated_flops_total             vllm:estimated_flops_per_gpu_total
-inference_estimated_read_bytes_total        vllm:estimated_read_bytes_per_gpu_total
-inference_estimated_write_bytes_total       vllm:estimated_write_bytes_per_gpu_total
-inference_kv_transfer_seconds               vllm:nixl_xfer_time_seconds (NixlConnector; on
-                                            the decode server, which reads the KV)
-inference_kv_transfer_bytes_total           vllm:nixl_bytes_transferred_sum
-inference_kv_transfer_failures_total        vllm:nixl_num_failed_transfers (transfer),
-                                            vllm:nixl_num_failed_notifications (notification),
-                                            vllm:nixl_num_kv_expired_reqs (expired; on the
-                                            prefill server)
-==========================================  ==================================================
+The mapping is :data:`RULES` below, each source with its note; ``docs/engines.md`` shows
+it as a table (``python build-tools/docgen.py``).
 
 How several series of one model combine:
 
@@ -71,75 +37,104 @@ latency and no version; the version comes from ``GET /version``.
 from __future__ import annotations
 
 from exporter.engines.rules import LabelMatcher, Rule, Source, rule
-from exporter.engines.snapshot import EngineSpec, Serving, Tokenize, Version
+from exporter.engines.spec import OPENAI_MODELS, EngineSpec, Serving, Tokenize, Version, left_out
 
 PREFIX = "vllm:"
 MODEL_LABEL = "model_name"
 
 
-def _s(metric: str, *matchers: LabelMatcher, value_labels: tuple[str, ...] = ()) -> Source:
+def _s(
+    metric: str, *matchers: LabelMatcher, value_labels: tuple[str, ...] = (), note: str = ""
+) -> Source:
     return Source(
         metric,
         matchers,
         model_label=MODEL_LABEL,
         value_labels=value_labels,
         engine_wide=bool(value_labels),
+        note=note,
     )
 
 
-def _failed(metric: str, reason: str) -> Source:
-    return Source(metric, model_label=MODEL_LABEL, fixed=(("reason", reason),))
+def _failed(metric: str, reason: str, note: str = "") -> Source:
+    return Source(metric, model_label=MODEL_LABEL, fixed=(("reason", reason),), note=note)
 
 
 RULES: tuple[Rule, ...] = (
     rule("inference_queue_depth", _s("vllm:num_requests_waiting")),
-    rule("inference_queue_depth_by_reason", _s("vllm:num_requests_waiting_by_reason")),
+    rule(
+        "inference_queue_depth_by_reason",
+        _s("vllm:num_requests_waiting_by_reason", note="reason capacity or deferred"),
+    ),
     rule("inference_requests_running", _s("vllm:num_requests_running")),
     rule(
         "inference_kv_cache_usage_ratio",
         _s("vllm:kv_cache_usage_perc"),
-        _s("vllm:gpu_cache_usage_perc"),
+        _s("vllm:gpu_cache_usage_perc", note="deprecated 0.9, hidden 0.10, then removed"),
         aggregate="max",
     ),
     rule(
         "inference_kv_cache_capacity_tokens",
         _s("vllm:cache_config_info", value_labels=("kv_cache_size_tokens",)),
         _s("vllm:cache_config_info", value_labels=("num_gpu_blocks", "block_size")),
+        note="no model label: the server's model",
     ),
     rule("inference_prompt_tokens_total", _s("vllm:prompt_tokens_total")),
     rule(
         "inference_prompt_tokens_cached_total",
         _s("vllm:prompt_tokens_cached_total"),
-        _s("vllm:prompt_tokens_by_source_total", LabelMatcher("source", "!=", "local_compute")),
+        _s(
+            "vllm:prompt_tokens_by_source_total",
+            LabelMatcher("source", "!=", "local_compute"),
+            note="read only without the first: it splits the same tokens",
+        ),
     ),
     rule("inference_generation_tokens_total", _s("vllm:generation_tokens_total")),
     rule("inference_time_to_first_token_seconds", _s("vllm:time_to_first_token_seconds")),
     rule(
         "inference_inter_token_latency_seconds",
-        _s("vllm:inter_token_latency_seconds"),
-        _s("vllm:time_per_output_token_seconds"),
+        _s("vllm:inter_token_latency_seconds", note="0.11 and later"),
+        _s(
+            "vllm:time_per_output_token_seconds",
+            note="deprecated 0.11, hidden 0.12, removed 0.13",
+        ),
     ),
     rule("inference_e2e_request_latency_seconds", _s("vllm:e2e_request_latency_seconds")),
     rule(
         "inference_queue_time_seconds",
         _s("vllm:request_queue_time_seconds"),
-        _s("vllm:time_in_queue_requests"),
+        _s("vllm:time_in_queue_requests", note="V0, deprecated 0.8"),
     ),
     rule("inference_prefill_time_seconds", _s("vllm:request_prefill_time_seconds")),
     rule("inference_decode_time_seconds", _s("vllm:request_decode_time_seconds")),
-    rule("inference_kv_transfer_seconds", _s("vllm:nixl_xfer_time_seconds")),
+    rule(
+        "inference_kv_transfer_seconds",
+        _s(
+            "vllm:nixl_xfer_time_seconds",
+            note="NixlConnector; on the decode server, which reads the KV",
+        ),
+    ),
     rule("inference_kv_transfer_bytes_total", _s("vllm:nixl_bytes_transferred_sum")),
     rule(
         "inference_kv_transfer_failures_total",
         (
             _failed("vllm:nixl_num_failed_transfers_total", "transfer"),
             _failed("vllm:nixl_num_failed_notifications_total", "notification"),
-            _failed("vllm:nixl_num_kv_expired_reqs_total", "expired"),
+            _failed("vllm:nixl_num_kv_expired_reqs_total", "expired", "on the prefill server"),
+        ),
+    ),
+    rule(
+        "inference_requests_rejected_total",
+        Source(
+            "vllm:admission_rejections_total",
+            model_label=MODEL_LABEL,
+            fixed=(("layer", "engine"),),
+            note="--max-num-queued-reqs, --max-num-queued-tokens: HTTP 503; vLLM PR 55812",
         ),
     ),
     rule(
         "inference_estimated_flops_total",
-        _s("vllm:estimated_flops_per_gpu_total"),
+        _s("vllm:estimated_flops_per_gpu_total", note="--enable-mfu-metrics"),
         aggregate="mean",
     ),
     rule(
@@ -154,19 +149,60 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
+LEFT_OUT = (
+    *left_out(
+        "prefix-cache lookups in tokens: the cached share of the prompt is read "
+        "(prompt_tokens_cached), the hit rate is no bottleneck",
+        "vllm:gpu_prefix_cache_queries",
+        "vllm:gpu_prefix_cache_hits",
+    ),
+    *left_out(
+        "preemptions: a symptom of a full KV cache, which the KV usage shows",
+        "vllm:num_preemptions_total",
+    ),
+    *left_out(
+        "finished requests by finish reason: the request histograms count them",
+        "vllm:request_success_total",
+    ),
+    *left_out(
+        "request and batch sizes: the workload, not a bottleneck; the token counters give "
+        "the throughput",
+        "vllm:request_prompt_tokens",
+        "vllm:request_generation_tokens",
+        "vllm:iteration_tokens_total",
+        "vllm:request_max_num_generation_tokens",
+        "vllm:request_params_n",
+        "vllm:request_params_max_tokens",
+    ),
+    *left_out(
+        "prefill plus decode time, each read on its own",
+        "vllm:request_inference_time_seconds",
+    ),
+    *left_out("LoRA adapters by name: label values without bound", "vllm:lora_requests_info"),
+    *left_out(
+        "speculative decoding's acceptance: no signature reads it yet",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+    ),
+)
+
 SPEC = EngineSpec(
     name="vllm",
+    title="vLLM",
     prefixes=(PREFIX,),
     rules=RULES,
     tokenize=Tokenize(),
     preallocates_memory=True,
     process="vllm",
+    left_out=LEFT_OUT,
+    model=OPENAI_MODELS,
     version=Version(path="/version"),
     serving=Serving(
         images=(
             r"vllm-openai",
             r"(^|/)vllm/",
             r"llm-d/llm-d(-(cuda|rocm|xpu|cpu|gaudi|hpu))?(:|@|$)",
+            r"kthena-engine:vllm",
         ),
         port=8000,
     ),

@@ -17,7 +17,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,7 +25,7 @@ import yaml
 
 from exporter.config import ArgumentParser, usage_error
 from exporter.inject.patch import Options, PlacementError, apply, plan
-from exporter.inject.places import places
+from exporter.inject.places import get, places
 from exporter.inject.sidecar import Values, ValuesError, native_default
 
 PROG = "inference-bottleneck-exporter inject"
@@ -92,51 +92,89 @@ def _dump(doc: Any) -> str:
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1 << 16)
 
 
-def inject_object(
-    doc: Any, values: Values, options: Options, name: str
-) -> tuple[Any, int, list[str]]:
+@dataclass
+class Outcome:
+    """What injecting found: pod templates with the sidecar, every pod template seen, and the
+    objects that hold none (by ``Kind/name``)."""
+
+    placed: int = 0
+    templates: list[str] = field(default_factory=list)
+    bare: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, other: Outcome) -> None:
+        self.placed += other.placed
+        self.templates += other.templates
+        self.bare += other.bare
+        self.notes += other.notes
+
+
+def inject_object(doc: Any, values: Values, options: Options, name: str) -> tuple[Any, Outcome]:
     """One object with the sidecar in its pod templates (each item of a ``List``, as ``kubectl
-    get -o yaml`` writes several), the number placed, notes."""
+    get -o yaml`` writes several), and what was found."""
+    outcome = Outcome()
     if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
-        items, placed, notes = [], 0, []
+        items = []
         for item in doc["items"]:
-            new_item, count, more = (
-                inject_object(item, values, options, name)
-                if isinstance(item, dict)
-                else (item, 0, [])
-            )
+            new_item = item
+            if isinstance(item, dict):
+                new_item, found = inject_object(item, values, options, name)
+                outcome.add(found)
             items.append(new_item)
-            placed += count
-            notes += more
-        return ({**doc, "items": items} if placed else doc), placed, notes
-    new, placed, notes = doc, 0, []
-    for place in places(doc) or []:
+        return ({**doc, "items": items} if outcome.placed else doc), outcome
+    new = doc
+    templates = places(doc)
+    if not templates:
+        title = get(doc, ("metadata", "name")) or ""
+        outcome.bare.append(f"{doc.get('kind')}/{title}")
+    for place in templates:
         try:
             result = plan(new, place, values, options)
         except PlacementError as err:
             raise InjectError(f"{name}: {err}") from None
-        notes += result.notes
+        outcome.templates.append(place.name)
+        outcome.notes += result.notes
         if result.endpoint is not None:
-            placed += 1
+            outcome.placed += 1
         new = apply(new, result.operations)
-    return new, placed, notes
+    return new, outcome
 
 
-def inject_source(source: Source, values: Values, options: Options) -> tuple[str, int, list[str]]:
-    """The new text of one input, the number of pod templates with the sidecar, notes."""
+def inject_source(source: Source, values: Values, options: Options) -> tuple[str, Outcome]:
+    """The new text of one input, and what was found in it."""
     out: list[str] = []
-    placed = 0
-    notes: list[str] = []
+    outcome = Outcome()
     for index, doc in enumerate(source.docs):
-        new, count, more = inject_object(doc, values, options, source.name)
-        placed += count
-        notes += more
+        new, found = inject_object(doc, values, options, source.name)
+        outcome.add(found)
         if new == doc and source.chunks is not None:
             out.append(source.chunks[index].strip("\n") + "\n")
         else:
             head = _leading_comments(source.chunks[index]) if source.chunks else ""
             out.append(head + _dump(new))
-    return _join(out, source.text), placed, notes
+    return _join(out, source.text), outcome
+
+
+def _listed(names: Sequence[str], limit: int = 3) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def nothing_placed(outcome: Outcome) -> str:
+    """Why no sidecar was placed, and what to do, in one line."""
+    if not outcome.templates:
+        return (
+            f"no pod template found in {_listed(outcome.bare) or 'the input'} (inject reads "
+            "workloads, KServe, LeaderWorkerSet, NIMService, DynamoGraphDeployment and any "
+            "kind's template fields); the admission webhook injects any pod: label its "
+            "namespace or annotate its pods"
+        )
+    count = len(outcome.templates)
+    return (
+        f"no engine found in the {count} pod template{'s' if count > 1 else ''} found "
+        f"({_listed(outcome.templates)}): no container runs a known engine's command line or "
+        "image; give --engine-url, or let the admission webhook inject the pods"
+    )
 
 
 def _leading_comments(chunk: str) -> str:
@@ -239,16 +277,16 @@ def run(argv: Sequence[str]) -> int:
             )
         options = Options(native=native or values.native, engine_url=args.engine_url)
         results = []
-        placed = 0
+        outcome = Outcome()
         for name in args.files:
             source = read_source(name)
-            text, count, notes = inject_source(source, values, options)
-            placed += count
-            results.append((source, text, notes))
+            text, found = inject_source(source, values, options)
+            outcome.add(found)
+            results.append((source, text, found.notes))
     except (InjectError, ValuesError) as err:
         _fail(str(err))
-    if placed == 0:
-        _fail("no pod template with an engine container found; give --engine-url")
+    if outcome.placed == 0:
+        _fail(nothing_placed(outcome))
     for _, _, notes in results:
         for note in notes:
             print(f"{PROG}: {note}", file=sys.stderr)

@@ -134,7 +134,8 @@ def _mapping_ops(doc: Any, path: Path, wanted: Mapping[str, Any]) -> list[Operat
     if not missing:
         return []
     for depth in range(len(path)):
-        if not isinstance(get(doc, path[: depth + 1]), Mapping):
+        # A missing step is made, with what lies below it (a list on the way is kept).
+        if get(doc, path[: depth + 1]) is None:
             value: Any = dict(missing)
             for step in reversed(path[depth + 1 :]):
                 value = {step: value}

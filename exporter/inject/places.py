@@ -17,7 +17,18 @@ LLMInferenceService     ``spec.template``, ``spec.worker``, ``spec.prefill.templ
 NIMService              ``spec.sidecarContainers`` (name, image, command, args, env only)
 DynamoGraphDeployment   each ``spec.services.<name>.extraPodSpec`` (its ``mainContainer`` is
                         the engine; pod labels in ``extraPodMetadata``)
+any other kind          every pod template under ``spec``: a field named ``template`` or
+                        ``...Template`` whose ``spec`` lists containers, at any depth (AIBrix's
+                        StormService ``spec.template.spec.roles[].template``, RoleBasedGroup's
+                        ``spec.roles[].standalonePattern.template``, Kthena's ModelServing
+                        ``spec.template.roles[].entryTemplate`` and ``workerTemplate``)
 ======================  ===================================================================
+
+A kind of the table is read as the table says, any other kind by its pod templates, wherever
+they are: the serving stacks add orchestrators faster than a table can list them, and they all
+nest the Kubernetes ``PodTemplateSpec`` under a field named so. A template whose field names a
+worker (``workerTemplate``) is a multi-node worker's: only a container that declares the
+engine's port serves its API.
 """
 
 from __future__ import annotations
@@ -227,8 +238,47 @@ def _lws_worker(doc: Any) -> bool:
     return index is not None and str(index) != "0"
 
 
-def places(doc: Mapping[str, Any]) -> list[Place] | None:
-    """The pod templates of a Kubernetes object; None for a kind that has none."""
+def _is_template_field(key: object) -> bool:
+    return isinstance(key, str) and (key == "template" or key.endswith("Template"))
+
+
+def _is_pod_template(node: Any) -> bool:
+    spec = node.get("spec") if isinstance(node, Mapping) else None
+    return isinstance(spec, Mapping) and isinstance(spec.get("containers"), list)
+
+
+def _step(node: Any, step: str | int) -> str:
+    """A path step as people read it: a list item by its name where it has one."""
+    if isinstance(step, int):
+        item = node[step] if isinstance(node, list) else None
+        label = item.get("name") if isinstance(item, Mapping) else None
+        return f"[{label}]" if isinstance(label, str) and label else f"[{step}]"
+    return f".{step}"
+
+
+def _nested(node: Any, path: Path, shown: str) -> Iterator[tuple[Path, str]]:
+    """Every pod template at or below ``node`` (not inside another): its path, as shown."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            here, text = (*path, key), shown + _step(node, key)
+            if _is_template_field(key) and _is_pod_template(value):
+                yield here, text
+            else:
+                yield from _nested(value, here, text)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _nested(value, (*path, index), shown + _step(node, index))
+
+
+def _any_kind(doc: Mapping[str, Any], name: str) -> Iterator[Place]:
+    """The pod templates of a kind this module does not know (see the module docstring)."""
+    for path, shown in _nested(doc.get("spec"), ("spec",), ""):
+        worker = "worker" in str(path[-1]).lower()
+        yield _template(f"{name} {shown.lstrip('.')}", path, declared_port=worker)
+
+
+def places(doc: Mapping[str, Any]) -> list[Place]:
+    """The pod templates of a Kubernetes object (none for a Service, a ConfigMap, ...)."""
     kind = str(doc.get("kind", ""))
     name = (
         f"{kind}/{get(doc, ('metadata', 'name')) or get(doc, ('metadata', 'generateName')) or ''}"
@@ -297,5 +347,5 @@ def places(doc: Mapping[str, Any]) -> list[Place] | None:
     elif kind == "DynamoGraphDeployment":
         found = list(_dynamo(doc, name))
     else:
-        return None
+        found = list(_any_kind(doc, name))
     return list(found)

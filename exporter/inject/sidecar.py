@@ -191,6 +191,9 @@ def args(values: Values) -> list[str]:
     out += [_flag(k, v) for k, v in sorted((sidecar.get("config") or {}).items())]
     if values.mode != "sidecar":
         out.append("--no-collector.nvml")
+        # dcgm: the chart's dcgm mode, or inject's and the webhook's sidecar without GPUs
+        who = "the node agent" if values.mode == "node" else "dcgm-exporter or the node agent"
+        out.append(f"--gpu.read-by={who} on $(NODE_NAME)")
     out += [str(a) for a in sidecar.get("extraArgs") or []]
     return out
 
@@ -217,6 +220,9 @@ def build_container(values: Values, *, native: bool | None = None) -> dict[str, 
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": str(gpu["visibleDevices"])},
             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": str(gpu["driverCapabilities"])},
         ]
+    if values.mode != "sidecar":  # the landing page names who reads the GPUs on its node
+        node = {"fieldRef": {"fieldPath": "spec.nodeName"}}
+        env.append({"name": "NODE_NAME", "valueFrom": node})
     env += copy.deepcopy(sidecar.get("extraEnv") or [])
     if env:
         container["env"] = env

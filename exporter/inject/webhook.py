@@ -39,10 +39,17 @@ from prometheus_client.registry import Collector
 
 from exporter import __version__, logs, metrics
 from exporter.config import (
+    HTTP_OPTIONS,
     ArgumentParser,
     ConfigError,
+    HttpOptions,
+    add_flag,
+    format_duration,
+    given_flags,
+    options_from,
     parse_address,
     parse_duration,
+    resolve,
     usage_error,
 )
 from exporter.inject.patch import (
@@ -118,6 +125,7 @@ class Settings:
     options: Options
     timeout: float
     max_bytes: int
+    http: HttpOptions = field(default_factory=HttpOptions)
 
 
 def _review(
@@ -199,7 +207,9 @@ async def _read(request: web.Request, settings: Settings) -> tuple[bytes, str | 
         return b"".join(chunks)[:4096], "malformed"
 
 
-def make_app(settings: Settings, stats: Stats) -> web.Application:
+def make_app(settings: Settings, stats: Stats, extra: Sequence[Collector] = ()) -> web.Application:
+    """The webhook's routes; ``/metrics`` serves ``stats`` and the ``extra`` collectors (the
+    HTTP server's limits)."""
     app = web.Application(client_max_size=settings.max_bytes)
 
     async def review(request: web.Request) -> web.Response:
@@ -228,6 +238,8 @@ def make_app(settings: Settings, stats: Stats) -> web.Application:
     async def metrics_page(request: web.Request) -> web.Response:
         registry = CollectorRegistry()
         registry.register(StatsCollector(stats))
+        for collector in extra:
+            registry.register(collector)
         return web.Response(
             body=generate_latest(registry), content_type="text/plain", charset="utf-8"
         )
@@ -284,6 +296,8 @@ def parser() -> ArgumentParser:
         default=DEFAULT_MAX_BYTES,
         help=f"Largest review read (default {DEFAULT_MAX_BYTES}).",
     )
+    for option in HTTP_OPTIONS:  # the same flags as serve's, from the same declarations
+        add_flag(p, option, env=False)
     p.add_argument("--log.level", dest="log_level", default="info", choices=logs.LEVEL_NAMES)
     p.add_argument("--log.format", dest="log_format", default="logfmt", choices=("logfmt", "json"))
     return p
@@ -320,15 +334,26 @@ def settings_from(args: Any) -> Settings:
     native = args.native if args.native is not None else native_default(args.kube_version)
     if native and args.kube_version and not native_default(args.kube_version):
         raise ConfigError("--native-sidecar", f"needs Kubernetes >= 1.29, not {args.kube_version}")
+    http_values, _ = resolve(HTTP_OPTIONS, given_flags(HTTP_OPTIONS, args), {}, {})
+    http = options_from(HttpOptions, http_values)
+    http.check()
+    if http.read_body_timeout < timeout:
+        raise ConfigError(
+            "--web.read-body-timeout",
+            f"{format_duration(http.read_body_timeout)} is shorter than --review.timeout "
+            f"{args.timeout}: a slow review would be cut instead of answered",
+        )
     return Settings(
         values,
         Options(native=native or values.native, engine_url=args.engine_url),
         timeout,
         args.max_bytes,
+        http,
     )
 
 
 async def _serve(settings: Settings, listen: tuple[str, int], web_config: Path) -> int:
+    from exporter.server.limits import HttpGuard  # noqa: PLC0415
     from exporter.server.listen import start_site, wait_for_stop_signal  # noqa: PLC0415
     from exporter.server.websec import WebSecurity  # noqa: PLC0415
 
@@ -339,10 +364,11 @@ async def _serve(settings: Settings, listen: tuple[str, int], web_config: Path) 
         )
         return 2
     stats = Stats()
-    app = make_app(settings, stats)
+    guard = HttpGuard(settings.http)
+    app = make_app(settings, stats, (guard,))
     security.install(app)
     try:
-        runner = await start_site(app, listen[0], listen[1], security.context)
+        runner = await start_site(app, listen[0], listen[1], security.context, guard)
     except OSError as err:
         log.error("cannot listen on %s:%s: %s", *listen, err.strerror or err)
         return 1

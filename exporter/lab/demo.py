@@ -54,7 +54,7 @@ from exporter.lab.thirdparty import ENGINE_INJECTIONS
 from exporter.signatures.promql_text import pct
 
 if TYPE_CHECKING:
-    from exporter.diagnose.findings import Report
+    from exporter.diagnose.diagnosis import Report
     from exporter.lab.screen import ScreenState, ScreenView
 
 PROG = "inference-bottleneck-exporter demo"

@@ -28,7 +28,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from exporter.diagnose.findings import DiagnoseError, Report
+from exporter.diagnose.diagnosis import Report
+from exporter.diagnose.errors import DiagnoseError
 from exporter.diagnose.report import texts
 
 BLOCKS = "▁▂▃▄▅▆▇█"

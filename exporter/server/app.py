@@ -160,6 +160,20 @@ class Exporter:
             return web.Response(text="Ready.\n")
         return web.Response(status=503, text="Not ready: first collection still running.\n")
 
+    def _gpus_read_elsewhere(self) -> str:
+        """Where a sidecar that reads no GPU (the node and dcgm layouts) says who does."""
+        if self.settings.collectors.get("nvml", False):
+            return ""
+        who = self.settings.gpus_read_by or (
+            "the node agent on this pod's node (chart mode node) or dcgm-exporter (mode dcgm)"
+        )
+        return (
+            f'<p id="gpus"><strong>GPUs:</strong> not read here (the nvml collector is off): '
+            f"{html.escape(who)} reads them, and Prometheus gives each GPU to the pod that holds "
+            "it; the rule pack's signals of that layout (its <code>node</code> or "
+            "<code>dcgm</code> profile) and its dashboards show them for this pod.</p>\n"
+        )
+
     async def handle_landing(self, request: web.Request) -> web.Response:
         rows = []
         for name, status in self.coordinator.statuses.items():
@@ -180,11 +194,13 @@ class Exporter:
         recent = self.history.rows()
         charts = (
             '<h2>Last minutes</h2><table id="history" border="1" cellpadding="4">'
-            "<tr><th>signal</th><th>trend</th><th>last</th><th>over</th></tr>"
+            "<tr><th>signal</th><th>trend</th><th>last</th><th>over</th>"
+            "<th>in Prometheus (the rule pack)</th></tr>"
             f"{recent}</table>"
             if recent
             else "<p>No scrape yet: the last minutes show here after the first ones.</p>"
         )
+        gpus = self._gpus_read_elsewhere()
         page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>inference-bottleneck-exporter</title>
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
@@ -194,7 +210,7 @@ class Exporter:
 <h1>inference-bottleneck-exporter {html.escape(__version__)}</h1>
 <p>What is the GPU waiting for? Metrics: <a href="{path}">{path}</a>
 &middot; <a href="/-/healthy">/-/healthy</a> &middot; <a href="/-/ready">/-/ready</a></p>
-{notes}{charts}
+{notes}{gpus}{charts}
 <h2>Collectors</h2>
 <table border="1" cellpadding="4">
 <tr><th>collector</th><th>last scrape</th><th>duration</th><th>error</th></tr>

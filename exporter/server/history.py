@@ -19,6 +19,11 @@ from dataclasses import dataclass
 
 from prometheus_client.metrics_core import Metric
 
+from exporter.signatures.signals.cpu_signals import HOTTEST_THREAD, SOFTIRQ_HOTTEST_CORE
+from exporter.signatures.signals.engine_signals import QUEUE_DEPTH
+from exporter.signatures.signals.gpu_signals import GPU_UTILIZATION, HBM_BANDWIDTH
+from exporter.signatures.signals.signal import Signal
+from exporter.signatures.site import SiteConfig
 from exporter.svgchart import format_tick, sparkline
 
 POINTS = 120
@@ -29,15 +34,27 @@ MIN_SPACING_S = 5.0
 class Tracked:
     label: str
     unit: str  # "ratio" (mean of the samples, drawn 0-100 %) or "count" (their sum)
+    # The rule pack's signal over the same value: what the alerts and dashboards read.
+    signal: Signal
 
 
 TRACKED: dict[str, Tracked] = {
-    "inference_gpu_utilization_ratio": Tracked("GPU utilisation (mean of GPUs)", "ratio"),
-    "inference_queue_depth": Tracked("requests waiting", "count"),
-    "inference_engine_hottest_thread_cpu_ratio": Tracked("busiest engine thread", "ratio"),
-    "inference_gpu_memory_bandwidth_utilization_ratio": Tracked("HBM bandwidth", "ratio"),
-    "inference_cpu_softirq_hottest_core_ratio": Tracked("softirq, busiest core", "ratio"),
+    "inference_gpu_utilization_ratio": Tracked(
+        "GPU utilisation (mean of GPUs)", "ratio", GPU_UTILIZATION
+    ),
+    "inference_queue_depth": Tracked("requests waiting", "count", QUEUE_DEPTH),
+    "inference_engine_hottest_thread_cpu_ratio": Tracked(
+        "busiest engine thread", "ratio", HOTTEST_THREAD
+    ),
+    "inference_gpu_memory_bandwidth_utilization_ratio": Tracked(
+        "HBM bandwidth", "ratio", HBM_BANDWIDTH
+    ),
+    "inference_cpu_softirq_hottest_core_ratio": Tracked(
+        "softirq, busiest core", "ratio", SOFTIRQ_HOTTEST_CORE
+    ),
 }
+# The shipped pack: the sidecar cannot know a site's config; its windows name the records.
+_PACK = SiteConfig()
 
 
 class History:
@@ -71,7 +88,7 @@ class History:
             return list(self._rings[name])
 
     def rows(self) -> str:
-        """Table rows: what, sparkline, last value, over how long."""
+        """Table rows: what, sparkline, last value, over how long, the pack's signal of it."""
         out = []
         for name, tracked in TRACKED.items():
             points = self.points(name)
@@ -85,6 +102,7 @@ class History:
             out.append(
                 f'<tr data-series="{html.escape(name)}"><td>{html.escape(tracked.label)}</td>'
                 f"<td>{chart}</td><td>{html.escape(format_tick(values[-1], tracked.unit))}</td>"
-                f"<td>{span / 60:.0f} min</td></tr>"
+                f"<td>{span / 60:.0f} min</td>"
+                f"<td><code>{html.escape(tracked.signal.record(_PACK))}</code></td></tr>"
             )
         return "".join(out)

@@ -2,7 +2,8 @@
 
 ``all_signatures(cfg)`` returns every :class:`Signature` (alert name, severity, PromQL condition
 over the recording rules, evidence queries, runbook) for a :class:`SiteConfig`;
-``recording_rules(cfg)`` the records each profile fills from its source. The rule files in
+``recording_rules(cfg)`` the records each profile fills from its source, one per signal
+(:mod:`exporter.signatures.signals`). The rule files in
 ``alert_rules/`` and the pages in ``docs/runbooks/`` are rendered from these by
 ``python -m exporter.signatures``; ``diagnose`` evaluates the same expressions.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.definitions import AlertRule, Evidence, RecordingRule, Signature
-from exporter.signatures.records import RecordNames, recording_rules
+from exporter.signatures.signals import recording_rules
 from exporter.signatures.site import (
     PROFILES,
     SignatureConfigError,
@@ -24,7 +25,6 @@ __all__ = [
     "PROFILES",
     "AlertRule",
     "Evidence",
-    "RecordNames",
     "RecordingRule",
     "Signature",
     "SignatureConfigError",

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.definitions import FAMILIES, SEVERITIES, Severity, Signature
-from exporter.signatures.records import RecordNames
 from exporter.signatures.render import GENERATOR
+from exporter.signatures.signals.engine_signals import QUEUE_DEPTH, QUEUE_TREND, QUEUE_WAIT_SHARE
 from exporter.signatures.site import SiteConfig
 
 PREFIX = "Inference"
@@ -108,8 +108,7 @@ def summary_template() -> str:
 
 def _queue_readers(cfg: SiteConfig, signatures: Sequence[Signature]) -> list[str]:
     """Alerts outside the ``queue`` family whose condition reads the engine's queue."""
-    records = RecordNames.of(cfg)
-    queue_records = (records.queue_depth, records.queue_trend, records.queue_wait_share)
+    queue_records = [sig.record(cfg) for sig in (QUEUE_DEPTH, QUEUE_TREND, QUEUE_WAIT_SHARE)]
     return [
         sig.alert
         for sig in signatures

@@ -25,15 +25,15 @@ from exporter.signatures.definitions import (
 )
 from exporter.signatures.params import PARAMS
 from exporter.signatures.promql_text import indent, num
-from exporter.signatures.records import recording_rules
-from exporter.signatures.records.record_names import TARGET_INFO
 from exporter.signatures.runbook_templates import template_path
+from exporter.signatures.signals import recording_rules
+from exporter.signatures.signals.target_signals import TARGET_INFO
 from exporter.signatures.site import PROFILES, SELECTOR_HELP, WINDOW_HELP, SiteConfig
 
 GENERATOR = "python -m exporter.signatures"
 ALERT_GROUPS = (("inference.signatures", False), ("inference.meta", True))
 _PLAIN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
-_SOURCE_METRIC = re.compile(r"\b(?:inference_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+)\b")
+_SOURCE_METRIC = re.compile(r"\b(?:inference_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+)\b(?!:)")
 _LABEL_PLACEHOLDER = re.compile(r"\{labels\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
 
 
@@ -193,7 +193,7 @@ def _source_metrics(
             found.append(name)
     for inner in RECORD_NAME.findall(rule.expr):
         # The target-info record only carries the join labels to dcgm series.
-        if inner not in (record, TARGET_INFO):
+        if inner not in (record, TARGET_INFO.name):
             for name in _source_metrics(inner, rules, seen | {record}):
                 if name not in found:
                     found.append(name)
@@ -350,6 +350,10 @@ def runbook_index(cfg: SiteConfig, signatures: Sequence[Signature]) -> str:
         "  join:  # target label: dcgm-exporter label (exported_* without honorLabels)",
     ]
     out += [f"    {target}: {source}" for target, source in cfg.dcgm.labels]
+    out += [
+        "gateway:",
+        f"  join: [{', '.join(cfg.gateway.labels)}]  # a gateway's pool: these labels and model",
+    ]
     out.append("windows:")
     out += [f"  {name}: {format_duration(getattr(cfg.windows, name))}" for name in WINDOW_HELP]
     out += [

@@ -112,7 +112,9 @@ def test_idle_readings(reader: tuple[GpuReader, FakeClock]) -> None:
     assert reading.gpm["sm_util"] == 0.0
     assert 0 < reading.gpm["dram_bw_util"] < 0.01
     assert reading.pcie_tx_kibps is None  # GPM supplies PCIe from here on
-    assert gpu.unsupported == set()
+    # Recorded before the links and the power state were read: they answer NOT_SUPPORTED, as
+    # on a driver without them, and cost no call after the first read.
+    assert gpu.unsupported == {"power_limit", "fabric", "power_profiles"}
 
 
 def test_sidecar_serves_the_recorded_gpu(

@@ -400,7 +400,12 @@ def test_gpu_reader_over_replay() -> None:
     assert seen == sorted(set(seen))
     assert reading.gpm  # from the second read on
     assert reading.pcie_tx_kibps is None  # GPM supplies PCIe
-    assert reader.unsupported == set()
+    # The shipped trace is an HGX H100: links, fabric and power limit answer; it has no
+    # workload power profiles (Blackwell) and no power smoothing, said once each.
+    assert reader.unsupported == {"power_profiles"}
+    assert reader.unsupported_fields == {"power_smoothing_enabled", "power_smoothing_floor_w"}
+    assert reading.fields[("nvlink_state", 17)] == 1 and reading.fabric is not None
+    assert reading.power_limit_mw == 700_000
 
 
 # --- malformed traces ------------------------------------------------------------------------

@@ -479,3 +479,88 @@ async def test_llmd_picker_decisions_as_a_counter(session: aiohttp.ClientSession
         assert g("inference_engine_up", {"engine": "llmd-epp"}) == 1
         assert g("inference_pd_decisions_total", {**d, "decision": "prefill_decode"}) == 70
         assert g("inference_pd_decisions_total", {**d, "decision": "decode_only"}) == 30
+
+
+# --- the model: from the metrics, else the engine's API ----------------------------------------
+
+
+async def test_an_engine_without_a_model_label_is_named_by_its_api(
+    session: aiohttp.ClientSession,
+) -> None:
+    asked: list[str] = []
+    served = {"id": "/models/tinyllama-1.1b-chat.Q4_K_M.gguf"}
+    body = (FIXTURES / "llamacpp.txt").read_text()
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=body, content_type="text/plain")
+
+    async def models(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        answer = {"object": "list", "data": [{"id": served["id"], "object": "model"}]}
+        return web.Response(text=json.dumps(answer), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/models", models)
+    async with TestServer(app, host="127.0.0.1") as server:
+        collector = make(f"http://127.0.0.1:{server.port}/metrics")
+        await collector.tick(session)
+        await collector.tick(session)
+        reg, collection = scrape(collector)
+        name = "tinyllama-1.1b-chat.Q4_K_M"
+        d = {"engine": "llamacpp", "model": name, "role": "both"}
+        g = reg.get_sample_value
+        assert g("inference_requests_running", d) is not None
+        assert g("inference_engine_info", {**d, "version": ""}) == 1
+        raw = {"raw_model": served["id"], "origin": "/v1/models"}
+        assert g("inference_engine_model_info", {"engine": "llamacpp", "model": name, **raw}) == 1
+        # no series of any engine family is left without a model
+        models = {
+            s.labels.get("model")
+            for m in collection.metrics
+            for s in m.samples
+            if "model" in s.labels and m.name != "inference_tokenizer_latency_seconds"
+        }
+        assert models == {name}
+        assert asked == ["/v1/models"]  # once per time the engine comes up
+        assert collector.hub.served_names() == [served["id"]]
+        # it comes back with another model: asked again
+        collector.endpoints[0].url = f"http://127.0.0.1:{unused_port()}/metrics"
+        await collector.tick(session)
+        collector.endpoints[0].url = f"http://127.0.0.1:{server.port}/metrics"
+        served["id"] = "qwen-small"
+        await collector.tick(session)
+        reg, _ = scrape(collector)
+        assert reg.get_sample_value("inference_requests_running", {**d, "model": "qwen-small"})
+        assert asked == ["/v1/models", "/v1/models"]
+
+
+async def test_an_engine_that_names_its_model_is_not_asked(
+    engine: FakeEngine, session: aiohttp.ClientSession
+) -> None:
+    collector = make(engine.url + "/metrics")
+    await collector.tick(session)
+    reg, _ = scrape(collector)
+    assert "/v1/models" not in engine.requests
+    raw = {"raw_model": MODEL, "origin": "metrics"}
+    labels = {"engine": "vllm", "model": MODEL, **raw}
+    assert reg.get_sample_value("inference_engine_model_info", labels) == 1
+
+
+async def test_the_gateway_s_queue_has_no_role(session: aiohttp.ClientSession) -> None:
+    body = (FIXTURES / "llmd-epp-flow-control-handwritten.txt").read_text()
+    async with FakeEngine(metrics_body=body) as fake:
+        collector = make(fake.url + "/metrics", role="decode")
+        await collector.tick(session)
+        reg, _ = scrape(collector)
+        g = reg.get_sample_value
+        gw = {"engine": "llmd-epp", "model": "Qwen/Qwen3-0.6B", "pool": "qwen-pool"}
+        assert g("inference_gateway_queue_depth", {**gw, "priority": "0"}) == 32
+        assert g("inference_gateway_pool_saturation", {**gw, "stage": "effective"}) == 1
+        assert g("inference_gateway_queue_time_seconds_count", gw) == 1500
+        assert g("inference_gateway_stale_endpoints", {"engine": "llmd-epp", "model": gw["model"]})
+        rejected = {"engine": "llmd-epp", "model": gw["model"], "layer": "gateway"}
+        assert g("inference_requests_rejected_total", {**rejected, "reason": "capacity"}) == 48
+        # the picker itself is still of the role the flag gives
+        info = {"engine": "llmd-epp", "model": gw["model"], "role": "decode", "version": ""}
+        assert g("inference_engine_info", info) == 1

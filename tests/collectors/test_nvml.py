@@ -776,14 +776,19 @@ def test_engine_share_of_a_shared_gpu(clock: FakeClock) -> None:
         assert g("inference_gpu_utilization_ratio", lab(0)) == pytest.approx(0.9)
         # GPU 1's trace has no processes: not supported there, so no shares
         assert g("inference_gpu_processes", lab(1, owner="engine")) is None
+        # the share integrated: nothing yet, no poll before the first
+        assert g("inference_gpu_engine_busy_seconds_total", lab(0)) == 0
         clock.now += 1.0
         c.poll_now()
         g = scrape(c)[0].get_sample_value
         assert g("inference_gpu_engine_utilization_ratio", lab(0)) == pytest.approx(0.21)
+        # 21 % for the second since the previous poll
+        assert g("inference_gpu_engine_busy_seconds_total", lab(0)) == pytest.approx(0.21)
         clock.now += 0.01
         c.poll_now()  # nothing new in the buffer: no process ran a kernel since
         g = scrape(c)[0].get_sample_value
         assert g("inference_gpu_engine_utilization_ratio", lab(0)) == 0
+        assert g("inference_gpu_engine_busy_seconds_total", lab(0)) == pytest.approx(0.21)
 
 
 def test_no_attribution_no_per_process_calls(clock: FakeClock) -> None:
@@ -791,7 +796,9 @@ def test_no_attribution_no_per_process_calls(clock: FakeClock) -> None:
         g = scrape(c)[0].get_sample_value
         assert g("inference_gpu_processes", lab(0, owner="engine")) is None
         assert g("inference_gpu_engine_utilization_ratio", lab(0)) is None
-        assert g("inference_nvml_calls_total", {"gpu": "0"}) == 12  # as without the feature
+        # as without the feature, and the links and power state (absent from this trace) asked
+        # once: field values, the enforced power limit, fabric, power profiles
+        assert g("inference_nvml_calls_total", {"gpu": "0"}) == 12 + 4
 
 
 class Unknown:
@@ -807,7 +814,7 @@ def test_engine_pids_not_known_yet(clock: FakeClock) -> None:
     for c in run(shared_collector(clock, Unknown())):  # type: ignore[arg-type]
         g = scrape(c)[0].get_sample_value
         assert g("inference_gpu_processes", lab(0, owner="engine")) is None
-        assert g("inference_nvml_calls_total", {"gpu": "0"}) == 14  # read, not attributed
+        assert g("inference_nvml_calls_total", {"gpu": "0"}) == 14 + 4  # read, not attributed
 
 
 # --- flags ------------------------------------------------------------------------------------
@@ -874,6 +881,7 @@ def test_each_pods_share_of_a_shared_gpu(clock: FakeClock, tmp_path: Path) -> No
         assert collection.success
         assert g("inference_gpu_pod_utilization_ratio", a) == pytest.approx(0.20)
         assert g("inference_gpu_pod_utilization_ratio", b) == pytest.approx(0.75)
+        assert g("inference_gpu_pod_busy_seconds_total", a) == 0  # no earlier poll to credit
         assert g("inference_gpu_pod_memory_used_bytes", a) == 22 * GIB
         assert g("inference_gpu_pod_memory_used_bytes", b) == 40 * GIB
         for reason in ("host", "gone", "unreadable"):
@@ -895,6 +903,9 @@ def test_each_pods_share_of_a_shared_gpu(clock: FakeClock, tmp_path: Path) -> No
         assert g("inference_gpu_pod_utilization_ratio", b) is None
         assert g("inference_gpu_pod_memory_used_bytes", b) is None
         assert g("inference_gpu_pod_utilization_ratio", a) == pytest.approx(0.16)  # 100 alone
+        # its share for the second since the first poll; pod B left the GPU: its counter goes
+        assert g("inference_gpu_pod_busy_seconds_total", a) == pytest.approx(0.16)
+        assert g("inference_gpu_pod_busy_seconds_total", b) is None
         assert g("inference_gpu_pod_memory_used_bytes", a) == 20 * GIB
         assert g("inference_gpu_pod_unattributed_processes", lab(0, reason="gone")) == 1
         assert g("inference_gpu_pod_unattributed_processes", lab(0, reason="host")) == 1

@@ -54,7 +54,21 @@ NO_DATA = {
         "no engine metric exceeds --engine.max-series, so no series is dropped"
     ),
     ("ibe-gpu-detail", "Xid errors", "A"): (
-        "the replay trace has no Xid event; the counter appears with the first one"
+        "the replay trace has no Xid event; the new-Xid signal appears with the first one"
+    ),
+    ("ibe-gpu-detail", "GPU utilisation per GPU: the device and the engine's own share", "B"): (
+        "no other tenant's process shares the replay trace's GPUs; the engine's own share "
+        "exists on a shared GPU only"
+    ),
+    ("ibe-inference-bottlenecks", "Tokenizer latency vs inter-token latency", "C"): (
+        "the engine is vLLM, which reports no tokenizer histogram (SGLang and TGI do); the "
+        "probe's is line A"
+    ),
+    ("ibe-inference-bottlenecks", "Pool queues: prefill and decode", "A"): (
+        "the engine runs colocated (no role): no prefill pool"
+    ),
+    ("ibe-inference-bottlenecks", "Pool queues: prefill and decode", "B"): (
+        "the engine runs colocated (no role): no decode pool"
     ),
 }
 

@@ -31,8 +31,9 @@ from support.dashboards import (
 from support.paths import ROOT
 
 from dashboards import generate
+from exporter.signatures.definitions import RECORD_NAME
 from exporter.signatures.promql_text import split_matchers
-from exporter.signatures.records import pool_labels, recording_rules
+from exporter.signatures.signals import pool_labels, recording_rules
 from exporter.signatures.site import SiteConfig, parse_config
 
 SIDECAR = 'job="inference/ibe-sidecar"'
@@ -67,22 +68,26 @@ RULE_LABELS = {
     "engine",
     "model",
     "role",
+    "pool",
+    "layer",
 }
 EXPORTER_SERIES = re.compile(r"^(up|scrape_\w+|process_\w+)$")
 
 # Panels whose dashed lines mirror an alert's thresholds, and the alerts.
 THRESHOLD_ALERTS = {
-    "GPU utilisation vs queue depth": ("InferenceGPUStarvedQueueGrowing",),
+    "GPU utilisation (the engine's own share) vs queue depth": ("InferenceGPUStarvedQueueGrowing",),
     "Softirq share: node and hottest core": ("InferenceSoftirqCPUHigh",),
     "Engine hottest-thread CPU": ("InferenceFrontendCPUSaturated",),
     "HBM bandwidth utilisation vs generation tokens/s": ("InferenceHBMBandwidthSaturated",),
     "KV-cache and framebuffer headroom": ("InferenceGPUMemoryHeadroomLow",),
     "Share of latency spent in the queue": ("InferenceQueueWaitDominatesLatency",),
     "Idle and saturated samples": ("InferenceGPUUtilizationPulsing",),
-    "GPU utilisation": ("InferenceGPUUnderutilized", "InferenceGPUStarvedQueueGrowing"),
     "HBM bandwidth utilisation": ("InferenceHBMBandwidthSaturated",),
     "Decode roofline efficiency": ("InferenceDecodeOverheadBound",),
-    "GPU-Util vs SM activity": ("InferenceGPUBusySMsIdle",),
+    "GPU-Util (device utilisation) vs SM activity": ("InferenceGPUBusySMsIdle",),
+    "Pool queues: prefill and decode": ("InferencePrefillPoolShort", "InferenceDecodePoolShort"),
+    "Time to first token: queue, prefill, KV transfer": ("InferenceKVTransferBound",),
+    "KV-cache transfer failures": ("InferenceKVTransferFailing",),
 }
 # Dashed lines that are no alert's: slowdown temperature, scrape deadline, NVML call budget,
 # the workload-shape advice (long prompts and outputs).
@@ -243,6 +248,8 @@ def test_site_queries_carry_exactly_the_sites_matchers(site: Generated) -> None:
             targets = [m for m in matchers if label(m) in JOIN and "$" in m]
             if metric == "inference_exporter_build_info":  # a variable, narrowed by those before
                 assert targets == variables[: len(targets)], where
+            elif metric.startswith("inference_pool:"):  # a pool's signal: no pod
+                assert targets == variables[:2], f"{where}: {metric}{matchers}"
             else:
                 assert targets == variables, f"{where}: {metric}{matchers}"
             on_targets = {m for m in fixed(matchers) if label(m) in JOIN}
@@ -303,19 +310,20 @@ def test_site_legends_and_tables_name_the_cluster(site: Generated) -> None:
 def test_site_threshold_lines_moved(site: Generated, shipped: Generated) -> None:
     moved = {
         "Share of latency spent in the queue": ({0.3}, {0.45}),
-        "GPU utilisation vs queue depth": ({0.6}, {0.5}),
+        "GPU utilisation (the engine's own share) vs queue depth": ({0.6}, {0.5}),
         "Idle and saturated samples": ({0.3, 0.2}, {0.25, 0.2}),
         "KV-cache and framebuffer headroom": ({0.9, 0.97}, {0.85, 0.97}),
-        "GPU utilisation": ({0.3, 0.6}, {0.3, 0.5}),
     }
     before, after = panels_by_title(shipped.boards), panels_by_title(site.boards)
     for title, (old, new) in moved.items():
         assert threshold_lines(before[title]) == old, title
         assert threshold_lines(after[title]) == new, title
     assert "above 45 %" in after["Share of latency spent in the queue"]["description"]
-    # the idle bucket moved with the alert's idle_sample_at_most
+    # the idle share is the site's signal, whose bucket moved with idle_sample_at_most
     idle = after["Idle and saturated samples"]["targets"][0]["expr"]
-    assert 'le="0.1"' in idle and 'le="0.05"' not in idle
+    assert idle.startswith("inference:gpu_utilization_idle_samples:ratio10m{"), idle
+    (rule,) = [r for r in recording_rules(parse_config(SITE)) if idle.startswith(r.record + "{")]
+    assert 'le="0.1"' in rule.expr and 'le="0.05"' not in rule.expr
 
 
 def test_site_queries_parse_with_promtool(site: Generated, tmp_path: Path) -> None:
@@ -342,7 +350,8 @@ def test_a_site_joining_on_instance_alone() -> None:
     for query in collect_queries(boards):
         assert "namespace" not in query.expr and "pod" not in query.expr, query
         for metric, matchers in selectors(query.expr):
-            assert 'instance=~"$instance"' in matchers, f"{query}: {metric}"
+            if not metric.startswith("inference_pool:"):  # no pool labels: every target's
+                assert 'instance=~"$instance"' in matchers, f"{query}: {metric}"
     legends = {
         target.get("legendFormat", "")
         for board in boards.values()
@@ -396,10 +405,12 @@ def rules_join_labels(generated: Generated) -> tuple[str, ...]:
         for labels in groupings(expr)
     }
     found.discard(())
-    # The pool records group by the join labels that do not name a pod (sources.pool_labels).
+    # The pool records group by the join labels that do not name a pod (sources.pool_labels),
+    # a gateway's pool by those that name neither a pod nor a job (site.GatewayJoin).
     labels = max(found, key=len)
     pool = pool_labels(labels)
-    assert found - {pool} == {labels}, found
+    gateway = tuple(label for label in pool if label != "job")
+    assert found - {pool, gateway} == {labels}, found
     return labels
 
 
@@ -459,17 +470,40 @@ def test_threshold_lines_are_the_alerts_thresholds(pair: Generated) -> None:
     for title, alerts in THRESHOLD_ALERTS.items():
         in_alerts = {n for alert in alerts for expr in pair.alerts[alert] for n in numbers(expr)}
         assert threshold_lines(panels[title]) <= in_alerts, title
-    # the utilisation sample buckets: the bounds the pulsing rules count
+    # The pulsing alert's bucket bounds are counted in its signals, never again in a panel.
     samples = "inference_gpu_utilization_samples_bucket"
+    bounds = {
+        m
+        for expr in pair.rule_exprs
+        for metric, matchers in selectors(expr)
+        if metric == samples
+        for m in matchers
+        if m.startswith("le=")
+    }
+    assert bounds
+    for query in pair.queries:
+        assert not any(bound in query.expr for bound in bounds), query
 
-    def bounds(exprs: list[str]) -> set[str]:
-        return {
-            m
-            for expr in exprs
-            for metric, matchers in selectors(expr)
-            if metric == samples
-            for m in matchers
-            if m.startswith("le=")
-        }
 
-    assert bounds([q.expr for q in pair.queries]) == bounds(pair.rule_exprs) != set()
+def _records(expr: str) -> set[str]:
+    return set(RECORD_NAME.findall(expr))
+
+
+def test_a_threshold_line_is_drawn_on_what_its_alert_reads(pair: Generated) -> None:
+    """Every line of an alert's threshold sits on a query of a signal that alert reads: on the
+    query that carries it, or (a line for the whole panel) on one of the panel's queries."""
+    panels = panels_by_title(pair.boards)
+    for title, alerts in THRESHOLD_ALERTS.items():
+        read = {name for alert in alerts for expr in pair.alerts[alert] for name in _records(expr)}
+        panel = panels[title]
+        by_ref = {t["refId"]: t["expr"] for t in panel["targets"]}
+        carriers = [
+            override["matcher"]["options"]
+            for override in panel.get("fieldConfig", {}).get("overrides", [])
+            if any(prop["id"] == "thresholds" for prop in override["properties"])
+        ]
+        if not carriers:  # the panel's own lines: one of its queries reads what the alert reads
+            carriers = [ref for ref, expr in by_ref.items() if _records(expr) & read][:1]
+        assert carriers, f"{title}: no query reads what {alerts} read"
+        for ref in carriers:
+            assert _records(by_ref[ref]) & read, f"{title} / {ref}: {by_ref[ref]}"

@@ -35,6 +35,7 @@ from support.paths import ROOT, TRACE
 from support.process import ExporterProcess
 
 from exporter.diagnose.timeline import PANELS
+from exporter.signatures.signals.cpu_signals import SOFTIRQ_HOTTEST_CORE
 from exporter.signatures.site import parse_config
 
 PROG = "inference-bottleneck-exporter diagnose"
@@ -167,7 +168,7 @@ def test_every_plot_is_drawn_with_data(reports: dict[str, str], name: str) -> No
     names = {key: re.findall(r'data-series="([^"]+)"', body) for key, body in plots.items()}
     assert names["budget"] == ["queue", "prefill", "decode", "host"]
     assert names["tokenizer"] == ["tokenizer", "decode step"]
-    absent = "softirq_hottest_core" in SCENARIOS[name].absent
+    absent = SOFTIRQ_HOTTEST_CORE in SCENARIOS[name].absent
     assert names["softirq"] == (["node"] if absent else ["node", "busiest core"])
     assert 'data-threshold="0.9"' in plots["thread"]
     assert 'data-threshold="0.33"' in plots["roofline"]

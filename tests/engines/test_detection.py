@@ -31,6 +31,7 @@ EXPECTED: dict[str, str | None] = {
     "llamacpp-2025-06-pr13196-excerpt.txt": "llamacpp",
     "llamacpp.txt": "llamacpp",
     "llmd-epp-handwritten.txt": "llmd-epp",
+    "llmd-epp-flow-control-handwritten.txt": "llmd-epp",
     "lmdeploy-0.16-handwritten.txt": "lmdeploy",
     "nim-llm-1.0.0-2024-10.txt": "nim",
     "ray-2.32-vllm-v0-2024-12.txt": "ray",

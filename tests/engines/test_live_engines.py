@@ -24,7 +24,8 @@ from support.metrics import metric_value
 from support.process import ExporterProcess
 
 from exporter.engines import digest, poll_keys
-from exporter.engines.snapshot import EngineSnapshot, Series, token_count
+from exporter.engines.snapshot import EngineSnapshot, Series
+from exporter.engines.spec import token_count
 from exporter.lab import thirdparty
 from exporter.lab.processes import child_pythonpath, free_port, http_get, spawn, wait_until
 
@@ -148,6 +149,13 @@ def test_triton_through_the_sidecar(triton: thirdparty.Launched) -> None:
         assert not [e for e in proc.logs if "recovered" in e.get("msg", "")]
         assert _value(proc, "inference_tokenizer_probes_total", up) == 0
         assert _value(proc, "inference_scrape_collector_success", {"collector": "tokenizer"}) == 1
+        # The model is Triton's own label: every series and the info carry it.
+        tiny = {"engine": "triton", "model": "tiny", "role": "both"}
+        assert _value(proc, "inference_queue_depth", tiny) == 0
+        named = {"engine": "triton", "model": "tiny", "raw_model": "tiny", "origin": "metrics"}
+        assert _value(proc, "inference_engine_model_info", named) == 1
+        _, _, body = proc.get("/metrics")
+        assert 'model=""' not in body.decode()
     finally:
         proc.close()
 
@@ -284,10 +292,26 @@ def test_llamacpp_through_the_sidecar(llama: thirdparty.Launched) -> None:
         assert tokens is not None and 400 <= tokens <= 1000, tokens
         # the default --process.match finds llama-server
         proc.wait_for(lambda: (_value(proc, "inference_engine_processes") or 0) >= 1)
-        info = {"engine": "llamacpp", "model": "", "role": "both", "version": _build_info(llama)}
+        # llama.cpp's metrics name no model: /v1/models does (the model file, no --alias here)
+        served = _served(llama)
+        assert served.endswith("tiny-llama.gguf"), served
+        model = "tiny-llama"
+        info = {"engine": "llamacpp", "model": model, "role": "both", "version": _build_info(llama)}
         proc.wait_for(lambda: _value(proc, "inference_engine_info", info) == 1)
+        raw = {"engine": "llamacpp", "model": model, "raw_model": served, "origin": "/v1/models"}
+        assert _value(proc, "inference_engine_model_info", raw) == 1
+        running = {"engine": "llamacpp", "model": model, "role": "both"}
+        assert _value(proc, "inference_requests_running", running) is not None
+        _, _, body = proc.get("/metrics")
+        assert 'model=""' not in body.decode()
     finally:
         proc.close()
+
+
+def _served(llama: thirdparty.Launched) -> str:
+    status, body = http_get(llama.api_url + "/v1/models")
+    assert status == 200
+    return str(json.loads(body)["data"][0]["id"])
 
 
 def _build_info(llama: thirdparty.Launched) -> str:
@@ -308,7 +332,7 @@ def test_llamacpp_killed_and_restarted(tmp_path: Path) -> None:
     second: thirdparty.Launched | None = None
     try:
         _complete(first.api_url, 24)
-        engine = {"engine": "llamacpp", "model": "", "role": "both"}
+        engine = {"engine": "llamacpp", "model": "tiny-llama", "role": "both"}
         proc.wait_for(lambda: _value(proc, "inference_generation_tokens_total", engine) == 24)
         first.children[0].proc.kill()
         first.children[0].stop()
@@ -317,10 +341,16 @@ def test_llamacpp_killed_and_restarted(tmp_path: Path) -> None:
             lambda: (_value(proc, "inference_engine_poll_failures_total", connect) or 0) >= 2
         )
         assert _value(proc, "inference_engine_up", {"engine": "llamacpp"}) == 0
-        second = thirdparty.start("llamacpp", tmp_path / "b", port=port, exact_port=True)
+        # back under an --alias: the sidecar asks its name again when it comes up
+        second = thirdparty.start(
+            "llamacpp", tmp_path / "b", ["--alias", "river-keeper"], port=port, exact_port=True
+        )
         _complete(second.api_url, 4)
+        engine["model"] = "river-keeper"
         proc.wait_for(lambda: _value(proc, "inference_generation_tokens_total", engine) == 4)
         assert _value(proc, "inference_engine_up", {"engine": "llamacpp"}) == 1
+        raw = {"model": "river-keeper", "raw_model": "river-keeper", "origin": "/v1/models"}
+        assert _value(proc, "inference_engine_model_info", {"engine": "llamacpp", **raw}) == 1
     finally:
         proc.close()
         for launched in (first, second):

@@ -127,10 +127,22 @@ def test_alertmanager_translation_refuses_what_it_does_not_know() -> None:
         chart_tool.alertmanager_config_spec(config)
 
 
-def test_dashboard_configmaps_equal_dashboards() -> None:
-    """One ConfigMap per dashboards/*.json, byte for byte; none while there are none."""
-    sources = {p.name: p.read_text() for p in sorted((ROOT / "dashboards").glob("*.json"))}
-    values = {"dashboards": {"annotations": {"grafana_folder": "Inference"}}}
+@pytest.mark.parametrize(
+    ("values", "directory"),
+    [
+        ({}, "node"),  # the default mode's
+        ({"mode": "sidecar"}, ""),
+        ({"mode": "dcgm"}, "dcgm"),
+        ({"mode": "sidecar", "prometheusRule": {"profile": "fast"}}, "fast"),
+    ],
+)
+def test_dashboard_configmaps_equal_dashboards(values: dict[str, Any], directory: str) -> None:
+    """One ConfigMap per dashboard of the rule profile the chart installs (the panels read its
+    signals), byte for byte."""
+    boards = ROOT / "dashboards" / directory
+    sources = {p.name: p.read_text() for p in sorted(boards.glob("*.json"))}
+    assert len(sources) == 3
+    values = {**values, "dashboards": {"annotations": {"grafana_folder": "Inference"}}}
     maps = [
         m
         for m in of_kind(render(values), "ConfigMap")
@@ -152,9 +164,9 @@ def test_dashboard_configmaps_follow_the_files(tmp_path: Path) -> None:
     """The template itself, on a dashboard that is not in the repository."""
     chart = tmp_path / CHART.name
     shutil.copytree(CHART, chart)
-    (chart / "files" / "dashboards").mkdir(exist_ok=True)
+    (chart / "files" / "dashboards" / "node").mkdir(parents=True, exist_ok=True)
     text = json.dumps({"uid": "ibe-x", "title": "X", "panels": []}, indent=2, sort_keys=True) + "\n"
-    (chart / "files" / "dashboards" / "GPU_Overview.json").write_text(text)
+    (chart / "files" / "dashboards" / "node" / "GPU_Overview.json").write_text(text)
     maps = [
         m
         for m in of_kind(render(chart=chart), "ConfigMap")

@@ -75,8 +75,9 @@ def test_prometheus_rule_is_the_sites_rules(site: dict[str, Path], profile: str)
 
 
 def test_dashboard_configmaps_are_the_sites_dashboards(site: dict[str, Path]) -> None:
+    # the chart's default mode, node: the site's node-profile dashboards
     generated = {
-        p.name: p.read_text() for p in sorted((site["root"] / "dashboards").glob("*.json"))
+        p.name: p.read_text() for p in sorted((site["root"] / "dashboards" / "node").glob("*.json"))
     }
     maps = [
         m
@@ -90,7 +91,7 @@ def test_dashboard_configmaps_are_the_sites_dashboards(site: dict[str, Path]) ->
         variables = [v["name"] for v in board["templating"]["list"]]
         assert variables[:4] == ["datasource", "cluster", "namespace", "pod"], name
         assert SIDECAR in text.replace('\\"', '"'), name
-    shipped = (CHART / "files" / "dashboards" / "inference-bottlenecks.json").read_text()
+    shipped = (CHART / "files" / "dashboards" / "node" / "inference-bottlenecks.json").read_text()
     assert rendered["inference-bottlenecks.json"] != shipped
 
 

@@ -181,8 +181,11 @@ def test_the_rendered_webhook_answers_over_the_rendered_certificate(tmp_path: Pa
         ]
     )
     assert "--engine.url=http://127.0.0.1:30000/metrics" in sidecar["args"]
-    # No GPU access by default: the node agent or dcgm-exporter gives the GPU series.
-    assert "--no-collector.nvml" in sidecar["args"] and "env" not in sidecar
+    # No GPU access by default: the node agent or dcgm-exporter gives the GPU series, and the
+    # landing page says so for the pod's node (its one variable).
+    assert "--no-collector.nvml" in sidecar["args"]
+    assert "--gpu.read-by=dcgm-exporter or the node agent on $(NODE_NAME)" in sidecar["args"]
+    assert [e["name"] for e in sidecar["env"]] == ["NODE_NAME"]
     assert (
         load_values(values).tree["sidecar"]
         == yaml.safe_load((ROOT / "helm/inference-bottleneck-exporter/values.yaml").read_text())[

@@ -151,7 +151,7 @@ def test_in_place_writes_every_file_or_none(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("stdin", "message"),
     [
-        ("kind: Service\nmetadata: {name: x}\n", "no pod template with an engine container"),
+        ("kind: Service\nmetadata: {name: x}\n", "no pod template found in Service/x"),
         ("a: [unclosed\n", "not YAML"),
         ("- just\n- a list\n", "not a Kubernetes object"),
         (
@@ -295,6 +295,36 @@ def test_gpu_all_gives_the_sidecar_nvml() -> None:
             "vllm",
             "http://127.0.0.1:8200/metrics",
         ),
+        # Shell-wrapped: a script whose lines end in a backslash, the port quoted.
+        (
+            {
+                "image": "example.com/aibrix/vllm-openai:v0.10.0",
+                "command": ["sh", "-c"],
+                "args": ['vllm serve \\\n--host "0.0.0.0" \\\n--port "8100" \\\n--model /m'],
+            },
+            "vllm",
+            "http://127.0.0.1:8100/metrics",
+        ),
+        # ... its port a variable of the container's environment, the engine behind exec.
+        (
+            {
+                "image": "lmsysorg/sglang:v0.5.9",
+                "command": ["/bin/bash", "-lc"],
+                "args": ["cd /w && exec python3 -m sglang.launch_server --port ${PORT:-30000}"],
+                "env": [{"name": "PORT", "value": "30001"}],
+            },
+            "sglang",
+            "http://127.0.0.1:30001/metrics",
+        ),
+        (
+            {
+                "image": "example.com/own",
+                "command": ["sh", "-c", "nice -n 5 llama-server -m /m.gguf --port $(LLAMA_PORT)"],
+                "env": [{"name": "LLAMA_PORT", "value": "8081"}],
+            },
+            "llamacpp",
+            "http://127.0.0.1:8081/metrics",
+        ),
     ],
 )
 def test_the_engine_is_found_from_image_command_env_and_ports(
@@ -328,6 +358,16 @@ def test_no_engine_in_a_router_or_the_sidecar_itself() -> None:
     }
     assert find_engine([router], skip=SIDECAR) is None
     assert find_engine([{"name": SIDECAR, "image": "vllm/vllm-openai"}], skip=SIDECAR) is None
+    # An engine's name in a router's arguments (the servers it routes to) is no engine.
+    sglang_router = {
+        "name": "router",
+        "image": "lmsysorg/sglang-router:v0.2.4",
+        "command": ["python3", "-m", "sglang_router.launch_router", "--pd-disaggregation"],
+        "args": ["--prefill", "http://sglang-pd-prefill-0.s-sglang-pd-prefill:8000"],
+    }
+    assert find_engine([sglang_router], skip=SIDECAR) is None
+    script = {"name": "r", "command": ["sh", "-c", "echo vllm serve; exec my-router --to vllm"]}
+    assert find_engine([script], skip=SIDECAR) is None
 
 
 ENGINE = {"name": "sglang", "image": "lmsysorg/sglang:v0.5.2-cu126", "args": ["--port=30000"]}

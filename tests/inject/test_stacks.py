@@ -10,6 +10,7 @@ import io
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -69,11 +70,43 @@ EXPECTED: dict[str, dict[str, str]] = {
         "DynamoGraphDeployment/vllm-disagg service VllmDecodeWorker": "http://127.0.0.1:9090/metrics",
         "DynamoGraphDeployment/vllm-disagg service VllmPrefillWorker": "http://127.0.0.1:9090/metrics",
     },
+    # Kinds inject has no table for: their pod templates found under template fields, the
+    # engine in a shell-wrapped command line (StormService) or only in its image (Kthena).
+    "aibrix-stormservice-vllm-1p1d.yaml": {
+        "StormService/vllm-1p1d template.spec.roles[prefill].template": (
+            "http://127.0.0.1:8000/metrics"
+        ),
+        "StormService/vllm-1p1d template.spec.roles[decode].template": (
+            "http://127.0.0.1:8000/metrics"
+        ),
+    },
+    "kthena-modelserving-vllm-pd.yaml": {
+        "ModelServing/deepseek-v2-lite template.roles[prefill].entryTemplate": (
+            "http://127.0.0.1:8000/metrics"
+        ),
+        "ModelServing/deepseek-v2-lite template.roles[decode].entryTemplate": (
+            "http://127.0.0.1:8000/metrics"
+        ),
+    },
+}
+# Fixtures whose engines declare a port named as the sidecar's: injected with these values.
+WITH_VALUES: dict[str, tuple[str, dict[str, str]]] = {
+    "rbg-sglang-pd-standalone.yaml": (
+        "sidecar: {portName: exporter}\n",
+        {
+            "RoleBasedGroup/sglang-pd-inference roles[prefill].standalonePattern.template": (
+                "http://127.0.0.1:8000/metrics"
+            ),
+            "RoleBasedGroup/sglang-pd-inference roles[decode].standalonePattern.template": (
+                "http://127.0.0.1:8000/metrics"
+            ),
+        },
+    ),
 }
 
 
 def test_every_fixture_is_listed_and_names_its_source() -> None:
-    assert sorted(p.name for p in STACKS.glob("*.yaml")) == sorted(EXPECTED)
+    assert sorted(p.name for p in STACKS.glob("*.yaml")) == sorted([*EXPECTED, *WITH_VALUES])
     for path in STACKS.glob("*.yaml"):
         assert path.read_text().startswith("# github.com/"), path.name
 
@@ -306,3 +339,98 @@ def test_the_webhook_over_https_answers_the_stacks_pods_alike(name: str, webhook
                 assert "patch" not in response
             else:
                 assert patched(pod, response) == jsonpatch.JsonPatch(patch).apply(pod)
+
+
+# --- orchestrators inject has no table for ----------------------------------------------------
+
+
+def test_a_kind_whose_engine_port_clashes_says_so_and_takes_the_values(tmp_path: Path) -> None:
+    """RoleBasedGroup (sgl-project/rbg): its SGLang servers name a port metrics, as the sidecar
+    does; the router, whose arguments name the SGLang servers, is no engine."""
+    for name, (values, expected) in WITH_VALUES.items():
+        text = (STACKS / name).read_text()
+        refused = inject(text)
+        assert refused.returncode == 2
+        assert "roles[prefill].standalonePattern.template: container 'prefill' has a port " in (
+            refused.stderr
+        )
+        path = tmp_path / "values.yaml"
+        path.write_text(values)
+        result = inject(text, "--values", str(path))
+        assert result.returncode == 0, result.stderr
+        urls = {place: _url(c) for place, c in _sidecars(_docs(result.stdout)).items()}
+        assert urls == expected
+        assert inject(result.stdout, "--values", str(path)).stdout == result.stdout
+
+
+def test_an_orchestrator_without_a_known_engine_says_why_and_what_to_do() -> None:
+    """The StormService with its engine started by a script inject cannot read: the pod
+    templates are found, and the error says none runs a known engine; with --engine-url each
+    template gets the sidecar."""
+    text = (STACKS / "aibrix-stormservice-vllm-1p1d.yaml").read_text()
+    hidden = text.replace('command: ["sh", "-c"]', 'command: ["/opt/start.sh"]').replace(
+        "vllm-openai:", "serving:"
+    )
+    refused = inject(hidden)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1, refused.stderr
+    assert "no engine found in the 2 pod templates found (StormService/vllm-1p1d " in (
+        refused.stderr
+    )
+    assert "give --engine-url, or let the admission webhook inject the pods" in refused.stderr
+    given = inject(hidden, "--engine-url", "http://127.0.0.1:8000/metrics")
+    assert given.returncode == 0, given.stderr
+    assert set(_sidecars(_docs(given.stdout))) == set(
+        EXPECTED["aibrix-stormservice-vllm-1p1d.yaml"]
+    )
+
+
+def test_the_next_orchestrator_too() -> None:
+    """HAND-WRITTEN: an imaginary kind nesting pod templates as the serving stacks do (a
+    template field in a list of groups, a worker template, a pod spec under another name).
+    Its templates are found, only the engine's gets a sidecar, a worker only on a declared
+    port."""
+    doc = {
+        "apiVersion": "serving.example.com/v1",
+        "kind": "InferenceFleet",
+        "metadata": {"name": "fleet"},
+        "spec": {
+            "groups": [
+                {
+                    "name": "serve",
+                    "podTemplate": {
+                        "metadata": {"labels": {"app": "x"}},
+                        "spec": {
+                            "containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.0"}]
+                        },
+                    },
+                    "workerTemplate": {
+                        "spec": {"containers": [{"name": "w", "image": "vllm/vllm-openai:v0.11.0"}]}
+                    },
+                },
+                {
+                    "name": "cache",
+                    "template": {"spec": {"containers": [{"name": "c", "image": "redis"}]}},
+                },
+            ],
+            "podSpec": {"containers": [{"name": "ignored", "image": "vllm/vllm-openai"}]},
+        },
+    }
+    assert [p.name for p in places(doc)] == [
+        "InferenceFleet/fleet groups[serve].podTemplate",
+        "InferenceFleet/fleet groups[serve].workerTemplate",
+        "InferenceFleet/fleet groups[cache].template",
+    ]
+    result = inject(yaml.safe_dump(doc))
+    assert result.returncode == 0, result.stderr
+    urls = {place: _url(c) for place, c in _sidecars(_docs(result.stdout)).items()}
+    assert urls == {
+        "InferenceFleet/fleet groups[serve].podTemplate": "http://127.0.0.1:8000/metrics"
+    }
+    (out,) = _docs(result.stdout)
+    assert get(out, ("spec", "groups", 0, "podTemplate", "metadata", "labels", "app")) == "x"
+    assert len(get(out, ("spec", "podSpec", "containers"))) == 1
+    none = inject(yaml.safe_dump({**doc, "spec": {"groups": []}}))
+    assert none.returncode == 2
+    assert "no pod template found in InferenceFleet/fleet" in none.stderr
+    assert "the admission webhook injects any pod" in none.stderr

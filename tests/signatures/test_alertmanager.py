@@ -44,8 +44,8 @@ from support.promstack import (
 from exporter.signatures import all_signatures, parse_config
 from exporter.signatures.alertmanager import alertmanager_yaml
 from exporter.signatures.definitions import FAMILIES
-from exporter.signatures.records import RecordNames
 from exporter.signatures.render import runbook_url
+from exporter.signatures.signals.engine_signals import QUEUE_DEPTH, QUEUE_TREND
 
 CONFIG = RULES / "alertmanager.yaml"
 CFG = parse_config({})
@@ -217,8 +217,7 @@ def test_inhibitions_name_the_catalogue() -> None:
     ]
     covered = set().union(*(_alertnames(r["target_matchers"]) for r in engine))
     assert any('signature="queue"' in r["target_matchers"] for r in engine)
-    records = RecordNames.of(CFG)
-    queue_records = (records.queue_depth, records.queue_trend)
+    queue_records = (QUEUE_DEPTH.record(CFG), QUEUE_TREND.record(CFG))
     readers = {
         sig.alert
         for sig in SIGNATURES

@@ -27,7 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.lab.processes import Server, start_prometheus
-from exporter.signatures.records import RecordNames
+from exporter.signatures.signals import (
+    HISTORY,
+    cpu_signals,
+    engine_signals,
+    gpu_signals,
+    latency_signals,
+    roofline_signals,
+    shared_gpu_signals,
+)
+from exporter.signatures.signals.signal import Signal
 from exporter.signatures.site import SiteConfig
 from support.promstack import backfill
 
@@ -53,78 +62,86 @@ def _ramp(minute: float, before: float, after: float, last: float | None = None)
 
 
 Series = dict[str, Callable[[float], float | None]]
+#: A signal's name in the incident's site config.
+Names = Callable[[Signal], str]
+
+
+def names(cfg: SiteConfig) -> Names:
+    return lambda signal: signal.record(cfg)
 
 
 def healthy(cfg: SiteConfig) -> Series:
     """Each record (and raw series) by name: its value at a minute, None for no sample."""
-    r = RecordNames.of(cfg)
+    r = names(cfg)
     rate, trend = cfg.window_seconds("rate"), cfg.window_seconds("queue_trend")
     return {
-        r.gpu_utilization: lambda m: 0.85,
-        r.gpu_own_utilization: lambda m: 0.85,
-        r.idle_samples: lambda m: 0.02,
-        r.busy_samples: lambda m: 0.60,
-        r.queue_depth: lambda m: 0.0,
-        r.queue_trend: lambda m: 0.0,
-        r.queue_wait_share: lambda m: 0.02,
-        r.e2e_mean: lambda m: 1.5,
-        r.budget_queue: lambda m: 0.02,
-        r.budget_prefill: lambda m: 0.08,
-        r.budget_decode: lambda m: 0.85,
-        r.budget_host: lambda m: 0.05,
-        r.decode_efficiency: lambda m: 0.62,
-        r.tokenizer_median: lambda m: 0.005,
-        r.inter_token_median: lambda m: 0.018,
-        r.softirq_share: lambda m: 0.01,
-        r.softirq_hottest_core: lambda m: 0.05,
-        r.hottest_thread: lambda m: 0.45,
-        r.requests_running: lambda m: 6.0,
-        r.traffic: lambda m: 1.0,
-        RecordNames.history(rate): lambda m: 1.0 if m >= rate / 60 else None,
-        RecordNames.history(trend): lambda m: 1.0 if m >= trend / 60 else None,
+        r(gpu_signals.GPU_UTILIZATION): lambda m: 0.85,
+        r(shared_gpu_signals.GPU_OWN_UTILIZATION): lambda m: 0.85,
+        r(gpu_signals.IDLE_SAMPLES): lambda m: 0.02,
+        r(gpu_signals.BUSY_SAMPLES): lambda m: 0.60,
+        r(engine_signals.QUEUE_DEPTH): lambda m: 0.0,
+        r(engine_signals.QUEUE_TREND): lambda m: 0.0,
+        r(engine_signals.QUEUE_WAIT_SHARE): lambda m: 0.02,
+        r(roofline_signals.E2E_MEAN): lambda m: 1.5,
+        r(roofline_signals.BUDGET_QUEUE): lambda m: 0.02,
+        r(roofline_signals.BUDGET_PREFILL): lambda m: 0.08,
+        r(roofline_signals.BUDGET_DECODE): lambda m: 0.85,
+        r(roofline_signals.BUDGET_HOST): lambda m: 0.05,
+        r(roofline_signals.DECODE_EFFICIENCY): lambda m: 0.62,
+        r(latency_signals.TOKENIZER_MEDIAN): lambda m: 0.005,
+        r(latency_signals.INTER_TOKEN_MEDIAN): lambda m: 0.018,
+        r(cpu_signals.SOFTIRQ_SHARE): lambda m: 0.01,
+        r(cpu_signals.SOFTIRQ_HOTTEST_CORE): lambda m: 0.05,
+        r(cpu_signals.HOTTEST_THREAD): lambda m: 0.45,
+        r(engine_signals.REQUESTS_RUNNING): lambda m: 6.0,
+        r(engine_signals.TRAFFIC): lambda m: 1.0,
+        r(HISTORY.at(rate)): lambda m: 1.0 if m >= rate / 60 else None,
+        r(HISTORY.at(trend)): lambda m: 1.0 if m >= trend / 60 else None,
         "up": lambda m: None if GAP[0] <= m < GAP[1] else 1.0,
         "inference_exporter_build_info": lambda m: None if GAP[0] <= m < GAP[1] else 1.0,
     }
 
 
-def _frontend_gil(r: RecordNames) -> Series:
+def _frontend_gil(r: Names) -> Series:
     return {
-        r.gpu_utilization: lambda m: _ramp(m, 0.85, 0.40),
-        r.gpu_own_utilization: lambda m: _ramp(m, 0.85, 0.40),
-        r.idle_samples: lambda m: _ramp(m, 0.02, 0.10),
-        r.busy_samples: lambda m: _ramp(m, 0.60, 0.05),
-        r.queue_depth: lambda m: 0.0 if m < INCIDENT_AT else float(int(m - INCIDENT_AT) + 1),
-        r.queue_trend: lambda m: 0.0 if m < INCIDENT_AT else 1 / 60,
-        r.queue_wait_share: lambda m: _ramp(m, 0.02, 0.40, 0.85),
-        r.e2e_mean: lambda m: _ramp(m, 1.5, 3.0, 14.0),
-        r.budget_queue: lambda m: _ramp(m, 0.02, 0.40, 0.85),
-        r.budget_prefill: lambda m: _ramp(m, 0.08, 0.06, 0.02),
-        r.budget_decode: lambda m: _ramp(m, 0.85, 0.50, 0.11),
-        r.budget_host: lambda m: _ramp(m, 0.05, 0.04, 0.02),
-        r.decode_efficiency: lambda m: _ramp(m, 0.62, 0.55),
-        r.inter_token_median: lambda m: _ramp(m, 0.018, 0.021),
-        r.hottest_thread: lambda m: _ramp(m, 0.45, 0.98),
-        r.requests_running: lambda m: _ramp(m, 6.0, 4.0),
+        r(gpu_signals.GPU_UTILIZATION): lambda m: _ramp(m, 0.85, 0.40),
+        r(shared_gpu_signals.GPU_OWN_UTILIZATION): lambda m: _ramp(m, 0.85, 0.40),
+        r(gpu_signals.IDLE_SAMPLES): lambda m: _ramp(m, 0.02, 0.10),
+        r(gpu_signals.BUSY_SAMPLES): lambda m: _ramp(m, 0.60, 0.05),
+        r(engine_signals.QUEUE_DEPTH): lambda m: (
+            0.0 if m < INCIDENT_AT else float(int(m - INCIDENT_AT) + 1)
+        ),
+        r(engine_signals.QUEUE_TREND): lambda m: 0.0 if m < INCIDENT_AT else 1 / 60,
+        r(engine_signals.QUEUE_WAIT_SHARE): lambda m: _ramp(m, 0.02, 0.40, 0.85),
+        r(roofline_signals.E2E_MEAN): lambda m: _ramp(m, 1.5, 3.0, 14.0),
+        r(roofline_signals.BUDGET_QUEUE): lambda m: _ramp(m, 0.02, 0.40, 0.85),
+        r(roofline_signals.BUDGET_PREFILL): lambda m: _ramp(m, 0.08, 0.06, 0.02),
+        r(roofline_signals.BUDGET_DECODE): lambda m: _ramp(m, 0.85, 0.50, 0.11),
+        r(roofline_signals.BUDGET_HOST): lambda m: _ramp(m, 0.05, 0.04, 0.02),
+        r(roofline_signals.DECODE_EFFICIENCY): lambda m: _ramp(m, 0.62, 0.55),
+        r(latency_signals.INTER_TOKEN_MEDIAN): lambda m: _ramp(m, 0.018, 0.021),
+        r(cpu_signals.HOTTEST_THREAD): lambda m: _ramp(m, 0.45, 0.98),
+        r(engine_signals.REQUESTS_RUNNING): lambda m: _ramp(m, 6.0, 4.0),
     }
 
 
-def _tokenizer_slow(r: RecordNames) -> Series:
+def _tokenizer_slow(r: Names) -> Series:
     return {
-        r.tokenizer_median: lambda m: _ramp(m, 0.005, 0.045),
-        r.inter_token_median: lambda m: _ramp(m, 0.018, 0.020),
-        r.e2e_mean: lambda m: _ramp(m, 1.5, 2.0, 4.0),
-        r.gpu_utilization: lambda m: _ramp(m, 0.85, 0.70),
-        r.gpu_own_utilization: lambda m: _ramp(m, 0.85, 0.70),
-        r.budget_host: lambda m: _ramp(m, 0.05, 0.12, 0.20),
-        r.budget_decode: lambda m: _ramp(m, 0.85, 0.78, 0.70),
+        r(latency_signals.TOKENIZER_MEDIAN): lambda m: _ramp(m, 0.005, 0.045),
+        r(latency_signals.INTER_TOKEN_MEDIAN): lambda m: _ramp(m, 0.018, 0.020),
+        r(roofline_signals.E2E_MEAN): lambda m: _ramp(m, 1.5, 2.0, 4.0),
+        r(gpu_signals.GPU_UTILIZATION): lambda m: _ramp(m, 0.85, 0.70),
+        r(shared_gpu_signals.GPU_OWN_UTILIZATION): lambda m: _ramp(m, 0.85, 0.70),
+        r(roofline_signals.BUDGET_HOST): lambda m: _ramp(m, 0.05, 0.12, 0.20),
+        r(roofline_signals.BUDGET_DECODE): lambda m: _ramp(m, 0.85, 0.78, 0.70),
     }
 
 
-def _softirq(r: RecordNames) -> Series:
+def _softirq(r: Names) -> Series:
     return {
-        r.softirq_share: lambda m: _ramp(m, 0.01, 0.12),
-        r.softirq_hottest_core: lambda m: _ramp(m, 0.05, 0.80),
-        r.e2e_mean: lambda m: _ramp(m, 1.5, 1.9),
+        r(cpu_signals.SOFTIRQ_SHARE): lambda m: _ramp(m, 0.01, 0.12),
+        r(cpu_signals.SOFTIRQ_HOTTEST_CORE): lambda m: _ramp(m, 0.05, 0.80),
+        r(roofline_signals.E2E_MEAN): lambda m: _ramp(m, 1.5, 1.9),
     }
 
 
@@ -134,10 +151,10 @@ class Scenario:
     ``ALERTS`` says the first fired (None: the alerting rules were not loaded)."""
 
     name: str
-    changes: Callable[[RecordNames], Series]
+    changes: Callable[[Names], Series]
     order: tuple[str, ...]
     firing_at: float | None = None
-    absent: tuple[str, ...] = ()  # record attributes with no samples at all
+    absent: tuple[Signal, ...] = ()  # signals with no samples at all
     alert_labels: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -145,10 +162,10 @@ class Scenario:
         return self.order[0]
 
     def series(self, cfg: SiteConfig) -> Series:
-        r = RecordNames.of(cfg)
+        r = names(cfg)
         out = {**healthy(cfg), **self.changes(r)}
-        for attribute in self.absent:
-            out.pop(getattr(r, attribute))
+        for signal in self.absent:
+            out.pop(r(signal))
         return out
 
 
@@ -160,7 +177,7 @@ SCENARIOS = {
             _frontend_gil,
             (LEAD, "InferenceQueueWaitDominatesLatency", "InferenceFrontendCPUSaturated"),
             firing_at=FIRING_AT,
-            absent=("softirq_hottest_core",),
+            absent=(cpu_signals.SOFTIRQ_HOTTEST_CORE,),
             alert_labels={"severity": "critical", "signature": "cpu"},
         ),
         Scenario("tokenizer-slow", _tokenizer_slow, ("InferenceTokenizerSlowerThanDecode",)),

@@ -15,6 +15,8 @@ from typing import TypeVar
 
 from exporter.backends.nvml_api import (
     ClockKind,
+    FabricInfo,
+    FieldKey,
     MigAttributes,
     NvmlApi,
     NvmlError,
@@ -166,6 +168,22 @@ class FaultyApi:
             handle,
             lambda: self.inner.pcie_throughput_kibps(handle, direction),
         )
+
+    def field_values(
+        self, handle: object, keys: Sequence[FieldKey]
+    ) -> dict[FieldKey, float | NvmlError]:
+        return self._call("field_values", handle, lambda: self.inner.field_values(handle, keys))
+
+    def fabric_info(self, handle: object) -> FabricInfo:
+        return self._call("fabric_info", handle, lambda: self.inner.fabric_info(handle))
+
+    def enforced_power_limit_mw(self, handle: object) -> int:
+        return self._call(
+            "enforced_power_limit_mw", handle, lambda: self.inner.enforced_power_limit_mw(handle)
+        )
+
+    def power_profiles(self, handle: object) -> frozenset[int]:
+        return self._call("power_profiles", handle, lambda: self.inner.power_profiles(handle))
 
     def gpm_supported(self, handle: object) -> bool:
         return self._call("gpm_supported", handle, lambda: self.inner.gpm_supported(handle))

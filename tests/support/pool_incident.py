@@ -30,9 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.lab.processes import start_prometheus
-from exporter.signatures.records import RecordNames
+from exporter.signatures.signals import (
+    HISTORY,
+    POOL_HISTORY,
+    engine_signals,
+    gpu_signals,
+    pool_signals,
+)
 from exporter.signatures.site import SiteConfig
-from support.incident import INCIDENT_AT, MINUTES, SCRAPE_S, START, Recorded, _ramp
+from support.incident import INCIDENT_AT, MINUTES, SCRAPE_S, START, Recorded, _ramp, names
 from support.promstack import backfill
 
 MODEL = "Qwen/Qwen3-32B"
@@ -59,45 +65,47 @@ class PoolSeries:
 
 
 def _common(cfg: SiteConfig) -> PoolSeries:
-    r = RecordNames.of(cfg)
+    r = names(cfg)
     windows = sorted({cfg.window_seconds(n) for n in ("rate", "latency", "queue_trend")})
     pool: dict[str, Value] = {
-        RecordNames.pool_history(s): (lambda m, s=s: 1.0 if m >= s / 60 else None) for s in windows
+        r(POOL_HISTORY.at(s)): (lambda m, s=s: 1.0 if m >= s / 60 else None) for s in windows
     }
     pool |= {
-        r.of_role(r.pool_engines, "prefill"): lambda m: 2.0,
-        r.of_role(r.pool_engines, "decode"): lambda m: 2.0,
-        r.of_role(r.pool_queue, "prefill"): lambda m: 0.0,
-        r.of_role(r.pool_queue_trend, "prefill"): lambda m: 0.0,
-        r.of_role(r.pool_queue, "decode"): lambda m: 0.0,
-        r.of_role(r.pool_queue_trend, "decode"): lambda m: 0.0,
-        r.of_role(r.pool_kv_cache, "decode"): lambda m: 0.4,
-        r.pool_ratio_now: lambda m: 1.0,
-        r.pool_ratio_suggested: lambda m: 1.0,
-        r.kv_failure_ratio: lambda m: 0.001,
-        r.ttft_queue_mean: lambda m: 0.04,
-        r.ttft_prefill_mean: lambda m: 0.32,
-        r.kv_transfer_mean: lambda m: 0.04,
-        r.ttft_queue_share: lambda m: 0.1,
-        r.ttft_prefill_share: lambda m: 0.8,
-        r.ttft_transfer_share: lambda m: 0.1,
+        r(pool_signals.POOL_ENGINES.prefill): lambda m: 2.0,
+        r(pool_signals.POOL_ENGINES.decode): lambda m: 2.0,
+        r(pool_signals.POOL_QUEUE.prefill): lambda m: 0.0,
+        r(pool_signals.POOL_QUEUE_TREND.prefill): lambda m: 0.0,
+        r(pool_signals.POOL_QUEUE.decode): lambda m: 0.0,
+        r(pool_signals.POOL_QUEUE_TREND.decode): lambda m: 0.0,
+        r(pool_signals.POOL_KV_CACHE.decode): lambda m: 0.4,
+        r(pool_signals.POOL_RATIO_NOW): lambda m: 1.0,
+        r(pool_signals.POOL_RATIO_SUGGESTED): lambda m: 1.0,
+        r(pool_signals.KV_FAILURE_RATIO): lambda m: 0.001,
+        r(pool_signals.TTFT_QUEUE_MEAN): lambda m: 0.04,
+        r(pool_signals.TTFT_PREFILL_MEAN): lambda m: 0.32,
+        r(pool_signals.KV_TRANSFER_MEAN): lambda m: 0.04,
+        r(pool_signals.TTFT_QUEUE_SHARE): lambda m: 0.1,
+        r(pool_signals.TTFT_PREFILL_SHARE): lambda m: 0.8,
+        r(pool_signals.TTFT_TRANSFER_SHARE): lambda m: 0.1,
     }
     by_role: dict[tuple[str, str], Value] = {
-        (r.pool_budget_queue, "prefill"): lambda m: 0.1,
-        (r.pool_budget_prefill, "prefill"): lambda m: 0.85,
-        (r.pool_budget_decode, "prefill"): lambda m: 0.0,
-        (r.pool_budget_queue, "decode"): lambda m: 0.01,
-        (r.pool_budget_prefill, "decode"): lambda m: 0.01,
-        (r.pool_budget_transfer, "decode"): lambda m: 0.02,
-        (r.pool_budget_decode, "decode"): lambda m: 0.9,
+        (r(pool_signals.POOL_BUDGET_QUEUE), "prefill"): lambda m: 0.1,
+        (r(pool_signals.POOL_BUDGET_PREFILL), "prefill"): lambda m: 0.85,
+        (r(pool_signals.POOL_BUDGET_DECODE), "prefill"): lambda m: 0.0,
+        (r(pool_signals.POOL_BUDGET_QUEUE), "decode"): lambda m: 0.01,
+        (r(pool_signals.POOL_BUDGET_PREFILL), "decode"): lambda m: 0.01,
+        (r(pool_signals.POOL_BUDGET_TRANSFER), "decode"): lambda m: 0.02,
+        (r(pool_signals.POOL_BUDGET_DECODE), "decode"): lambda m: 0.9,
     }
     rate = cfg.window_seconds("rate")
     per_pod: dict[str, Value] = {
-        RecordNames.history(rate): lambda m: 1.0 if m >= rate / 60 else None,
-        r.traffic: lambda m: 1.0,
-        r.queue_depth: lambda m: 0.0,
-        r.queue_trend: lambda m: 0.0,
-        r.queue_wait_share: lambda m: 0.05,
+        r(HISTORY.at(rate)): lambda m: 1.0 if m >= rate / 60 else None,
+        r(engine_signals.TRAFFIC): lambda m: 1.0,
+        # the engines' GPUs busy: no GPU signature holds, and none is blind
+        r(gpu_signals.GPU_UTILIZATION): lambda m: 0.8,
+        r(engine_signals.QUEUE_DEPTH): lambda m: 0.0,
+        r(engine_signals.QUEUE_TREND): lambda m: 0.0,
+        r(engine_signals.QUEUE_WAIT_SHARE): lambda m: 0.05,
         "up": lambda m: 1.0,
         "inference_exporter_build_info": lambda m: 1.0,
     }
@@ -105,53 +113,53 @@ def _common(cfg: SiteConfig) -> PoolSeries:
 
 
 def _kv_transfer_slow(cfg: SiteConfig, s: PoolSeries) -> PoolSeries:
-    r = RecordNames.of(cfg)
+    r = names(cfg)
     s.pool.update(
         {
-            r.kv_transfer_mean: lambda m: _ramp(m, 0.04, 0.54),
-            r.ttft_queue_share: lambda m: _ramp(m, 0.1, 0.04 / 0.9),
-            r.ttft_prefill_share: lambda m: _ramp(m, 0.8, 0.32 / 0.9),
-            r.ttft_transfer_share: lambda m: _ramp(m, 0.1, 0.6),
-            r.kv_failure_ratio: lambda m: _ramp(m, 0.001, 0.0095),
+            r(pool_signals.KV_TRANSFER_MEAN): lambda m: _ramp(m, 0.04, 0.54),
+            r(pool_signals.TTFT_QUEUE_SHARE): lambda m: _ramp(m, 0.1, 0.04 / 0.9),
+            r(pool_signals.TTFT_PREFILL_SHARE): lambda m: _ramp(m, 0.8, 0.32 / 0.9),
+            r(pool_signals.TTFT_TRANSFER_SHARE): lambda m: _ramp(m, 0.1, 0.6),
+            r(pool_signals.KV_FAILURE_RATIO): lambda m: _ramp(m, 0.001, 0.0095),
         }
     )
     s.by_role.update(
         {
-            (r.pool_budget_transfer, "decode"): lambda m: _ramp(m, 0.02, 0.25),
-            (r.pool_budget_decode, "decode"): lambda m: _ramp(m, 0.9, 0.68),
+            (r(pool_signals.POOL_BUDGET_TRANSFER), "decode"): lambda m: _ramp(m, 0.02, 0.25),
+            (r(pool_signals.POOL_BUDGET_DECODE), "decode"): lambda m: _ramp(m, 0.9, 0.68),
         }
     )
     return s
 
 
 def _decode_pool_short(cfg: SiteConfig, s: PoolSeries) -> PoolSeries:
-    r = RecordNames.of(cfg)
+    r = names(cfg)
 
     def queue(m: float) -> float:
         return 0.0 if m < INCIDENT_AT else float(int(m - INCIDENT_AT) + 1)
 
     s.pool.update(
         {
-            r.of_role(r.pool_queue, "decode"): queue,
-            r.of_role(r.pool_queue_trend, "decode"): lambda m: 0.0 if m < INCIDENT_AT else 1 / 60,
-            r.pool_ratio_suggested: lambda m: _ramp(m, 1.0, 0.5, 0.25),
-            r.ttft_queue_mean: lambda m: _ramp(m, 0.04, 0.1, 0.5),
-            r.ttft_queue_share: lambda m: _ramp(m, 0.1, 0.1 / 0.46, 0.5 / 0.86),
-            r.ttft_prefill_share: lambda m: _ramp(m, 0.8, 0.32 / 0.46, 0.32 / 0.86),
-            r.ttft_transfer_share: lambda m: _ramp(m, 0.1, 0.04 / 0.46, 0.04 / 0.86),
+            r(pool_signals.POOL_QUEUE.decode): queue,
+            r(pool_signals.POOL_QUEUE_TREND.decode): lambda m: 0.0 if m < INCIDENT_AT else 1 / 60,
+            r(pool_signals.POOL_RATIO_SUGGESTED): lambda m: _ramp(m, 1.0, 0.5, 0.25),
+            r(pool_signals.TTFT_QUEUE_MEAN): lambda m: _ramp(m, 0.04, 0.1, 0.5),
+            r(pool_signals.TTFT_QUEUE_SHARE): lambda m: _ramp(m, 0.1, 0.1 / 0.46, 0.5 / 0.86),
+            r(pool_signals.TTFT_PREFILL_SHARE): lambda m: _ramp(m, 0.8, 0.32 / 0.46, 0.32 / 0.86),
+            r(pool_signals.TTFT_TRANSFER_SHARE): lambda m: _ramp(m, 0.1, 0.04 / 0.46, 0.04 / 0.86),
         }
     )
     s.by_role.update(
         {
-            (r.pool_budget_queue, "decode"): lambda m: _ramp(m, 0.01, 0.3, 0.7),
-            (r.pool_budget_decode, "decode"): lambda m: _ramp(m, 0.9, 0.6, 0.25),
+            (r(pool_signals.POOL_BUDGET_QUEUE), "decode"): lambda m: _ramp(m, 0.01, 0.3, 0.7),
+            (r(pool_signals.POOL_BUDGET_DECODE), "decode"): lambda m: _ramp(m, 0.9, 0.6, 0.25),
         }
     )
     s.per_decode_pod.update(
         {
-            r.queue_depth: lambda m: queue(m) / 2,
-            r.queue_trend: lambda m: 0.0 if m < INCIDENT_AT else 1 / 120,
-            r.queue_wait_share: lambda m: _ramp(m, 0.05, 0.7),
+            r(engine_signals.QUEUE_DEPTH): lambda m: queue(m) / 2,
+            r(engine_signals.QUEUE_TREND): lambda m: 0.0 if m < INCIDENT_AT else 1 / 120,
+            r(engine_signals.QUEUE_WAIT_SHARE): lambda m: _ramp(m, 0.05, 0.7),
         }
     )
     return s

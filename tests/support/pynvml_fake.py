@@ -27,6 +27,18 @@ enabled, utilisation, samples and per-process utilisation answer ``NOT_SUPPORTED
 MIG-enabled GPUs, querying device utilization rates is not currently supported", nvml.h).
 ``drop`` removes Python bindings the way an older nvidia-ml-py lacks them; ``missing`` removes
 C symbols the way an older driver lacks them.
+
+Links and power state run the real bindings too: ``nvmlDeviceGetFieldValues`` answers each
+field by its id and scope as nvml.h defines them (NVLink link count, state, speed and
+throughput counters, C2C links, the enforced power limit, power smoothing with the ids of the
+fake driver's generation: nvml.h moved them between driver 580 and 590),
+``nvmlDeviceGetGpuFabricInfoV`` checks the structure version it is given,
+``nvmlDeviceWorkloadPowerProfileGetCurrentProfiles`` fills the 255-bit masks. The presets at
+the end are hand-written from NVIDIA's published figures, not read from a device: an HGX H100
+(18 NVLink 4 links at 26562 MBps each way, what ``nvidia-smi nvlink -s`` prints as 26.562
+GB/s), a two-GPU tensor-parallel pod of them whose links run near their peak while the SMs
+idle and one whose links and SMs are both busy, an H100 PCIe without NVLink bridges, an L4
+without NVLink, and a GB200 (C2C to its Grace CPU, power smoothing, a workload power profile).
 """
 
 # ruff: noqa: N802 - the functions carry pynvml's own names
@@ -34,6 +46,7 @@ C symbols the way an older driver lacks them.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -65,6 +78,31 @@ class FakeMig:
     memory: tuple[int, int] | Error = Error(NOT_SUPPORTED)  # (used, total) bytes
     # (pid, usedGpuMemory bytes or None for NVML_VALUE_NOT_AVAILABLE)
     processes: list[tuple[int, int | None]] | Error = field(default_factory=list)
+
+
+@dataclass
+class FakeLink:
+    """One NVLink link: its state (NVML_NVLINK_STATE_*), speed (MBps, one direction) and the
+    throughput counters (KiB, data plus protocol overhead)."""
+
+    state: int | Error = 1
+    speed_mbps: int = 26562
+    tx_kib: int = 0
+    rx_kib: int = 0
+
+
+@dataclass
+class FakeFabric:
+    """What ``nvmlDeviceGetGpuFabricInfoV`` answers; ``max_version`` is the newest structure
+    version the fake driver takes (1: it has only the unversioned call)."""
+
+    state: int = 3  # completed
+    status: int = 0
+    clique_id: int = 1
+    cluster_uuid: bytes = bytes(range(16))
+    health_mask: int = 0
+    health_summary: int = 0
+    max_version: int = 3
 
 
 @dataclass
@@ -104,6 +142,16 @@ class FakeGpu:
     # A process appears between the sizing call and the filling call of
     # nvmlDeviceGetProcessUtilization (the buffer is then too small once).
     grow_between_calls: int = 0
+    # --- links and power state ------------------------------------------------------------
+    nvlinks: list[FakeLink] | None = None  # None: the link count answers NOT_SUPPORTED
+    nvlink_fields: bool = True  # False: a driver before 520, no per-link state or speed
+    c2c_links: list[tuple[int, int]] | None = None  # (status, max bandwidth MBps)
+    power_limit_mw: int | Error = Error(NOT_SUPPORTED)
+    power_limit_field: bool = True  # False: a driver before NVML_FI_DEV_POWER_CURRENT_LIMIT
+    power_default_limit_mw: int | None = None  # None: the enforced limit is the default
+    smoothing: tuple[int, float] | None = None  # (enabled, applied floor W): Blackwell
+    fabric: FakeFabric | Error = Error(NOT_SUPPORTED)
+    power_profiles: frozenset[int] | Error = Error(NOT_SUPPORTED)
 
     @property
     def mig_enabled(self) -> bool:
@@ -176,9 +224,12 @@ class _CLibrary:
     """The C functions of libnvidia-ml that the re-bound wrappers call, answering from the
     fake GPUs. Each returns an ``nvmlReturn_t`` and writes its out-parameters."""
 
-    def __init__(self, gpus: list[FakeGpu], log: Callable[[str, object], None]) -> None:
+    def __init__(
+        self, gpus: list[FakeGpu], log: Callable[[str, object], None], branch: int = 550
+    ) -> None:
         self.gpus = gpus
         self.log = log
+        self.branch = branch
         self.samples: dict[int, _GpmSample] = {}
         self.next_sample = 0x7000_0000
         self.initialised = False
@@ -306,6 +357,161 @@ class _CLibrary:
         if isinstance(value, Error):
             return value.code
         _set(out, value)
+        return SUCCESS
+
+    # --- links and power state --------------------------------------------------------------
+    def _field(self, dev: FakeGpu, field_id: int, scope: int) -> tuple[int, float] | int:
+        """(nvmlValueType_t, value) of one field, or the error code NVML answers for it."""
+        uint, ullong, double = (
+            pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+            pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+            pynvml.NVML_VALUE_TYPE_DOUBLE,
+        )
+        links = dev.nvlinks
+        if field_id == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
+            return NOT_SUPPORTED if links is None else (uint, len(links))
+        per_link = {
+            pynvml.NVML_FI_DEV_NVLINK_GET_STATE: ("state", uint),
+            pynvml.NVML_FI_DEV_NVLINK_GET_SPEED: ("speed_mbps", uint),
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX: ("tx_kib", ullong),
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX: ("rx_kib", ullong),
+        }
+        if field_id in per_link:
+            if links is None or not dev.nvlink_fields:
+                return NOT_SUPPORTED
+            attr, kind = per_link[field_id]
+            if scope == 0xFFFFFFFF and attr in ("tx_kib", "rx_kib"):
+                return kind, sum(getattr(link, attr) for link in links)
+            if not 0 <= scope < len(links):
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            value = getattr(links[scope], attr)
+            return value.code if isinstance(value, Error) else (kind, value)
+        if field_id == pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON:
+            active = [link.speed_mbps for link in links or [] if link.state == 1]
+            return (uint, active[0]) if active else NOT_SUPPORTED
+        c2c = dev.c2c_links
+        if field_id == pynvml.NVML_FI_DEV_C2C_LINK_COUNT:
+            return NOT_SUPPORTED if c2c is None else (uint, len(c2c))
+        if field_id in (
+            pynvml.NVML_FI_DEV_C2C_LINK_GET_STATUS,
+            pynvml.NVML_FI_DEV_C2C_LINK_GET_MAX_BW,
+        ):
+            if c2c is None or not 0 <= scope < len(c2c):
+                return NOT_SUPPORTED if c2c is None else pynvml.NVML_ERROR_INVALID_ARGUMENT
+            status, bandwidth = c2c[scope]
+            return uint, status if field_id == pynvml.NVML_FI_DEV_C2C_LINK_GET_STATUS else bandwidth
+        if field_id in (
+            pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT,
+            pynvml.NVML_FI_DEV_POWER_DEFAULT_LIMIT,
+        ):
+            if not dev.power_limit_field or isinstance(dev.power_limit_mw, Error):
+                return NOT_SUPPORTED
+            if field_id == pynvml.NVML_FI_DEV_POWER_DEFAULT_LIMIT:
+                return uint, dev.power_default_limit_mw or dev.power_limit_mw
+            return uint, dev.power_limit_mw
+        return self._smoothing(dev, field_id, uint, double)
+
+    def _smoothing(
+        self, dev: FakeGpu, field_id: int, uint: int, double: int
+    ) -> tuple[int, float] | int:
+        """Power smoothing by the ids of the fake driver's generation (nvml.h moved them
+        between driver 580 and 590; 251 was a clock-event counter in ns before)."""
+        if self.branch >= 590:
+            ids = {251: "enabled", 255: "floor"}
+        elif self.branch >= 570:
+            ids = {256: "enabled", 260: "floor", 251: "sw_thermal_ns"}
+        else:
+            return NOT_SUPPORTED
+        what = ids.get(field_id)
+        if what == "sw_thermal_ns":
+            return pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, 987_654_321
+        if what is None or dev.smoothing is None:
+            return NOT_SUPPORTED
+        enabled, floor = dev.smoothing
+        return (uint, enabled) if what == "enabled" else (double, floor)
+
+    def nvmlDeviceGetFieldValues(self, handle: object, count: Any, values: Any) -> int:
+        dev = self._whole("nvmlDeviceGetFieldValues", handle)
+        if isinstance(dev, int):
+            return dev
+        entries = values._obj
+        for i in range(count.value):
+            entry = entries[i]
+            answer = self._field(dev, int(entry.fieldId), int(entry.scopeId))
+            entry.timestamp = 1_700_000_000_000_000
+            if isinstance(answer, int):
+                entry.nvmlReturn = answer
+                continue
+            kind, value = answer
+            entry.valueType = kind
+            member = {
+                pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+                pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+            }
+            setattr(entry.value, member.get(kind, "ullVal"), value)
+            entry.nvmlReturn = SUCCESS
+        return SUCCESS
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: object, out: Any) -> int:
+        dev = self._whole("nvmlDeviceGetEnforcedPowerLimit", handle)
+        return dev if isinstance(dev, int) else self._value(out, dev.power_limit_mw)
+
+    def _fabric(self, fn: str, handle: object, version: int) -> FakeFabric | int:
+        dev = self._whole(fn, handle)
+        if isinstance(dev, int):
+            return dev
+        if isinstance(dev.fabric, Error):
+            return dev.fabric.code
+        if version > dev.fabric.max_version:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        return dev.fabric
+
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: object, info: Any) -> int:
+        struct = info._obj
+        version = {pynvml.nvmlGpuFabricInfo_v3: 3, pynvml.nvmlGpuFabricInfo_v2: 2}.get(
+            struct.version, 99
+        )
+        fabric = self._fabric("nvmlDeviceGetGpuFabricInfoV", handle, version)
+        if isinstance(fabric, int):
+            return fabric
+        if fabric.max_version < 2:
+            return pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+        self._fill_fabric(struct, fabric)
+        struct.healthMask = fabric.health_mask
+        if version >= 3:
+            struct.healthSummary = fabric.health_summary
+        return SUCCESS
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle: object, info: Any) -> int:
+        fabric = self._fabric("nvmlDeviceGetGpuFabricInfo", handle, 1)
+        if isinstance(fabric, int):
+            return fabric
+        self._fill_fabric(info._obj, fabric)
+        return SUCCESS
+
+    @staticmethod
+    def _fill_fabric(struct: Any, fabric: FakeFabric) -> None:
+        struct.state, struct.status, struct.cliqueId = fabric.state, fabric.status, fabric.clique_id
+        for i, byte in enumerate(fabric.cluster_uuid):
+            struct.clusterUuid[i] = byte
+
+    def nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(self, handle: object, info: Any) -> int:
+        dev = self._whole("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles", handle)
+        if isinstance(dev, int):
+            return dev
+        if isinstance(dev.power_profiles, Error):
+            return dev.power_profiles.code
+        struct = info._obj
+        if struct.version != pynvml.nvmlWorkloadPowerProfileCurrentProfiles_v1:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        for profile in dev.power_profiles:
+            word, bit = divmod(profile, 32)
+            for mask in (
+                struct.perfProfilesMask,
+                struct.requestedProfilesMask,
+                struct.enforcedProfilesMask,
+            ):
+                mask.mask[word] |= 1 << bit
         return SUCCESS
 
     # --- MIG --------------------------------------------------------------------------------
@@ -526,6 +732,11 @@ _REAL_BINDINGS = (
     "nvmlDeviceGetComputeRunningProcesses_v3",
     "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetGpuFabricInfoV",
+    "nvmlDeviceGetGpuFabricInfo",
+    "nvmlDeviceWorkloadPowerProfileGetCurrentProfiles",
 )
 _DECORATORS: dict[str, Callable[[Any], Any]] = {
     "nvmlDeviceGetComputeRunningProcesses": pynvml.throwOnVersionMismatch,
@@ -553,7 +764,7 @@ def fake_pynvml(
     device is the GPU index, or ``"gpu:slot"`` for a MIG device."""
     module = types.ModuleType("pynvml")
     calls: list[tuple[str, object]] = []
-    library = _CLibrary(gpus, lambda fn, dev: calls.append((fn, dev)))
+    library = _CLibrary(gpus, lambda fn, dev: calls.append((fn, dev)), int(driver.split(".", 1)[0]))
     absent = set(missing)
 
     def function_pointer(name: str) -> Callable[..., int]:
@@ -638,6 +849,10 @@ def fake_pynvml(
         )
         return cc
 
+    def nvmlEventSetCreate() -> None:
+        # No event sets here: Xid events answer NOT_SUPPORTED, as on a vGPU guest.
+        raise pynvml.NVMLError(NOT_SUPPORTED)
+
     functions = {name: fn for name, fn in locals().items() if name.startswith("nvml")}
     dropped = set(drop)
     for name, fn in functions.items():
@@ -655,3 +870,89 @@ def fake_pynvml(
     module.calls = calls  # type: ignore[attr-defined]
     module.library = library  # type: ignore[attr-defined]
     return module
+
+
+# --- presets: links and power state (hand-written, see the module docstring) --------------------
+# NVML_FI_DEV_NVLINK_GET_SPEED of an H100's NVLink 4 link: 26.562 GB/s each way, as
+# `nvidia-smi nvlink -s` prints it (18 links; NVIDIA rates the GPU at 900 GB/s both ways).
+H100_LINK_MBPS = 26562
+# A GB200's NVLink 5 links: 50 GB/s each way (18 links, 1.8 TB/s both ways).
+GB200_LINK_MBPS = 50000
+# Fabric health on a healthy HGX: every condition reported and false (2), no incorrect
+# configuration (1), per NVML_GPU_FABRIC_HEALTH_MASK_*.
+HEALTHY_MASK = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
+MIB_PER_S = 1.0  # GPM rates are MiB/s
+
+
+def hgx_h100(index: int = 0, *, links: int = 18, **changes: Any) -> FakeGpu:
+    """An H100 SXM on an HGX board: NVLink to the NVSwitches, registered in the fabric,
+    700 W limit, GPM (NVLink rates included)."""
+    gpu = dataclasses.replace(
+        H100_SXM,
+        uuid=f"GPU-6513270e-269e-0d37-f2a7-4de452e6b43{index}",
+        pci_bus_id=f"00000000:{0x18 + 0x10 * index:02X}:00.0",
+        power_limit_mw=700_000,
+        nvlinks=[FakeLink(speed_mbps=H100_LINK_MBPS) for _ in range(links)],
+        fabric=FakeFabric(clique_id=1, health_mask=HEALTHY_MASK, max_version=2),
+    )
+    return dataclasses.replace(gpu, **changes)
+
+
+def nvlink_gpm(
+    tx_share: float, rx_share: float, links: int = 18, mbps: int = H100_LINK_MBPS
+) -> dict[int, float]:
+    """GPM NVLink rates (MiB/s) at the given share of each link's speed, totals and per link."""
+    per_link_mib = mbps * 1e6 / (1024 * 1024)
+    rates: dict[int, float] = {}
+    for link in range(links):
+        rates[pynvml.NVML_GPM_METRIC_NVLINK_L0_RX_PER_SEC + 2 * link] = rx_share * per_link_mib
+        rates[pynvml.NVML_GPM_METRIC_NVLINK_L0_TX_PER_SEC + 2 * link] = tx_share * per_link_mib
+    rates[pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC] = links * rx_share * per_link_mib
+    rates[pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC] = links * tx_share * per_link_mib
+    return rates
+
+
+def tp_pod(*, link_bound: bool) -> list[FakeGpu]:
+    """Two HGX H100s serving one tensor-parallel engine. Link-bound: the all-reduces keep the
+    links at 90 % of their peak each way while the SMs sit at 8 %; not bound: links at 60 %
+    and SMs at 85 % (communication overlapped with compute)."""
+    link, sm = (0.9, 8.0) if link_bound else (0.6, 85.0)
+    gpm = {pynvml.NVML_GPM_METRIC_SM_UTIL: sm, pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: sm / 2}
+    return [hgx_h100(i, gpm={**gpm, **nvlink_gpm(link, link)}) for i in range(2)]
+
+
+# An H100 PCIe without NVLink bridges: NVML counts 0 links.
+H100_PCIE = dataclasses.replace(
+    H100_SXM,
+    name="NVIDIA H100 PCIe",
+    uuid="GPU-22222222-3333-4444-5555-666666666666",
+    power_limit_mw=350_000,
+    nvlinks=[],
+)
+# An L4 answers no NVLink field at all.
+L4_LINKLESS = dataclasses.replace(L4, power_limit_mw=72_000)
+
+
+def gb200(**changes: Any) -> FakeGpu:
+    """A GB200's Blackwell GPU: NVLink 5 to the rack's NVSwitches, C2C to its Grace CPU (10
+    links here, each 40000 MBps; a hand-written figure), power smoothing at a 600 W floor,
+    the llm_inference workload power profile, fabric health summary (v3)."""
+    gpu = FakeGpu(
+        name="NVIDIA GB200",
+        uuid="GPU-b200b200-0000-1111-2222-333333333333",
+        pci_bus_id="00000008:01:00.0",
+        gpm_supported=True,
+        compute_capability=(10, 0),
+        power_limit_mw=1_200_000,
+        nvlinks=[FakeLink(speed_mbps=GB200_LINK_MBPS) for _ in range(18)],
+        c2c_links=[(1, 40000)] * 10,
+        smoothing=(1, 600.0),
+        fabric=FakeFabric(clique_id=4, health_mask=HEALTHY_MASK, health_summary=1),
+        power_profiles=frozenset({pynvml.NVML_POWER_PROFILE_LLM_INFERENCE}),
+        gpm={
+            **nvlink_gpm(0.3, 0.3, mbps=GB200_LINK_MBPS),
+            pynvml.NVML_GPM_METRIC_C2C_TOTAL_TX_PER_SEC: 20_000.0,
+            pynvml.NVML_GPM_METRIC_C2C_TOTAL_RX_PER_SEC: 60_000.0,
+        },
+    )
+    return dataclasses.replace(gpu, **changes)

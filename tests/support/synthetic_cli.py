@@ -1,10 +1,12 @@
-"""``python -m support.synthetic_cli``: write a synthetic NVML trace (whole GPUs, MIG, time-sliced).
+"""``python -m support.synthetic_cli``: write a synthetic NVML trace (whole GPUs, MIG, time-sliced,
+links).
 
 Usage::
 
     python -m support.synthetic_cli --gpus 8 --duration 60s --out trace.jsonl
     python -m support.synthetic_cli --kind mig --product a100 --out mig.jsonl
     python -m support.synthetic_cli --kind timesliced --tenants 1 --out single.jsonl
+    python -m support.synthetic_cli --kind tp-linkbound --out tp.jsonl
 """
 
 from __future__ import annotations
@@ -14,8 +16,16 @@ import sys
 from collections.abc import Sequence
 
 from exporter.config import ArgumentParser, parse_duration
-from support import synthetic_shared
+from support import synthetic_links, synthetic_shared
 from support.synthetic import MAX_GPUS, synthetic_trace_lines
+
+# The link traces (support.synthetic_links): --kind -> (generator, its keyword arguments).
+LINK_KINDS = {
+    "tp-linkbound": (synthetic_links.tp_trace_lines, {"bound": True}),
+    "tp-overlapped": (synthetic_links.tp_trace_lines, {"bound": False}),
+    "gb200": (synthetic_links.gb200_trace_lines, {}),
+    "pcie": (synthetic_links.pcie_trace_lines, {}),
+}
 
 
 def _duration_arg(text: str) -> float:
@@ -52,10 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--kind",
-        choices=("whole", "mig", "timesliced"),
+        choices=("whole", "mig", "timesliced", *LINK_KINDS),
         default="whole",
-        help="whole GPUs (default), one GPU in MIG mode with seven MIG devices, or one GPU "
-        "time-sliced between pods",
+        help="whole GPUs (default), one GPU in MIG mode with seven MIG devices, one GPU "
+        "time-sliced between pods, a tensor-parallel pod bound by NVLink or not, a GB200, a "
+        "PCIe GPU without NVLink",
     )
     parser.add_argument(
         "--product", choices=("h100", "a100"), default="h100", help="the MIG GPU (--kind mig)"
@@ -72,6 +83,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             lines = synthetic_shared.mig_trace_lines(
                 product=args.product,
                 duration_s=args.duration,
+                record_interval_s=args.interval,
+                **({} if args.seed is None else {"seed": args.seed}),
+            )
+        elif args.kind in LINK_KINDS:
+            generate, kwargs = LINK_KINDS[args.kind]
+            duration = {} if args.duration == 120.0 else {"duration_s": args.duration}
+            lines = generate(
+                **kwargs,
+                **duration,
                 record_interval_s=args.interval,
                 **({} if args.seed is None else {"seed": args.seed}),
             )

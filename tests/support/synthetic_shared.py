@@ -7,7 +7,8 @@ for the same arguments (:class:`random.Random` seeded from ``seed`` only).
 
 **MIG** (:func:`mig_trace_lines`): one GPU in MIG mode split into seven ``1g`` MIG devices,
 each used by one inference pod. What the trace answers is what NVML answers an unprivileged
-sidecar in MIG mode: for the GPU, power, energy, temperature, clocks and PCIe, but no
+sidecar in MIG mode: for the GPU, power, energy, the enforced power limit, temperature, clocks
+and PCIe, but no
 utilisation, no sample buffer and no memory (``NO_PERMISSION`` without privileges: absent);
 for each MIG device, its GPU instance's memory, its GPM values (graphics, SM, occupancy,
 tensor, DRAM) and its compute processes, but no per-process utilisation. ``engine_pids`` are
@@ -41,6 +42,7 @@ from support.synthetic import (
     HARDWARE_FACTS,
     MEM_CLOCK_MHZ,
     MIB,
+    POWER_LIMIT_MW,
     PRESTART_BUFFER_S,
     SM_CLOCK_MAX_MHZ,
 )
@@ -58,6 +60,7 @@ class MigProduct:
     memory_mib: int
     gpm: bool
     facts: dict[str, Any]
+    power_limit_mw: int
     # GPU instance ids NVIDIA's tools show for seven 1g instances.
     gpu_instance_ids: tuple[int, ...] = (7, 8, 9, 10, 11, 12, 13)
 
@@ -71,6 +74,7 @@ MIG_PRODUCTS = {
         gpm=True,
         # NVML answers no CUDA core count in MIG mode; the other facts as outside it.
         facts={k: v for k, v in HARDWARE_FACTS.items() if k != "cuda_cores"},
+        power_limit_mw=POWER_LIMIT_MW,
     ),
     "a100": MigProduct(
         name="NVIDIA A100-SXM4-80GB",
@@ -83,6 +87,7 @@ MIG_PRODUCTS = {
             "max_clocks_mhz": [1410, 1593],
             "compute_capability": [8, 0],
         },
+        power_limit_mw=400_000,  # the A100 SXM4's TDP
     ),
 }
 
@@ -192,6 +197,11 @@ def mig_trace_lines(
         "mig_mode": 1,
         "gpm": spec.gpm,
         "facts": spec.facts,
+        # the enforced power limit, the same for every record
+        "fields": {
+            "power_limit_mw": spec.power_limit_mw,
+            "power_default_limit_mw": spec.power_limit_mw,
+        },
         "max_mig_devices": len(migs),
         "mig_devices": migs,
     }
@@ -278,6 +288,7 @@ def timesliced_trace_lines(
         "mig_mode": 0,
         "gpm": True,
         "facts": HARDWARE_FACTS,
+        "fields": {"power_limit_mw": POWER_LIMIT_MW, "power_default_limit_mw": POWER_LIMIT_MW},
     }
     two = tenants == 2
     description = (

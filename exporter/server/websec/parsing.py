@@ -283,7 +283,28 @@ def _parse_tls(raw_tls: Any, base: Path) -> TlsConfig | None:
     return tls
 
 
+# Server limits people look for in http_server_config (Go's http.Server field names): the
+# toolkit has none of them, so they are refused, naming the flag that sets each here.
+_FLAG_INSTEAD = {
+    "read_header_timeout": "use --web.read-header-timeout",
+    "read_timeout": "use --web.read-header-timeout and --web.read-body-timeout",
+    "idle_timeout": "use --web.idle-timeout",
+    "write_timeout": "use --web.write-timeout",
+    "max_connections": "use --web.max-connections",
+    "max_requests": "use --web.max-requests",
+    "max_header_bytes": "request headers are capped at 64 fields of up to 8 KiB each",
+}
+
+
 def _parse_http(raw_http: Any, tls: TlsConfig | None) -> tuple[tuple[str, str], ...]:
+    if isinstance(raw_http, dict):
+        for key in raw_http:
+            if str(key).lower() in _FLAG_INSTEAD:
+                raise config_error(
+                    f"http_server_config.{key}: exporter-toolkit's web config has no such field "
+                    f"(its http_server_config has http2 and headers only); "
+                    f"{_FLAG_INSTEAD[str(key).lower()]}"
+                )
     raw = _mapping(raw_http, "http_server_config", _HTTP_KEYS)
     http2 = raw.get("http2", False)
     if not isinstance(http2, bool):

@@ -1,4 +1,4 @@
-"""What every signature builder reads: the site config, the record names, small formatters.
+"""What every signature builder reads: the site config, the signals' names, small formatters.
 
 A builder never writes a threshold, window or selector itself: it asks the :class:`Context`,
 so a site's config regenerates the whole pack.
@@ -19,7 +19,14 @@ from exporter.signatures.definitions import (
     Signature,
 )
 from exporter.signatures.promql_text import by, on, selector
-from exporter.signatures.records import RecordNames, pool_labels, record_windows
+from exporter.signatures.signals import (
+    HISTORY,
+    POOL_HISTORY,
+    SignalContext,
+    pool_labels,
+    record_windows,
+)
+from exporter.signatures.signals.signal import Signal
 from exporter.signatures.site import SiteConfig
 
 
@@ -28,10 +35,15 @@ class Context:
 
     def __init__(self, cfg: SiteConfig) -> None:
         self.cfg = cfg
-        self.records = RecordNames.of(cfg)
         self.pool = pool_labels(cfg.join_labels)
         self.join = cfg.join_labels
         self.windows = record_windows(cfg)
+        # For a condition written once for a record and an alert alike (a stalled engine).
+        self.signal_context = SignalContext(cfg)
+
+    def name(self, signal: Signal) -> str:
+        """The series a signal is read from in this config (its record's name)."""
+        return signal.record(self.cfg)
 
     def for_seconds(self, alert: str) -> float:
         """How long the alert's condition must hold before it fires."""
@@ -80,9 +92,9 @@ class Context:
         if need == 0:
             return rule
         if "inference_pool:" in rule.expr:  # a pool's alert has no pod: the pool's history
-            guard = f"and {on((*self.pool, 'model'))}\n{self.records.pool_history(need)}"
+            guard = f"and {on((*self.pool, 'model'))}\n{self.name(POOL_HISTORY.at(need))}"
         else:
-            guard = f"and {on(self.join)}\n{self.records.history(need)}"
+            guard = f"and {on(self.join)}\n{self.name(HISTORY.at(need))}"
         return replace(rule, expr=f"(\n{rule.expr}\n)\n{guard}", history=need)
 
     def runbook(

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 from exporter.signatures.catalogue.context import Context, percent
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
-from exporter.signatures.promql_text import num, pct
+from exporter.signatures.promql_text import num, on, pct
+from exporter.signatures.signals.cpu_signals import HOTTEST_THREAD
+from exporter.signatures.signals.engine_signals import (
+    ENGINE_STALLED,
+    QUEUE_DEPTH,
+    QUEUE_TREND,
+    TRAFFIC,
+)
+from exporter.signatures.signals.gpu_signals import BUSY_SAMPLES, GPU_UTILIZATION, IDLE_SAMPLES
+from exporter.signatures.signals.latency_signals import INTER_TOKEN_MEDIAN, TOKENIZER_MEDIAN
+from exporter.signatures.signals.shared_gpu_signals import GPU_OWN_UTILIZATION
 
 
 def gpu_starved_queue_growing(ctx: Context) -> Signature:
     alert = "InferenceGPUStarvedQueueGrowing"
-    records = ctx.records
     util = ctx.ratio(alert, "utilization_below")
     growth = ctx.ratio(alert, "queue_growth_above")
     depth = ctx.ratio(alert, "queue_depth_at_least")
@@ -23,9 +32,11 @@ def gpu_starved_queue_growing(ctx: Context) -> Signature:
     rule = AlertRule(
         severity="critical",
         expr=(
-            f"{records.gpu_own_utilization} < {num(util)}\n"
-            f"and\n{records.queue_trend} > {num(growth / trend_seconds)}\n"
-            f"and\n{records.queue_depth} >= {num(depth)}"
+            f"{ctx.name(GPU_OWN_UTILIZATION)} < {num(util)}\n"
+            f"and\n{ctx.name(QUEUE_TREND)} > {num(growth / trend_seconds)}\n"
+            f"and\n{ctx.name(QUEUE_DEPTH)} >= {num(depth)}\n"
+            # A stalled engine's GPU idles because it admits nothing: its own signature.
+            f"unless {on(ctx.join)}\n{ctx.name(ENGINE_STALLED)}"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary="GPU starved while the queue grows on {target}",
@@ -36,19 +47,20 @@ def gpu_starved_queue_growing(ctx: Context) -> Signature:
         ),
         evidence=(
             # On a GPU shared with other tenants, the engine's own share (sources.py).
-            percent("util", "mean GPU utilisation", records.gpu_own_utilization),
+            percent("util", "mean GPU utilisation", ctx.name(GPU_OWN_UTILIZATION)),
             Evidence(
                 "growth",
                 f"queue growth over {trend}",
-                f"{num(trend_seconds)} * {records.queue_trend}{TARGET}",
+                f"{num(trend_seconds)} * {ctx.name(QUEUE_TREND)}{TARGET}",
                 "requests",
                 "%+.0f",
             ),
-            Evidence("depth", "requests waiting", f"{records.queue_depth}{TARGET}", "requests"),
+            Evidence("depth", "requests waiting", f"{ctx.name(QUEUE_DEPTH)}{TARGET}", "requests"),
         ),
         when=(
             f"mean GPU utilisation < {pct(util)} % and the queue depth trend over {trend} "
-            f"> {num(growth)} requests and at least {num(depth)} request waiting"
+            f"> {num(growth)} requests and at least {num(depth)} request waiting (its own queue "
+            "or its share of its gateway's), the engine not stalled"
         ),
     )
     return Signature(
@@ -63,10 +75,10 @@ def gpu_starved_queue_growing(ctx: Context) -> Signature:
                     "engine processes' CPU time, per process (a process near 1 core is saturated)",
                     ctx.rate("inference_engine_process_cpu_seconds_total"),
                 ),
-                ("median tokenizer probe latency (ms)", f"1000 * {records.tokenizer_median}"),
+                ("median tokenizer probe latency (ms)", f"1000 * {ctx.name(TOKENIZER_MEDIAN)}"),
                 (
                     "median decode step, inter-token latency (ms)",
-                    f"1000 * {records.inter_token_median}",
+                    f"1000 * {ctx.name(INTER_TOKEN_MEDIAN)}",
                 ),
             ),
         ),
@@ -75,16 +87,15 @@ def gpu_starved_queue_growing(ctx: Context) -> Signature:
 
 def tokenizer_slower_than_decode(ctx: Context) -> Signature:
     alert = "InferenceTokenizerSlowerThanDecode"
-    records = ctx.records
     factor = ctx.ratio(alert, "decode_step_factor")
     scaled = (
-        records.inter_token_median
+        ctx.name(INTER_TOKEN_MEDIAN)
         if factor == 1
-        else f"{num(factor)} * {records.inter_token_median}"
+        else f"{num(factor)} * {ctx.name(INTER_TOKEN_MEDIAN)}"
     )
     rule = AlertRule(
         severity="warning",
-        expr=f"{records.tokenizer_median} > {scaled}\nand\n{records.traffic}",
+        expr=f"{ctx.name(TOKENIZER_MEDIAN)} > {scaled}\nand\n{ctx.name(TRAFFIC)}",
         for_seconds=ctx.for_seconds(alert),
         summary="Tokenizer slower than a decode step on {target}",
         description=(
@@ -96,14 +107,14 @@ def tokenizer_slower_than_decode(ctx: Context) -> Signature:
             Evidence(
                 "tok",
                 "median tokenizer latency",
-                f"1000 * {records.tokenizer_median}{TARGET}",
+                f"1000 * {ctx.name(TOKENIZER_MEDIAN)}{TARGET}",
                 "ms",
                 "%.1f",
             ),
             Evidence(
                 "itl",
                 "median inter-token latency",
-                f"1000 * {records.inter_token_median}{TARGET}",
+                f"1000 * {ctx.name(INTER_TOKEN_MEDIAN)}{TARGET}",
                 "ms",
                 "%.1f",
             ),
@@ -138,13 +149,13 @@ def tokenizer_slower_than_decode(ctx: Context) -> Signature:
 
 def frontend_cpu_saturated(ctx: Context) -> Signature:
     alert = "InferenceFrontendCPUSaturated"
-    records = ctx.records
     hot = ctx.ratio(alert, "hottest_thread_above")
     util = ctx.ratio(alert, "utilization_below")
     rule = AlertRule(
         severity="warning",
         expr=(
-            f"{records.hottest_thread} > {num(hot)}\nand\n{records.gpu_utilization} < {num(util)}"
+            f"{ctx.name(HOTTEST_THREAD)} > {num(hot)}\nand\n"
+            f"{ctx.name(GPU_UTILIZATION)} < {num(util)}"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary="Engine front-end thread saturated on {target}",
@@ -155,8 +166,8 @@ def frontend_cpu_saturated(ctx: Context) -> Signature:
             "however many cores the node has."
         ),
         evidence=(
-            percent("thread", "busiest engine thread, share of one core", records.hottest_thread),
-            percent("util", "mean GPU utilisation", records.gpu_utilization),
+            percent("thread", "busiest engine thread, share of one core", ctx.name(HOTTEST_THREAD)),
+            percent("util", "mean GPU utilisation", ctx.name(GPU_UTILIZATION)),
         ),
         when=(
             f"busiest engine thread > {pct(hot)} % of a core and mean GPU utilisation "
@@ -182,7 +193,6 @@ def frontend_cpu_saturated(ctx: Context) -> Signature:
 
 def gpu_utilization_pulsing(ctx: Context) -> Signature:
     alert = "InferenceGPUUtilizationPulsing"
-    records = ctx.records
     idle_sample = ctx.ratio(alert, "idle_sample_at_most")
     idle_share = ctx.ratio(alert, "idle_share_above")
     busy_sample = ctx.ratio(alert, "busy_sample_above")
@@ -191,9 +201,9 @@ def gpu_utilization_pulsing(ctx: Context) -> Signature:
     rule = AlertRule(
         severity="warning",
         expr=(
-            f"{records.idle_samples} > {num(idle_share)}\n"
-            f"and\n{records.busy_samples} > {num(busy_share)}\n"
-            f"and\n{records.traffic}"
+            f"{ctx.name(IDLE_SAMPLES)} > {num(idle_share)}\n"
+            f"and\n{ctx.name(BUSY_SAMPLES)} > {num(busy_share)}\n"
+            f"and\n{ctx.name(TRAFFIC)}"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary="GPU utilisation pulses between idle and saturated on {target}",
@@ -204,9 +214,9 @@ def gpu_utilization_pulsing(ctx: Context) -> Signature:
             "between, typically for synchronous host-to-device copies or CPU-side batch assembly."
         ),
         evidence=(
-            percent("idle", "idle samples", records.idle_samples),
-            percent("busy", "saturated samples", records.busy_samples),
-            percent("util", "mean GPU utilisation", records.gpu_utilization),
+            percent("idle", "idle samples", ctx.name(IDLE_SAMPLES)),
+            percent("busy", "saturated samples", ctx.name(BUSY_SAMPLES)),
+            percent("util", "mean GPU utilisation", ctx.name(GPU_UTILIZATION)),
         ),
         when=(
             f"over {window}, > {pct(idle_share)} % of utilisation samples "

@@ -10,16 +10,31 @@ from exporter.metrics import GPU_LABELS
 from exporter.signatures.catalogue.context import Context, percent
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, on, pct, regex_alternatives
+from exporter.signatures.signals.engine_signals import (
+    GENERATION_TOKENS,
+    QUEUE_DEPTH,
+    QUEUE_TREND,
+    REQUESTS_RUNNING,
+)
+from exporter.signatures.signals.gpu_signals import CLOCK_EVENTS, SM_CLOCK, TEMPERATURE, XID_NEW
+from exporter.signatures.signals.latency_signals import INTER_TOKEN_MEDIAN
+from exporter.signatures.signals.shared_gpu_signals import (
+    GPU_DEVICE_UTILIZATION,
+    GPU_ENGINE_SHARE,
+    GPU_OTHER_TENANTS,
+    GPU_OWN_UTILIZATION,
+)
 
 
 def gpu_underutilized(ctx: Context) -> Signature:
     alert = "InferenceGPUUnderutilized"
-    records = ctx.records
     util = ctx.ratio(alert, "utilization_below")
     hold = ctx.for_duration(alert)
     rule = AlertRule(
         severity="info",
-        expr=f"{records.gpu_own_utilization} < {num(util)}\nand\n{records.requests_running} > 0",
+        expr=(
+            f"{ctx.name(GPU_OWN_UTILIZATION)} < {num(util)}\nand\n{ctx.name(REQUESTS_RUNNING)} > 0"
+        ),
         for_seconds=ctx.for_seconds(alert),
         summary="GPU underutilised on {target}",
         description=(
@@ -28,11 +43,11 @@ def gpu_underutilized(ctx: Context) -> Signature:
         ),
         evidence=(
             # On a GPU shared with other tenants, the engine's own share (sources.py).
-            percent("util", "mean GPU utilisation", records.gpu_own_utilization),
+            percent("util", "mean GPU utilisation", ctx.name(GPU_OWN_UTILIZATION)),
             Evidence(
                 "running",
                 "requests running",
-                f"{records.requests_running}{TARGET}",
+                f"{ctx.name(REQUESTS_RUNNING)}{TARGET}",
                 "requests",
                 "%.1f",
             ),
@@ -48,7 +63,7 @@ def gpu_underutilized(ctx: Context) -> Signature:
             alert,
             queries=(
                 ("which other signatures hold for this target", 'ALERTS{alertstate="firing"}'),
-                ("generation throughput (tokens/s)", records.generation_tokens),
+                ("generation throughput (tokens/s)", ctx.name(GENERATION_TOKENS)),
             ),
             utilization_below=pct(util),
         ),
@@ -76,20 +91,19 @@ def gpu_lost(ctx: Context) -> Signature:
         family="gpu",
         title="GPU lost",
         rules=(rule,),
-        runbook=ctx.runbook(alert, queries=(("Xids on the same GPU", ctx.records.xid_new),)),
+        runbook=ctx.runbook(alert, queries=(("Xids on the same GPU", ctx.name(XID_NEW)),)),
     )
 
 
 def gpu_xid_errors(ctx: Context) -> Signature:
     alert = "InferenceGPUXidErrors"
-    records = ctx.records
     critical = regex_alternatives(ctx.cfg.ints(alert, "critical_xids"))
     listed = critical.replace("|", ", ")
     window = ctx.window("xid")
     count = Evidence("count", f"new Xid errors in {window}", None, "errors")
     critical_rule = AlertRule(
         severity="critical",
-        expr=f'{records.xid_new}{{xid=~"{critical}"}} > 0',
+        expr=f'{ctx.name(XID_NEW)}{{xid=~"{critical}"}} > 0',
         for_seconds=ctx.for_seconds(alert),
         summary="GPU {labels.gpu} reported Xid {labels.xid} on {target}",
         description=(
@@ -103,7 +117,7 @@ def gpu_xid_errors(ctx: Context) -> Signature:
     )
     warning_rule = AlertRule(
         severity="warning",
-        expr=f'{records.xid_new}{{xid!~"{critical}"}} > 0',
+        expr=f'{ctx.name(XID_NEW)}{{xid!~"{critical}"}} > 0',
         for_seconds=ctx.for_seconds(alert),
         summary="GPU {labels.gpu} reported Xid {labels.xid} on {target}",
         description=(
@@ -122,7 +136,7 @@ def gpu_xid_errors(ctx: Context) -> Signature:
         rules=(critical_rule, warning_rule),
         runbook=ctx.runbook(
             alert,
-            queries=(("new Xids per GPU", records.xid_new),),
+            queries=(("new Xids per GPU", ctx.name(XID_NEW)),),
             critical_xids=listed,
         ),
     )
@@ -130,11 +144,10 @@ def gpu_xid_errors(ctx: Context) -> Signature:
 
 def gpu_throttled(ctx: Context) -> Signature:
     alert = "InferenceGPUThrottled"
-    records = ctx.records
     hold = ctx.for_duration(alert)
     rule = AlertRule(
         severity="warning",
-        expr=f"{records.clock_events} > 0",
+        expr=f"{ctx.name(CLOCK_EVENTS)} > 0",
         for_seconds=ctx.for_seconds(alert),
         summary="GPU {labels.gpu} clocks held down ({labels.reason}) on {target}",
         description=(
@@ -145,12 +158,16 @@ def gpu_throttled(ctx: Context) -> Signature:
         scope=("gpu", "uuid", "reason"),
         evidence=(
             Evidence(
-                "temp", "GPU temperature", f"{records.temperature}{TARGET}", "°C", scope=GPU_LABELS
+                "temp",
+                "GPU temperature",
+                f"{ctx.name(TEMPERATURE)}{TARGET}",
+                "°C",
+                scope=GPU_LABELS,
             ),
             Evidence(
                 "clock",
                 "SM clock",
-                f"{records.sm_clock}{TARGET} / 1000000",
+                f"{ctx.name(SM_CLOCK)}{TARGET} / 1000000",
                 "MHz",
                 scope=GPU_LABELS,
             ),
@@ -169,8 +186,8 @@ def gpu_throttled(ctx: Context) -> Signature:
         runbook=ctx.runbook(
             alert,
             queries=(
-                ("GPU temperature", records.temperature),
-                ("SM clock (MHz)", f"{records.sm_clock} / 1000000"),
+                ("GPU temperature", ctx.name(TEMPERATURE)),
+                ("SM clock (MHz)", f"{ctx.name(SM_CLOCK)} / 1000000"),
             ),
         ),
     )
@@ -180,7 +197,6 @@ def gpu_contended(ctx: Context) -> Signature:
     """The noisy neighbour: other tenants of a shared GPU (time-slicing, MPS) take a large
     share of it while the engine's queue grows or its decode slows."""
     alert = "InferenceGPUContended"
-    records = ctx.records
     others = ctx.ratio(alert, "others_above")
     growth = ctx.ratio(alert, "queue_growth_above")
     depth = ctx.ratio(alert, "queue_depth_at_least")
@@ -188,15 +204,15 @@ def gpu_contended(ctx: Context) -> Signature:
     trend_seconds = ctx.window_seconds("queue_trend")
     trend = ctx.window("queue_trend")
     baseline = ctx.window("baseline")
-    itl = records.inter_token_median
+    itl = ctx.name(INTER_TOKEN_MEDIAN)
     suffering = (
-        f"(\n{records.queue_trend} > {num(growth / trend_seconds)}\n"
-        f"and\n{records.queue_depth} >= {num(depth)}\n"
+        f"(\n{ctx.name(QUEUE_TREND)} > {num(growth / trend_seconds)}\n"
+        f"and\n{ctx.name(QUEUE_DEPTH)} >= {num(depth)}\n"
         f"or\n{itl} > {num(round(1 + rise, 9))} * ({itl} offset {baseline})\n)"
     )
     rule = AlertRule(
         severity="warning",
-        expr=f"{records.gpu_other_tenants} > {num(others)}\nand {on(ctx.join)}\n{suffering}",
+        expr=f"{ctx.name(GPU_OTHER_TENANTS)} > {num(others)}\nand {on(ctx.join)}\n{suffering}",
         for_seconds=ctx.for_seconds(alert),
         summary="Other tenants take {others} % of GPU {labels.gpu} on {target}",
         description=(
@@ -208,24 +224,28 @@ def gpu_contended(ctx: Context) -> Signature:
         ),
         scope=GPU_LABELS,
         evidence=(
-            percent("others", "other tenants' share of the GPU", records.gpu_other_tenants),
+            percent("others", "other tenants' share of the GPU", ctx.name(GPU_OTHER_TENANTS)),
             Evidence(
                 "engine",
                 "the engine's own share of the GPU",
-                f"100 * {records.gpu_engine_share}{TARGET}",
+                f"100 * {ctx.name(GPU_ENGINE_SHARE)}{TARGET}",
                 "%",
                 scope=GPU_LABELS,
             ),
             Evidence(
                 "growth",
                 f"queue growth over {trend}",
-                f"{num(trend_seconds)} * {records.queue_trend}{TARGET}",
+                f"{num(trend_seconds)} * {ctx.name(QUEUE_TREND)}{TARGET}",
                 "requests",
                 "%+.0f",
                 scope=(),
             ),
             Evidence(
-                "depth", "requests waiting", f"{records.queue_depth}{TARGET}", "requests", scope=()
+                "depth",
+                "requests waiting",
+                f"{ctx.name(QUEUE_DEPTH)}{TARGET}",
+                "requests",
+                scope=(),
             ),
             Evidence(
                 "itl",
@@ -259,9 +279,9 @@ def gpu_contended(ctx: Context) -> Signature:
             alert,
             queries=(
                 ("each GPU's tenants: processes by owner", ctx.selector("inference_gpu_processes")),
-                ("the engine's own share of each shared GPU", records.gpu_engine_share),
-                ("other tenants' share of each shared GPU", records.gpu_other_tenants),
-                ("the GPU's utilisation, every tenant together", records.gpu_device_utilization),
+                ("the engine's own share of each shared GPU", ctx.name(GPU_ENGINE_SHARE)),
+                ("other tenants' share of each shared GPU", ctx.name(GPU_OTHER_TENANTS)),
+                ("the GPU's utilisation, every tenant together", ctx.name(GPU_DEVICE_UTILIZATION)),
             ),
             others_above=pct(others),
             baseline=baseline,

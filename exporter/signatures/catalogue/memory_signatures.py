@@ -8,20 +8,28 @@ from __future__ import annotations
 from exporter.signatures.catalogue.context import Context, percent
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, on, pct, regex_alternatives
+from exporter.signatures.signals.engine_signals import (
+    GENERATION_TOKENS,
+    KV_CACHE,
+    QUEUE_DEPTH,
+    REQUESTS_RUNNING,
+    TOKENS_PER_REQUEST,
+)
+from exporter.signatures.signals.gpu_signals import HBM_BANDWIDTH, MEMORY_USED
+from exporter.signatures.signals.latency_signals import INTER_TOKEN_MEDIAN
 
 
 def hbm_bandwidth_saturated(ctx: Context) -> Signature:
     alert = "InferenceHBMBandwidthSaturated"
-    records = ctx.records
     bandwidth_above = ctx.ratio(alert, "bandwidth_above")
     drop = ctx.ratio(alert, "per_request_drop_above")
     baseline = ctx.window("baseline")
     rule = AlertRule(
         severity="warning",
         expr=(
-            f"{records.hbm_bandwidth} > {num(bandwidth_above)}\n"
-            f"and\n{records.tokens_per_request} < {num(round(1 - drop, 9))} * "
-            f"({records.tokens_per_request} offset {baseline})"
+            f"{ctx.name(HBM_BANDWIDTH)} > {num(bandwidth_above)}\n"
+            f"and\n{ctx.name(TOKENS_PER_REQUEST)} < {num(round(1 - drop, 9))} * "
+            f"({ctx.name(TOKENS_PER_REQUEST)} offset {baseline})"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary="HBM bandwidth saturated, decode slowing on {target}",
@@ -33,23 +41,23 @@ def hbm_bandwidth_saturated(ctx: Context) -> Signature:
             "more concurrent decodes only split the same bandwidth."
         ),
         evidence=(
-            percent("bw", "HBM bandwidth utilisation", records.hbm_bandwidth),
+            percent("bw", "HBM bandwidth utilisation", ctx.name(HBM_BANDWIDTH)),
             Evidence(
                 "now",
                 "tokens/s per running request",
-                f"{records.tokens_per_request}{TARGET}",
+                f"{ctx.name(TOKENS_PER_REQUEST)}{TARGET}",
                 "tokens/s",
                 "%.1f",
             ),
             Evidence(
                 "before",
                 f"tokens/s per running request {baseline} earlier",
-                f"{records.tokens_per_request}{TARGET} offset {baseline}",
+                f"{ctx.name(TOKENS_PER_REQUEST)}{TARGET} offset {baseline}",
                 "tokens/s",
                 "%.1f",
             ),
             Evidence(
-                "running", "requests running", f"{records.requests_running}{TARGET}", "requests"
+                "running", "requests running", f"{ctx.name(REQUESTS_RUNNING)}{TARGET}", "requests"
             ),
         ),
         when=(
@@ -68,10 +76,10 @@ def hbm_bandwidth_saturated(ctx: Context) -> Signature:
             queries=(
                 (
                     "total generation throughput (tokens/s): flat while concurrency rises",
-                    records.generation_tokens,
+                    ctx.name(GENERATION_TOKENS),
                 ),
-                ("requests running", records.requests_running),
-                ("median inter-token latency (ms)", f"1000 * {records.inter_token_median}"),
+                ("requests running", ctx.name(REQUESTS_RUNNING)),
+                ("median inter-token latency (ms)", f"1000 * {ctx.name(INTER_TOKEN_MEDIAN)}"),
             ),
             baseline=baseline,
         ),
@@ -80,14 +88,13 @@ def hbm_bandwidth_saturated(ctx: Context) -> Signature:
 
 def gpu_memory_headroom_low(ctx: Context) -> Signature:
     alert = "InferenceGPUMemoryHeadroomLow"
-    records = ctx.records
     kv_cache_above = ctx.ratio(alert, "kv_cache_above")
     framebuffer_above = ctx.ratio(alert, "framebuffer_above")
     engines = regex_alternatives(ctx.cfg.names(alert, "preallocating_engines"))
     preallocating = ctx.selector("inference_engine_up", f'engine=~"{engines}"')
     kv_rule = AlertRule(
         severity="warning",
-        expr=f"{records.kv_cache} > {num(kv_cache_above)}",
+        expr=f"{ctx.name(KV_CACHE)} > {num(kv_cache_above)}",
         for_seconds=ctx.for_seconds(alert),
         summary="KV cache nearly full on {target}",
         description=(
@@ -95,15 +102,15 @@ def gpu_memory_headroom_low(ctx: Context) -> Signature:
             "to stop "
             "admitting, queue or preempt (recompute or swap) requests; keep 10-15 % headroom."
         ),
-        evidence=(percent("kv", "KV-cache usage", records.kv_cache),),
+        evidence=(percent("kv", "KV-cache usage", ctx.name(KV_CACHE)),),
         when=f"KV-cache usage > {pct(kv_cache_above)} % (engines that report it)",
         labels=(("condition", "kv_cache"),),
     )
     fb_rule = AlertRule(
         severity="warning",
         expr=(
-            f"{records.memory_used} > {num(framebuffer_above)}\n"
-            f"unless {on(ctx.join)}\n(\n{records.kv_cache}\nor\n"
+            f"{ctx.name(MEMORY_USED)} > {num(framebuffer_above)}\n"
+            f"unless {on(ctx.join)}\n(\n{ctx.name(KV_CACHE)}\nor\n"
             f"group {ctx.by()} ({preallocating})\n)"
         ),
         for_seconds=ctx.for_seconds(alert),
@@ -115,7 +122,7 @@ def gpu_memory_headroom_low(ctx: Context) -> Signature:
             "of memory."
         ),
         scope=("gpu", "uuid"),
-        evidence=(percent("fb", "framebuffer used", records.memory_used),),
+        evidence=(percent("fb", "framebuffer used", ctx.name(MEMORY_USED)),),
         when=(
             f"framebuffer used/total > {pct(framebuffer_above)} % on a GPU whose engine reports "
             "no KV-cache "
@@ -131,7 +138,10 @@ def gpu_memory_headroom_low(ctx: Context) -> Signature:
         runbook=ctx.runbook(
             alert,
             queries=(
-                ("requests waiting (preempted requests return to the queue)", records.queue_depth),
+                (
+                    "requests waiting (preempted requests return to the queue)",
+                    ctx.name(QUEUE_DEPTH),
+                ),
                 (
                     "engine of each target (pre-allocating engines skip the framebuffer rule)",
                     ctx.selector("inference_engine_up"),

@@ -8,18 +8,18 @@ from __future__ import annotations
 from exporter.signatures.catalogue.context import Context, percent
 from exporter.signatures.definitions import AlertRule, Signature
 from exporter.signatures.promql_text import num, pct
+from exporter.signatures.signals.cpu_signals import SOFTIRQ_HOTTEST_CORE, SOFTIRQ_SHARE
 
 
 def softirq_cpu_high(ctx: Context) -> Signature:
     alert = "InferenceSoftirqCPUHigh"
-    records = ctx.records
     node = ctx.ratio(alert, "node_share_above")
     core = ctx.ratio(alert, "hottest_core_above")
     rule = AlertRule(
         severity="warning",
         expr=(
-            f"{records.softirq_share} > {num(node)}\n"
-            f"or\n{records.softirq_hottest_core} > {num(core)}"
+            f"{ctx.name(SOFTIRQ_SHARE)} > {num(node)}\n"
+            f"or\n{ctx.name(SOFTIRQ_HOTTEST_CORE)} > {num(core)}"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary="Softirq load high on the node of {target}",
@@ -30,8 +30,8 @@ def softirq_cpu_high(ctx: Context) -> Signature:
             "schedules for the GPU."
         ),
         evidence=(
-            percent("node", "softirq share of node CPU", records.softirq_share, "%.1f"),
-            percent("core", "softirq share of the busiest core", records.softirq_hottest_core),
+            percent("node", "softirq share of node CPU", ctx.name(SOFTIRQ_SHARE), "%.1f"),
+            percent("core", "softirq share of the busiest core", ctx.name(SOFTIRQ_HOTTEST_CORE)),
         ),
         when=f"softirq > {pct(node)} % of node CPU time, or > {pct(core)} % of the busiest core",
     )

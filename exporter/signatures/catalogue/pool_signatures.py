@@ -11,27 +11,33 @@ from __future__ import annotations
 from exporter.signatures.catalogue.context import Context, percent
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, on, pct
-from exporter.signatures.records import RecordNames
+from exporter.signatures.signals.pool_signals import (
+    KV_FAILURE_RATIO,
+    KV_TRANSFER_MEAN,
+    POOL_ENGINES,
+    POOL_KV_CACHE,
+    POOL_QUEUE,
+    POOL_QUEUE_TREND,
+    POOL_RATIO_NOW,
+    POOL_RATIO_SUGGESTED,
+    TTFT_TRANSFER_SHARE,
+)
+from exporter.signatures.signals.signal import Role
 
 _POOL_TARGET = "{labels.model}"
 
 
-def _of(template: str, role: str) -> str:
-    return RecordNames.of_role(template, role)
-
-
 def kv_transfer_bound(ctx: Context) -> Signature:
     alert = "InferenceKVTransferBound"
-    r = ctx.records
     share = ctx.ratio(alert, "transfer_share_above")
     kv_below = ctx.ratio(alert, "decode_kv_usage_below")
     op = on((*ctx.pool, "model"))
     rule = AlertRule(
         severity="warning",
         expr=(
-            f"{r.ttft_transfer_share} > {num(share)}\n"
-            f"and {op}\n{_of(r.pool_queue, 'decode')} < 1\n"
-            f"and {op}\n{_of(r.pool_kv_cache, 'decode')} < {num(kv_below)}"
+            f"{ctx.name(TTFT_TRANSFER_SHARE)} > {num(share)}\n"
+            f"and {op}\n{ctx.name(POOL_QUEUE.decode)} < 1\n"
+            f"and {op}\n{ctx.name(POOL_KV_CACHE.decode)} < {num(kv_below)}"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary="KV-cache transfer holds back the first token of " + _POOL_TARGET,
@@ -43,8 +49,12 @@ def kv_transfer_bound(ctx: Context) -> Signature:
         ),
         scope=("model",),
         evidence=(
-            percent("share", "KV transfer share of time to first token", r.ttft_transfer_share),
-            Evidence("transfer", "mean KV transfer", f"{r.kv_transfer_mean}{TARGET}", "s", "%.3f"),
+            percent(
+                "share", "KV transfer share of time to first token", ctx.name(TTFT_TRANSFER_SHARE)
+            ),
+            Evidence(
+                "transfer", "mean KV transfer", f"{ctx.name(KV_TRANSFER_MEAN)}{TARGET}", "s", "%.3f"
+            ),
         ),
         when=(
             f"KV transfer > {pct(share)} % of queue + prefill + transfer, decode pool without "
@@ -59,9 +69,9 @@ def kv_transfer_bound(ctx: Context) -> Signature:
         runbook=ctx.runbook(
             alert,
             queries=(
-                ("mean KV transfer, seconds", r.kv_transfer_mean),
-                ("transfer share of time to first token", r.ttft_transfer_share),
-                ("decode pool KV-cache usage", _of(r.pool_kv_cache, "decode")),
+                ("mean KV transfer, seconds", ctx.name(KV_TRANSFER_MEAN)),
+                ("transfer share of time to first token", ctx.name(TTFT_TRANSFER_SHARE)),
+                ("decode pool KV-cache usage", ctx.name(POOL_KV_CACHE.decode)),
             ),
             transfer_share_above=f"{pct(share)} %",
         ),
@@ -70,11 +80,10 @@ def kv_transfer_bound(ctx: Context) -> Signature:
 
 def kv_transfer_failing(ctx: Context) -> Signature:
     alert = "InferenceKVTransferFailing"
-    r = ctx.records
     ratio = ctx.ratio(alert, "failure_ratio_above")
     rule = AlertRule(
         severity="warning",
-        expr=f"{r.kv_failure_ratio} > {num(ratio)}",
+        expr=f"{ctx.name(KV_FAILURE_RATIO)} > {num(ratio)}",
         for_seconds=ctx.for_seconds(alert),
         summary="KV-cache transfers failing for " + _POOL_TARGET,
         description=(
@@ -83,7 +92,9 @@ def kv_transfer_failing(ctx: Context) -> Signature:
             "lost."
         ),
         scope=("model",),
-        evidence=(percent("ratio", "failed or expired share of transfers", r.kv_failure_ratio),),
+        evidence=(
+            percent("ratio", "failed or expired share of transfers", ctx.name(KV_FAILURE_RATIO)),
+        ),
         when=f"failed or expired KV transfers > {pct(ratio)} % of transfers",
     )
     return Signature(
@@ -94,7 +105,7 @@ def kv_transfer_failing(ctx: Context) -> Signature:
         runbook=ctx.runbook(
             alert,
             queries=(
-                ("failed or expired share of transfers", r.kv_failure_ratio),
+                ("failed or expired share of transfers", ctx.name(KV_FAILURE_RATIO)),
                 (
                     "failures by reason, per second",
                     f"sum by (model, reason) ({ctx.rate('inference_kv_transfer_failures_total')})",
@@ -105,18 +116,17 @@ def kv_transfer_failing(ctx: Context) -> Signature:
     )
 
 
-def _pool_short(ctx: Context, alert: str, short: str, other: str) -> Signature:
-    r = ctx.records
+def _pool_short(ctx: Context, alert: str, short: Role, other: Role) -> Signature:
     depth = ctx.ratio(alert, "queue_depth_at_least")
     other_below = ctx.ratio(alert, "other_queue_below")
     op = on((*ctx.pool, "model"))
     rule = AlertRule(
         severity="warning",
         expr=(
-            f"{_of(r.pool_queue, short)} >= {num(depth)}\n"
-            f"and {op}\n{_of(r.pool_queue_trend, short)} > 0\n"
-            f"and {op}\n{_of(r.pool_queue, other)} < {num(other_below)}\n"
-            f"and {op}\n{_of(r.pool_queue_trend, other)} <= 0"
+            f"{ctx.name(POOL_QUEUE.of(short))} >= {num(depth)}\n"
+            f"and {op}\n{ctx.name(POOL_QUEUE_TREND.of(short))} > 0\n"
+            f"and {op}\n{ctx.name(POOL_QUEUE.of(other))} < {num(other_below)}\n"
+            f"and {op}\n{ctx.name(POOL_QUEUE_TREND.of(other))} <= 0"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary=f"The {short} pool of " + _POOL_TARGET + f" is short while {other} idles",
@@ -131,14 +141,14 @@ def _pool_short(ctx: Context, alert: str, short: str, other: str) -> Signature:
             Evidence(
                 "now",
                 "prefill engines per decode engine now",
-                f"{r.pool_ratio_now}{TARGET}",
+                f"{ctx.name(POOL_RATIO_NOW)}{TARGET}",
                 "",
                 "%.2f",
             ),
             Evidence(
                 "suggested",
                 "prefill engines per decode engine the queues suggest",
-                f"{r.pool_ratio_suggested}{TARGET}",
+                f"{ctx.name(POOL_RATIO_SUGGESTED)}{TARGET}",
                 "",
                 "%.2f",
             ),
@@ -156,10 +166,10 @@ def _pool_short(ctx: Context, alert: str, short: str, other: str) -> Signature:
         runbook=ctx.runbook(
             alert,
             queries=(
-                (f"{short} engines", _of(r.pool_engines, short)),
-                (f"mean {short} queue", _of(r.pool_queue, short)),
-                (f"mean {other} queue", _of(r.pool_queue, other)),
-                ("prefill:decode engines suggested", r.pool_ratio_suggested),
+                (f"{short} engines", ctx.name(POOL_ENGINES.of(short))),
+                (f"mean {short} queue", ctx.name(POOL_QUEUE.of(short))),
+                (f"mean {other} queue", ctx.name(POOL_QUEUE.of(other))),
+                ("prefill:decode engines suggested", ctx.name(POOL_RATIO_SUGGESTED)),
             ),
             queue_depth_at_least=num(depth),
         ),

@@ -11,6 +11,21 @@ from __future__ import annotations
 from exporter.signatures.catalogue.context import Context, percent
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import num, on, pct
+from exporter.signatures.signals.engine_signals import REQUESTS_RUNNING, TRAFFIC
+from exporter.signatures.signals.gpu_signals import GPU_UTILIZATION, HBM_BANDWIDTH, SM_ACTIVE
+from exporter.signatures.signals.roofline_signals import (
+    BUDGET_DECODE,
+    BUDGET_HOST,
+    BUDGET_PREFILL,
+    BUDGET_QUEUE,
+    DECODE_EFFICIENCY,
+    DECODE_FLOOR,
+    E2E_MEAN,
+    INTER_TOKEN_MEAN,
+    OUTPUT_TOKENS,
+    PROMPT_TOKENS,
+    ROOFLINE_THROUGHPUT,
+)
 
 # The latency budget and decode records are per served model; the GPU records per target.
 MODEL = ("model",)
@@ -23,16 +38,15 @@ def _milliseconds(key: str, label: str, record: str) -> Evidence:
 
 def decode_overhead_bound(ctx: Context) -> Signature:
     alert = "InferenceDecodeOverheadBound"
-    records = ctx.records
     below = ctx.ratio(alert, "efficiency_below")
     bandwidth = ctx.ratio(alert, "bandwidth_below")
     join = on(ctx.join)
     rule = AlertRule(
         severity="warning",
         expr=(
-            f"{records.decode_efficiency} < {num(below)}\n"
-            f"and {join}\n{records.requests_running} > 0\n"
-            f"and {join}\n{records.hbm_bandwidth} < {num(bandwidth)}"
+            f"{ctx.name(DECODE_EFFICIENCY)} < {num(below)}\n"
+            f"and {join}\n{ctx.name(REQUESTS_RUNNING)} > 0\n"
+            f"and {join}\n{ctx.name(HBM_BANDWIDTH)} < {num(bandwidth)}"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary="Decode steps far above their HBM floor for {labels.model} on {target}",
@@ -45,13 +59,13 @@ def decode_overhead_bound(ctx: Context) -> Signature:
         ),
         scope=MODEL,
         evidence=(
-            percent("eff", "decode roofline efficiency", records.decode_efficiency),
-            _milliseconds("itl", "mean inter-token latency", records.inter_token_mean),
-            _milliseconds("floor", "HBM floor of a decode step", records.decode_floor),
+            percent("eff", "decode roofline efficiency", ctx.name(DECODE_EFFICIENCY)),
+            _milliseconds("itl", "mean inter-token latency", ctx.name(INTER_TOKEN_MEAN)),
+            _milliseconds("floor", "HBM floor of a decode step", ctx.name(DECODE_FLOOR)),
             Evidence(
                 "running",
                 "requests running",
-                f"{records.requests_running}{TARGET}",
+                f"{ctx.name(REQUESTS_RUNNING)}{TARGET}",
                 "requests",
                 "%.1f",
                 scope=TARGET_ONLY,
@@ -59,7 +73,7 @@ def decode_overhead_bound(ctx: Context) -> Signature:
             Evidence(
                 "bw",
                 "HBM bandwidth utilisation",
-                f"100 * {records.hbm_bandwidth}{TARGET}",
+                f"100 * {ctx.name(HBM_BANDWIDTH)}{TARGET}",
                 "%",
                 scope=TARGET_ONLY,
             ),
@@ -80,9 +94,9 @@ def decode_overhead_bound(ctx: Context) -> Signature:
             queries=(
                 (
                     "generated tokens/s as a share of the roofline's at the current batch",
-                    records.roofline_throughput,
+                    ctx.name(ROOFLINE_THROUGHPUT),
                 ),
-                ("mean SM activity (small kernels keep it low)", records.sm_active),
+                ("mean SM activity (small kernels keep it low)", ctx.name(SM_ACTIVE)),
             ),
         ),
     )
@@ -90,15 +104,14 @@ def decode_overhead_bound(ctx: Context) -> Signature:
 
 def gpu_busy_sms_idle(ctx: Context) -> Signature:
     alert = "InferenceGPUBusySMsIdle"
-    records = ctx.records
     util = ctx.ratio(alert, "utilization_above")
     sm_active_below = ctx.ratio(alert, "sm_active_below")
     rule = AlertRule(
         severity="warning",
         expr=(
-            f"{records.gpu_utilization} > {num(util)}\n"
-            f"and\n{records.sm_active} < {num(sm_active_below)}\n"
-            f"and\n{records.traffic}"
+            f"{ctx.name(GPU_UTILIZATION)} > {num(util)}\n"
+            f"and\n{ctx.name(SM_ACTIVE)} < {num(sm_active_below)}\n"
+            f"and\n{ctx.name(TRAFFIC)}"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary="GPU busy but its SMs idle on {target}",
@@ -110,8 +123,8 @@ def gpu_busy_sms_idle(ctx: Context) -> Signature:
             "idle - launch-bound decode, small batches."
         ),
         evidence=(
-            percent("util", "mean GPU utilisation", records.gpu_utilization),
-            percent("sm", "mean SM activity", records.sm_active),
+            percent("util", "mean GPU utilisation", ctx.name(GPU_UTILIZATION)),
+            percent("sm", "mean SM activity", ctx.name(SM_ACTIVE)),
         ),
         when=(
             f"mean GPU utilisation > {pct(util)} % while mean SM activity "
@@ -126,8 +139,8 @@ def gpu_busy_sms_idle(ctx: Context) -> Signature:
         runbook=ctx.runbook(
             alert,
             queries=(
-                ("decode roofline efficiency per model", records.decode_efficiency),
-                ("requests running", records.requests_running),
+                ("decode roofline efficiency per model", ctx.name(DECODE_EFFICIENCY)),
+                ("requests running", ctx.name(REQUESTS_RUNNING)),
             ),
         ),
     )
@@ -135,11 +148,10 @@ def gpu_busy_sms_idle(ctx: Context) -> Signature:
 
 def host_latency_share_high(ctx: Context) -> Signature:
     alert = "InferenceHostLatencyShareHigh"
-    records = ctx.records
     share = ctx.ratio(alert, "host_share_above")
     rule = AlertRule(
         severity="warning",
-        expr=f"{records.budget_host} > {num(share)}\nand {on(ctx.join)}\n{records.traffic}",
+        expr=f"{ctx.name(BUDGET_HOST)} > {num(share)}\nand {on(ctx.join)}\n{ctx.name(TRAFFIC)}",
         for_seconds=ctx.for_seconds(alert),
         summary="Host-side work takes a large share of request latency for {labels.model} on "
         "{target}",
@@ -151,11 +163,15 @@ def host_latency_share_high(ctx: Context) -> Signature:
         ),
         scope=MODEL,
         evidence=(
-            percent("host", "latency share outside queue, prefill and decode", records.budget_host),
-            Evidence("e2e", "mean end-to-end latency", f"{records.e2e_mean}{TARGET}", "s", "%.2f"),
-            percent("queue", "latency share in the queue", records.budget_queue),
-            percent("prefill", "latency share in prefill", records.budget_prefill),
-            percent("decode", "latency share in decode", records.budget_decode),
+            percent(
+                "host", "latency share outside queue, prefill and decode", ctx.name(BUDGET_HOST)
+            ),
+            Evidence(
+                "e2e", "mean end-to-end latency", f"{ctx.name(E2E_MEAN)}{TARGET}", "s", "%.2f"
+            ),
+            percent("queue", "latency share in the queue", ctx.name(BUDGET_QUEUE)),
+            percent("prefill", "latency share in prefill", ctx.name(BUDGET_PREFILL)),
+            percent("decode", "latency share in decode", ctx.name(BUDGET_DECODE)),
         ),
         when=(
             f"more than {pct(share)} % of end-to-end latency outside queue + prefill + decode "
@@ -170,8 +186,8 @@ def host_latency_share_high(ctx: Context) -> Signature:
         runbook=ctx.runbook(
             alert,
             queries=(
-                ("mean prompt tokens per request", records.prompt_tokens),
-                ("mean generated tokens per request", records.output_tokens),
+                ("mean prompt tokens per request", ctx.name(PROMPT_TOKENS)),
+                ("mean generated tokens per request", ctx.name(OUTPUT_TOKENS)),
                 (
                     "engine front-end CPU, per process (a process near 1 core is saturated)",
                     ctx.rate("inference_engine_process_cpu_seconds_total"),

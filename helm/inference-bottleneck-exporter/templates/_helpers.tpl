@@ -110,6 +110,7 @@ nvml (the GPUs are dcgm-exporter's or the node agent's).
 {{- include "inference-bottleneck-exporter.configFlags" (dict "config" .Values.sidecar.config "where" "sidecar.config") }}
 {{- if ne .Values.mode "sidecar" }}
 - --no-collector.nvml
+- {{ printf "--gpu.read-by=%s on $(NODE_NAME)" (ternary "the node agent" "dcgm-exporter or the node agent" (eq .Values.mode "node")) | quote }}
 {{- end }}
 {{- if include "inference-bottleneck-exporter.hostProcfs" . }}
 - --gpu.host-procfs=/host/proc
@@ -163,13 +164,21 @@ dependency `(index .Subcharts "inference-bottleneck-exporter")`. It renders one 
   args:
     {{- include "inference-bottleneck-exporter.args" . | nindent 4 }}
   {{- $gpuEnv := and (eq .Values.mode "sidecar") .Values.gpu.visibleDevices }}
-  {{- if or $gpuEnv .Values.sidecar.extraEnv }}
+  {{- /* Without NVML the landing page names who reads the GPUs: that on the pod's node. */}}
+  {{- $nodeEnv := ne .Values.mode "sidecar" }}
+  {{- if or $gpuEnv $nodeEnv .Values.sidecar.extraEnv }}
   env:
     {{- if $gpuEnv }}
     - name: NVIDIA_VISIBLE_DEVICES
       value: {{ .Values.gpu.visibleDevices | quote }}
     - name: NVIDIA_DRIVER_CAPABILITIES
       value: {{ .Values.gpu.driverCapabilities | quote }}
+    {{- end }}
+    {{- if $nodeEnv }}
+    - name: NODE_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: spec.nodeName
     {{- end }}
     {{- with .Values.sidecar.extraEnv }}
     {{- toYaml . | nindent 4 }}
