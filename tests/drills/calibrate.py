@@ -63,10 +63,10 @@ class Measured:
 
     @property
     def step_s(self) -> float:
-        """The decode step a request saw (no stream: its whole time per token)."""
+        """The decode step a request saw (timed whole: its time per token but the first)."""
         if self.tpot_s is not None:
             return self.tpot_s
-        return self.e2e_s / max(1, self.output_tokens)
+        return self.e2e_s / max(1, self.output_tokens - 1)
 
 
 @dataclass
@@ -94,10 +94,12 @@ def measure(
     requests: int | None = None,
     api: str = "openai",
     served_model: str = "",
+    per_token: bool = True,
 ) -> Measured:
     """At least ``requests`` (default: one per slot) and :data:`MEASURE_S` seconds of a
     closed loop of ``concurrency``; the medians of every request that completed.
-    ``served_model``: the model to ask for (default: the server's first)."""
+    ``served_model``: the model to ask for (default: the server's first); ``per_token``:
+    whether the stream times each token (else only whole requests count)."""
     needed = requests or concurrency
     base = loadgen.LoadConfig(
         url=loadgen.completions_url(url) if api == "openai" else url,
@@ -142,7 +144,7 @@ def measure(
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
         ttft_s=statistics.median(r.ttft for r in done if r.ttft is not None),
-        tpot_s=statistics.median(steps) if steps and api == "openai" else None,
+        tpot_s=statistics.median(steps) if steps and per_token else None,
         e2e_s=statistics.median(r.e2e for r in done if r.e2e is not None),
         took_s=round(took, 2),
     )
@@ -200,11 +202,14 @@ def calibrate(
     model: str | None = None,
     disaggregated: bool = False,
     served_model: str = "",
+    per_token: bool = True,
 ) -> Calibration:
     """One sequence at a time with the drill's prompt, then (``full``) that many at once; the
     tokenizer probe where ``model`` (a vLLM-like /tokenize) is given; the KV bytes per request
     on a disaggregated pair. ``served_model``: the model to load (default: the server's
-    first)."""
+    first); ``per_token``: the engine's stream times each token (the reference engine's
+    does; llama-server holds back the text of a token that ends inside a character, and
+    Triton answers whole requests: both are measured with the drill's own requests, whole)."""
     began = time.monotonic()
     node_before = node_ticks()
     kv_before = (
@@ -218,6 +223,7 @@ def calibrate(
         requests=ONE_REQUESTS,
         api=api,
         served_model=served_model,
+        per_token=per_token,
     )
     cal = Calibration(one=one)
     if disaggregated:
@@ -234,6 +240,7 @@ def calibrate(
             output_tokens=output_tokens,
             api=api,
             served_model=served_model,
+            per_token=per_token,
         )
     if model is not None:
         cal.tokenizer_s, cal.probe_tokens = tokenizer_probe(url, model)

@@ -275,8 +275,8 @@ def _done(result: DrillResult | DisaggResult, began: float, workdir: Path) -> An
 def _size(stack: Stack, scenario: Scenario | DisaggScenario, sized: Sized) -> Load:
     """Calibrate the drill's engine, size its load and injection, and give the engine the
     injection's sizes; the load to run."""
-    reference = getattr(scenario, "engine", "reference") == "reference"
-    triton = getattr(scenario, "engine", "") == "triton"
+    engine = getattr(scenario, "engine", "reference")
+    reference, triton = engine == "reference", engine == "triton"
     base = scenario.load
     # An overload needs only one sequence: what its admitted sequences serve, or (cpu-contention)
     # at most what a full batch would serve if batching were free (a rate above it floods).
@@ -286,11 +286,12 @@ def _size(stack: Stack, scenario: Scenario | DisaggScenario, sized: Sized) -> Lo
         prompt_tokens=base.prompt_tokens,
         full=scenario.full if needs_full else None,
         api="triton" if triton else "openai",
-        # Triton answers whole requests: measured with the drill's own.
-        output_tokens=base.output_tokens if triton else CAL_OUTPUT_TOKENS,
+        # A third-party engine is measured with the drill's own requests, whole.
+        output_tokens=CAL_OUTPUT_TOKENS if reference else base.output_tokens,
         model=DEFAULT_MODEL_NAME if reference else None,
         disaggregated=isinstance(scenario, DisaggScenario),
         served_model=TRITON_MODEL if triton else "",
+        per_token=reference,
     )
     sized.calibration = cal.to_json()
     chosen: Plan = plan(

@@ -83,9 +83,11 @@ class Engine:
 
     @classmethod
     def of(cls, cal: Calibration, full: int) -> Engine:
+        """From a calibration; one measured by whole requests (no time per token) puts all of
+        a request's time on its tokens, so that requests as long as measured come out right."""
         one = cal.one
         step_full = cal.full.step_s if cal.full is not None else one.step_s
-        prefill = one.ttft_s if one.tpot_s is not None else one.e2e_s
+        prefill = one.ttft_s if one.tpot_s is not None else 0.0
         return cls(prefill, one.step_s, max(step_full, one.step_s), full, one.prompt_tokens)
 
     def prefill(self, prompt: int) -> float:
@@ -176,7 +178,10 @@ def overload(
     def served(o: int) -> float:
         return engine.served_full(o) if full else engine.served(admitted, o)
 
-    output = _longest(MIN_RATE, engine, served, base.output_tokens)
+    def finishing(o: int) -> float:  # what surely finishes: one sequence at a time
+        return engine.served(1, o) if full else served(o)
+
+    output = _longest(MIN_RATE, engine, finishing, base.output_tokens)
     output = _bounded(served, output, base.prompt_tokens, deadline_s)
     capacity = served(output)
     rate = OVERLOAD * capacity

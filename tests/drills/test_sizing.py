@@ -188,3 +188,12 @@ def test_deadlines_are_the_rendered_rules_windows_and_for_plus_the_margin() -> N
     )
     # The fast profile: InferenceQueueWaitDominatesLatency reads 30 s windows, for 90 s.
     assert rule_timing("InferenceQueueWaitDominatesLatency").earliest_s == 120.0
+
+
+def test_an_engine_timed_by_whole_requests_serves_what_was_measured() -> None:
+    """llama-server and Triton are measured with the drill's own requests, whole: the model
+    gives back 1 / e2e for requests of that length, and proportionally less for longer ones."""
+    whole = Measured(1, 3, 64, 192, 0.65, None, 0.65, 2.0)
+    engine = Engine.of(Calibration(one=whole), 4)
+    assert engine.served(1, 192) == pytest.approx(1 / 0.65)
+    assert engine.served(1, 383) == pytest.approx(1 / 1.3, rel=1e-2)
