@@ -232,7 +232,7 @@ def plan(
         out.load = overload(engine, base, out, admitted, full=contended, deadline_s=deadline_s)
         if contended and out.load.rate < base.rate:
             out.how.append(f"the drill's own {base.rate:g}/s is more, and offered")
-            out.load = base
+            out.load = Load(base.rate, out.load.prompt_tokens, out.load.output_tokens)
     else:
         out.load = keep_up(engine, base, out)
     if "tokenizer-slow" in injections:
