@@ -324,8 +324,8 @@ def _sizing_text() -> list[str]:
         f"requests are shortened where fewer than {MIN_RATE:g} a second would finish, and "
         f"lengthened where the queue would pass {IN_FLIGHT_BUDGET} requests before the "
         "deadline;",
-        f"- `tokenizer-slow`: the probe takes {TOKENIZER_STEPS:g} decode steps at the batch "
-        f"the load keeps (`--tokenizer-slow-us-per-token`; the tokenizer's thread at most "
+        f"- `tokenizer-slow`: the probe takes {TOKENIZER_STEPS:g} decode steps of the full "
+        f"batch, the longest (`--tokenizer-slow-us-per-token`; the tokenizer's thread at most "
         f"{TOKENIZER_CPU:g} of a core); `frontend-gil`: pre-processing of {GIL_CORES:g} cores "
         f"at the load's rate; `decode-overhead`: host work of {OVERHEAD_STEPS:g} decode steps "
         f"of {OVERHEAD_BATCH} sequences, at a rate that keeps about {OVERHEAD_BATCH} running; "

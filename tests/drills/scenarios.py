@@ -108,8 +108,8 @@ SCENARIOS: tuple[Scenario, ...] = (
         expected=TOKENIZER,
         why=(
             "the probe's ~512-token prompt takes the pure-Python BPE path on the engine's "
-            "single tokenizer thread, held to a set number of the decode steps measured at the "
-            "batch the load keeps: the tokenizer is slower than a decode step on any machine"
+            "single tokenizer thread, held to three of the decode steps measured at the full "
+            "batch, the longest: the tokenizer is slower than a decode step on any machine"
         ),
     ),
     Scenario(

@@ -30,7 +30,8 @@ How each kind of drill uses them:
   the queue would otherwise pass :data:`IN_FLIGHT_BUDGET` requests before the deadline (the
   load generator's bound on open requests would then stop its growth);
 - **injection sizes**, each relative to the step it competes with: the slow tokenizer takes
-  :data:`TOKENIZER_STEPS` decode steps (at the batch the load keeps) for the sidecar's probe;
+  :data:`TOKENIZER_STEPS` decode steps of the full batch (the longest step) for the sidecar's
+  probe;
   the decode overhead is :data:`OVERHEAD_STEPS` decode steps of the :data:`OVERHEAD_BATCH`
   sequences its load keeps running; the front-end's pre-processing offers
   :data:`GIL_CORES` cores of work at the load's rate; a slow KV link takes
@@ -109,14 +110,6 @@ class Engine:
         """Requests a second the full batch serves."""
         per_token = (self.step_full_s + overhead_s) / self.full
         return 1.0 / (self.prefill_s + (output - 1) * per_token)
-
-    def batch(self, rate: float, output: int, overhead_s: float = 0.0) -> float:
-        """The sequences running on average at ``rate`` (Little's law, the step at that batch)."""
-        batch = 1.0
-        for _ in range(20):
-            batch = rate * (self.prefill_s + (output - 1) * (self.step(batch) + overhead_s))
-            batch = min(float(self.full), batch)
-        return batch
 
 
 @dataclass
@@ -252,8 +245,10 @@ def _tokenizer(engine: Engine, cal: Calibration, plan: Plan) -> None:
     if not cal.probe_tokens:
         raise ValueError("tokenizer-slow is sized from the tokenizer probe: none measured")
     load = plan.load
-    batch = engine.batch(load.rate, load.output_tokens)
-    step = engine.step(batch)
+    # The full batch's step, the longest the engine takes: the median inter-token latency
+    # stays below it at any batch the load keeps, and the drill's own streams (which the
+    # one-sequence calibration did not carry) lengthen the steps toward it.
+    step = engine.step_full_s
     probe_s = TOKENIZER_STEPS * step
     per_token = probe_s / cal.probe_tokens
     # The tokenizer's thread: one probe a second and every request's prompt.
@@ -263,9 +258,9 @@ def _tokenizer(engine: Engine, cal: Calibration, plan: Plan) -> None:
         probe_s = per_token * cal.probe_tokens
     plan.sizes["tokenizer_slow_us_per_token"] = round(per_token * 1e6, 1)
     plan.how.append(
-        f"decode step {1000 * step:.1f} ms at the {batch:.1f} sequences the load keeps: the "
-        f"slow tokenizer takes {1000 * probe_s:.0f} ms for the probe's {cal.probe_tokens} "
-        f"tokens ({probe_s / step:.1f} steps; the fast one {_ms(cal.tokenizer_s)})"
+        f"decode step {1000 * step:.1f} ms at the full batch: the slow tokenizer takes "
+        f"{1000 * probe_s:.0f} ms for the probe's {cal.probe_tokens} tokens "
+        f"({probe_s / step:.1f} steps; the fast one {_ms(cal.tokenizer_s)})"
     )
 
 
