@@ -132,7 +132,9 @@ def measure(
         if cfg is base and left > 0.5:  # then until MEASURE_S (the requests open are dropped)
             rounds.append(replace(base, requests=0, duration=left, seed=8))
     took = time.monotonic() - began
-    if len(done) < needed:
+    # A request the engine dropped (a busy llama-server closes a connection now and then)
+    # leaves the others to measure it; none at all is a failure.
+    if not done or len(done) < needed - len(errors):
         raise CalibrationError(
             f"at {concurrency} at a time: {len(done)} of {needed} requests completed in "
             f"{took:.0f} s (errors: {', '.join(sorted(set(errors))) or 'none'})"
@@ -209,7 +211,7 @@ def calibrate(
     on a disaggregated pair. ``served_model``: the model to load (default: the server's
     first); ``per_token``: the engine's stream times each token (the reference engine's
     does; llama-server holds back the text of a token that ends inside a character, and
-    Triton answers whole requests: both are measured with the drill's own requests, whole)."""
+    Triton answers whole requests: both are timed by whole requests)."""
     began = time.monotonic()
     node_before = node_ticks()
     kv_before = (

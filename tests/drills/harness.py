@@ -286,8 +286,7 @@ def _size(stack: Stack, scenario: Scenario | DisaggScenario, sized: Sized) -> Lo
         prompt_tokens=base.prompt_tokens,
         full=scenario.full if needs_full else None,
         api="triton" if triton else "openai",
-        # A third-party engine is measured with the drill's own requests, whole.
-        output_tokens=CAL_OUTPUT_TOKENS if reference else base.output_tokens,
+        output_tokens=CAL_OUTPUT_TOKENS,
         model=DEFAULT_MODEL_NAME if reference else None,
         disaggregated=isinstance(scenario, DisaggScenario),
         served_model=TRITON_MODEL if triton else "",
