@@ -12,8 +12,16 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from drills.harness import DisaggResult, DrillResult, dump_results, has_gpu, machine, slowdown
-from drills.report import write
+from drills.harness import (
+    DisaggResult,
+    DrillResult,
+    dump_results,
+    has_gpu,
+    machine,
+    slowdown,
+    speed,
+)
+from drills.report import Session, save, write
 from drills.scenarios import CPU_SCENARIOS
 from support.paths import ROOT
 
@@ -95,15 +103,17 @@ def drill_results(disagg_results: dict[str, DisaggResult]) -> Iterator[dict[str,
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(SESSION_WHEN))
     yield results
     dump_results(results)
+    factor = slowdown()
+    session = Session(
+        machine=machine(),
+        total_s=time.monotonic() - began,
+        when=when,
+        factor=factor,
+        results=results,
+        disagg=disagg_results,
+    )
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    # Every run's results, whole matrix or not, for `python -m drills.report` to render again.
+    save(session, REPORT.parent / f"results-{speed(factor)}.json")
     if all(s.name in results for s in CPU_SCENARIOS):
-        REPORT.parent.mkdir(parents=True, exist_ok=True)
-        write(
-            REPORT,
-            results,
-            machine=machine(),
-            total_s=time.monotonic() - began,
-            when=when,
-            disagg=disagg_results,
-            factor=slowdown(),
-            previous=PUBLISHED.read_text("utf-8") if PUBLISHED.exists() else "",
-        )
+        write(REPORT, session, previous=PUBLISHED.read_text("utf-8") if PUBLISHED.exists() else "")

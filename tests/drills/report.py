@@ -8,12 +8,16 @@ writes its own speed's section and keeps the others from the page it is given (t
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
+import sys
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drills.harness import DisaggResult, DrillResult, Sized, speed
+from drills.harness import AlertSeen, DisaggResult, DrillResult, Sized, speed
 from drills.scenarios import (
     BLIND,
     DISAGG_SCENARIOS,
@@ -44,6 +48,65 @@ from drills.timing import LAG_S, ONSET_S, PAGES_S
 
 from exporter.lab.refengine.gputrace import mean_utilization, trace_lines
 from exporter.lab.refengine.inject import INJECTIONS
+
+
+@dataclass
+class Session:
+    """One drill run: what the report is written from, and what ``save`` keeps as JSON."""
+
+    machine: str
+    total_s: float
+    when: str
+    factor: float
+    results: Mapping[str, DrillResult]
+    disagg: Mapping[str, DisaggResult] = field(default_factory=dict)
+
+
+def _alerts(raw: Mapping[str, Any]) -> dict[str, AlertSeen]:
+    return {name: AlertSeen(**seen) for name, seen in raw.items()}
+
+
+def _drill(raw: dict[str, Any]) -> DrillResult:
+    return DrillResult(**{**raw, "alerts": _alerts(raw["alerts"]), "sized": Sized(**raw["sized"])})
+
+
+def _disagg(raw: dict[str, Any]) -> DisaggResult:
+    samples = {
+        role: [(float(t), dict(v)) for t, v in series] for role, series in raw["samples"].items()
+    }
+    return DisaggResult(
+        **{
+            **raw,
+            "alerts": _alerts(raw["alerts"]),
+            "sized": Sized(**raw["sized"]),
+            "samples": samples,
+        }
+    )
+
+
+def save(session: Session, path: Path) -> None:
+    data = {
+        "machine": session.machine,
+        "total_s": session.total_s,
+        "when": session.when,
+        "factor": session.factor,
+        "results": {name: r.to_json() for name, r in session.results.items()},
+        "disagg": {name: asdict(r) for name, r in session.disagg.items()},
+    }
+    path.write_text(json.dumps(data, indent=1) + "\n", "utf-8")
+
+
+def load(path: Path) -> Session:
+    data = json.loads(path.read_text("utf-8"))
+    return Session(
+        machine=str(data["machine"]),
+        total_s=float(data["total_s"]),
+        when=str(data["when"]),
+        factor=float(data["factor"]),
+        results={name: _drill(raw) for name, raw in data["results"].items()},
+        disagg={name: _disagg(raw) for name, raw in data["disagg"].items()},
+    )
+
 
 HEADER = """\
 # Drills: every CPU-side signature fired by its real cause
@@ -346,20 +409,18 @@ def _sizing_text() -> list[str]:
     ]
 
 
-def render(
-    results: Mapping[str, DrillResult],
-    *,
-    machine: str,
-    total_s: float,
-    when: str,
-    disagg: Mapping[str, DisaggResult] | None = None,
-    factor: float = 1.0,
-    previous: str = "",
-) -> str:
-    """The page: this run's section at ``factor``, the other speeds' from ``previous``."""
+def render(session: Session, *, previous: str = "") -> str:
+    """The page: this run's section at its speed, the other speeds' from ``previous``."""
     kept = {m.group(1): m.group(0) for m in SPEED.finditer(previous)}
-    kept[speed(factor)] = "\n".join(
-        _section(results, disagg or {}, factor=factor, machine=machine, total_s=total_s, when=when)
+    kept[speed(session.factor)] = "\n".join(
+        _section(
+            session.results,
+            session.disagg,
+            factor=session.factor,
+            machine=session.machine,
+            total_s=session.total_s,
+            when=session.when,
+        )
     )
     for key in ("natural", "slow-8x"):
         kept.setdefault(
@@ -636,24 +697,30 @@ def _disagg_text() -> list[str]:
     return lines
 
 
-def write(
-    path: Path,
-    results: Mapping[str, DrillResult],
-    *,
-    machine: str,
-    total_s: float,
-    when: str,
-    disagg: Mapping[str, DisaggResult] | None = None,
-    factor: float = 1.0,
-    previous: str = "",
-) -> None:
-    text = render(
-        results,
-        machine=machine,
-        total_s=total_s,
-        when=when,
-        disagg=disagg,
-        factor=factor,
-        previous=previous,
+def write(path: Path, session: Session, *, previous: str = "") -> None:
+    path.write_text(render(session, previous=previous), "utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Render the page again from a run's saved results (``build/drills/results-*.json``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m drills.report",
+        description="Write docs/drills.md's section for one saved drill run; the page's other "
+        "sections are kept from --previous.",
     )
-    path.write_text(text, "utf-8")
+    parser.add_argument("results", type=Path, help="a run's results-<speed>.json")
+    parser.add_argument("--previous", type=Path, help="the page whose other sections to keep")
+    parser.add_argument("--out", type=Path, required=True, help="the page to write")
+    args = parser.parse_args(argv)
+    try:
+        session = load(args.results)
+        previous = args.previous.read_text("utf-8") if args.previous else ""
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        print(f"drills.report: {err}", file=sys.stderr)
+        return 2
+    write(args.out, session, previous=previous)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
