@@ -110,6 +110,25 @@ def drill_peaks(factor: float, sized: Sized) -> HostPeaks:
     return peaks
 
 
+ENGINE_NAMES = {"reference": "reference engine", "llamacpp": "llama-server", "triton": "PyTriton"}
+
+
+def layout(scenario: Scenario | DisaggScenario) -> str:
+    """Where a drill's processes run, for the report: today every drill is one host's
+    children on 127.0.0.1 (:mod:`exporter.lab.stack`)."""
+    gpu = "the real GPU (NVML)" if getattr(scenario, "look", None) is None else "a replayed GPU"
+    if isinstance(scenario, DisaggScenario):
+        return (
+            f"one host: prefill + decode reference engines ({scenario.admitted} decode slots), "
+            f"a sidecar each, Prometheus, Alertmanager; {gpu}"
+        )
+    engine = ENGINE_NAMES.get(scenario.engine, scenario.engine)
+    slots = (
+        f" ({scenario.admitted} of {scenario.full} slots)" if scenario.engine == "reference" else ""
+    )
+    return f"one host: {engine}{slots}, sidecar, Prometheus, Alertmanager; {gpu}"
+
+
 def _slowed(args: list[str], factor: float) -> list[str]:
     return [*args, "--worker-slowdown", f"{factor:g}"] if factor > 1.0 else args
 
@@ -125,6 +144,7 @@ class Sized:
     deadline_s: float = 0.0
     deadline_how: str = ""
     host: dict[str, float] | None = None  # the host's decode stream rates, and the replayed
+    layout: str = ""  # where the drill's processes ran (:func:`layout`)
 
 
 @dataclass
@@ -213,7 +233,9 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
     )
     factor = slowdown() if scenario.engine == "reference" else 1.0
     wait = deadline(scenario)
-    result.sized = Sized(slowdown=factor, deadline_s=wait.seconds, deadline_how=wait.how)
+    result.sized = Sized(
+        slowdown=factor, deadline_s=wait.seconds, deadline_how=wait.how, layout=layout(scenario)
+    )
     trace = (
         write_trace(scenario.look, workdir / "trace.jsonl", drill_peaks(factor, result.sized))
         if scenario.look
@@ -603,7 +625,9 @@ def run_disagg_drill(scenario: DisaggScenario, workdir: Path) -> DisaggResult:
     rules_config.write_text(DISAGG_SITE_CONFIG, encoding="utf-8")
     factor = slowdown()
     wait = deadline(scenario)
-    result.sized = Sized(slowdown=factor, deadline_s=wait.seconds, deadline_how=wait.how)
+    result.sized = Sized(
+        slowdown=factor, deadline_s=wait.seconds, deadline_how=wait.how, layout=layout(scenario)
+    )
     peaks = drill_peaks(factor, result.sized)
     cfg = StackConfig(
         workdir=workdir,

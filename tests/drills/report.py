@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drills.harness import AlertSeen, DisaggResult, DrillResult, Sized, speed
+from drills.harness import AlertSeen, DisaggResult, DrillResult, Sized, layout, speed
 from drills.scenarios import (
     BLIND,
     DISAGG_SCENARIOS,
@@ -160,6 +160,22 @@ def _diagnose_first(result: DrillResult | DisaggResult) -> str:
     return f"`{holds[0]['alert']}`" if holds else "nothing holds"
 
 
+def _rank(expected: str | None, result: DrillResult | DisaggResult) -> str:
+    """Where ``diagnose`` ranked the expected alert (healthy: what, if anything, holds)."""
+    if result.diagnose is None:
+        return f"(not run: {result.diagnose_error})" if result.diagnose_error else "-"
+    findings = result.diagnose.get("findings", [])
+    if expected is None:
+        return _diagnose_first(result)
+    names = [str(f.get("alert")) for f in findings]
+    if expected not in names:
+        return f"not ranked (of {len(names)})"
+    at = names.index(expected)
+    status = findings[at].get("status")
+    text = f"{at + 1} of {len(names)}" + ("" if status == "holds" else f" ({status})")
+    return text if at == 0 else f"{text}; first `{names[0]}`"
+
+
 def _paged(result: DrillResult, alert: str | None) -> str:
     if alert is None:
         triggers = [p for p in result.pages if p["body"].get("event_action") == "trigger"]
@@ -212,7 +228,7 @@ def _row(scenario: Scenario, result: DrillResult | None) -> str:
     return (
         f"| {scenario.name} | {injected} | {expected} | {ok} | {to_fire} | "
         f"{_fmt_s(result.duration_s)} | {_also(scenario.expected, result)} | {only} | "
-        f"{_diagnose_first(result)} | {_paged(result, scenario.expected)} | "
+        f"{_rank(scenario.expected, result)} | {_paged(result, scenario.expected)} | "
         f"{scenario.look or 'NVML'} |"
     )
 
@@ -252,27 +268,48 @@ def _sizes(sized: Sized) -> str:
     return ", ".join(f"`{k}` {v:g}" for k, v in chosen.items()) or "-"
 
 
-def _sizing_row(name: str, result: DrillResult | DisaggResult | None) -> str:
+def _sizing_row(
+    name: str, scenario: Scenario | DisaggScenario, result: DrillResult | DisaggResult | None
+) -> str:
     if result is None or result.sized.calibration is None:
         why = "not run" if result is None else f"not measured: {result.error[:80]}"
-        return f"| {name} | {why} | | | | | |"
+        return f"| {name} | {layout(scenario)} | {why} | | | | | | |"
     sized = result.sized
     plan = sized.plan or {}
     load = plan.get("load") or {}
-    took = (sized.calibration or {}).get("took_s")
+    took = (sized.calibration or {}).get("took_s") or 0.0
     return (
-        f"| {name} | {_measured(sized)} | {plan.get('served', 0.0):.2f}/s | "
+        f"| {name} | {sized.layout or layout(scenario)} | {_measured(sized)} | "
+        f"{plan.get('served', 0.0):.2f}/s | "
         f"{load.get('rate', 0.0):.3g}/s, {load.get('prompt_tokens')}+"
         f"{load.get('output_tokens')} tokens | {_sizes(sized)} | {'; '.join(plan.get('how', []))} "
-        f"| {took:.1f} s |"
+        f"| {took:.1f} s | {sized.deadline_s:.0f} s: {sized.deadline_how} |"
     )
 
 
 SIZING_HEAD = [
-    "| drill | measured (TTFT and decode step at 1 / the full batch, tokenizer probe, host) | "
-    "served | load | injection | how | calibration |",
-    "|---|---|---|---|---|---|---|",
+    "| drill | layout | measured (TTFT and decode step at 1 / the full batch, tokenizer probe, "
+    "node, host) | served | load | injection | how | calibration | deadline |",
+    "|---|---|---|---|---|---|---|---|---|",
 ]
+
+
+def _node_load(results: Mapping[str, DrillResult], disagg: Mapping[str, DisaggResult]) -> str:
+    """The node's load average as each drill calibrated: how busy the machine was."""
+    seen = [
+        float(r.sized.calibration["extra"]["load_average"])
+        for r in [*results.values(), *disagg.values()]
+        if r.sized.calibration and "load_average" in (r.sized.calibration.get("extra") or {})
+    ]
+    if not seen:
+        return ""
+    seen.sort()
+    median = seen[len(seen) // 2]
+    return (
+        f"The node's 1-minute load average as each drill calibrated: {seen[0]:.1f} to "
+        f"{seen[-1]:.1f} (median {median:.1f}; each drill's own in the sizing tables) - the "
+        "drills' own processes and whatever else the machine ran."
+    )
 
 
 def _speed_title(factor: float) -> str:
@@ -298,6 +335,7 @@ def _section(
         f"Last run: {when} on {machine}; the matrix took {total_s / 60:.1f} minutes (drills "
         "one after another: each burns the CPU the next one measures).",
         "",
+        *([_node_load(results, disagg), ""] if _node_load(results, disagg) else []),
         "### Matrix",
         "",
         "Times are from the start of the load (after the calibration); *by* is the drill's "
@@ -308,7 +346,7 @@ def _section(
         "when the expected alert fired (healthy: at the end).",
         "",
         "| scenario | injected | expected alert | fired? | time to fire | drill | also fired "
-        "| pending only | `diagnose` rank 1 | PagerDuty | GPU |",
+        "| pending only | `diagnose` rank | PagerDuty | GPU |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_row(s, results.get(s.name)) for s in SCENARIOS]
@@ -322,7 +360,7 @@ def _section(
         "",
         *SIZING_HEAD,
     ]
-    lines += [_sizing_row(s.name, results.get(s.name)) for s in SCENARIOS if not s.gpu]
+    lines += [_sizing_row(s.name, s, results.get(s.name)) for s in SCENARIOS if not s.gpu]
     lines += [
         "",
         "### Signals when the expected alert fired (healthy: at the end)",
@@ -573,7 +611,7 @@ def _external_row(scenario: Scenario, result: DrillResult | None) -> str:
     return (
         f"| {engine} | {scenario.name} | {injected} | {expected} | {ok} | {to_fire} | "
         f"{_fmt_s(result.duration_s)} | {_also(scenario.expected, result)} | "
-        f"{_diagnose_first(result)} |"
+        f"{_rank(scenario.expected, result)} |"
     )
 
 
@@ -583,13 +621,13 @@ def _external_results(results: Mapping[str, DrillResult]) -> list[str]:
         "### Third-party engines",
         "",
         "| engine | scenario | injected | expected alert | fired? | time to fire | drill "
-        "| also fired | `diagnose` rank 1 |",
+        "| also fired | `diagnose` rank |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_external_row(s, results.get(f"{s.engine}/{s.name}")) for s in EXTERNAL_SCENARIOS]
     lines += ["", *SIZING_HEAD]
     lines += [
-        _sizing_row(f"{ENGINE_TITLES[s.engine]}, {s.name}", results.get(f"{s.engine}/{s.name}"))
+        _sizing_row(f"{ENGINE_TITLES[s.engine]}, {s.name}", s, results.get(f"{s.engine}/{s.name}"))
         for s in EXTERNAL_SCENARIOS
     ]
     return lines
@@ -644,7 +682,7 @@ def _disagg_row(scenario: DisaggScenario, result: DisaggResult | None) -> str:
     return (
         f"| {scenario.name} | {injected} | {expected} | {ok} | {to_fire} | "
         f"{_fmt_s(result.duration_s)} | {_also(scenario.signature, result)} | "
-        f"{_diagnose_first(result)} | {paged} | "
+        f"{_rank(scenario.signature, result)} | {paged} | "
         f"{_num(g('transfer_share'), '%.2f')} | {_num(g('decode_queue'), '%.1f')} "
         f"({_num(g('decode_trend_per_min'), '%+.0f')}/min) | "
         f"{_num(g('prefill_queue'), '%.1f')} |"
@@ -657,12 +695,12 @@ def _disagg_results(results: Mapping[str, DisaggResult]) -> list[str]:
         "### Disaggregated serving",
         "",
         "| scenario | injected | expected alert | fired? | time to fire | drill | also fired "
-        "| `diagnose` rank 1 | PagerDuty | share | decode queue | prefill queue |",
+        "| `diagnose` rank | PagerDuty | share | decode queue | prefill queue |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_disagg_row(s, results.get(s.name)) for s in DISAGG_SCENARIOS]
     lines += ["", *SIZING_HEAD]
-    lines += [_sizing_row(s.name, results.get(s.name)) for s in DISAGG_SCENARIOS]
+    lines += [_sizing_row(s.name, s, results.get(s.name)) for s in DISAGG_SCENARIOS]
     return lines
 
 
