@@ -52,8 +52,16 @@ def _explain(result: DisaggResult) -> str:
 
 
 def check_transfers(result: DisaggResult) -> None:
-    """Every request's cache crossed the link and none failed or expired."""
-    assert result.delta("decode", "vllm:nixl_xfer_time_seconds_count") >= 10, _explain(result)
+    """Every request's cache crossed the link and none failed or expired. Counted against the
+    requests the decode server finished (the engine's counters since its start), not against a
+    fixed number: a drill sized to a slow machine runs few requests (kv-transfer-slow keeps
+    0.3 requests reading a cache that takes twice the time to first token: about 5 requests
+    between the warm-up and the alert at a measured time to first token of 1.2 s)."""
+    _, last = result.window("decode")
+    finished = last.get("vllm:request_success_total", 0.0)
+    assert finished > 0, _explain(result)
+    assert last.get("vllm:nixl_xfer_time_seconds_count", 0.0) >= finished, _explain(result)
+    assert result.delta("decode", "vllm:nixl_xfer_time_seconds_count") >= 1, _explain(result)
     assert result.delta("decode", "vllm:nixl_bytes_transferred_sum") > 0
     assert result.delta("decode", "vllm:nixl_num_failed_transfers_total") == 0
     assert result.delta("prefill", "vllm:nixl_num_kv_expired_reqs_total") == 0
