@@ -252,7 +252,10 @@ def _measured(sized: Sized) -> str:
         parts.append(f"KV {cal['kv_bytes'] / 2**20:.2f} MiB")
     extra = cal.get("extra") or {}
     if "load_average" in extra:
-        parts.append(f"node: load {extra['load_average']:.1f}, softirq {extra['node_softirq']:.1%}")
+        node = f"node: load {extra['load_average']:.1f}, softirq {extra['node_softirq']:.1%}"
+        if "thread_share" in extra:
+            node += f", one thread {extra['thread_share']:.2f} of a core"
+        parts.append(node)
     if sized.host:
         h = sized.host
         parts.append(
