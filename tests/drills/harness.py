@@ -31,6 +31,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,7 @@ class DrillResult:
     instance: str = ""  # the sidecar's scrape address, Prometheus's ``instance`` label
     restarted_at: float | None = None  # when the engine was killed and started again
     sized: Sized = field(default_factory=Sized)
+    failed: str = ""  # the first line of the drill's failed check (empty: its checks held)
 
     def fired(self) -> dict[str, float]:
         return {a: s.firing_at for a, s in self.alerts.items() if s.firing_at is not None}
@@ -553,6 +555,17 @@ def dump_results(results: dict[str, DrillResult]) -> None:
         Path(dump).write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
+@contextlib.contextmanager
+def noting_failure(result: DrillResult | DisaggResult) -> Iterator[None]:
+    """A failed check's first line kept in the result (for the report), then raised on."""
+    try:
+        yield
+    except AssertionError as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        result.failed = (lines[0] if lines else "a check failed")[:160]
+        raise
+
+
 def has_gpu() -> bool:
     """An NVIDIA driver on this machine: the GPU drills run only where this holds."""
     return Path("/dev/nvidiactl").exists()
@@ -608,6 +621,7 @@ class DisaggResult:
     signals: dict[str, float | None] = field(default_factory=dict)
     missed_polls: int = 0  # engine polls that failed (each a sample missing)
     sized: Sized = field(default_factory=Sized)
+    failed: str = ""  # the first line of the drill's failed check (empty: its checks held)
 
     def fired(self) -> dict[str, float]:
         return {a: s.firing_at for a, s in self.alerts.items() if s.firing_at is not None}

@@ -206,6 +206,8 @@ def _outcome(expected: str | None, result: DrillResult | DisaggResult) -> tuple[
         to_fire = f"{_fmt_s(at)} (by {deadline:.0f} s)"
     if result.error:
         ok = f"ERROR: {result.error.splitlines()[0][:80]}"
+    elif result.failed:
+        ok = f"{ok}; FAILED: {result.failed[:100]}"
     return ok, to_fire
 
 
