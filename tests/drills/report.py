@@ -36,6 +36,7 @@ from drills.sizing import (
     KEEP_UP,
     KV_TTFTS,
     KV_WAITING,
+    KV_WAITING_MAX,
     MIN_OUTPUT,
     MIN_RATE,
     OVERHEAD_BATCH,
@@ -439,7 +440,9 @@ def _sizing_text() -> list[str]:
         f"at the load's rate; `decode-overhead`: host work of {OVERHEAD_STEPS:g} decode steps "
         f"of {OVERHEAD_BATCH} sequences, at a rate that keeps about {OVERHEAD_BATCH} running; "
         f"`kv-transfer-slow`: one request's cache takes {KV_TTFTS:g}x the pair's time to first "
-        f"token, at a rate that keeps {KV_WAITING:g} requests reading it; `decode-pool-short`: "
+        f"token, at a rate that keeps {KV_WAITING:g} requests reading it (up to "
+        f"{KV_WAITING_MAX:g} where fewer than {MIN_RATE:g} a second would finish); "
+        "`decode-pool-short`: "
         f"requests decode {DECODE_TTFTS:g}x as long as their first token takes (the prefill "
         "server a quarter busy); `softirq` paces itself (below).",
         "",

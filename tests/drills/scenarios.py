@@ -504,8 +504,8 @@ DISAGG_SCENARIOS: tuple[DisaggScenario, ...] = (
             "the transfer takes twice the pair's measured time to first token: most of the "
             "time to first token (a healthy pair's transfer took 4 % of it), while decode has "
             "free slots. vLLM counts a request whose KV cache is still crossing the link as "
-            "waiting, and so does the reference engine: the rate keeps 0.3 requests reading "
-            "on average (at 2 requests/s the half-second transfers kept a mean of one request "
+            "waiting, and so does the reference engine: the rate keeps 0.1 requests reading "
+            "on average (0.3 at most, where fewer would finish 0.25 a second) (at 2 requests/s the half-second transfers kept a mean of one request "
             "in the decode server's queue, the decode pool looked short and the signature's "
             "'decode has no queue' never held)"
         ),

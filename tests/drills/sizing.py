@@ -36,7 +36,8 @@ How each kind of drill uses them:
   sequences its load keeps running; the front-end's pre-processing offers
   :data:`GIL_CORES` cores of work at the load's rate; a slow KV link takes
   :data:`KV_TTFTS` times the pair's time to first token for one request's cache, at a rate
-  that keeps :data:`KV_WAITING` requests reading on average; the decode pool's requests
+  that keeps :data:`KV_WAITING` requests reading on average (up to :data:`KV_WAITING_MAX` where
+  fewer would finish under :data:`MIN_RATE` a second); the decode pool's requests
   decode :data:`DECODE_TTFTS` times as long as their first token takes (with shorter prompts,
   whose prefill takes in proportion to its tokens, where such requests would finish fewer
   than :data:`MIN_RATE` a second).
@@ -64,7 +65,8 @@ OVERHEAD_STEPS = 6.0  # decode-overhead: host work of this many decode steps
 OVERHEAD_BATCH = 2  # ... of this batch, which its load keeps running
 GIL_CORES = 1.5  # frontend-gil: pre-processing offered, in cores of CPU time
 KV_TTFTS = 2.0  # kv-transfer-slow: one request's cache takes this many times to first token
-KV_WAITING = 0.3  # ... at a rate that keeps this many requests reading their cache
+KV_WAITING = 0.1  # ... at a rate that keeps this many requests reading their cache
+KV_WAITING_MAX = 0.3  # ... or up to this many, where fewer would finish under MIN_RATE a second
 DECODE_TTFTS = 12.0  # decode-pool-short: decoding takes this many times to first token
 PROBE_INTERVAL_S = 1.0  # the drills' sidecar probes the tokenizer this often
 
@@ -291,7 +293,11 @@ def _kv_transfer(engine: Engine, base: Load, cal: Calibration, plan: Plan) -> No
     mib_s = cal.kv_bytes / transfer / 2**20
     plan.sizes["kv_link_mib_s"] = round(mib_s, 3)
     load = keep_up(engine, base, plan)
-    rate = min(load.rate, KV_WAITING / transfer)
+    # A request reading its cache counts as waiting (vLLM's and the reference engine's queue):
+    # each one a scrape sees is a moment's queue of 1, and a queue of 1 that grew, on a starved
+    # GPU, is InferenceGPUStarvedQueueGrowing's condition (critical: diagnose would rank it
+    # first at that moment). Few reading, then - but enough requests for each window.
+    rate = min(load.rate, max(KV_WAITING / transfer, min(MIN_RATE, KV_WAITING_MAX / transfer)))
     plan.load = Load(round(rate, 3), load.prompt_tokens, load.output_tokens)
     plan.how.append(
         f"time to first token {1000 * engine.prefill_s:.0f} ms, a request's cache "
