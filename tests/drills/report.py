@@ -303,7 +303,9 @@ SIZING_HEAD = [
 ]
 
 
-def _node_load(results: Mapping[str, DrillResult], disagg: Mapping[str, DisaggResult]) -> str:
+def _node_load(
+    results: Mapping[str, DrillResult], disagg: Mapping[str, DisaggResult], machine: str = ""
+) -> str:
     """The node's load average as each drill calibrated: how busy the machine was."""
     seen = [
         float(r.sized.calibration["extra"]["load_average"])
@@ -314,11 +316,18 @@ def _node_load(results: Mapping[str, DrillResult], disagg: Mapping[str, DisaggRe
         return ""
     seen.sort()
     median = seen[len(seen) // 2]
-    return (
+    text = (
         f"The node's 1-minute load average as each drill calibrated: {seen[0]:.1f} to "
         f"{seen[-1]:.1f} (median {median:.1f}; each drill's own in the sizing tables) - the "
-        "drills' own processes and whatever else the machine ran."
+        "drills' own processes and whatever else the machine ran"
     )
+    cpus = re.match(r"(\d+) CPUs", machine)
+    if cpus and median > 2 * int(cpus.group(1)):
+        text += (
+            f": more than twice the machine's {cpus.group(1)} CPUs, a machine shared with other "
+            "work (*one thread*: the share of a core one busy thread got)"
+        )
+    return text + "."
 
 
 def _speed_title(factor: float) -> str:
@@ -344,7 +353,7 @@ def _section(
         f"Last run: {when} on {machine}; the matrix took {total_s / 60:.1f} minutes (drills "
         "one after another: each burns the CPU the next one measures).",
         "",
-        *([_node_load(results, disagg), ""] if _node_load(results, disagg) else []),
+        *([_node_load(results, disagg, machine), ""] if _node_load(results, disagg) else []),
         "### Matrix",
         "",
         "Times are from the start of the load (after the calibration); *by* is the drill's "

@@ -93,10 +93,17 @@ def test_a_drill_row_says_layout_measured_capacity_deadline_and_rank() -> None:
     wait = deadline(BY_NAME["queue-flood"])
     assert f"| {wait.seconds:.0f} s: {wait.how} |" in sizing
     assert "`for`" in wait.how and "window" in wait.how and "lag" in wait.how
-    assert "load average as each drill calibrated: 3.4 to 3.4" in natural
+    assert "load average as each drill calibrated: 3.4 to 3.4 (median 3.4" in natural
+    assert "shared with other work" not in natural  # 3.4 on 2 CPUs
     healthy_pool = [line for line in natural.splitlines() if line.startswith("| healthy-disagg |")]
     assert len(healthy_pool) == 2 and "prefill + decode" in healthy_pool[1]
     assert "Not run yet" in _section(page, "slow-8x")
+
+
+def test_a_busy_machine_is_called_shared() -> None:
+    session = _session()
+    session.results["queue-flood"].sized.calibration["extra"]["load_average"] = 15.0  # type: ignore[index]
+    assert "more than twice the machine's 2 CPUs, a machine shared" in render(session)
 
 
 def test_an_expected_alert_ranked_below_another_says_which_was_first() -> None:
