@@ -134,6 +134,7 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
         rules_config.write_text(site_config, encoding="utf-8")
     cfg = StackConfig(
         workdir=workdir,
+        layout="sidecar",  # the layouts come with the drills' rework (issue 33 item 4)
         injections=scenario.injections,
         engine_args=engine_args,
         trace=trace,
@@ -442,6 +443,7 @@ def run_disagg_drill(scenario: DisaggScenario, workdir: Path) -> DisaggResult:
     rules_config.write_text(DISAGG_SITE_CONFIG, encoding="utf-8")
     cfg = StackConfig(
         workdir=workdir,
+        layout="sidecar",
         injections=scenario.injections,
         engine_args=[*ENGINE_ARGS, *scenario.engine_args, "--device", "cpu"],
         trace=write_trace(scenario.look, workdir / "trace.jsonl"),

@@ -1,8 +1,11 @@
-"""``demo``: everything starts, the view shows it, Ctrl-C stops every process it started."""
+"""``demo``: everything starts in the chart's default layout (a node agent beside the NVML-less
+sidecar), the view shows it, Ctrl-C stops every process it started. The sidecar layout's stack
+runs in tests/lab/test_roofline.py, its configuration in tests/lab/test_stack.py."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -10,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +24,7 @@ from rich.console import Console
 from rich.text import Text
 from support.paths import ROOT
 
-from exporter.lab.processes import child_pythonpath, find_binary
+from exporter.lab.processes import child_pythonpath, find_binary, http_get
 
 SHOTS = ROOT / "build" / "screenshots"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -47,6 +51,16 @@ def _started_by(workdir: Path) -> list[psutil.Process]:
     return found
 
 
+def pod_gpu_utilization(prometheus: str) -> float | None:
+    """The demo pod's GPU utilisation record in the demo's Prometheus, if it has one yet."""
+    query = 'inference:gpu_utilization:mean30s{namespace="demo",pod="reference-0"}'
+    status, body = http_get(
+        f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    )
+    result = json.loads(body)["data"]["result"] if status == 200 else []
+    return float(result[0]["value"][1]) if result else None
+
+
 @pytest.mark.timeout(200)
 def test_demo_runs_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     if not (find_binary("prometheus") and find_binary("alertmanager", "prometheus-alertmanager")):
@@ -71,8 +85,19 @@ def test_demo_runs_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
             time.sleep(0.5)
         text = log.read_text()
         assert " host CPU " in text, text
+        # The node layout: the GPU the node agent reads is the demo pod's, in the screen (the
+        # agent's GPU series) and in Prometheus (the fast-node rules' join to the pod).
+        assert re.search(r" GPU        utilisation \d+ % \(mean of 1 GPU\)", text), text
+        match = re.search(r" Prometheus (http://127\.0\.0\.1:\d+)/alerts", text)
+        assert match, text
+        util = pod_gpu_utilization(match[1])
+        while util is None and time.monotonic() < deadline:
+            time.sleep(1)
+            util = pod_gpu_utilization(match[1])
+        # Positive: the rate's window is not full yet (its first values read low).
+        assert util is not None and util > 0, util
         children = _started_by(workdir)
-        assert len(children) >= 4, text  # engine, sidecar, Prometheus, Alertmanager
+        assert len(children) >= 5, text  # engine, sidecar, node agent, Prometheus, Alertmanager
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
     finally:
@@ -83,9 +108,16 @@ def test_demo_runs_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     assert proc.returncode == 0, text
     for needle in (
         "injected: softirq",
+        "in the node layout...",
+        " layout     node: the node agent reads the GPUs and the kubelet names their pod",
+        "; --layout sidecar for the other",
         " engine     http://127.0.0.1:",
         " sidecar    http://127.0.0.1:",
+        "(no NVML)",
+        " node agent http://127.0.0.1:",
+        "(a stand-in kubelet gives demo/reference-0 its GPUs)",
         " Prometheus http://127.0.0.1:",
+        "(fast-node rules)",
         " Alertmanager http://127.0.0.1:",
         "replay of the 'starved' drill trace",
         " load       2 req/s offered",
@@ -202,10 +234,14 @@ def test_demo_screen_in_a_real_terminal(tmp_path: Path) -> None:
             "GPU, tokenizer and busiest-thread readings",
         )
         assert len(lines) == 24 and all(len(line) <= 80 for line in lines)
-        assert lines[0].startswith("inference-bottleneck-exporter demo - injected: frontend-gil")
-        assert re.match(
-            r" engine 127\.0\.0\.1:\d+ · sidecar 127\.0\.0\.1:\d+ · Prometheus", lines[1]
+        assert lines[0].startswith(
+            "inference-bottleneck-exporter demo (node layout) - injected: frontend-gil"
         )
+        assert re.match(
+            r" engine 127\.0\.0\.1:\d+ · sidecar 127\.0\.0\.1:\d+ · node agent 127\.0\.0\.1:",
+            lines[1],
+        ), lines[1]
+        assert lines[2].startswith(" GPU: read by the node agent: replay of the "), lines[2]
         assert any(line.startswith(" state    since     signature") for line in lines) or any(
             "signatures: none pending or firing" in line for line in lines
         )
@@ -226,6 +262,7 @@ def test_demo_screen_in_a_real_terminal(tmp_path: Path) -> None:
             20,
             "the full addresses on a larger window",
         )
+        assert any(x.startswith(" node agent   http://127.0.0.1:") for x in large), large
         assert all(len(line) <= 160 for line in large)
         tmux.wait_for(lambda s: s != large, 30, "a redraw")
         _as_image("\n".join(tmux.screen("-e")), "demo", 160, 48)
@@ -256,7 +293,7 @@ def test_demo_screen_in_a_real_terminal(tmp_path: Path) -> None:
         shell = psutil.Process(int(tmux("display", "-p", "-t", "demo", "#{pane_pid}")))
         demo = next(p for p in shell.children() if "exporter.cli" in " ".join(p.cmdline()))
         children = [demo, *demo.children(recursive=True)]
-        assert len(children) >= 5  # engine, sidecar, Prometheus, Alertmanager
+        assert len(children) >= 6  # the demo, engine, sidecar, node agent, Prometheus, AM
         tmux("send-keys", "-t", "demo", "q")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not rc.exists():
