@@ -74,7 +74,8 @@ run: install
 # Ctrl-C stops it.
 # `make demo INJECT=frontend-gil` injects a bottleneck (several: INJECT=softirq,tokenizer-slow);
 # `make demo LAYOUT=sidecar` puts NVML in the sidecar instead of the chart's default node layout
-# (a node agent, a stand-in kubelet); DEMO_ARGS passes more flags, e.g.
+# (a node agent, a stand-in kubelet), LAYOUT=dcgm a stand-in dcgm-exporter; DEMO_ARGS passes
+# more flags, e.g.
 # DEMO_ARGS="--duration 3m --plain".
 # `make demo ENGINE=llamacpp` (or triton) runs a third-party engine instead (make thirdparty).
 demo: $(PY)

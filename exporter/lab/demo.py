@@ -5,7 +5,8 @@ reads the GPU (NVML when this machine has an NVIDIA driver, else a replayed GPU)
 chart's default layout: a node agent beside the NVML-less sidecar, a stand-in kubelet
 giving the demo's pod its GPUs, a stand-in kube-state-metrics, Prometheus scraping both as the
 chart's PodMonitors do with the ``fast-node`` rules (``--layout sidecar``: the sidecar reads
-the GPU itself, the ``fast`` rules; :mod:`exporter.lab.layouts`); Alertmanager paging a local
+the GPU itself, the ``fast`` rules; ``--layout dcgm``: a stand-in dcgm-exporter, the
+``fast-dcgm`` rules; :mod:`exporter.lab.layouts`); Alertmanager paging a local
 PagerDuty capture when the binaries are installed (``make tools``); and an open-loop load.
 The terminal shows the layout, the key numbers, the signatures Prometheus evaluates, the pages
 Alertmanager sent, and where to look: on a terminal as one screen that redraws in place
@@ -108,7 +109,7 @@ def parser() -> argparse.ArgumentParser:
         choices=tuple(LAYOUTS),
         default=DEFAULT_LAYOUT,
         help="who reads the GPU: node (the chart's default: a node agent beside the NVML-less "
-        "sidecar) or sidecar (NVML in the sidecar)",
+        "sidecar), sidecar (NVML in the sidecar) or dcgm (a stand-in dcgm-exporter)",
     )
     p.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus")
     p.add_argument("--no-alertmanager", action="store_true", help="do not start Alertmanager")
@@ -173,32 +174,46 @@ class Sample:
     values: dict[str, float] = field(default_factory=dict)
 
 
-def _read_exporter(url: str, only: str = "") -> dict[str, float]:
-    """An exporter's samples summed by name (the CPU's by mode too), those named ``only*``."""
+def _scrape(url: str) -> list[Any]:
+    """Every sample of an exporter's ``/metrics``."""
     from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
 
     with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
         text = resp.read().decode("utf-8", errors="replace")
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def _read_exporter(url: str, only: str = "") -> dict[str, float]:
+    """An exporter's samples summed by name (the CPU's by mode too), those named ``only*``."""
     values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            key = s.name
-            if not key.startswith(only):
-                continue
-            if s.name == "inference_cpu_seconds_total":
-                key = f"{s.name}:{s.labels.get('mode', '')}"
-            elif s.name.endswith("_bucket") or s.name.endswith("_created"):
-                continue
-            values[key] = values.get(key, 0.0) + float(s.value)
+    for s in _scrape(url):
+        key = s.name
+        if not key.startswith(only):
+            continue
+        if s.name == "inference_cpu_seconds_total":
+            key = f"{s.name}:{s.labels.get('mode', '')}"
+        elif s.name.endswith("_bucket") or s.name.endswith("_created"):
+            continue
+        values[key] = values.get(key, 0.0) + float(s.value)
     return values
 
 
-def read_sample(sidecar: str, agent: str = "") -> Sample:
-    """The sidecar's numbers, and in the node layout the GPU's from the node agent (whose
-    GPUs the stand-in kubelet gave to the demo's pod: all of them)."""
+# dcgm-exporter's utilisation gauge, in percent.
+DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+
+
+def read_sample(sidecar: str, agent: str = "", dcgm: str = "") -> Sample:
+    """The sidecar's numbers, and the GPU's from what reads it: the node agent (node layout)
+    or dcgm-exporter (dcgm layout: its mean utilisation now, and how many GPUs), whose GPUs
+    the stand-in kubelet gave to the demo's pod (all of them)."""
     values = _read_exporter(sidecar)
     if agent:
         values.update(_read_exporter(agent, "inference_gpu_"))
+    if dcgm:
+        util = [float(s.value) for s in _scrape(dcgm) if s.name == DCGM_UTIL]
+        if util:
+            values[DCGM_UTIL] = sum(util) / len(util)
+            values["inference_gpu_up"] = len(util)
     return Sample(time.monotonic(), values)
 
 
@@ -290,7 +305,10 @@ def _engine_lines(prev: Sample | None, cur: Sample | None) -> list[str]:
 
 
 def _gpu_util(prev: Sample, cur: Sample) -> float | None:
-    """Mean utilisation of the GPUs between two samples, from their busy-seconds counters."""
+    """Mean utilisation of the GPUs between two samples, from their busy-seconds counters
+    (dcgm layout: dcgm-exporter's utilisation gauge now)."""
+    if DCGM_UTIL in cur.values:
+        return cur.values[DCGM_UTIL] / 100
     busy = _rate(prev, cur, "inference_gpu_busy_seconds_total")
     gpus = cur.values.get("inference_gpu_up")
     return busy / gpus if busy is not None and gpus else None
@@ -402,7 +420,7 @@ async def _live(
     while not stop.is_set() and not load.done():
         with contextlib.suppress(OSError, ValueError):
             sample = await loop.run_in_executor(
-                None, read_sample, stack.sidecar_url, stack.agent_url
+                None, read_sample, stack.sidecar_url, stack.agent_url, stack.dcgm_url
             )
             prev, cur = cur, sample
         alerts = (
@@ -507,10 +525,9 @@ def main(argv: Sequence[str]) -> int:
         if stack.cfg.prefill_args is not None
         else [ENGINE_NAMES[args.engine], "the sidecar"]
     )
-    if args.layout == "node":
-        parts.append(
-            "their node agents" if stack.cfg.prefill_args is not None else "the node agent"
-        )
+    reader = {"node": "node agent", "dcgm": "stand-in dcgm-exporter"}.get(args.layout)
+    if reader:
+        parts.append(f"their {reader}s" if stack.cfg.prefill_args is not None else f"the {reader}")
     if stack.prometheus_bin:
         parts.append("Prometheus")
     if stack.alertmanager_bin:
@@ -565,20 +582,20 @@ ENGINE_APIS = {
 
 
 def layout_text(layout: str) -> str:
-    """The layout as the demo's header says it, with the other one a flag away."""
-    other = next(name for name in LAYOUTS if name != layout)
-    return f"{layout}: {LAYOUTS[layout]}; --layout {other} for the other"
+    """The layout as the demo's header says it, with the others a flag away."""
+    others = " or ".join(name for name in LAYOUTS if name != layout)
+    return f"{layout}: {LAYOUTS[layout]}; --layout {others} for the others"
 
 
 def _places(stack: Stack, engine: str = "reference") -> list[tuple[str, str, str]]:
     """What runs where: (what, URL, the URL with what to open there)."""
-    node = stack.cfg.layout == "node"
+    nonvml = stack.cfg.layout != "sidecar"
     pod = "/".join(stack.cfg.target_labels[k] for k in ("namespace", "pod"))
     sidecar = f"{stack.sidecar_url}/  and  {stack.sidecar_url}/metrics"
     places = [
         ("engine", stack.engine_url, f"{stack.engine_url}  ({ENGINE_NAMES[engine]}: "
          f"{ENGINE_APIS[engine]})"),
-        ("sidecar", stack.sidecar_url, sidecar + ("  (no NVML)" if node else "")),
+        ("sidecar", stack.sidecar_url, sidecar + ("  (no NVML)" if nonvml else "")),
     ]  # fmt: skip
     if stack.agent_url:
         places.append(
@@ -586,6 +603,14 @@ def _places(stack: Stack, engine: str = "reference") -> list[tuple[str, str, str
                 "node agent",
                 stack.agent_url,
                 f"{stack.agent_url}/metrics  (a stand-in kubelet gives {pod} its GPUs)",
+            )
+        )
+    if stack.dcgm_url:
+        places.append(
+            (
+                "dcgm-exporter",
+                stack.dcgm_url,
+                f"{stack.dcgm_url}/metrics  (a stand-in: the DCGM fields of {pod}'s GPUs)",
             )
         )
     if stack.prometheus_url:
@@ -646,7 +671,7 @@ def _screen_state(
     what = ", ".join(sorted(injections)) or "nothing (a healthy server)"
     places = _places(stack, engine)
     short = [(w, urllib.parse.urlsplit(u).netloc or u, full) for w, u, full in places]
-    reader = "node agent" if stack.cfg.layout == "node" else "sidecar"
+    reader = {"node": "node agent", "dcgm": "dcgm-exporter"}.get(stack.cfg.layout, "sidecar")
     return ScreenState(
         title=f"inference-bottleneck-exporter demo ({stack.cfg.layout} layout) - injected: {what}",
         places=short,

@@ -15,14 +15,20 @@ tests that run a node agent take their stand-ins from here.
     ``inference_gpu_pod_info`` names is kept.
 ``sidecar`` (``mode: sidecar``)
     The sidecar reads its GPUs itself; one job.
+``dcgm`` (``mode: dcgm``)
+    dcgm-exporter reads the GPUs and labels each with the pod the kubelet gave it; the sidecars
+    run without NVML. Here dcgm-exporter is a stand-in (:class:`DcgmExporter`: the
+    ``DCGM_FI_*`` fields the pack reads, in DCGM's units, from the replayed trace or NVML),
+    scraped with ``honor_labels`` as the GPU operator's ServiceMonitor does.
 
 Each layout loads its own profile at ``fast``'s speed (:func:`rule_profile`: ``fast-node``,
-``fast``). grpc and protobuf (the ``node`` extra) are imported only when a stand-in kubelet
-serves. No torch is imported here.
+``fast``, ``fast-dcgm``). grpc and protobuf (the ``node`` extra) are imported only when a
+stand-in kubelet serves. No torch is imported here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -32,9 +38,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from exporter.backends.nvml_api import GPM_BASE_NAMES, NvmlApi, NvmlError
 from exporter.backends.podresources_client import SERVICE
+from exporter.backends.replay import ReplayApi, load_trace
 from exporter.lab.processes import (
     Child,
     LocalServer,
@@ -44,23 +52,26 @@ from exporter.lab.processes import (
     start_exporter,
     wait_until,
 )
-from exporter.signatures.site import fast_profile
+from exporter.signatures.site import Source, fast_profile
 
 if TYPE_CHECKING:
     import grpc
 
     from exporter.backends.kubelet import podresources_v1_pb2 as pb
 
-# Layout -> what it is, as the demo's screen says it; the first is the chart's default.
+# Layout -> what it is, as the demo's screen says it; the first is the chart's default. A
+# layout's name is its rule profile's source.
 LAYOUTS: dict[str, str] = {
     "node": "the node agent reads the GPUs and the kubelet names their pod (the chart's default)",
     "sidecar": "the sidecar reads its GPUs itself (the chart's mode: sidecar)",
+    "dcgm": "dcgm-exporter reads the GPUs and names their pod (the chart's mode: dcgm)",
 }
 DEFAULT_LAYOUT = "node"
 # The jobs Prometheus scrapes, as the chart's PodMonitors name them.
 SIDECAR_JOB = "inference-bottleneck-exporter"
 AGENT_JOB = "inference-bottleneck-exporter-node"
 KSM_JOB = "kube-state-metrics"
+DCGM_JOB = "gpu-operator/nvidia-dcgm-exporter"
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's, IDs ``GPU-<uuid>``
 # The node agent's collectors, as the chart's DaemonSet runs it (helm/.../_helpers.tpl).
 AGENT_COLLECTORS = (
@@ -75,13 +86,14 @@ AGENT_COLLECTORS = (
 # The node the stand-ins describe, and the agents' own pods (a DaemonSet's, one per node).
 NODE_NAME = "lab-node"
 AGENT_NAMESPACE = "monitoring"
+DCGM_NAMESPACE = "gpu-operator"
 
 
 def rule_profile(layout: str) -> str:
     """The rule profile a layout loads: its source's, at ``fast``'s speed."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
-    return fast_profile("node" if layout == "node" else "sidecar")
+    return fast_profile(cast("Source", layout))
 
 
 # --- Prometheus ----------------------------------------------------------------------------------
@@ -99,10 +111,11 @@ def scrape_configs(
     sidecars: Sequence[Target],
     agents: Sequence[Target] = (),
     kube_state_metrics: Target | None = None,
+    dcgm_exporters: Sequence[Target] = (),
 ) -> list[dict[str, Any]]:
-    """The scrape jobs of a layout: the sidecars (their pod's labels on every series), the
-    node agents and kube-state-metrics with ``honor_labels`` (the pod each of their series
-    names stays that pod's)."""
+    """The scrape jobs of a layout: the sidecars (their pod's labels on every series); the
+    node agents, kube-state-metrics and dcgm-exporters with ``honor_labels`` (the pod each of
+    their series names stays that pod's)."""
 
     def job(name: str, targets: Sequence[Target], honor: bool) -> dict[str, Any]:
         out: dict[str, Any] = {"job_name": name}
@@ -118,6 +131,8 @@ def scrape_configs(
         jobs.append(job(AGENT_JOB, agents, True))
     if kube_state_metrics is not None:
         jobs.append(job(KSM_JOB, [kube_state_metrics], True))
+    if dcgm_exporters:
+        jobs.append(job(DCGM_JOB, dcgm_exporters, True))
     return jobs
 
 
@@ -150,12 +165,13 @@ def agent_flags(
     return flags
 
 
-def sidecar_flags(layout: str, agent_url: str = "") -> list[str]:
-    """What a layout adds to a sidecar's flags: in the node layout no NVML, and the landing
-    page says who reads its GPUs (the chart's ``--gpu.read-by``)."""
-    if layout != "node":
+def sidecar_flags(layout: str, reader_url: str = "") -> list[str]:
+    """What a layout adds to a sidecar's flags: in the node and dcgm layouts no NVML, and the
+    landing page says who reads its GPUs (the chart's ``--gpu.read-by``)."""
+    if layout == "sidecar":
         return []
-    return ["--no-collector.nvml", "--gpu.read-by", f"the node agent at {agent_url}"]
+    who = "the node agent" if layout == "node" else "dcgm-exporter"
+    return ["--no-collector.nvml", "--gpu.read-by", f"{who} at {reader_url}"]
 
 
 # --- the stand-in kubelet ------------------------------------------------------------------------
@@ -356,29 +372,269 @@ class MetricsServer(LocalServer):
         super().__init__(Handler, "metrics-stand-in")
 
 
+# --- the stand-in dcgm-exporter ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DcgmField:
+    """One field dcgm-exporter serves: its name, type, and its value from one NVML reading."""
+
+    name: str
+    kind: str  # gauge or counter
+    help: str
+    value: Callable[[NvmlApi, object, dict[str, float]], float]
+
+
+def _gpm(name: str) -> Callable[[NvmlApi, object, dict[str, float]], float]:
+    """A DCGM profiling field (a ratio) from the GPM metric of the same meaning (a percent)."""
+    return lambda api, handle, gpm: gpm[name] / 100
+
+
+# The fields the rule pack and the dashboards read (of NVIDIA/dcgm-exporter's
+# etc/default-counters.csv and dcp-metrics-included.csv), in dcgm-exporter's units: MiB, W, mJ,
+# MHz, percent for the DEV fields, ratios for the PROF ones. Xids are not served: the lab's
+# traces have none.
+DCGM_FIELDS = (
+    DcgmField(
+        "DCGM_FI_DEV_GPU_UTIL",
+        "gauge",
+        "GPU utilization (in %).",
+        lambda api, h, gpm: api.utilization_rates(h)[0],
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "gauge",
+        "Memory utilization (in %).",
+        lambda api, h, gpm: api.utilization_rates(h)[1],
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_FB_USED",
+        "gauge",
+        "Framebuffer memory used (in MiB).",
+        lambda api, h, gpm: api.memory_info(h)[0] // 2**20,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_FB_FREE",
+        "gauge",
+        "Framebuffer memory free (in MiB).",
+        lambda api, h, gpm: (api.memory_info(h)[1] - api.memory_info(h)[0]) // 2**20,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_POWER_USAGE",
+        "gauge",
+        "Power draw (in W).",
+        lambda api, h, gpm: api.power_usage_mw(h) / 1000,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "counter",
+        "Total energy consumption since boot (in mJ).",
+        lambda api, h, gpm: api.total_energy_mj(h),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_GPU_TEMP",
+        "gauge",
+        "GPU temperature (in C).",
+        lambda api, h, gpm: api.temperature_c(h),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_SM_CLOCK",
+        "gauge",
+        "SM clock frequency (in MHz).",
+        lambda api, h, gpm: api.clock_mhz(h, "sm"),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "gauge",
+        "Memory clock frequency (in MHz).",
+        lambda api, h, gpm: api.clock_mhz(h, "mem"),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        "gauge",
+        "Current clock event reasons (bitmask).",
+        lambda api, h, gpm: api.clock_event_reasons(h),
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "gauge",
+        "Ratio of time the graphics engine is active.",
+        _gpm("graphics_util"),
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "gauge",
+        "The ratio of cycles an SM has at least 1 warp assigned.",
+        _gpm("sm_util"),
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "gauge",
+        "The ratio of number of warps resident on an SM.",
+        _gpm("sm_occupancy"),
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gauge",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        _gpm("any_tensor_util"),
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        _gpm("dram_bw_util"),
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over the PCIe bus - including both protocol headers "
+        "and data payloads - in bytes per second.",
+        lambda api, h, gpm: gpm["pcie_tx_per_sec"] * 2**20,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "gauge",
+        "The rate of data received over the PCIe bus - including both protocol headers and "
+        "data payloads - in bytes per second.",
+        lambda api, h, gpm: gpm["pcie_rx_per_sec"] * 2**20,
+    ),
+)
+
+
+class DcgmExporter(MetricsServer):
+    """dcgm-exporter in Kubernetes mode, standing in: at each scrape the :data:`DCGM_FIELDS` of
+    every GPU ``api`` reads (a replayed trace, or NVML), labelled as dcgm-exporter labels them
+    (``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname``,
+    ``DCGM_FI_DRIVER_VERSION``) and with the pod the ``kubelet`` gives the GPU to (``container``,
+    ``namespace``, ``pod``; empty for a GPU no pod holds). A field the GPU does not answer is
+    left out, as DCGM leaves a blank field out. ``api`` is initialised here and shut down by
+    :meth:`close`."""
+
+    def __init__(self, api: NvmlApi, kubelet: Kubelet, hostname: str = NODE_NAME) -> None:
+        self.api = api
+        self.kubelet = kubelet
+        self.hostname = hostname
+        self._lock = threading.Lock()
+        self._gpm: dict[int, object] = {}  # each GPU's previous GPM sample
+        api.init()
+        self.gpus = [api.handle(i) for i in range(api.device_count())]
+        self.uuids = [api.uuid(h) for h in self.gpus]
+        super().__init__(self.exposition)
+
+    def _holders(self) -> dict[str, tuple[str, str, str]]:
+        """GPU UUID -> (container, namespace, pod), from the kubelet's assignments."""
+        out: dict[str, tuple[str, str, str]] = {}
+        for pod in list(self.kubelet.pods):
+            for c in pod.containers:
+                for ids in c.devices.values():
+                    for device in ids:
+                        out[device.split("::", 1)[0]] = (c.name, pod.namespace, pod.name)
+        return out
+
+    def _gpm_reading(self, index: int) -> dict[str, float]:
+        """GPM's percents and rates between this scrape's sample and the previous one."""
+        handle = self.gpus[index]
+        try:
+            if not self.api.gpm_supported(handle):
+                return {}
+            newer = self.api.gpm_sample(handle)
+        except NvmlError:
+            return {}
+        older = self._gpm.get(index)
+        self._gpm[index] = newer
+        if older is None:
+            return {}  # GPM needs two samples: the first scrape has no profiling fields
+        try:
+            found = self.api.gpm_metrics(older, newer, list(GPM_BASE_NAMES))
+        except NvmlError:
+            return {}
+        finally:
+            self.api.gpm_free(older)
+        return {GPM_BASE_NAMES[m]: v for m, v in found.items() if v is not None}
+
+    def exposition(self) -> str:
+        with self._lock:
+            holders = self._holders()
+            driver = self.api.driver_version()
+            readings = []
+            for index, handle in enumerate(self.gpus):
+                holder = holders.get(self.uuids[index], ("", "", ""))
+                labels = (
+                    f'gpu="{index}",UUID="{self.uuids[index]}",'
+                    f'pci_bus_id="{self.api.pci_bus_id(handle)}",device="nvidia{index}",'
+                    f'modelName="{self.api.name(handle)}",Hostname="{self.hostname}",'
+                    f'DCGM_FI_DRIVER_VERSION="{driver}",container="{holder[0]}",'
+                    f'namespace="{holder[1]}",pod="{holder[2]}"'
+                )
+                readings.append((handle, labels, self._gpm_reading(index)))
+            lines = []
+            for f in DCGM_FIELDS:
+                samples = []
+                for handle, labels, gpm in readings:
+                    with contextlib.suppress(NvmlError, KeyError):
+                        samples.append(
+                            f"{f.name}{{{labels}}} {float(f.value(self.api, handle, gpm))!r}"
+                        )
+                if samples:
+                    lines += [f"# HELP {f.name} {f.help}", f"# TYPE {f.name} {f.kind}", *samples]
+            return "\n".join(lines) + "\n"
+
+    def close(self) -> None:
+        super().close()
+        with contextlib.suppress(NvmlError):
+            self.api.shutdown()
+
+
 # --- one node: its kubelet and its agent ---------------------------------------------------------
 
 
 @dataclass
 class Node:
-    """A stand-in node: its kubelet, serving in this process, and its node agent, a child."""
+    """A stand-in node: its kubelet (in this process), and what reads its GPUs: in the node
+    layout a node agent (a child process), in the dcgm layout a stand-in dcgm-exporter (a
+    thread here)."""
 
     index: int
+    layout: str
     kubelet: Kubelet
-    agent: Child
-    url: str  # the agent's
-    _close_kubelet: Callable[[], None]
+    url: str  # the agent's or dcgm-exporter's
+    agent: Child | None  # the node agent (node layout)
+    _close: Callable[[], None]
 
     @property
     def target(self) -> Target:
-        """The agent's scrape target: its own DaemonSet pod."""
-        labels = {"namespace": AGENT_NAMESPACE, "pod": f"ibe-node-{self.index}"}
+        """Its scrape target: the agent's DaemonSet pod, or dcgm-exporter's."""
+        if self.layout == "dcgm":
+            labels = {"namespace": DCGM_NAMESPACE, "pod": f"nvidia-dcgm-exporter-{self.index}"}
+        else:
+            labels = {"namespace": AGENT_NAMESPACE, "pod": f"ibe-node-{self.index}"}
         return Target(self.url.removeprefix("http://"), labels)
 
     def close(self) -> None:
-        """Stop the agent, then the kubelet."""
-        self.agent.stop()
-        self._close_kubelet()
+        """Stop what reads the GPUs, then the kubelet."""
+        self._close()
+
+
+def start_dcgm_node(index: int, pods: list[Pod], *, trace: Path | None) -> Node:
+    """Node ``index`` of the dcgm layout: a kubelet holding ``pods`` (not served: only the
+    stand-in dcgm-exporter asks it) that gives each pod's first container every GPU, and the
+    stand-in dcgm-exporter reading them (``trace`` replayed, or NVML)."""
+    api: NvmlApi
+    if trace is not None:
+        api = ReplayApi(load_trace(trace))
+    else:
+        from exporter.backends.nvml_library import PynvmlApi  # noqa: PLC0415
+
+        api = PynvmlApi()
+    kubelet = Kubelet(pods)
+    try:
+        exporter = DcgmExporter(api, kubelet, hostname=f"{NODE_NAME}-{index}")
+    except NvmlError as err:
+        raise StackError(f"the stand-in dcgm-exporter reads no GPU: {err}") from None
+    for pod in pods:
+        kubelet.give(pod.namespace, pod.name, pod.containers[0].name, GPU_RESOURCE, exporter.uuids)
+    return Node(index, "dcgm", kubelet, exporter.url, None, exporter.close)
 
 
 def socket_path(workdir: Path, index: int) -> Path:
@@ -424,7 +680,12 @@ def start_node(
     except BaseException:
         close_kubelet()
         raise
-    node = Node(index, kubelet, agent, url, close_kubelet)
+
+    def close() -> None:
+        agent.stop()
+        close_kubelet()
+
+    node = Node(index, "node", kubelet, url, agent, close)
     try:
         uuids: list[str] = []
 

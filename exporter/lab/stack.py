@@ -12,9 +12,10 @@ Used by ``demo`` and the drills (``tests/drills``), in a layout of :mod:`exporte
                                                                                --> PagerDuty capture
 
 The ``sidecar`` layout: the sidecar reads the replayed GPU (or NVML) itself, and Prometheus
-loads the ``fast`` rules. In the node layout each pod has a node of its own (a stand-in kubelet
-and a node agent that replays that pod's GPU trace), and the kubelet gives the pod every GPU
-its agent reads.
+loads the ``fast`` rules. The ``dcgm`` layout: a stand-in dcgm-exporter (a thread here) reads
+it and labels it with its pod, and Prometheus loads the ``fast-dcgm`` rules. In the node and
+dcgm layouts each pod has a node of its own (a stand-in kubelet, and a node agent or
+dcgm-exporter reading that pod's replayed GPU), and the kubelet gives the pod every GPU there.
 
 Disaggregated (``StackConfig.prefill_args`` set): a prefill engine (``--role prefill``) starts
 first, the engine above becomes its decode server and the pair's front (``--role decode
@@ -22,7 +23,7 @@ first, the engine above becomes its decode server and the pair's front (``--role
 sidecars, the prefill one with ``pod`` ``reference-prefill-0``.
 
 Every process is a child with its log in the work directory, bound to 127.0.0.1 only; the
-stand-in kubelets and kube-state-metrics serve from threads of this process. The
+stand-in kubelets, kube-state-metrics and dcgm-exporters serve from threads of this process. The
 engine writes its model's Hugging Face description to ``<workdir>/model`` (``--model-dir``)
 and the sidecar reads it (``--model.path``), as a sidecar reads the served model's mounted
 directory, so the model's roofline facts are the real model's.
@@ -157,7 +158,7 @@ def prometheus_config(
 @dataclass
 class StackConfig:
     workdir: Path
-    # Who reads the GPUs (exporter.lab.layouts): "node", the chart's default, or "sidecar".
+    # Who reads the GPUs (exporter.lab.layouts): "node" (the chart's default), "sidecar", "dcgm".
     layout: str = DEFAULT_LAYOUT
     injections: Sequence[str] = ()
     engine_args: Sequence[str] = ()
@@ -234,8 +235,13 @@ class Stack:
 
     @property
     def agent_url(self) -> str:
-        """The node agent that reads the engine's GPUs (node layout; empty in the sidecar's)."""
-        return self.nodes[0].url if self.nodes else ""
+        """The node agent that reads the engine's GPUs (node layout; else empty)."""
+        return self.nodes[0].url if self.nodes and self.cfg.layout == "node" else ""
+
+    @property
+    def dcgm_url(self) -> str:
+        """The stand-in dcgm-exporter that reads the engine's GPUs (dcgm layout; else empty)."""
+        return self.nodes[0].url if self.nodes and self.cfg.layout == "dcgm" else ""
 
     def _pods(self) -> list[tuple[dict[str, str], Path | None, int]]:
         """Each pod's target labels, replayed GPU and agent port: the engine's, then the
@@ -250,7 +256,7 @@ class Stack:
         cfg = self.cfg
         cfg.workdir.mkdir(parents=True, exist_ok=True)
         layouts.rule_profile(cfg.layout)  # an unknown layout fails before anything starts
-        if cfg.layout == "node":
+        if cfg.layout != "sidecar":
             self._start_nodes()
         if cfg.prefill_args is not None:
             self.prefill_url = self._engine(
@@ -276,18 +282,24 @@ class Stack:
             self._start_prometheus()
 
     def _start_nodes(self) -> None:
-        """One stand-in node per pod, its kubelet giving the pod every GPU its agent reads;
+        """One stand-in node per pod, its kubelet giving the pod every GPU that the node's
+        agent (node layout) or dcgm-exporter (dcgm layout) reads; in the node layout,
         kube-state-metrics naming the pods."""
         pods = []
         for index, (labels, trace, port) in enumerate(self._pods()):
             pod = Pod(labels["namespace"], labels["pod"], [layouts.Container("engine")])
-            node = layouts.start_node(
-                self.cfg.workdir, index, [pod], trace=trace, port=free_port(port) if port else 0
-            )
+            if self.cfg.layout == "dcgm":
+                node = layouts.start_dcgm_node(index, [pod], trace=trace)
+            else:
+                node = layouts.start_node(
+                    self.cfg.workdir, index, [pod], trace=trace, port=free_port(port) if port else 0
+                )
             self.nodes.append(node)
-            self.children.append(node.agent)
+            if node.agent is not None:
+                self.children.append(node.agent)
             pods.append(pod)
-        self.kube_state_metrics = MetricsServer(lambda: layouts.kube_pod_info(pods))
+        if self.cfg.layout == "node":
+            self.kube_state_metrics = MetricsServer(lambda: layouts.kube_pod_info(pods))
 
     def _start_engine(self) -> None:
         cfg = self.cfg
@@ -448,8 +460,9 @@ class Stack:
         ksm = self.kube_state_metrics
         scrape = layouts.scrape_configs(
             sidecars,
-            [node.target for node in self.nodes],
+            [node.target for node in self.nodes if node.layout == "node"],
             Target(ksm.address, {"namespace": "kube-system"}) if ksm is not None else None,
+            [node.target for node in self.nodes if node.layout == "dcgm"],
         )
         config = prometheus_config(scrape, am, rules, cfg.interval)
         server = start_prometheus(cfg.workdir, config, port=cfg.prometheus_port)

@@ -24,7 +24,11 @@ from rich.console import Console
 from rich.text import Text
 from support.paths import ROOT
 
+from exporter.lab import demo
+from exporter.lab.demo import DEMO_LABELS
+from exporter.lab.layouts import LAYOUTS, Kubelet, Node, rule_profile
 from exporter.lab.processes import child_pythonpath, find_binary, http_get
+from exporter.lab.stack import Stack, StackConfig
 
 SHOTS = ROOT / "build" / "screenshots"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -49,6 +53,42 @@ def _started_by(workdir: Path) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+@pytest.mark.parametrize(
+    ("layout", "reader"),
+    [("node", "node agent"), ("sidecar", ""), ("dcgm", "dcgm-exporter")],
+)
+def test_the_header_says_the_layout_and_who_reads_the_gpus(
+    tmp_path: Path, layout: str, reader: str
+) -> None:
+    args = demo.parser().parse_args([] if layout == "node" else ["--layout", layout])
+    assert args.layout == layout  # node unless asked
+    stack = Stack(StackConfig(workdir=tmp_path, layout=args.layout, target_labels=DEMO_LABELS))
+    stack.engine_url, stack.sidecar_url = "http://127.0.0.1:8000", "http://127.0.0.1:10960"
+    stack.prometheus_url = "http://127.0.0.1:9090"
+    if reader:
+        stack.nodes = [Node(0, layout, Kubelet([]), "http://127.0.0.1:10961", None, lambda: None)]
+    header = demo._header(stack, frozenset(), "replay of a trace")
+    assert header[1].startswith(f" layout     {layout}: {LAYOUTS[layout]}; --layout "), header
+    places = [line.split()[0] for line in header[2:] if line.strip()]
+    reads = [line for line in header if "127.0.0.1:10961/metrics" in line]
+    assert len(reads) == (1 if reader else 0) and (not reader or reads[0].startswith(f" {reader}"))
+    assert ("(no NVML)" in header[3]) == bool(reader), header[3]
+    assert f"({rule_profile(layout)} rules)" in "\n".join(header)
+    assert places[:2] == ["engine", "sidecar"]
+    title = demo._screen_state(stack, frozenset(), "replay of a trace").title
+    assert title.startswith(f"inference-bottleneck-exporter demo ({layout} layout) - ")
+
+
+def test_a_layout_the_lab_does_not_know_is_refused_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        demo.main(["--layout", "nodes"])
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--layout: invalid choice: 'nodes' (choose from" in lines[0], lines
 
 
 def pod_gpu_utilization(prometheus: str) -> float | None:
@@ -110,7 +150,7 @@ def test_demo_runs_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
         "injected: softirq",
         "in the node layout...",
         " layout     node: the node agent reads the GPUs and the kubelet names their pod",
-        "; --layout sidecar for the other",
+        "; --layout sidecar or dcgm for the others",
         " engine     http://127.0.0.1:",
         " sidecar    http://127.0.0.1:",
         "(no NVML)",

@@ -11,7 +11,7 @@ import yaml
 from support.paths import ROOT
 
 from exporter.config import parse_duration
-from exporter.lab.layouts import Target, scrape_configs
+from exporter.lab.layouts import Target, rule_profile, scrape_configs
 from exporter.lab.stack import (
     PREFILL_TARGET_LABELS,
     TARGET_LABELS,
@@ -102,24 +102,23 @@ def _promtool_config(path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("layout", ["node", "sidecar"])
+@pytest.mark.parametrize("layout", ["node", "sidecar", "dcgm"])
 def test_prometheus_config_passes_promtool(tmp_path: Path, layout: str) -> None:
-    rules = write_rules(tmp_path, "fast-node" if layout == "node" else "fast")
+    rules = write_rules(tmp_path, rule_profile(layout))
     sidecar = Target("127.0.0.1:10960", dict(TARGET_LABELS))
-    scrape = (
-        scrape_configs(
-            [sidecar],
-            [Target("127.0.0.1:10961", {"namespace": "monitoring", "pod": "ibe-node-0"})],
-            Target("127.0.0.1:10962", {"namespace": "kube-system"}),
-        )
-        if layout == "node"
-        else scrape_configs([sidecar])
-    )
+    reader = [Target("127.0.0.1:10961", {"namespace": "monitoring", "pod": "reader-0"})]
+    scrape = {
+        "node": scrape_configs(
+            [sidecar], reader, Target("127.0.0.1:10962", {"namespace": "kube-system"})
+        ),
+        "sidecar": scrape_configs([sidecar]),
+        "dcgm": scrape_configs([sidecar], dcgm_exporters=reader),
+    }[layout]
     path = tmp_path / "prometheus.yml"
     path.write_text(prometheus_config(scrape, "127.0.0.1:9093", rules, 2.0))
     _promtool_config(path)
     jobs = yaml.safe_load(path.read_text())["scrape_configs"]
-    assert len(jobs) == (3 if layout == "node" else 1)
+    assert len(jobs) == {"node": 3, "sidecar": 1, "dcgm": 2}[layout]
 
 
 def test_a_disaggregated_pair_is_scraped_as_two_pods(tmp_path: Path) -> None:
