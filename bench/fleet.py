@@ -102,7 +102,7 @@ from common import (  # noqa: E402
 )
 from support.synthetic import write_synthetic_trace  # noqa: E402
 
-from exporter.lab.layouts import AGENT_COLLECTORS  # noqa: E402
+from exporter.lab.layouts import AGENT_COLLECTORS, DCGM_JOB  # noqa: E402
 from exporter.lab.processes import stop_process  # noqa: E402
 from exporter.signatures.signals.signal_groups import POOL_GROUP  # noqa: E402
 
@@ -117,8 +117,8 @@ NODE_GPUS = 8
 # The node layout's agents: a DaemonSet in its own namespace, scraped with honor_labels.
 NODE_JOB = "monitoring/inference-bottleneck-exporter-node"
 ROLES = ("prefill", "decode")
-# dcgm-exporter (the dcgm layout): a DaemonSet of the GPU operator, scraped with honor_labels.
-DCGM_JOB = "gpu-operator/nvidia-dcgm-exporter"
+# dcgm-exporter (the dcgm layout): a DaemonSet of the GPU operator, scraped with honor_labels,
+# as the lab's (exporter.lab.layouts.DCGM_JOB).
 LAYOUTS = ("sidecar", "node", "dcgm")
 RULES = ROOT / "alert_rules"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
