@@ -102,8 +102,16 @@ lint: install-dev
 	$(PY) build-tools/protos.py --check
 	$(PY) -m exporter.signatures --check
 
+# Two pytest runs: everything but the drills on $(TEST_WORKERS) workers side by side
+# (pytest-xdist; a test file stays on one worker, so a module's fixtures are built once), then
+# the drills alone, serial: they measure CPU and must not share the machine. Both always run;
+# either failing fails the target.
+TEST_WORKERS ?= 2
 test: install-dev tools thirdparty lint
-	$(PY) -m pytest -q
+	@status=0; \
+	  $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --ignore=tests/drills || status=$$?; \
+	  $(PY) -m pytest -q tests/drills || status=$$?; \
+	  exit $$status
 
 # The exposition tests once more, against the lowest version of each core dependency that
 # pyproject.toml allows (.ci/constraints-lowest.txt), in a throwaway virtualenv.

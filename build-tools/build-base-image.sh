@@ -60,6 +60,7 @@ buildah config \
   --cmd /bin/sh \
   --label "org.opencontainers.image.title=debian-$SUITE-python3 (debootstrap minbase)" \
   --label "org.opencontainers.image.base.name=debootstrap:$SUITE" \
+  --label "io.inference-bottleneck-exporter.base.recipe=$(sha256sum <"${BASH_SOURCE[0]}" | cut -d' ' -f1)" \
   "$ctr"
 buildah commit --quiet --rm "$ctr" "$IMAGE" >/dev/null
 ctr=""

@@ -4,8 +4,10 @@
 #
 #   build-tools/build-image.sh [IMAGE]      (default localhost/inference-bottleneck-exporter:VERSION)
 #
-# Environment: BASE_IMAGE (default: the local debootstrap base, built when absent),
-# REBUILD_BASE=1 (build the local base anew). Needs root and buildah (`make tools`).
+# Environment: BASE_IMAGE (default: the local debootstrap base, built when absent or built by
+# another version of build-base-image.sh: the script's sha256 is the base's label
+# io.inference-bottleneck-exporter.base.recipe), REBUILD_BASE=1 (build the local base anew).
+# Needs root and buildah (`make tools`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +20,11 @@ command -v buildah >/dev/null || { echo "$0: buildah not found (make tools insta
 
 start=$(date +%s)
 if [ "$BASE_IMAGE" = "$LOCAL_BASE" ]; then
-  if [ "${REBUILD_BASE:-0}" = 1 ] || ! buildah inspect --type image "$LOCAL_BASE" >/dev/null 2>&1; then
+  recipe=$(sha256sum <build-tools/build-base-image.sh | cut -d' ' -f1)
+  built=$(buildah inspect --type image \
+    --format '{{index .OCIv1.Config.Labels "io.inference-bottleneck-exporter.base.recipe"}}' \
+    "$LOCAL_BASE" 2>/dev/null || true)
+  if [ "${REBUILD_BASE:-0}" = 1 ] || [ "$built" != "$recipe" ]; then
     build-tools/build-base-image.sh "$LOCAL_BASE" >/dev/null
     echo "base image $LOCAL_BASE built in $(( $(date +%s) - start ))s"
   fi

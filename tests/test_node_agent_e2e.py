@@ -56,7 +56,7 @@ SITE = {
     "windows": {
         "rate": "10s",
         "latency": "10s",
-        "queue_trend": "20s",
+        "queue_trend": "10s",
         "pulsing": "20s",
         "xid": "20s",
         "baseline": "60s",
@@ -141,7 +141,6 @@ def test_starved_pod_fires_in_the_node_layout(
                 module="support.node_agent",
             )
             stack.add(agent.close)
-            agent.wait_ready()
             ksm = MetricsServer(lambda: kube_pod_info(tenant_pods(), node="gpu-node-1"))
             stack.add(ksm.close)
             engines = {pod: FakeEngine.run_in_thread() for pod in SIDECARS}
@@ -150,13 +149,16 @@ def test_starved_pod_fires_in_the_node_layout(
             # Both queues grow alike: only the GPU each pod holds tells them apart.
             feeder = Feeder([(e, Load(queue=1, queue_growth=1.0)) for e in engines.values()])
             stack.add(feeder.stop)
-            sidecars = {}
-            for pod, engine in engines.items():
-                proc = exporter_process(
+            # The agent and the sidecars start side by side, then each is waited for.
+            procs = {
+                pod: exporter_process(
                     "--engine.url", engine.url + "/metrics", *SIDECAR_FLAGS, "--no-collector.nvml"
                 )
+                for pod, engine in engines.items()
+            }
+            for proc in (agent, *procs.values()):
                 proc.wait_ready()
-                sidecars[pod] = address(proc)
+            sidecars = {pod: address(proc) for pod, proc in procs.items()}
             prometheus = processes.start_prometheus(
                 tmp_path,
                 prometheus_config(sidecars, address(agent), ksm.address, node_rules(tmp_path)),

@@ -131,7 +131,9 @@ class PrometheusBackend:
     async def check_records(self, cfg: SiteConfig) -> None:
         """Fail with one line unless this Prometheus holds this profile's recording rules."""
         url = self.base
-        present = await self.vector('count by (__name__) ({__name__=~"inference(_gpu)?:.+"})')
+        present = await self.vector(
+            'count by (__name__) ({__name__=~"inference(_gpu|_pool|_gateway)?:.+"})'
+        )
         names = {s.get(NAME) for s in present}
         if not names:
             sidecars = await self.vector(f"count({BUILD_INFO})")
@@ -216,7 +218,8 @@ def target_labels(cfg: SiteConfig) -> frozenset[str]:
 
 def scrape_samples(text: str) -> dict[Labels, float]:
     """Every sample of a ``/metrics`` page by its labels (``__name__`` among them), as
-    Prometheus would store them: NaN and infinities kept, the first of a repeated series.
+    Prometheus would store them: NaN and infinities kept, the first of a repeated series, a
+    label with an empty value left out.
 
     Raises :class:`ValueError` when the text is not an exposition."""
     samples: dict[Labels, float] = {}
@@ -225,7 +228,9 @@ def scrape_samples(text: str) -> dict[Labels, float]:
             for sample in family.samples:
                 if sample.name.endswith("_created"):
                     continue
-                labels = tuple(sorted({**sample.labels, NAME: sample.name}.items()))
+                # An empty label value is no label, in Prometheus' storage as here.
+                present = {k: v for k, v in sample.labels.items() if v != ""}
+                labels = tuple(sorted({**present, NAME: sample.name}.items()))
                 samples.setdefault(labels, float(sample.value))
     # The parser raises ValueError for most garbage, and other exceptions for some.
     except Exception as exc:

@@ -26,6 +26,9 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     not_evaluated: dict[str, str] = field(default_factory=dict)
     no_data: list[str] = field(default_factory=list)
+    # Inputs of the profile with no series under any name the pack reads (the dcgm profile's
+    # dcgm-exporter fields): what every verdict over them is blind to.
+    missing_inputs: list[str] = field(default_factory=list)
     checked: int = 0
     samples: int = 0
     span: float = 0.0

@@ -31,6 +31,7 @@ from exporter.diagnose.findings import (
     Instance,
     PoolBudget,
     Roofline,
+    explained_first,
     format_value,
 )
 from exporter.diagnose.promql_eval import (
@@ -58,6 +59,7 @@ from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.definitions import RECORD_NAME, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import matchers
 from exporter.signatures.signals import POD_LABELS, pool_labels, recording_rules
+from exporter.signatures.signals.dcgm_fields import QUANTITIES
 from exporter.signatures.site import SiteConfig
 
 ORDERED = frozenset({">", "<", ">=", "<="})
@@ -269,7 +271,7 @@ async def evaluate(
                 report.findings.append(finding)
         if not data and sig.alert not in report.not_evaluated:
             report.no_data.append(sig.alert)
-    report.findings.sort(key=Finding.sort_key)
+    report.findings = explained_first(sorted(report.findings, key=Finding.sort_key))
 
 
 def _state(states: list[Sample], sig: Signature, rule: AlertRule, inst: Instance) -> str | None:
@@ -355,6 +357,26 @@ async def pool_budgets(backend: Backend, cfg: SiteConfig) -> list[PoolBudget]:
     ]
 
 
+async def missing_inputs(backend: Backend, cfg: SiteConfig) -> list[str]:
+    """The dcgm profile's dcgm-exporter quantities with no series under any name it reads (a
+    release that renamed them again, a counters file without them): one line each, naming
+    every name that was looked for. Nothing for the other profiles."""
+    if cfg.profile.source != "dcgm":
+        return []
+    out = []
+    for quantity in QUANTITIES:
+        names = "|".join(quantity.metrics)
+        query = f'count({{__name__=~"{names}"}})'
+        try:
+            value = await backend.value(query, parse(query))
+        except (NeedsHistoryError, PromQLError):
+            continue
+        if isinstance(value, list) and not value:
+            note = "" if quantity.default else " (not in dcgm-exporter's default counters)"
+            out.append(f"{quantity.title}: none of {quantity.described()}{note}")
+    return out
+
+
 # --- the two modes ----------------------------------------------------------------------------
 
 
@@ -374,6 +396,7 @@ async def diagnose_prometheus(
     async with make_session() as session:
         backend = PrometheusBackend(session, url, timeout, at)
         await backend.check_records(cfg)
+        report.missing_inputs = await missing_inputs(backend, cfg)
         states = await backend.vector('ALERTS{alertname=~"Inference.+"}')
         await evaluate(backend, report, None, states)
         report.roofline = await roofline(backend, cfg, None)

@@ -124,6 +124,22 @@ class Finding:
         return (1.0, max(gaps, default=0.0), severity)
 
 
+def explained_first(findings: list[Finding]) -> list[Finding]:
+    """``findings`` (in rank order) with each holding finding placed before the first holding
+    finding of an alert it explains (:attr:`~exporter.signatures.definitions.Signature.
+    explains`): a gateway gating on stale endpoint metrics before the starved GPUs of its
+    pool, whatever their severities and margins."""
+    out = list(findings)
+    for cause in [f for f in findings if f.instance.holds and f.sig.explains]:
+        effects = [
+            i for i, f in enumerate(out) if f.instance.holds and f.sig.alert in cause.sig.explains
+        ]
+        here = out.index(cause)
+        if effects and min(effects) < here:
+            out.insert(min(effects), out.pop(here))
+    return out
+
+
 # The roofline figures diagnose shows, by key, and the signal of the pack each comes from.
 FIGURES: dict[str, Signal] = {
     "floor": roofline_signals.DECODE_FLOOR,

@@ -199,6 +199,7 @@ def quality_lines(report: Report, tl: Timeline | None) -> list[str]:
             out.append("no scrape target (up) found for the window")
     out += [f"not evaluated: {alert}: {reason}" for alert, reason in report.not_evaluated.items()]
     out += [f"no data for {alert} (its inputs are absent)" for alert in report.no_data]
+    out += [f"missing input: {line}" for line in report.missing_inputs]
     return out
 
 

@@ -94,6 +94,21 @@ class Scrape:
 
     time: float
     samples: dict[Labels, float]
+    _by_name: dict[str | None, list[tuple[Labels, float]]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def named(self, name: str | None) -> Iterable[tuple[Labels, float]]:
+        """The samples of the metric ``name`` (every sample for ``None``); a selector reads
+        one metric of hundreds, and a rule pack evaluates thousands of selectors."""
+        if name is None:
+            return self.samples.items()
+        if self._by_name is None:
+            index: dict[str | None, list[tuple[Labels, float]]] = defaultdict(list)
+            for labels, value in self.samples.items():
+                index[dict(labels).get(NAME)].append((labels, value))
+            self._by_name = dict(index)
+        return self._by_name.get(name, ())
 
 
 @dataclass
@@ -181,7 +196,7 @@ class Evaluator:
         scrape = self.scrapes[0] if sel.offset else self.scrapes[-1]
         return [
             Sample(labels, value)
-            for labels, value in scrape.samples.items()
+            for labels, value in scrape.named(sel.name)
             if self._selected(sel, labels)
         ]
 
@@ -200,7 +215,7 @@ class Evaluator:
             raise NeedsHistoryError(f"offset {format_duration(sel.offset)}")
         out: dict[Labels, list[Point]] = defaultdict(list)
         for ms, scrape in zip(self._ms, self.scrapes, strict=True):
-            for labels, value in scrape.samples.items():
+            for labels, value in scrape.named(sel.name):
                 if self._selected(sel, labels):
                     out[labels].append((ms, value))
         return out

@@ -223,6 +223,7 @@ def as_json(report: Report) -> dict[str, Any]:
             {"alert": alert, "reason": reason} for alert, reason in report.not_evaluated.items()
         ],
         "no_data": report.no_data,
+        "missing_inputs": report.missing_inputs,
         "roofline": [_roofline_json(r) for r in report.roofline],
         "pools": [_pool_json(p) for p in report.pools],
     }
@@ -304,4 +305,7 @@ def as_text(report: Report) -> str:
         lines += [f"  {alert}: {reason}" for alert, reason in report.not_evaluated.items()]
     if report.no_data:
         lines += ["", f"No data (their inputs are absent): {', '.join(report.no_data)}"]
+    if report.missing_inputs:
+        lines += ["", "Missing inputs (no series under any name the pack reads):"]
+        lines += [f"  {line}" for line in report.missing_inputs]
     return "\n".join(lines) + "\n"

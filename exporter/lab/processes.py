@@ -310,19 +310,36 @@ def _write_config(path: Path, config: Mapping[str, Any] | str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+_ADDRESS_IN_USE = re.compile(r"address already in use", re.IGNORECASE)
+_PORT_TRIES = 3
+
+
+def _ready(url: str) -> Callable[[], bool]:
+    return lambda: http_get(url + "/-/ready", 2)[0] == 200
+
+
 def _start_server(
     name: str, binary: str, args: Sequence[str], *, workdir: Path, port: int, timeout: float
 ) -> Server:
-    child = spawn(name, [binary, *args, f"--web.listen-address=127.0.0.1:{port}"], workdir)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(
-            lambda: http_get(url + "/-/ready", 2)[0] == 200, timeout, "readiness", child=child
-        )
-    except BaseException:
-        child.stop()
-        raise
-    return Server(child, url)
+    """The server on ``port`` if free, else on one the kernel picks. A picked port can be taken
+    between the pick and the child's bind (tests run side by side, ``pytest -n``): a child
+    that exits with "address already in use" is started again on a new pick."""
+    for attempt in range(1, _PORT_TRIES + 1):
+        chosen = free_port(port)
+        child = spawn(name, [binary, *args, f"--web.listen-address=127.0.0.1:{chosen}"], workdir)
+        url = f"http://127.0.0.1:{chosen}"
+        try:
+            wait_until(_ready(url), timeout, "readiness", child=child)
+        except StackError:
+            child.stop()
+            if attempt < _PORT_TRIES and log_match(child, _ADDRESS_IN_USE):
+                continue
+            raise
+        except BaseException:
+            child.stop()
+            raise
+        return Server(child, url)
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def start_prometheus(
@@ -349,9 +366,7 @@ def start_prometheus(
         data = workdir / f"{name}-data"
     data.mkdir(exist_ok=True)
     flags = [f"--config.file={path}", f"--storage.tsdb.path={data}", *args]
-    return _start_server(
-        name, binary, flags, workdir=workdir, port=free_port(port), timeout=timeout
-    )
+    return _start_server(name, binary, flags, workdir=workdir, port=port, timeout=timeout)
 
 
 def start_alertmanager(
@@ -378,9 +393,7 @@ def start_alertmanager(
         "--cluster.listen-address=",
         "--log.level=warn",
     ]
-    return _start_server(
-        name, binary, flags, workdir=workdir, port=free_port(port), timeout=timeout
-    )
+    return _start_server(name, binary, flags, workdir=workdir, port=port, timeout=timeout)
 
 
 # What the exporter logs once it listens (the port the kernel picked for ``:0``).

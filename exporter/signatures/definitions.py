@@ -34,8 +34,9 @@ EFFORTS: tuple[Effort, ...] = ("minutes", "hours", "days", "weeks")
 
 TARGET = "{target}"
 # A recording rule's name: level ``inference`` (per target), ``inference_gpu`` (per GPU) or
-# ``inference_pool`` (per pool of disaggregated serving and model).
-RECORD_NAME = re.compile(r"\binference(?:_gpu|_pool)?:[a-z0-9_]+:[a-z0-9_]+\b")
+# ``inference_pool`` (per pool of disaggregated serving and model) or ``inference_gateway`` (per
+# gateway, or per pool of a gateway, and model).
+RECORD_NAME = re.compile(r"\binference(?:_gpu|_pool|_gateway)?:[a-z0-9_]+:[a-z0-9_]+\b")
 # A ``{name}`` placeholder of a summary or description: an evidence key, ``target`` or
 # ``labels.<name>``.
 ANNOTATION_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_.]*)\}")
@@ -145,13 +146,18 @@ class Runbook:
 
 @dataclass(frozen=True)
 class Signature:
-    """One alert name of the catalogue."""
+    """One alert name of the catalogue.
+
+    ``explains`` names the alerts that are this one's consequences where both hold (a gateway
+    gating on stale metrics starves its pool's GPUs): ``diagnose`` ranks this one first.
+    """
 
     alert: str
     family: Family
     title: str
     rules: tuple[AlertRule, ...]
     runbook: Runbook
+    explains: tuple[str, ...] = ()
 
     @property
     def severities(self) -> tuple[Severity, ...]:

@@ -57,6 +57,46 @@ PARAMS: dict[str, tuple[Param, ...]] = {
         ),
         Param("queue_depth_at_least", "number", 1.0, "and at least this many requests waiting"),
     ),
+    "InferenceEngineStalled": (
+        _for(10 * MIN),
+        Param(
+            "queue_depth_at_least",
+            "number",
+            1.0,
+            "requests waiting in the engine's own queue (the gateway's left out) at least this",
+        ),
+        Param(
+            "kv_cache_below",
+            "ratio",
+            0.05,
+            "while none runs, no token was generated in the rate window and the KV cache is "
+            "below this: nothing holds the engine's memory, it has stopped admitting",
+        ),
+    ),
+    "InferenceRequestsRejected": (
+        _for(5 * MIN),
+        Param(
+            "rejected_share_above",
+            "ratio",
+            0.05,
+            "share of arrivals refused at admission (refused / (refused + served)) above this",
+        ),
+    ),
+    "InferenceGatewayStaleEndpoints": (
+        _for(5 * MIN),
+        Param(
+            "utilization_below",
+            "ratio",
+            0.5,
+            "mean GPU utilisation of the engines of the gateway's pool below this",
+        ),
+        Param(
+            "queue_depth_at_least",
+            "number",
+            1.0,
+            "while the gateway holds at least this many requests in its queue (or sheds any)",
+        ),
+    ),
     "InferenceTokenizerSlowerThanDecode": (
         _for(15 * MIN),
         Param(
@@ -203,6 +243,7 @@ PARAMS: dict[str, tuple[Param, ...]] = {
     "InferenceEngineMetricsDown": (_for(5 * MIN),),
     "InferenceNVMLUnavailable": (_for(15 * MIN),),
     "InferenceGPUAttributionUncertain": (_for(15 * MIN),),
+    "InferenceGPUMetricsMissing": (_for(15 * MIN),),
     "InferenceGPULost": (_for(1 * MIN),),
     "InferenceGPUXidErrors": (
         _for(0.0),

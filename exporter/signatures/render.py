@@ -33,7 +33,7 @@ from exporter.signatures.site import PROFILES, SELECTOR_HELP, WINDOW_HELP, SiteC
 GENERATOR = "python -m exporter.signatures"
 ALERT_GROUPS = (("inference.signatures", False), ("inference.meta", True))
 _PLAIN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
-_SOURCE_METRIC = re.compile(r"\b(?:inference_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+)\b")
+_SOURCE_METRIC = re.compile(r"\b(?:inference_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+)\b(?!:)")
 _LABEL_PLACEHOLDER = re.compile(r"\{labels\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
 
 
@@ -350,6 +350,10 @@ def runbook_index(cfg: SiteConfig, signatures: Sequence[Signature]) -> str:
         "  join:  # target label: dcgm-exporter label (exported_* without honorLabels)",
     ]
     out += [f"    {target}: {source}" for target, source in cfg.dcgm.labels]
+    out += [
+        "gateway:",
+        f"  join: [{', '.join(cfg.gateway.labels)}]  # a gateway's pool: these labels and model",
+    ]
     out.append("windows:")
     out += [f"  {name}: {format_duration(getattr(cfg.windows, name))}" for name in WINDOW_HELP]
     out += [

@@ -22,6 +22,10 @@ pack. A profile picks where the GPU signals come from and how time is scaled:
     drills load in those layouts (:func:`fast_profile`). Generated where they run
     (``python -m exporter.signatures --profile fast-node --out rules/``), not shipped.
 
+A gateway in front of the engines (llm-d's endpoint picker) is scraped through a sidecar of its
+own; its queue belongs to the engines of its pool, found by the ``gateway.join`` labels and
+``model`` (:class:`GatewayJoin`).
+
 Every mistake raises :class:`SignatureConfigError`, whose ``str()`` is one line naming the
 field (``signatures.InferenceGPUStarvedQueueGrowing.utilization_below: must be ...``).
 """
@@ -76,6 +80,10 @@ RESERVED_LABELS = frozenset(
         "mode",
         "source",
         "le",
+        "pool",
+        "layer",
+        "priority",
+        "outcome",
     }
 )
 _ENGINE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -215,6 +223,32 @@ class DcgmJoin:
         return tuple(d for _, d in self.labels)
 
 
+# Join labels that name one pod or scrape target: a gateway's pool never joins on them.
+TARGET_ONLY_LABELS = ("pod", "instance", "job")
+
+
+@dataclass(frozen=True)
+class GatewayJoin:
+    """How a gateway's queue finds the engines of the pool it feeds.
+
+    A gateway (llm-d's endpoint picker) serves one ``InferencePool``, whose selector picks the
+    model-server pods of the pool's namespace; the picker runs in that namespace, and the model
+    each request is sent with (``target_model_name``) is the name the engine serves, the same
+    ``model`` label on both sides. So a gateway's series join the engine targets on ``labels``
+    (the join labels that name neither a pod nor a scrape job: ``namespace``, and ``cluster``
+    where it is a join label) and ``model``. ``job`` stays out: the gateway's sidecar and the
+    engines' are often scraped by different monitors. A namespace with two pools of one model
+    adds a target label that tells them apart (a PodMonitor relabeling of the pool's pod label,
+    on the gateway's pod and the engines' alike) to ``labels``.
+    """
+
+    labels: tuple[str, ...] = ("namespace",)
+
+    @classmethod
+    def default(cls, join_labels: tuple[str, ...]) -> GatewayJoin:
+        return cls(tuple(label for label in join_labels if label not in TARGET_ONLY_LABELS))
+
+
 @dataclass(frozen=True)
 class SiteConfig:
     """The validated configuration; windows and durations are unscaled seconds."""
@@ -226,6 +260,7 @@ class SiteConfig:
     dcgm: DcgmJoin = field(default_factory=DcgmJoin)
     windows: Windows = field(default_factory=Windows)
     overrides: Mapping[str, Mapping[str, ParamValue]] = field(default_factory=dict)
+    gateway: GatewayJoin = field(default_factory=GatewayJoin)
 
     def with_profile(self, name: str) -> SiteConfig:
         """The same site settings under another profile (validated for it)."""
@@ -242,6 +277,7 @@ class SiteConfig:
             dcgm=self.dcgm,
             windows=self.windows,
             overrides=self.overrides,
+            gateway=self.gateway,
         )
 
     def window_seconds(self, name: str) -> float:
@@ -312,7 +348,7 @@ def parse_config(data: object, profile: str = "sidecar") -> SiteConfig:
     _known_keys(
         root,
         "",
-        ("runbook_url", "join_labels", "selectors", "dcgm", "windows", "signatures"),
+        ("runbook_url", "join_labels", "selectors", "dcgm", "gateway", "windows", "signatures"),
     )
     join_labels = _join_labels(root.get("join_labels", list(DEFAULT_JOIN_LABELS)))
     cfg = SiteConfig(
@@ -322,6 +358,7 @@ def parse_config(data: object, profile: str = "sidecar") -> SiteConfig:
         dcgm=_dcgm(root.get("dcgm", {}), join_labels),
         windows=_windows(root.get("windows", {})),
         overrides=_signatures(root.get("signatures", {})),
+        gateway=_gateway(root.get("gateway", {}), join_labels),
     )
     return cfg.with_profile(profile)
 
@@ -438,6 +475,34 @@ def _dcgm(value: object, join_labels: tuple[str, ...]) -> DcgmJoin:
             )
         pairs.append((target, _label_name(dcgm_label, where)))
     return DcgmJoin(tuple(pairs))
+
+
+def _gateway(value: object, join_labels: tuple[str, ...]) -> GatewayJoin:
+    section = _mapping(value, "gateway")
+    _known_keys(section, "gateway", ("join",))
+    if "join" not in section:
+        return GatewayJoin.default(join_labels)
+    items = section["join"]
+    if not isinstance(items, list):
+        raise SignatureConfigError("gateway.join", f"must be a list of labels, got {_kind(items)}")
+    labels: list[str] = []
+    for index, item in enumerate(items):
+        where = f"gateway.join[{index}]"
+        label = _label_name(item, where)
+        if label not in join_labels:
+            raise SignatureConfigError(
+                where, f"{label!r} is not one of join_labels ({', '.join(join_labels)})"
+            )
+        if label in TARGET_ONLY_LABELS:
+            raise SignatureConfigError(
+                where,
+                f"{label!r} names one scrape target; a gateway and the engines of its pool "
+                "are different targets",
+            )
+        if label in labels:
+            raise SignatureConfigError(where, f"{label!r} is listed twice")
+        labels.append(label)
+    return GatewayJoin(tuple(labels))
 
 
 def _check_node_join(join_labels: tuple[str, ...]) -> None:

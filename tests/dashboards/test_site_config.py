@@ -68,6 +68,8 @@ RULE_LABELS = {
     "engine",
     "model",
     "role",
+    "pool",
+    "layer",
 }
 EXPORTER_SERIES = re.compile(r"^(up|scrape_\w+|process_\w+)$")
 
@@ -403,10 +405,12 @@ def rules_join_labels(generated: Generated) -> tuple[str, ...]:
         for labels in groupings(expr)
     }
     found.discard(())
-    # The pool records group by the join labels that do not name a pod (sources.pool_labels).
+    # The pool records group by the join labels that do not name a pod (sources.pool_labels),
+    # a gateway's pool by those that name neither a pod nor a job (site.GatewayJoin).
     labels = max(found, key=len)
     pool = pool_labels(labels)
-    assert found - {pool} == {labels}, found
+    gateway = tuple(label for label in pool if label != "job")
+    assert found - {pool, gateway} == {labels}, found
     return labels
 
 

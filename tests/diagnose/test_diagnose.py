@@ -24,7 +24,6 @@ from support.paths import FIXTURES, ROOT
 from support.process import ExporterProcess
 from support.promstack import (
     MODEL,
-    RULES,
     Budget,
     Feeder,
     Load,
@@ -39,6 +38,7 @@ from support.promstack import (
 from exporter.diagnose.datasources import scrape_samples
 from exporter.diagnose.findings import Condition, Finding, Instance
 from exporter.signatures import all_signatures, parse_config
+from exporter.signatures.__main__ import profile_files
 from exporter.signatures.render import runbook_url
 
 PROG = "inference-bottleneck-exporter diagnose"
@@ -162,6 +162,7 @@ def test_target_nearly_holds_and_json_schema(
         "findings",
         "not_evaluated",
         "no_data",
+        "missing_inputs",
         "roofline",
         "pools",
         "samples",
@@ -423,38 +424,54 @@ def test_site_config_thresholds_apply(
 
 # --- --prometheus.url -------------------------------------------------------------------------
 
+# The fast profile with its rate and latency windows at 10 s (100 s before the profile's 1/10
+# scale), generated as a site would: what diagnose reads from Prometheus is under test, not the
+# shipped windows, and the cold-start guard then takes 10 s of real time instead of 30 s.
+SITE = {"windows": {"rate": "100s", "latency": "100s"}}
+
+
+@pytest.fixture
+def site_pack(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """:data:`SITE` as a file for diagnose's ``--config``, and its fast rule files."""
+    config = tmp_path / "site.yaml"
+    config.write_text(json.dumps(SITE), encoding="utf-8")  # JSON is YAML
+    files = profile_files(parse_config(SITE, "fast"), tmp_path / "rules")
+    (tmp_path / "rules").mkdir()
+    for path, text in files.items():
+        path.write_text(text, encoding="utf-8")
+    return config, sorted(files)
+
 
 @pytest.mark.timeout(90)
 def test_prometheus_mode(
     tmp_path: Path,
     exporter_process: Callable[..., ExporterProcess],
     engine_with: Callable[..., FakeEngineThread],
+    site_pack: tuple[Path, list[Path]],
 ) -> None:
+    site, rules = site_pack
     proc = sidecar(exporter_process, engine_with(HOT))
     target = address(proc)
     stack = Stack()
     try:
         bare = start_prometheus(tmp_path / "bare", [target], [])
         stack.add(bare.stop)
-        prometheus = start_prometheus(
-            tmp_path / "pack", [target], sorted((RULES / "fast").glob("*.yaml"))
-        )
+        prometheus = start_prometheus(tmp_path / "pack", [target], rules)
         stack.add(prometheus.stop)
-        # rate windows of the fast profile are 30s: two scrapes with probes in between do; the
-        # alert goes pending once the target has 30s of history (the cold-start guard)
+        # latency windows of this pack are 10s: two scrapes with probes in between do; the
+        # alert goes pending once the target has 10s of history (the cold-start guard)
         wait_until(
             lambda: (
-                bool(query(prometheus, "inference:tokenizer_latency_seconds:median30s"))
-                and bool(query(prometheus, "inference:inter_token_latency_seconds:median30s"))
+                bool(query(prometheus, "inference:tokenizer_latency_seconds:median10s"))
+                and bool(query(prometheus, "inference:inter_token_latency_seconds:median10s"))
                 and bool(query(prometheus, f'ALERTS{{alertname="{TOKENIZER}"}}'))
                 and bool(query(bare, "inference_exporter_build_info"))
             ),
             75,
             "tokenizer and decode medians in Prometheus, the alert pending",
         )
-        result = diagnose(
-            "--prometheus.url", prometheus.url, "--profile", "fast", "--output", "json"
-        )
+        fast = ("--prometheus.url", prometheus.url, "--config", str(site), "--profile", "fast")
+        result = diagnose(*fast, "--output", "json")
         assert result.returncode == 1, result.stdout + result.stderr
         report = json.loads(result.stdout)
         assert report["mode"] == "prometheus" and report["source"] == prometheus.url
@@ -471,7 +488,7 @@ def test_prometheus_mode(
         # the HBM comparison is evaluated here (Prometheus has the history, 6m in 'fast')
         assert all(n["alert"] != "InferenceHBMBandwidthSaturated" for n in report["not_evaluated"])
 
-        text = diagnose("--prometheus.url", prometheus.url, "--profile", "fast")
+        text = diagnose(*fast)
         assert text.returncode == 1
         assert re.search(
             rf"^1\. HOLDS  warning  {TOKENIZER} \[cpu\], alert pending$", text.stdout, re.M
@@ -495,31 +512,30 @@ def test_prometheus_mode_prints_the_roofline_and_the_latency_budget(
     tmp_path: Path,
     exporter_process: Callable[..., ExporterProcess],
     engine_with: Callable[..., FakeEngineThread],
+    site_pack: tuple[Path, list[Path]],
 ) -> None:
+    site, rules = site_pack
     proc = roofline_sidecar(exporter_process, engine_with)
     floor = expected_floor(proc)
     target = address(proc)
     stack = Stack()
     try:
-        prometheus = start_prometheus(
-            tmp_path / "pack", [target], sorted((RULES / "fast").glob("*.yaml"))
-        )
+        prometheus = start_prometheus(tmp_path / "pack", [target], rules)
         stack.add(prometheus.stop)
-        # Records over a full 30 s window: over the first scrapes the engine's token count
+        # Records over a full 10 s window: over the first scrapes the engine's token count
         # (printed to 0.1) grows by tens per scrape, and its rounding alone moves the mean
         # inter-token latency by 0.1 %.
         wait_until(
             lambda: (
-                bool(query(prometheus, "inference:exporter_build_info:history30s"))
-                and bool(query(prometheus, "inference:decode_roofline_efficiency:ratio30s"))
-                and bool(query(prometheus, "inference:latency_budget_host:ratio30s"))
+                bool(query(prometheus, "inference:exporter_build_info:history10s"))
+                and bool(query(prometheus, "inference:decode_roofline_efficiency:ratio10s"))
+                and bool(query(prometheus, "inference:latency_budget_host:ratio10s"))
             ),
             75,
             "the roofline and latency budget records in Prometheus over a full window",
         )
-        result = diagnose(
-            "--prometheus.url", prometheus.url, "--profile", "fast", "--output", "json"
-        )
+        fast = ("--prometheus.url", prometheus.url, "--config", str(site), "--profile", "fast")
+        result = diagnose(*fast, "--output", "json")
         report = json.loads(result.stdout)
         (entry,) = report["roofline"]
         assert entry["target"] == target
@@ -532,7 +548,7 @@ def test_prometheus_mode_prints_the_roofline_and_the_latency_budget(
         assert entry["decode"]["efficiency"] == pytest.approx(floor / 0.045, rel=1e-3)
         assert entry["summary"].endswith(BUDGET_LINE)
 
-        text = diagnose("--prometheus.url", prometheus.url, "--profile", "fast")
+        text = diagnose(*fast)
         lines = text.stdout.splitlines()
         at = lines.index("Roofline and latency budget:")
         assert lines[at + 1] == f"  {target} {MODEL}"
@@ -554,16 +570,19 @@ def test_diagnose_is_a_subcommand() -> None:
 
 
 def test_scrape_samples_keep_what_prometheus_stores() -> None:
-    """NaN and infinities are samples too (Prometheus stores them); ``_created`` is not."""
+    """NaN and infinities are samples too (Prometheus stores them); ``_created`` is not, nor
+    is a label whose value is empty (the llm-d picker's engine info has ``version=""``)."""
     text = (
         '# TYPE g gauge\ng{a="1"} NaN\ng{a="2"} +Inf\n'
         "# TYPE c counter\nc_total 3\nc_created 1.7e9\n"
+        '# TYPE i gauge\ni{engine="llmd-epp",version=""} 1\n'
     )
     samples = scrape_samples(text)
     assert set(samples) == {
         (("__name__", "g"), ("a", "1")),
         (("__name__", "g"), ("a", "2")),
         (("__name__", "c_total"),),
+        (("__name__", "i"), ("engine", "llmd-epp")),
     }
     assert math.isnan(samples[(("__name__", "g"), ("a", "1"))])
     assert samples[(("__name__", "g"), ("a", "2"))] == math.inf

@@ -442,6 +442,37 @@ def _xid_from(first: int, *steps: tuple[int, float]) -> Callable[[int], float | 
     return count
 
 
+def _refused(per_second: float) -> Edit:
+    """vLLM refusing ``per_second`` requests at admission (its queue limit)."""
+
+    def edit(values: PageValues, k: int, t: float) -> None:
+        key = ("vllm", MODEL, "engine", "queue_full")
+        values["inference_requests_rejected_total"][key] = per_second * (7200.0 + t)
+
+    return edit
+
+
+def _gateway(values: PageValues, k: int, t: float) -> None:
+    """The sidecar of llm-d's endpoint picker: its queue grows, three endpoints' metrics are
+    stale, it dispatches 20 requests a second and refuses 2 for capacity."""
+    qwen = "Qwen/Qwen3-0.6B"
+    values["inference_engine_info"][("llmd-epp", "", qwen, "both")] = 1.0
+    for priority, depth in (("0", 30 + 0.2 * t), ("-10", 5.0)):
+        values["inference_gateway_queue_depth"][("llmd-epp", qwen, "qwen-pool", priority)] = depth
+    values["inference_gateway_stale_endpoints"][("llmd-epp", qwen)] = 3.0
+    for outcome, rate in (("dispatched", 20.0), ("rejected_capacity", 2.0), ("evicted_ttl", 0.5)):
+        key = ("llmd-epp", qwen, "qwen-pool", outcome)
+        values["inference_gateway_requests_total"][key] = rate * (7200.0 + t)
+    key = ("llmd-epp", qwen, "gateway", "capacity")
+    values["inference_requests_rejected_total"][key] = 2.0 * (7200.0 + t)
+
+
+def _without_nvml_collector(values: PageValues, k: int, t: float) -> None:
+    """A sidecar whose nvml collector is off: no NVML series at all."""
+    values.pop("inference_nvml_up", None)
+    values.pop("inference_gpu_attribution_info", None)
+
+
 STEADY = Sidecar()
 STARVED = Sidecar(util=(0.35, 0.45), queue=lambda t: 2 + 0.05 * t)
 
@@ -671,6 +702,31 @@ SETS: tuple[SeriesSet, ...] = (
         "fast",
         every(2, 12),
         replace(STEADY, facts=None, read_bytes=0.2 * 3.35e12, cached_tokens=False),
+    ),
+    one(
+        "engine-stalled",
+        "sidecar",
+        every(5, 13),
+        replace(STEADY, running=0, tokens=0.0, kv=0.01, queue=lambda t: 6 + 0.02 * t),
+    ),
+    one(
+        "refusals-at-admission",
+        "fast",
+        every(2, 12),
+        replace(STARVED, edit=_refused(0.4)),
+    ),
+    # a gateway's sidecar: its own series only (the engines of its pool are other targets)
+    one(
+        "gateway-queueing-on-stale-endpoints",
+        "sidecar",
+        every(5, 12),
+        replace(STEADY, engine=None, nvml=False, tokenizer=None, facts=None, edit=_gateway),
+    ),
+    one(
+        "engine-without-gpu-series",
+        "sidecar",
+        every(5, 10),
+        replace(STEADY, nvml=False, edit=_without_nvml_collector),
     ),
     SeriesSet(
         "site-selectors-and-cluster-label",
@@ -1070,9 +1126,25 @@ def test_evaluator_equals_prometheus(
         for theirs, ours in evidence_queries(p.cfg, evaluator, target):
             check(target, evaluator, ours, server.query(theirs, p.at_ms))
     assert problems == [], "\n".join(problems)
-    # Without an engine every engine record is empty (more than half the pack's expressions).
-    engineless = all(t.sidecar.engine is None for t in p.series_set.targets)
-    assert compared > 150 and nonempty > compared / (4 if engineless else 3), (compared, nonempty)
+    # Without an engine (or with its metrics down) every engine record is empty (more than half
+    # the pack's expressions).
+    engineless = all(
+        t.sidecar.engine is None or not t.sidecar.engine_up for t in p.series_set.targets
+    )
+    # A gateway's sidecar reads neither an engine's series nor a GPU: its own records only.
+    gateway = all(t.sidecar.engine is None and not t.sidecar.nvml for t in p.series_set.targets)
+    share = 6 if gateway else 4 if engineless else 3
+    assert compared > 150 and nonempty > compared / share, (compared, nonempty)
+
+
+# The records and the alert that join a gateway's target to its pool's engine targets.
+ACROSS_TARGETS = (
+    "record inference_gateway:pool_engines:count",
+    "record inference:gateway_queue_depth_share:sum",
+    "record inference:gateway_queue_depth_share:derivW",
+    "record inference_gateway:pool_gpu_utilization:meanW",
+    "alert InferenceGatewayStaleEndpoints 0",
+)
 
 
 def test_every_rule_and_alert_returns_data_in_some_set(
@@ -1081,8 +1153,11 @@ def test_every_rule_and_alert_returns_data_in_some_set(
     """The sets are not vacuous: every recording rule and every alert expression returns
     something in at least one set (both sides agree on every set, so the evaluator's results
     stand for Prometheus's). Except: the HBM signature and the latency arm of the contended-GPU
-    signature read an hour-old baseline, refused everywhere; and a target ``diagnose`` samples is up (``up`` is 1 here), so ``InferenceExporterDown``
-    never holds, in Prometheus either (every set's targets are up)."""
+    signature read an hour-old baseline, refused everywhere; a target ``diagnose`` samples is up (``up`` is 1 here), so ``InferenceExporterDown``
+    never holds, in Prometheus either (every set's targets are up); and what joins a gateway
+    to the engines of its pool (:data:`ACROSS_TARGETS`) needs both, which the evaluator, one
+    target at a time, never sees together (the promtool tests and the vmalert replay prove
+    them: ``tests/promtool/sidecar/gateway.yaml``)."""
     _, prepared = prometheus
     outcomes: dict[str, set[str]] = defaultdict(set)
     for p in prepared:
@@ -1109,12 +1184,15 @@ def test_every_rule_and_alert_returns_data_in_some_set(
                 outcomes[key].add("data" if value else "empty")
     without_data = [shape for shape, seen in outcomes.items() if "data" not in seen]
     assert len(outcomes) == len(texts), sorted(outcomes)
-    assert sorted(without_data) == [
-        "alert InferenceExporterDown 0",
-        "alert InferenceExporterDown 1",
-        "alert InferenceGPUContended 0",
-        "alert InferenceHBMBandwidthSaturated 0",
-    ]
+    assert sorted(without_data) == sorted(
+        [
+            "alert InferenceExporterDown 0",
+            "alert InferenceExporterDown 1",
+            "alert InferenceGPUContended 0",
+            "alert InferenceHBMBandwidthSaturated 0",
+            *ACROSS_TARGETS,
+        ]
+    )
     for baseline in ("alert InferenceGPUContended 0", "alert InferenceHBMBandwidthSaturated 0"):
         assert outcomes[baseline] == {"refused"}, baseline
     assert outcomes["alert InferenceHBMBandwidthSaturated 0"] == {"refused"}

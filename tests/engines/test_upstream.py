@@ -84,21 +84,28 @@ def test_only_engines_with_a_catalogue_leave_metrics_out() -> None:
 # --- dcgm-exporter: what the dcgm profile reads --------------------------------------------------
 
 DCGM_DEFAULTS = "dcgm-exporter-4.8-default-counters.csv"
-#: Fields the dcgm profile reads that dcgm-exporter 4.8 does not export by default: a
-#: counters file of one's own must add them (the clock-event reasons under either name, SM
-#: activity, a profiling field).
+#: dcgm-exporter 4.10's default counters: 4.8's with the renames of 4.9.0 and 4.10.0
+#: (hand-written; tests/signatures/test_dcgm_generations.py checks each generation).
+DCGM_DEFAULTS_4_10 = "dcgm-exporter-4.10-default-counters-handwritten.csv"
+#: Fields the dcgm profile reads that dcgm-exporter does not export by default: a counters
+#: file of one's own must add them (the clock-event reasons under either name, SM activity, a
+#: profiling field, under either generation's name).
 NOT_BY_DEFAULT = {
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
     "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_SM_UTIL_RATIO",
 }
 
 
 def test_the_dcgm_profile_reads_dcgm_exporter_s_default_counters() -> None:
     lines = (UPSTREAM / DCGM_DEFAULTS).read_text(encoding="utf-8").splitlines()
     assert lines[0].startswith("# source: NVIDIA/dcgm-exporter etc/default-counters.csv @")
-    defaults = {line.split(",")[0].strip() for line in lines[1:] if line.startswith("DCGM")}
-    assert len(defaults) >= 20
+    newer = (UPSTREAM / DCGM_DEFAULTS_4_10).read_text(encoding="utf-8").splitlines()
+    defaults = {
+        line.split(",")[0].strip() for line in (*lines[1:], *newer[1:]) if line.startswith("DCGM")
+    }
+    assert len(defaults) >= 40
     rules = "".join(p.read_text() for p in sorted((ROOT / "alert_rules" / "dcgm").glob("*.yaml")))
     read = set(re.findall(r"\bDCGM_[A-Z0-9_]+\b", rules))
     assert read, "the dcgm profile reads no DCGM field"

@@ -1,7 +1,7 @@
 """Builds the image for real and runs it the way Kubernetes would run the sidecar.
 
-build-tools/build-image.sh debootstraps a Debian base (no registry is reachable here) and builds
-the Dockerfile with `buildah bud --isolation=chroot`; podman then runs the image's own
+build-tools/build-image.sh debootstraps a Debian base (no registry is reachable here; once per
+version of build-base-image.sh) and builds the Dockerfile with `buildah bud --isolation=chroot`; podman then runs the image's own
 ENTRYPOINT with a read-only root filesystem, every capability dropped and no privilege
 escalation, as the image's user. Needs root, buildah, podman, runc and debootstrap
 (`make tools`); about two minutes on two cores.
@@ -9,6 +9,7 @@ escalation, as the image's user. Needs root, buildah, podman, runc and debootstr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -26,6 +27,8 @@ import exporter
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/inference-bottleneck-exporter:test"
+BASE = "localhost/inference-bottleneck-exporter-base:bookworm"  # build-image.sh's local base
+RECIPE = "io.inference-bottleneck-exporter.base.recipe"
 SIZE_BUDGET = 200 * 1000 * 1000  # bytes, uncompressed
 ENTRYPOINT = ["/opt/exporter/bin/inference-bottleneck-exporter"]
 
@@ -58,14 +61,17 @@ def podman(*args: str, timeout: float = 120, check: bool = True) -> str:
 
 @pytest.fixture(scope="module")
 def image() -> dict[str, Any]:
-    """Build the base and the image from scratch; the image's `podman image inspect`."""
+    """Build the image from scratch, on the base the current build-base-image.sh builds (built
+    now unless an earlier run built it with the same script: its sha256 is the base's label);
+    the image's `podman image inspect`."""
     missing = [t for t in ("buildah", "podman", "runc", "debootstrap") if not shutil.which(t)]
     assert not missing, f"{missing} not installed: `make tools` installs them"
     assert os.geteuid() == 0, "building images needs root here"
     start = time.monotonic()
+    env = {k: v for k, v in os.environ.items() if k not in ("BASE_IMAGE", "REBUILD_BASE")}
     result = subprocess.run(
         [str(ROOT / "build-tools" / "build-image.sh"), IMAGE],
-        env={**os.environ, "REBUILD_BASE": "1"},
+        env=env,
         capture_output=True,
         text=True,
         timeout=1100,
@@ -74,6 +80,9 @@ def image() -> dict[str, Any]:
     )
     assert result.returncode == 0, result.stderr[-5000:]
     print(result.stdout.strip(), f"({time.monotonic() - start:.0f}s in all)")
+    (base,) = json.loads(podman("image", "inspect", BASE))
+    script = (ROOT / "build-tools" / "build-base-image.sh").read_bytes()
+    assert base["Labels"][RECIPE] == hashlib.sha256(script).hexdigest()
     (inspect,) = json.loads(podman("image", "inspect", IMAGE))
     return dict(inspect)
 

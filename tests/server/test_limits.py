@@ -98,8 +98,8 @@ async def get(port: int, path: str) -> bytes:
 
 async def test_half_a_header_gets_408_and_is_closed(serve: Serve) -> None:
     guard, port = await serve()
+    started = time.monotonic()  # before the connect: the header deadline runs from the accept
     reader, writer = await connect(port)
-    started = time.monotonic()
     writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nUser-Ag")
     took, received = await closed_after(reader, started)
     assert SHORT.read_header_timeout <= took < LATE
@@ -110,8 +110,9 @@ async def test_half_a_header_gets_408_and_is_closed(serve: Serve) -> None:
 
 async def test_a_silent_connection_meets_the_header_timeout_too(serve: Serve) -> None:
     guard, port = await serve()
+    started = time.monotonic()  # before the connect: the header deadline runs from the accept
     reader, writer = await connect(port)
-    took, _ = await closed_after(reader, time.monotonic())
+    took, _ = await closed_after(reader, started)
     assert SHORT.read_header_timeout <= took < LATE
     assert guard.closed["header_timeout"] == 1
     writer.close()
@@ -144,9 +145,10 @@ async def test_idle_keep_alive_is_closed_and_the_next_request_gets_its_own_heade
     assert received.startswith(b"HTTP/1.1 408")
     writer.close()
     reader, writer = await connect(port)
+    started = time.monotonic()  # the idle deadline runs from the answer, sent before it is read
     writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
     await asyncio.wait_for(reader.readuntil(b"ok\n"), LATE)
-    took, received = await closed_after(reader, time.monotonic())
+    took, received = await closed_after(reader, started)
     assert 0.6 <= took < LATE and received == b""
     assert guard.closed["idle_timeout"] == 1 and guard.closed["header_timeout"] == 1
     writer.close()
@@ -244,9 +246,10 @@ async def test_a_tls_handshake_that_never_ends_is_cut(serve: Serve, tmp_path: Pa
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
     guard, port = await serve(ssl_context=context)
+    started = time.monotonic()  # before the connect: the header deadline runs from the accept
     reader, writer = await connect(port)
     writer.write(b"\x16\x03\x01\x00\x05\x01\x00")  # the start of a ClientHello, then nothing
-    took, _ = await closed_after(reader, time.monotonic())
+    took, _ = await closed_after(reader, started)
     assert SHORT.read_header_timeout <= took < LATE
     assert guard.closed["header_timeout"] == 1 and guard.open == 0
     # a real client meanwhile

@@ -41,7 +41,9 @@ from support.promstack import (
     wait_until,
 )
 
+from exporter.config import format_duration
 from exporter.signatures import all_signatures, parse_config
+from exporter.signatures.__main__ import profile_files
 from exporter.signatures.alertmanager import alertmanager_yaml
 from exporter.signatures.definitions import FAMILIES
 from exporter.signatures.render import runbook_url
@@ -54,6 +56,17 @@ RECEIVER = {"critical": "pagerduty", "warning": "pagerduty-low-urgency", "info":
 STARVED = "InferenceGPUStarvedQueueGrowing"
 LOST = "InferenceGPULost"
 ROUTE_KEY = '{}/{alertname=~"Inference.+"}/{severity="critical"}'
+# The end-to-end test is about routing, inhibition and the PagerDuty events, not the pack's
+# timings (tests/promtool has those): the fast profile with the windows the starved-queue alert
+# reads and its `for` at 10 s (100 s before the profile's 1/10 scale), generated as a site
+# would, so that its cold-start guard and `for` take 20 s of real time instead of 2 minutes.
+E2E_SITE = parse_config(
+    {
+        "windows": {"rate": "100s", "queue_trend": "100s"},
+        "signatures": {STARVED: {"for": "100s"}},
+    },
+    "fast",
+)
 
 
 def amtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -265,6 +278,16 @@ def dedup_key(alertname: str, instance: str) -> str:
     return hashlib.sha256(group_key(alertname, instance).encode()).hexdigest()
 
 
+def e2e_rules(tmp: Path) -> list[Path]:
+    """The rule files of :data:`E2E_SITE`, as ``python -m exporter.signatures --profile fast
+    --config`` writes them."""
+    files = profile_files(E2E_SITE, tmp / "rules")
+    (tmp / "rules").mkdir()
+    for path, text in files.items():
+        path.write_text(text, encoding="utf-8")
+    return sorted(files)
+
+
 def _alerts(am_base: str, alertname: str) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = get_json(
         f"{am_base}/api/v2/alerts?filter=alertname%3D%22{alertname}%22"
@@ -272,7 +295,7 @@ def _alerts(am_base: str, alertname: str) -> list[dict[str, Any]]:
     return found
 
 
-@pytest.mark.timeout(230)
+@pytest.mark.timeout(150)
 def test_end_to_end_pagerduty_events(
     tmp_path: Path, exporter_process: Callable[..., ExporterProcess]
 ) -> None:
@@ -304,7 +327,7 @@ def test_end_to_end_pagerduty_events(
         prometheus = start_prometheus(
             tmp_path,
             [address(starved), address(lost)],
-            sorted((RULES / "fast").glob("*.yaml")),
+            e2e_rules(tmp_path),
             alertmanager=am.url,
         )
         stack.add(prometheus.stop)
@@ -312,11 +335,11 @@ def test_end_to_end_pagerduty_events(
 
         # GPU lost (for: 6s) pages first; with repeat_interval 2s it is notified again.
         wait_until(lambda: len(capture.events("/pagerduty", LOST)) >= 2, 60, "two GPU-lost events")
-        # The starved queue pages for A: once the targets have a queue-trend window (1m) of
-        # history in this new Prometheus (the cold-start guard), then after its `for` (1m).
+        # The starved queue pages for A: once the targets have a queue-trend window (10s) of
+        # history in this new Prometheus (the cold-start guard), then after its `for` (10s).
         wait_until(
             lambda: any(e["payload"]["source"] == a for e in capture.events("/pagerduty", STARVED)),
-            150,
+            90,
             "the starved-queue event of A",
         )
 
@@ -352,7 +375,8 @@ def test_end_to_end_pagerduty_events(
         assert payload["component"] == STARVED
         summary = re.fullmatch(
             rf"GPU starved while the queue grows on {re.escape(a)}: Mean GPU utilisation "
-            r"(\d+) % \(below 60 %\) while the queue grew by \+(\d+) requests in 1m to (\d+) "
+            r"(\d+) % \(below 60 %\) while the queue grew by \+(\d+) requests in "
+            rf"{format_duration(E2E_SITE.window_seconds('queue_trend'))} to (\d+) "
             r"waiting: the CPU side .*",
             payload["summary"],
         )

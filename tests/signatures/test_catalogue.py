@@ -9,7 +9,7 @@ import yaml
 from support.paths import ROOT
 
 from exporter.signatures import all_signatures, parse_config, recording_rules
-from exporter.signatures.definitions import EFFORTS, FAMILIES, SEVERITIES
+from exporter.signatures.definitions import EFFORTS, FAMILIES, RECORD_NAME, SEVERITIES
 from exporter.signatures.params import PARAMS
 from exporter.signatures.render import alerts_yaml, recording_rules_yaml
 
@@ -23,6 +23,9 @@ CONTRACT = {
     "InferenceHBMBandwidthSaturated": ({"warning"}, "memory"),
     "InferenceGPUMemoryHeadroomLow": ({"warning"}, "memory"),
     "InferenceQueueWaitDominatesLatency": ({"warning"}, "queue"),
+    "InferenceEngineStalled": ({"critical"}, "queue"),
+    "InferenceRequestsRejected": ({"warning"}, "queue"),
+    "InferenceGatewayStaleEndpoints": ({"critical"}, "queue"),
     "InferenceGPUUtilizationPulsing": ({"warning"}, "cpu"),
     "InferenceGPUUnderutilized": ({"info"}, "gpu"),
     "InferenceDecodeOverheadBound": ({"warning"}, "roofline"),
@@ -37,6 +40,7 @@ CONTRACT = {
     "InferenceEngineMetricsDown": ({"warning"}, "meta"),
     "InferenceNVMLUnavailable": ({"warning"}, "meta"),
     "InferenceGPUAttributionUncertain": ({"warning"}, "meta"),
+    "InferenceGPUMetricsMissing": ({"warning"}, "meta"),
     "InferenceGPULost": ({"critical"}, "gpu"),
     "InferenceGPUXidErrors": ({"critical", "warning"}, "gpu"),
     "InferenceGPUThrottled": ({"warning"}, "gpu"),
@@ -63,7 +67,8 @@ def test_default_thresholds() -> None:
     assert sig["InferenceGPUStarvedQueueGrowing"].rules[0].expr == (
         "(\ninference:gpu_own_utilization:mean5m < 0.6\n"
         "and\ninference:queue_depth:deriv10m > 0\n"
-        "and\ninference:queue_depth:sum >= 1\n)\n"
+        "and\ninference:queue_depth:sum >= 1\n"
+        "unless on (namespace, pod, instance, job)\ninference:engine_stalled:active\n)\n"
         "and on (namespace, pod, instance, job)\ninference:exporter_build_info:history10m"
     )
     assert sig["InferenceSoftirqCPUHigh"].rules[0].expr == (
@@ -124,16 +129,17 @@ def test_rendered_records_parse_and_are_named_level_metric_operation(profile: st
         "inference.records.gpu_state",
         "inference.records.roofline",
         "inference.records.pool",
+        "inference.records.gateway",
     ]
     rules = [rule for group in data["groups"] for rule in group["rules"]]
     names = [r["record"] for r in rules]
     assert names == [r.record for r in recording_rules(cfg)]
     assert len(names) == len(set(names))
     for name in names:
-        assert re.fullmatch(r"inference(_gpu|_pool)?:[a-z0-9_]+:[a-z0-9_]+", name), name
+        assert re.fullmatch(r"inference(_gpu|_pool|_gateway)?:[a-z0-9_]+:[a-z0-9_]+", name), name
     # A record only reads records defined before it: in its group, or in the group before.
     for i, rule in enumerate(rules):
-        for used in re.findall(r"inference(?:_gpu|_pool)?:[a-z0-9_]+:[a-z0-9_]+", rule["expr"]):
+        for used in re.findall(RECORD_NAME, rule["expr"]):
             assert used in names[:i], f"{rule['record']} reads {used} before it is recorded"
     # Nothing per GPU is read in the per-target groups (the roofline reads the GPUs' peaks:
     # the sidecar's, or the product table's by the name dcgm-exporter gives each GPU), no

@@ -35,7 +35,7 @@ STARVED = "InferenceGPUStarvedQueueGrowing"
         (
             {"thresholds": {}},
             "thresholds: unknown key (known: runbook_url, join_labels, "
-            "selectors, dcgm, windows, signatures)",
+            "selectors, dcgm, gateway, windows, signatures)",
         ),
         (
             {"runbook_url": "https://wiki/runbooks"},
@@ -74,6 +74,24 @@ STARVED = "InferenceGPUStarvedQueueGrowing"
             "dcgm.join.node: 'node' is not one of join_labels (namespace, pod, instance, job)",
         ),
         ({"dcgm": {"join": {}}}, "dcgm.join: must map at least one join label"),
+        (
+            {"gateway": {"join": "namespace"}},
+            "gateway.join: must be a list of labels, got string 'namespace'",
+        ),
+        (
+            {"gateway": {"join": ["tenant"]}},
+            "gateway.join[0]: 'tenant' is not one of join_labels (namespace, pod, instance, job)",
+        ),
+        (
+            {"gateway": {"join": ["namespace", "job"]}},
+            "gateway.join[1]: 'job' names one scrape target; a gateway and the engines of its "
+            "pool are different targets",
+        ),
+        ({"gateway": {"pool": []}}, "gateway.pool: unknown key (known: join)"),
+        (
+            {"join_labels": ["namespace", "pod", "pool"]},
+            "join_labels[2]: 'pool' is a label the rules use themselves",
+        ),
         (
             {"windows": {"rate": "5 minutes"}},
             "windows.rate: '5 minutes' is not a duration (use e.g. 500ms, 15s, 1m30s, 1.5m: units "
@@ -163,6 +181,24 @@ def test_invalid_config_names_the_field(config: Any, message: str) -> None:
     assert "\n" not in str(err.value)
 
 
+def test_a_gateway_joins_its_pool_on_the_labels_that_name_no_target() -> None:
+    """A gateway's queue belongs to the engines of its namespace (and cluster) that serve its
+    model, whatever job scrapes them; a site may narrow or widen that."""
+    assert parse_config({}).gateway.labels == ("namespace",)
+    clusters = {"join_labels": ["cluster", "namespace", "pod", "instance", "job"]}
+    assert parse_config(clusters).gateway.labels == ("cluster", "namespace")
+    assert parse_config({"join_labels": ["instance", "job"]}).gateway.labels == ()
+    tenant = {
+        "join_labels": ["namespace", "pod", "tenant", "instance", "job"],
+        "gateway": {"join": ["namespace", "tenant"]},
+    }
+    cfg = parse_config(tenant)
+    assert cfg.gateway.labels == ("namespace", "tenant")
+    assert cfg.with_profile("dcgm").gateway == cfg.gateway
+    rules = {r.record: r.expr for r in recording_rules(cfg)}
+    assert "count by (namespace, tenant, model) (" in rules["inference_gateway:pool_engines:count"]
+
+
 def test_dcgm_join_must_use_join_labels() -> None:
     static_only = {"join_labels": ["instance", "job"]}
     assert parse_config(static_only, "sidecar").join_labels == ("instance", "job")
@@ -185,7 +221,7 @@ def test_a_cluster_join_label_joins_dcgm_series_by_cluster_too() -> None:
     assert cfg.dcgm.target_labels == ("cluster", "namespace", "pod")
     rules = {r.record: r.expr for r in recording_rules(cfg)}
     util = rules["inference:gpu_utilization:mean5m"]
-    assert util.startswith("avg by (cluster, namespace, pod) (avg_over_time(")
+    assert util.startswith("avg by (cluster, namespace, pod) ((\navg_over_time(")
     assert "* on (cluster, namespace, pod) group_right ()" in util
     # Attributed to a pod is what is required of a dcgm series, not a cluster label: a
     # per-cluster Prometheus (which adds it only when it remote-writes) joins as well.
@@ -390,4 +426,5 @@ def test_documented_defaults_are_a_valid_config() -> None:
     assert documented.selectors == defaults.selectors
     assert documented.windows == defaults.windows
     assert documented.dcgm == defaults.dcgm
+    assert documented.gateway == defaults.gateway
     assert documented.runbook_url == defaults.runbook_url

@@ -319,7 +319,9 @@ def test_test_series_use_the_exporters_names_and_labels() -> None:
 def test_dcgm_series_look_like_dcgm_exporter() -> None:
     for path, name, labels in _input_series():
         if name.startswith("DCGM_FI_"):
-            assert {"gpu", "UUID", "device", "modelName", "Hostname"} <= set(labels), path.name
+            assert {"gpu", "UUID", "device", "modelName"} <= set(labels), path.name
+            # dcgm-exporter 4.8.3 renamed Hostname to hostname
+            assert {"Hostname", "hostname"} & set(labels), path.name
             assert {"instance", "job"} <= set(labels)
 
 

@@ -62,6 +62,8 @@ TESTS = [
         "shared.yaml",
         "pools.yaml",
         "split.yaml",
+        "stalls.yaml",
+        "gateway.yaml",
     )
 ]
 COLD_START = ROOT / "tests" / "promtool" / "sidecar" / "coldstart.yaml"

@@ -30,7 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.lab.processes import start_prometheus
-from exporter.signatures.signals import HISTORY, POOL_HISTORY, engine_signals, pool_signals
+from exporter.signatures.signals import (
+    HISTORY,
+    POOL_HISTORY,
+    engine_signals,
+    gpu_signals,
+    pool_signals,
+)
 from exporter.signatures.site import SiteConfig
 from support.incident import INCIDENT_AT, MINUTES, SCRAPE_S, START, Recorded, _ramp, names
 from support.promstack import backfill
@@ -95,6 +101,8 @@ def _common(cfg: SiteConfig) -> PoolSeries:
     per_pod: dict[str, Value] = {
         r(HISTORY.at(rate)): lambda m: 1.0 if m >= rate / 60 else None,
         r(engine_signals.TRAFFIC): lambda m: 1.0,
+        # the engines' GPUs busy: no GPU signature holds, and none is blind
+        r(gpu_signals.GPU_UTILIZATION): lambda m: 0.8,
         r(engine_signals.QUEUE_DEPTH): lambda m: 0.0,
         r(engine_signals.QUEUE_TREND): lambda m: 0.0,
         r(engine_signals.QUEUE_WAIT_SHARE): lambda m: 0.05,

@@ -19,7 +19,13 @@ from exporter.signatures.definitions import (
     Signature,
 )
 from exporter.signatures.promql_text import by, on, selector
-from exporter.signatures.signals import HISTORY, POOL_HISTORY, pool_labels, record_windows
+from exporter.signatures.signals import (
+    HISTORY,
+    POOL_HISTORY,
+    SignalContext,
+    pool_labels,
+    record_windows,
+)
 from exporter.signatures.signals.signal import Signal
 from exporter.signatures.site import SiteConfig
 
@@ -32,6 +38,8 @@ class Context:
         self.pool = pool_labels(cfg.join_labels)
         self.join = cfg.join_labels
         self.windows = record_windows(cfg)
+        # For a condition written once for a record and an alert alike (a stalled engine).
+        self.signal_context = SignalContext(cfg)
 
     def name(self, signal: Signal) -> str:
         """The series a signal is read from in this config (its record's name)."""

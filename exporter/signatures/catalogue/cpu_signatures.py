@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from exporter.signatures.catalogue.context import Context, percent
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
-from exporter.signatures.promql_text import num, pct
+from exporter.signatures.promql_text import num, on, pct
 from exporter.signatures.signals.cpu_signals import HOTTEST_THREAD
-from exporter.signatures.signals.engine_signals import QUEUE_DEPTH, QUEUE_TREND, TRAFFIC
+from exporter.signatures.signals.engine_signals import (
+    ENGINE_STALLED,
+    QUEUE_DEPTH,
+    QUEUE_TREND,
+    TRAFFIC,
+)
 from exporter.signatures.signals.gpu_signals import BUSY_SAMPLES, GPU_UTILIZATION, IDLE_SAMPLES
 from exporter.signatures.signals.latency_signals import INTER_TOKEN_MEDIAN, TOKENIZER_MEDIAN
 from exporter.signatures.signals.shared_gpu_signals import GPU_OWN_UTILIZATION
@@ -29,7 +34,9 @@ def gpu_starved_queue_growing(ctx: Context) -> Signature:
         expr=(
             f"{ctx.name(GPU_OWN_UTILIZATION)} < {num(util)}\n"
             f"and\n{ctx.name(QUEUE_TREND)} > {num(growth / trend_seconds)}\n"
-            f"and\n{ctx.name(QUEUE_DEPTH)} >= {num(depth)}"
+            f"and\n{ctx.name(QUEUE_DEPTH)} >= {num(depth)}\n"
+            # A stalled engine's GPU idles because it admits nothing: its own signature.
+            f"unless {on(ctx.join)}\n{ctx.name(ENGINE_STALLED)}"
         ),
         for_seconds=ctx.for_seconds(alert),
         summary="GPU starved while the queue grows on {target}",
@@ -52,7 +59,8 @@ def gpu_starved_queue_growing(ctx: Context) -> Signature:
         ),
         when=(
             f"mean GPU utilisation < {pct(util)} % and the queue depth trend over {trend} "
-            f"> {num(growth)} requests and at least {num(depth)} request waiting"
+            f"> {num(growth)} requests and at least {num(depth)} request waiting (its own queue "
+            "or its share of its gateway's), the engine not stalled"
         ),
     )
     return Signature(

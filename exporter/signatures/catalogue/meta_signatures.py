@@ -6,9 +6,14 @@ Alerts carry ``signature="meta"`` and go to the ``inference.meta`` rule group.
 
 from __future__ import annotations
 
+from typing import assert_never
+
 from exporter.signatures.catalogue.context import Context
 from exporter.signatures.definitions import TARGET, AlertRule, Evidence, Signature
 from exporter.signatures.promql_text import on, selector
+from exporter.signatures.signals.dcgm_fields import UTILIZATION, DcgmQuantity
+from exporter.signatures.signals.engine_signals import GENERATION_TOKENS, TRAFFIC
+from exporter.signatures.signals.gpu_signals import GPU_UTILIZATION
 
 
 def exporter_down(ctx: Context) -> Signature:
@@ -195,3 +200,78 @@ def gpu_attribution_uncertain(ctx: Context) -> Signature:
             ),
         ),
     )
+
+
+def _gpu_source(ctx: Context) -> str:
+    """Where the layout reads GPU utilisation from, as the alert's description says it."""
+    match ctx.cfg.profile.source:
+        case "dcgm":
+            names = UTILIZATION.described()
+            return (
+                f"dcgm-exporter reports no GPU utilisation for its pod under any name the pack "
+                f"reads ({names}): a dcgm-exporter release that renamed it again, a counters "
+                "file without it, or series without the pod's labels"
+            )
+        case "node":
+            return (
+                "the node agent attributes no GPU to its pod (inference_gpu_pod_info): the "
+                "agent is not scraped on that node, or the kubelet's pod resources do not "
+                "name the pod"
+            )
+        case "sidecar":
+            return "the sidecar reports no GPU (its nvml collector is off, or sees no GPU)"
+        case _:  # pragma: no cover - mypy proves it unreachable
+            assert_never(ctx.cfg.profile.source)
+
+
+def gpu_metrics_missing(ctx: Context) -> Signature:
+    alert = "InferenceGPUMetricsMissing"
+    hold = ctx.for_duration(alert)
+    nvml_down = f"min {ctx.by()} ({ctx.selector('inference_nvml_up')}) == 0"
+    rule = AlertRule(
+        severity="warning",
+        expr=(
+            f"{ctx.name(TRAFFIC)}\nunless {on(ctx.join)}\n{ctx.name(GPU_UTILIZATION)}\n"
+            # NVML down in the sidecar has its own alert.
+            f"unless {on(ctx.join)}\n{nvml_down}"
+        ),
+        for_seconds=ctx.for_seconds(alert),
+        summary="No GPU metrics for the engine of {target}",
+        description=(
+            f"The engine of {{target}} has served traffic for {hold} ({{tokens}} tokens/s) but "
+            f"{_gpu_source(ctx)}: every GPU signature of this target is blind, not green."
+        ),
+        evidence=(
+            Evidence(
+                "tokens",
+                "tokens generated per second",
+                f"{ctx.name(GENERATION_TOKENS)}{TARGET}",
+                "tokens/s",
+            ),
+        ),
+        when="a target with traffic and no GPU utilisation signal",
+    )
+    return Signature(
+        alert=alert,
+        family="meta",
+        title="GPU metrics missing",
+        rules=(rule,),
+        runbook=ctx.runbook(
+            alert,
+            queries=(
+                ("targets with traffic", ctx.name(TRAFFIC)),
+                ("targets with a GPU utilisation signal", ctx.name(GPU_UTILIZATION)),
+                *(
+                    (f"dcgm-exporter's {quantity.title}, any name", _any_name(quantity))
+                    for quantity in (UTILIZATION,)
+                    if ctx.cfg.profile.source == "dcgm"
+                ),
+            ),
+            dcgm_names=UTILIZATION.described(),
+        ),
+    )
+
+
+def _any_name(quantity: DcgmQuantity) -> str:
+    names = "|".join(quantity.metrics)
+    return f'count by (__name__, namespace, pod) ({{__name__=~"{names}"}})'

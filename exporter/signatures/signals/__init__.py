@@ -8,7 +8,10 @@ from (the sidecar's NVML, the node agent, dcgm-exporter) without touching them. 
 
 - :mod:`.guard`: the cold-start guard's history, per target and per pool;
 - :mod:`.target`: the join labels GPU series from the node agent or dcgm-exporter borrow;
-- :mod:`.engine`: the running batch, tokens, queue and KV cache;
+- :mod:`.gateway`: the gateway in front of the engines (llm-d's endpoint picker): its queue, what
+  it sheds, its pool's engines and GPUs;
+- :mod:`.engine`: the running batch, tokens, queue (with the gateway's share), KV cache,
+  refusals, a stalled engine;
 - :mod:`.latency`: medians of the latency histograms;
 - :mod:`.cpu`: the engine's busiest thread, softirq load;
 - :mod:`.gpu`: utilisation, driver samples, HBM, SMs, framebuffer, Xids, clock events, each
@@ -32,6 +35,7 @@ from exporter.signatures.definitions import RECORD_NAME, RecordingRule
 from exporter.signatures.signals import (
     cpu_signals,
     engine_signals,
+    gateway_signals,
     gpu_signals,
     latency_signals,
     pool_signals,
@@ -55,6 +59,12 @@ from exporter.signatures.site import SiteConfig
 #: signals above it in its group or in an earlier group (:data:`RECORD_GROUPS`).
 SIGNALS: tuple[Declaration, ...] = (
     TARGET_INFO,
+    gateway_signals.GATEWAY_QUEUE,
+    gateway_signals.GATEWAY_QUEUE_TREND,
+    gateway_signals.GATEWAY_SHED,
+    gateway_signals.POOL_ENGINES,
+    gateway_signals.QUEUE_SHARE,
+    gateway_signals.QUEUE_TREND_SHARE,
     engine_signals.REQUESTS_RUNNING,
     engine_signals.GENERATION_TOKENS,
     engine_signals.TOKENS_PER_REQUEST,
@@ -62,6 +72,7 @@ SIGNALS: tuple[Declaration, ...] = (
     engine_signals.QUEUE_DEPTH,
     engine_signals.QUEUE_TREND,
     engine_signals.QUEUE_WAIT_SHARE,
+    engine_signals.REJECTED_SHARE,
     latency_signals.TOKENIZER_MEDIAN,
     latency_signals.INTER_TOKEN_MEDIAN,
     cpu_signals.HOTTEST_THREAD,
@@ -69,6 +80,7 @@ SIGNALS: tuple[Declaration, ...] = (
     cpu_signals.SOFTIRQ_HOTTEST_CORE,
     # After the CPU records: the order the rule files have always had.
     engine_signals.KV_CACHE,
+    engine_signals.ENGINE_STALLED,
     roofline_signals.PEAK_BANDWIDTH,
     roofline_signals.PEAK_FLOPS,
     roofline_signals.KV_CACHE_BYTES,
@@ -120,6 +132,7 @@ SIGNALS: tuple[Declaration, ...] = (
     shared_gpu_signals.GPU_ENGINE_SHARE,
     shared_gpu_signals.GPU_OTHER_TENANTS,
     shared_gpu_signals.GPU_OWN_UTILIZATION,
+    gateway_signals.POOL_GPU_UTILIZATION,
 )
 
 _RANGE = re.compile(r"\[([0-9smhdwy]+)\]")

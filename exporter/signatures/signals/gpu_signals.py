@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from exporter.metrics import CLOCK_EVENT_BITS, GPU_LABELS
 from exporter.signatures.promql_text import by, num, on, regex_alternatives, selector
+from exporter.signatures.signals import dcgm_fields
+from exporter.signatures.signals.dcgm_fields import dcgm_quantity
 from exporter.signatures.signals.dcgm_join import dcgm_per_gpu, dcgm_per_target, dcgm_series
 from exporter.signatures.signals.node_join import agent_gpu, node_per_gpu, node_per_target
 from exporter.signatures.signals.signal import ByLayout, Raw, Rule, Signal
@@ -31,7 +33,13 @@ def _busy(ctx: SignalContext) -> str:
 
 
 def _dcgm_util(ctx: SignalContext) -> str:
-    return dcgm_series(ctx, "DCGM_FI_DEV_GPU_UTIL")
+    """dcgm-exporter's latest utilisation reading of each GPU, 0-1 (either generation)."""
+    return dcgm_quantity(ctx, dcgm_fields.UTILIZATION)
+
+
+def _dcgm_names(quantity: dcgm_fields.DcgmQuantity) -> str:
+    """A quantity's names for a rule's help text."""
+    return " or ".join(quantity.metrics)
 
 
 # --- utilisation ------------------------------------------------------------------------------
@@ -46,7 +54,9 @@ def _utilization_node(ctx: SignalContext) -> str:
 
 
 def _utilization_dcgm(ctx: SignalContext) -> str:
-    return dcgm_per_target(ctx, f"avg_over_time({_dcgm_util(ctx)}[{ctx.window('rate')}]) / 100")
+    rate = ctx.window("rate")
+    mean = dcgm_quantity(ctx, dcgm_fields.UTILIZATION, lambda s: f"avg_over_time({s}[{rate}])")
+    return dcgm_per_target(ctx, mean)
 
 
 #: Mean utilisation of the target's GPUs, the device's: every tenant's work on a shared GPU.
@@ -66,7 +76,8 @@ GPU_UTILIZATION = Signal(
         ),
         dcgm=Rule(
             _utilization_dcgm,
-            "mean GPU utilisation (0-1) over the pod's GPUs (DCGM_FI_DEV_GPU_UTIL, %)",
+            "mean GPU utilisation (0-1) over the pod's GPUs (DCGM_FI_DEV_GPU_UTIL_RATIO, or "
+            "DCGM_FI_DEV_GPU_UTIL in % before dcgm-exporter 4.9)",
         ),
     ),
     "device utilisation",
@@ -79,11 +90,6 @@ GPU_UTILIZATION = Signal(
 def _bound(ctx: SignalContext, param: str) -> str:
     """A bucket bound of the pulsing alert as the sidecar writes ``le``."""
     return num(ctx.cfg.ratio(PULSING, param))
-
-
-def _percent(ctx: SignalContext, param: str) -> str:
-    """The same bound as dcgm-exporter's percentages."""
-    return num(100 * ctx.cfg.ratio(PULSING, param))
 
 
 def _bucket(ctx: SignalContext, param: str) -> str:
@@ -118,11 +124,11 @@ UTILIZATION_SAMPLES = Signal(
 
 
 def _dcgm_idle_sample(ctx: SignalContext) -> str:
-    return dcgm_per_gpu(ctx, f"{_dcgm_util(ctx)} <= bool {_percent(ctx, 'idle_sample_at_most')}")
+    return dcgm_per_gpu(ctx, f"{_dcgm_util(ctx)} <= bool {_bound(ctx, 'idle_sample_at_most')}")
 
 
 def _dcgm_busy_sample(ctx: SignalContext) -> str:
-    return dcgm_per_gpu(ctx, f"{_dcgm_util(ctx)} > bool {_percent(ctx, 'busy_sample_above')}")
+    return dcgm_per_gpu(ctx, f"{_dcgm_util(ctx)} > bool {_bound(ctx, 'busy_sample_above')}")
 
 
 #: dcgm-exporter's latest reading of a GPU at or below the idle bound (1) or not (0).
@@ -137,7 +143,7 @@ DCGM_IDLE_SAMPLE = Signal(
             _dcgm_idle_sample,
             lambda ctx: (
                 "1 when a GPU's latest utilisation reading is at or below "
-                f"{_percent(ctx, 'idle_sample_at_most')} %"
+                f"{_bound(ctx, 'idle_sample_at_most')}"
             ),
         ),
     ),
@@ -155,7 +161,7 @@ DCGM_BUSY_SAMPLE = Signal(
             _dcgm_busy_sample,
             lambda ctx: (
                 "1 when a GPU's latest utilisation reading is above "
-                f"{_percent(ctx, 'busy_sample_above')} %"
+                f"{_bound(ctx, 'busy_sample_above')}"
             ),
         ),
     ),
@@ -198,7 +204,7 @@ IDLE_SAMPLES = Signal(
             _idle_dcgm,
             lambda ctx: (
                 "share of utilisation readings at or below "
-                f"{_percent(ctx, 'idle_sample_at_most')} % (one per evaluation)"
+                f"{_bound(ctx, 'idle_sample_at_most')} (one per evaluation)"
             ),
         ),
     ),
@@ -242,7 +248,7 @@ BUSY_SAMPLES = Signal(
             _busy_dcgm,
             lambda ctx: (
                 "share of utilisation readings above "
-                f"{_percent(ctx, 'busy_sample_above')} % (one per evaluation)"
+                f"{_bound(ctx, 'busy_sample_above')} (one per evaluation)"
             ),
         ),
     ),
@@ -277,11 +283,14 @@ HBM_BANDWIDTH = Signal(
         dcgm=Rule(
             lambda ctx: dcgm_per_target(
                 ctx,
-                f"avg_over_time({dcgm_series(ctx, 'DCGM_FI_PROF_DRAM_ACTIVE')}"
-                f"[{ctx.window('rate')}])",
+                dcgm_quantity(
+                    ctx,
+                    dcgm_fields.DRAM_ACTIVE,
+                    lambda s: f"avg_over_time({s}[{ctx.window('rate')}])",
+                ),
             ),
             "mean DRAM-interface activity (0-1) over the pod's GPUs "
-            "(DCGM_FI_PROF_DRAM_ACTIVE, a profiling field)",
+            f"({_dcgm_names(dcgm_fields.DRAM_ACTIVE)}, a profiling field)",
         ),
     ),
     "HBM bandwidth",
@@ -307,11 +316,14 @@ SM_ACTIVE = Signal(
         dcgm=Rule(
             lambda ctx: dcgm_per_target(
                 ctx,
-                f"avg_over_time({dcgm_series(ctx, 'DCGM_FI_PROF_SM_ACTIVE')}"
-                f"[{ctx.window('rate')}])",
+                dcgm_quantity(
+                    ctx,
+                    dcgm_fields.SM_ACTIVE,
+                    lambda s: f"avg_over_time({s}[{ctx.window('rate')}])",
+                ),
             ),
             "mean share of time the SMs had a warp resident (0-1) over the pod's GPUs "
-            "(DCGM_FI_PROF_SM_ACTIVE, a profiling field)",
+            f"({_dcgm_names(dcgm_fields.SM_ACTIVE)}, a profiling field)",
         ),
     ),
     "SM activity",
@@ -334,8 +346,9 @@ def _memory_used_node(ctx: SignalContext) -> str:
 
 
 def _memory_used_dcgm(ctx: SignalContext) -> str:
-    used, free = dcgm_series(ctx, "DCGM_FI_DEV_FB_USED"), dcgm_series(ctx, "DCGM_FI_DEV_FB_FREE")
-    return dcgm_per_gpu(ctx, f"{used} / ({used} + {free})")
+    used = dcgm_quantity(ctx, dcgm_fields.FB_USED)
+    free = dcgm_quantity(ctx, dcgm_fields.FB_FREE)
+    return dcgm_per_gpu(ctx, f"{used}\n/\n(\n{used}\n+\n{free}\n)")
 
 
 #: Framebuffer used per GPU (0-1).
@@ -348,7 +361,9 @@ MEMORY_USED = Signal(
         node=Rule(_memory_used_node, "framebuffer used / total per GPU the pod holds"),
         dcgm=Rule(
             _memory_used_dcgm,
-            "framebuffer used / (used + free) per GPU (DCGM_FI_DEV_FB_USED, _FB_FREE, MiB)",
+            "framebuffer used / (used + free) per GPU (DCGM_FI_DEV_FB_USED_BYTES and "
+            "_FB_FREE_BYTES, or DCGM_FI_DEV_FB_USED and _FB_FREE in MiB before dcgm-exporter "
+            "4.9)",
         ),
     ),
     "framebuffer",
@@ -357,15 +372,20 @@ MEMORY_USED = Signal(
 
 def _dcgm_xid_changed(ctx: SignalContext) -> str:
     xid = ctx.window("xid")
-    last = dcgm_series(ctx, "DCGM_FI_DEV_XID_ERRORS")
-    any_last = selector("DCGM_FI_DEV_XID_ERRORS", ctx.cfg.selectors.dcgm)
-    return dcgm_per_gpu(
-        ctx,
-        f"({last} != 0)\nand\n(\nchanges({last}[{xid}]) > 0\nor\n"
-        f"({last} unless {last} offset {xid})\nand on (UUID)\n"
-        f"group by (UUID) ({any_last} offset {xid})\n)",
-        keep=("err_code",),
-    )
+
+    def changed(metric: str) -> str:
+        last = dcgm_series(ctx, metric)
+        any_last = selector(metric, ctx.cfg.selectors.dcgm)
+        return (
+            f"({last} != 0)\nand\n(\nchanges({last}[{xid}]) > 0\nor\n"
+            f"({last} unless {last} offset {xid})\nand on (UUID)\n"
+            f"group by (UUID) ({any_last} offset {xid})\n)"
+        )
+
+    # Either generation's name (newest first); a GPU's Xid under both counts once.
+    names = [changed(metric) for metric in dcgm_fields.XID.metrics]
+    inner = names[0] if len(names) == 1 else "(\n" + "\n)\nor\n(\n".join(names) + "\n)"
+    return dcgm_per_gpu(ctx, inner, keep=("err_code",))
 
 
 #: dcgm-exporter's last Xid of a GPU where it is new (dcgm-exporter keeps only the last one).
@@ -378,7 +398,8 @@ DCGM_XID_CHANGED = Signal(
         node=None,
         dcgm=Rule(
             _dcgm_xid_changed,
-            "the last Xid of a GPU (DCGM_FI_DEV_XID_ERRORS) where it changed, or appeared "
+            f"the last Xid of a GPU ({_dcgm_names(dcgm_fields.XID)}) where it changed, or "
+            "appeared "
             "in the window while the GPU was already reported a window ago (before, every "
             "old Xid would look new)",
             window=0.0,
@@ -464,11 +485,9 @@ XID_NEW = Signal(
 
 
 def _dcgm_clock_reasons(ctx: SignalContext) -> str:
-    # DCGM 3.3 renamed the field; accept either name.
-    bitmask = dcgm_series(
-        ctx, "", '__name__=~"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS|DCGM_FI_DEV_CLOCKS_EVENT_REASONS"'
-    )
-    return dcgm_per_gpu(ctx, bitmask)
+    # DCGM 3.3 renamed the field; either name, one unit (a bitmask).
+    names = "|".join(sorted(dcgm_fields.CLOCK_REASONS.metrics))
+    return dcgm_per_gpu(ctx, dcgm_series(ctx, "", f'__name__=~"{names}"'))
 
 
 #: dcgm-exporter's clock event reason bitmask per GPU.
@@ -559,8 +578,11 @@ TEMPERATURE = Signal(
             "GPU temperature (°C) of throttled GPUs: the throttling alert's evidence",
         ),
         dcgm=Rule(
-            lambda ctx: held_down(ctx, dcgm_per_gpu(ctx, dcgm_series(ctx, "DCGM_FI_DEV_GPU_TEMP"))),
-            "GPU die temperature of the GPUs whose clocks are held down (DCGM_FI_DEV_GPU_TEMP)",
+            lambda ctx: held_down(
+                ctx, dcgm_per_gpu(ctx, dcgm_quantity(ctx, dcgm_fields.GPU_TEMPERATURE))
+            ),
+            "GPU die temperature of the GPUs whose clocks are held down "
+            f"({_dcgm_names(dcgm_fields.GPU_TEMPERATURE)})",
         ),
     ),
     "temperature",
@@ -577,10 +599,9 @@ SM_CLOCK = Signal(
             "SM clock (Hz) of throttled GPUs: the throttling alert's evidence",
         ),
         dcgm=Rule(
-            lambda ctx: held_down(
-                ctx, dcgm_per_gpu(ctx, f"{dcgm_series(ctx, 'DCGM_FI_DEV_SM_CLOCK')} * 1000000")
-            ),
-            "current SM clock of the GPUs whose clocks are held down (DCGM_FI_DEV_SM_CLOCK, MHz)",
+            lambda ctx: held_down(ctx, dcgm_per_gpu(ctx, dcgm_quantity(ctx, dcgm_fields.SM_CLOCK))),
+            "current SM clock of the GPUs whose clocks are held down (DCGM_FI_DEV_SM_CLOCK_HERTZ, "
+            "or DCGM_FI_DEV_SM_CLOCK in MHz before dcgm-exporter 4.9)",
         ),
     ),
     "SM clock",

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 from exporter.hardware.gpus import PRODUCTS, GpuFacts, Peaks, peaks_of
 from exporter.signatures.params import PREFILL_PRECISION
 from exporter.signatures.promql_text import by, num, on
-from exporter.signatures.signals.dcgm_join import dcgm_per_target, dcgm_series
+from exporter.signatures.signals import dcgm_fields
+from exporter.signatures.signals.dcgm_fields import dcgm_quantity
+from exporter.signatures.signals.dcgm_join import dcgm_per_target
 from exporter.signatures.signals.node_join import node_per_target
 from exporter.signatures.signals.signal import ByLayout, Rule, Signal
 from exporter.signatures.signals.signal_context import DECODES
@@ -83,11 +85,15 @@ def product_peak(ctx: SignalContext, figure: Callable[[Peaks], float | None]) ->
             names.setdefault(value, []).append(name)
     keep = by((*ctx.cfg.dcgm.dcgm_labels, "UUID"))
     gpus = [
-        f"{num(value)} * group {keep} "
-        f"({dcgm_series(ctx, 'DCGM_FI_DEV_GPU_UTIL', product_matcher(products))})"
+        f"{num(value)} * group {keep} ({_dcgm_gpus(ctx, product_matcher(products))})"
         for value, products in sorted(names.items())
     ]
     return dcgm_per_target(ctx, "(\n" + "\nor\n".join(gpus) + "\n)", "min")
+
+
+def _dcgm_gpus(ctx: SignalContext, matcher: str) -> str:
+    """The GPUs dcgm-exporter reports utilisation of (either generation), of ``matcher``."""
+    return dcgm_quantity(ctx, dcgm_fields.UTILIZATION, lambda s: s, matcher, scale=False)
 
 
 def product_matcher(products: Sequence[str]) -> str:

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 
 from exporter.metrics import GPU_LABELS
 from exporter.signatures.promql_text import by, on
-from exporter.signatures.signals.dcgm_join import dcgm_per_gpu, dcgm_series
+from exporter.signatures.signals import dcgm_fields
+from exporter.signatures.signals.dcgm_fields import dcgm_quantity
+from exporter.signatures.signals.dcgm_join import dcgm_per_gpu
 from exporter.signatures.signals.gpu_signals import GPU_UTILIZATION
 from exporter.signatures.signals.node_join import agent_gpu, node_per_gpu, pod_labels, pods
 from exporter.signatures.signals.signal import ByLayout, Rule, Signal
@@ -49,10 +51,14 @@ GPU_DEVICE_UTILIZATION = Signal(
         dcgm=Rule(
             lambda ctx: dcgm_per_gpu(
                 ctx,
-                f"avg_over_time({dcgm_series(ctx, 'DCGM_FI_DEV_GPU_UTIL')}"
-                f"[{ctx.window('rate')}]) / 100",
+                dcgm_quantity(
+                    ctx,
+                    dcgm_fields.UTILIZATION,
+                    lambda s: f"avg_over_time({s}[{ctx.window('rate')}])",
+                ),
             ),
-            "mean utilisation (0-1) of each GPU (DCGM_FI_DEV_GPU_UTIL, %)",
+            "mean utilisation (0-1) of each GPU (DCGM_FI_DEV_GPU_UTIL_RATIO, or "
+            "DCGM_FI_DEV_GPU_UTIL in % before dcgm-exporter 4.9)",
         ),
     ),
     "device utilisation",
