@@ -55,6 +55,7 @@ from exporter.lab.loadgen import (
     percentiles,
     run,
 )
+from exporter.lab.processes import uninterrupted
 from exporter.lab.refengine import gputrace, inject
 from exporter.lab.stack import OUTSIDE, PagerDutyCapture, Stack, StackConfig, StackError
 from exporter.lab.thirdparty import ENGINE_INJECTIONS
@@ -536,15 +537,37 @@ def main(argv: Sequence[str]) -> int:
         f"starting {', '.join(parts)} in the {args.layout} layout... (logs in {workdir})",
         flush=True,
     )
+    # From here on SIGTERM is Ctrl-C: whenever it comes (starting, running, stopping), every
+    # child is stopped and waited for before the demo exits.
+    signal.signal(signal.SIGTERM, _interrupt)
+    summary: Summary | ValueError | None = None
+    fired: list[str] = []
     try:
-        stack.start()
-    except (StackError, OSError) as err:
-        stack.stop()
-        sys.stderr.write(f"{PROG}: error: {err}\n")
-        return 1
+        try:
+            stack.start()
+        except (StackError, OSError) as err:
+            sys.stderr.write(f"{PROG}: error: {err}\n")
+            return 1
+        summary, fired = _run(args, stack, injections, gpu_text)
     except KeyboardInterrupt:
-        stack.stop()
         return 130
+    finally:
+        stack.stop()
+    print(_goodbye(summary, fired, workdir, keep))
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+def _interrupt(signum: int, frame: object) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+def _run(
+    args: argparse.Namespace, stack: Stack, injections: frozenset[str], gpu_text: str
+) -> tuple[Summary | ValueError | None, list[str]]:
+    """The live view until Ctrl-C, SIGTERM, ``q`` or ``--duration``: the load's summary and
+    what fired at the end."""
     header = _header(stack, injections, gpu_text, args.engine)
     screen = sys.stdout.isatty() and sys.stdin.isatty() and not args.plain
     view: View | ScreenView
@@ -558,15 +581,15 @@ def main(argv: Sequence[str]) -> int:
     summary: Summary | ValueError | None = None
     try:
         summary = asyncio.run(_live(args, stack, view))
+    except KeyboardInterrupt:
+        pass  # a signal between the loop's handlers: stop as Ctrl-C does
     finally:
+        # asyncio put SIGTERM back to its default when its loop closed
+        signal.signal(signal.SIGTERM, _interrupt)
         if not isinstance(view, View):
             view.close()
-        fired = _fired(stack)
-        stack.stop()
-    print(_goodbye(summary, fired, workdir, keep))
-    if not keep:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+    with uninterrupted():
+        return summary, _fired(stack)
 
 
 ENGINE_NAMES = {

@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -111,6 +111,41 @@ class Child:
         self._log.close()
 
 
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait for the block (a teardown) to finish, then act as before: a
+    second Ctrl-C while the lab stops its children must not leave the rest running. Only the
+    main thread handles signals; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    old = {sig: signal.signal(sig, lambda n, _f: held.append(n)) for sig in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# util-linux's setpriv sets the parent-death signal and execs the command (same PID): a
+# child of the lab gets SIGTERM when the process that started it dies, however it dies
+# (SIGKILL included), instead of living on in its own session.
+_SETPRIV = shutil.which("setpriv")
+
+
+def _die_with_parent(cmd: Sequence[str]) -> list[str]:
+    """``cmd`` with the parent-death signal set, when setpriv is there and the caller is the
+    main thread (the signal follows the thread that started the child, not the process: a
+    child started by a short-lived thread would die with it)."""
+    if _SETPRIV is None or threading.current_thread() is not threading.main_thread():
+        return list(cmd)
+    return [_SETPRIV, "--pdeathsig", "TERM", "--", *cmd]
+
+
 def package_root() -> str:
     """The directory that holds this ``exporter`` package (for children's PYTHONPATH)."""
     import exporter  # noqa: PLC0415
@@ -125,12 +160,14 @@ def child_pythonpath() -> str:
 
 def spawn(name: str, cmd: Sequence[str], workdir: Path, env: dict[str, str] | None = None) -> Child:
     """Start ``cmd`` in ``workdir`` with its output in ``<workdir>/<name>.log``; this package
-    is importable in the child whether or not it is installed."""
+    is importable in the child whether or not it is installed. The child leads a session of
+    its own (Ctrl-C reaches the lab, which stops its children in order) and gets SIGTERM
+    when the lab dies without stopping it (``_die_with_parent``)."""
     log_path = workdir / f"{name}.log"
     pythonpath = child_pythonpath()
     log = log_path.open("wb")
     proc = subprocess.Popen(
-        list(cmd),
+        _die_with_parent(cmd),
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -67,6 +67,7 @@ from exporter.lab.processes import (
     start_alertmanager,
     start_exporter,
     start_prometheus,
+    uninterrupted,
     wait_until,
 )
 
@@ -473,19 +474,22 @@ class Stack:
         return server.url
 
     def stop(self) -> None:
-        for child in reversed(self.children):
-            with contextlib.suppress(OSError):
-                child.stop()
-        self.children.clear()
-        for node in self.nodes:
-            node.close()
-        self.nodes.clear()
-        if self.kube_state_metrics is not None:
-            self.kube_state_metrics.close()
-            self.kube_state_metrics = None
-        if self.capture is not None:
-            self.capture.close()
-            self.capture = None
+        """Stop every child (in reverse order, each waited for: SIGTERM, then SIGKILL to its
+        session) and the stand-ins; Ctrl-C and SIGTERM wait until it is done."""
+        with uninterrupted():
+            for child in reversed(self.children):
+                with contextlib.suppress(OSError):
+                    child.stop()
+            self.children.clear()
+            for node in self.nodes:
+                node.close()
+            self.nodes.clear()
+            if self.kube_state_metrics is not None:
+                self.kube_state_metrics.close()
+                self.kube_state_metrics = None
+            if self.capture is not None:
+                self.capture.close()
+                self.capture = None
 
     # --- Prometheus API --------------------------------------------------------------------------
     def alerts(self) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ runs in tests/lab/test_roofline.py, its configuration in tests/lab/test_stack.py
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -27,7 +28,7 @@ from support.paths import ROOT
 from exporter.lab import demo
 from exporter.lab.demo import DEMO_LABELS
 from exporter.lab.layouts import LAYOUTS, Kubelet, Node, rule_profile
-from exporter.lab.processes import child_pythonpath, find_binary, http_get
+from exporter.lab.processes import child_pythonpath, find_binary, http_get, stop_process
 from exporter.lab.stack import Stack, StackConfig
 
 SHOTS = ROOT / "build" / "screenshots"
@@ -101,6 +102,59 @@ def pod_gpu_utilization(prometheus: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
+def _demo(workdir: Path, log: Path, *flags: str) -> subprocess.Popen[bytes]:
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "exporter.cli", "demo", "--workdir", str(workdir), *flags],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"},
+        )
+
+
+def _stop_demo(proc: subprocess.Popen[bytes]) -> None:
+    """A test's teardown: the demo stopped as SIGTERM stops it (each child waited for), then
+    anything it started that still runs killed, so a failed test leaves nothing behind."""
+    if proc.poll() is not None:
+        return
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    stop_process(proc, 60)
+    for left in psutil.wait_procs(tree, timeout=10)[1]:
+        with contextlib.suppress(psutil.Error):
+            left.kill()
+
+
+@pytest.mark.timeout(150)
+def test_sigterm_while_the_demo_starts_stops_what_it_started(tmp_path: Path) -> None:
+    """SIGTERM once the node agent and the engine (with its softirq helper) run and the rest
+    is starting: the demo stops and waits for each child, and exits 130."""
+    workdir = tmp_path / "demo"
+    log = tmp_path / "demo.out"
+    proc = _demo(workdir, log, "--inject", "softirq", "--plain", "--duration", "100s")
+    try:
+        engine = workdir / "engine.log"
+        deadline = time.monotonic() + 100
+        while time.monotonic() < deadline and not (
+            engine.exists() and "listening on" in engine.read_text()
+        ):
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        names = " ".join(" ".join(p.cmdline()) for p in tree)
+        assert "exporter.lab.refengine" in names and "--podresources.socket" in names, names
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    finally:
+        _stop_demo(proc)
+    assert proc.returncode == 130, log.read_text()
+    alive = psutil.wait_procs(tree, timeout=10)[1]
+    assert not alive, [p.cmdline() for p in alive]
+    assert not _started_by(workdir)
+
+
 @pytest.mark.timeout(200)
 def test_demo_runs_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     if not (find_binary("prometheus") and find_binary("alertmanager", "prometheus-alertmanager")):
@@ -141,9 +195,7 @@ def test_demo_runs_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        _stop_demo(proc)
     text = log.read_text()
     assert proc.returncode == 0, text
     for needle in (
