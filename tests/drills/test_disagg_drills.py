@@ -93,7 +93,10 @@ def check_kv_transfer_slow(scenario: DisaggScenario, result: DisaggResult) -> No
 def check_decode_pool_short(scenario: DisaggScenario, result: DisaggResult) -> None:
     waiting = result.gauge("decode", "vllm:num_requests_waiting")
     assert waiting[-1] >= 5 and waiting[-1] > waiting[0], f"no decode queue{_explain(result)}"
-    assert max(result.gauge("prefill", "vllm:num_requests_waiting")) == 0, _explain(result)
+    # The prefill pool keeps up: its queue's mean, as check_healthy reads the decode one's (on a
+    # machine at load 15 a moment's queue of 2 came and went at 20% busy).
+    prefill_waiting = result.gauge("prefill", "vllm:num_requests_waiting")
+    assert sum(prefill_waiting) / len(prefill_waiting) <= 0.5, _explain(result)
     prefill_running = result.gauge("prefill", "vllm:num_requests_running")
     assert sum(prefill_running) / len(prefill_running) <= 0.5, _explain(result)
 
