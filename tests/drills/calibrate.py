@@ -16,7 +16,7 @@ load generator's closed loop (``load --concurrency``), as a client would see it:
   counter over the one-at-a-time requests);
 - and, for the report, what the node was doing meanwhile: its share of CPU time in softirq
   (the calibration's own loopback requests make a little, a shared node's neighbours may
-  make more) and its load average.
+  make more), its load average, and the share of a core one busy thread gets.
 
 :mod:`drills.sizing` turns these into the drill's load and injection sizes. The measurement
 takes about six seconds at the engine's own speed (up to half a minute with its model worker
@@ -41,6 +41,7 @@ ONE_REQUESTS = 3  # one at a time: the median of three at least
 MEASURE_S = 3.0  # each measurement lasts this long at least (medians over a few seconds)
 CAL_OUTPUT_TOKENS = 16  # tokens per calibration request: 15 decode steps each
 PROBES = 5
+THREAD_PROBE_S = 0.5  # the busy loop that measures the share of a core one thread gets
 TIMEOUT_S = 120.0
 
 
@@ -249,7 +250,18 @@ def calibrate(
     cal.took_s = round(time.monotonic() - began, 1)
     cal.extra["node_softirq"] = round(softirq_share(node_before, node_ticks()), 4)
     cal.extra["load_average"] = float(Path("/proc/loadavg").read_text().split()[0])
+    cal.extra["thread_share"] = round(thread_share(), 3)
     return cal
+
+
+def thread_share(seconds: float = THREAD_PROBE_S) -> float:
+    """The share of one core a thread that never waits gets now: a busy loop's CPU time over
+    its wall time. Near 1 on a machine with a core to spare; less where the node's other
+    runnable threads (its neighbours', the drill's own) outnumber its cores."""
+    began, cpu = time.monotonic(), time.thread_time()
+    while time.monotonic() - began < seconds:
+        pass
+    return (time.thread_time() - cpu) / (time.monotonic() - began)
 
 
 def node_ticks() -> tuple[float, float]:

@@ -113,7 +113,9 @@ def drill_results(disagg_results: dict[str, DisaggResult]) -> Iterator[dict[str,
         disagg=disagg_results,
     )
     REPORT.parent.mkdir(parents=True, exist_ok=True)
-    # Every run's results, whole matrix or not, for `python -m drills.report` to render again.
-    save(session, REPORT.parent / f"results-{speed(factor)}.json")
-    if all(s.name in results for s in CPU_SCENARIOS):
+    # Every run's results for `python -m drills.report` to render again; a run of a few drills
+    # beside the whole matrix's, which it leaves alone.
+    whole = all(s.name in results for s in CPU_SCENARIOS)
+    save(session, REPORT.parent / f"results-{speed(factor)}{'' if whole else '-part'}.json")
+    if whole:
         write(REPORT, session, previous=PUBLISHED.read_text("utf-8") if PUBLISHED.exists() else "")

@@ -33,14 +33,23 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from drills.calibrate import CAL_OUTPUT_TOKENS, Calibration, CalibrationError, calibrate
+import yaml
+from drills.calibrate import (
+    CAL_OUTPUT_TOKENS,
+    Calibration,
+    CalibrationError,
+    calibrate,
+    thread_share,
+)
 from drills.scenarios import (
     DISAGG_SITE_CONFIG,
     ENGINE_ARGS,
+    FRONTEND,
     KEEP_UP_DRILL,
     DisaggScenario,
     Load,
@@ -58,6 +67,7 @@ from exporter.lab.refengine import DEFAULT_MODEL_NAME, hostpeak
 from exporter.lab.refengine.cli import auto_threads
 from exporter.lab.refengine.gputrace import HostPeaks, measure_host, write_trace
 from exporter.lab.stack import JOB, TARGET_LABELS, Stack, StackConfig
+from exporter.signatures.site import parse_config
 
 POLL_S = 1.0
 PAGES_FOR_DEDUP = 2
@@ -186,6 +196,7 @@ class DrillResult:
     instance: str = ""  # the sidecar's scrape address, Prometheus's ``instance`` label
     restarted_at: float | None = None  # when the engine was killed and started again
     sized: Sized = field(default_factory=Sized)
+    failed: str = ""  # the first line of the drill's failed check (empty: its checks held)
 
     def fired(self) -> dict[str, float]:
         return {a: s.firing_at for a, s in self.alerts.items() if s.firing_at is not None}
@@ -328,6 +339,8 @@ def _size(stack: Stack, scenario: Scenario | DisaggScenario, sized: Sized) -> Lo
         served_model=TRITON_MODEL if triton else "",
         per_token=reference,
     )
+    if "frontend-gil" in scenario.injections:
+        _front_end_room(cal, scenario.site_config() if isinstance(scenario, Scenario) else "")
     sized.calibration = cal.to_json()
     chosen: Plan = plan(
         scenario.sizing,
@@ -345,6 +358,37 @@ def _size(stack: Stack, scenario: Scenario | DisaggScenario, sized: Sized) -> Lo
             raise CalibrationError(f"the engine refused the sizes {chosen.sizes}: {body!r}")
         sized.sizes = json.loads(body)
     return chosen.load
+
+
+# How long frontend-gil waits for a machine whose neighbours leave one thread a core.
+ROOM_WAIT_S = 60.0
+ROOM_EVERY_S = 5.0
+
+
+def _front_end_room(cal: Calibration, site_config: str) -> None:
+    """frontend-gil's cause is one thread holding a core: its alert reads the busiest engine
+    thread above a share of one core. Where the node's other runnable threads hold a thread
+    below that share, no front-end can saturate a core and the alert cannot fire, whatever the
+    injection's size: wait (up to :data:`ROOM_WAIT_S`) for one thread to get that share, and
+    say so if it never does. Each measurement is kept in the calibration."""
+    cfg = parse_config(yaml.safe_load(site_config) or {} if site_config else {}, "fast")
+    need = cfg.ratio(FRONTEND, "hottest_thread_above")
+    seen = [float(cal.extra["thread_share"])]
+    deadline_at = time.monotonic() + ROOM_WAIT_S
+    while seen[-1] < need and time.monotonic() < deadline_at:
+        time.sleep(ROOM_EVERY_S)
+        seen.append(round(thread_share(), 3))
+    cal.extra["thread_share"] = seen[-1]
+    cal.extra["thread_shares"] = seen
+    if seen[-1] < need:
+        load = Path("/proc/loadavg").read_text().split()[0]
+        raise CalibrationError(
+            f"one busy thread got {max(seen):.2f} of a core at most over {ROOM_WAIT_S:g} s "
+            f"(load average {load}): a front-end thread cannot pass {FRONTEND}'s {need:g} of a "
+            "core on this machine now; its neighbours hold the CPU (measured: "
+            + ", ".join(f"{v:.2f}" for v in seen)
+            + ")"
+        )
 
 
 def _post_json(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
@@ -531,6 +575,17 @@ def dump_results(results: dict[str, DrillResult]) -> None:
         Path(dump).write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
+@contextlib.contextmanager
+def noting_failure(result: DrillResult | DisaggResult) -> Iterator[None]:
+    """A failed check's first line kept in the result (for the report), then raised on."""
+    try:
+        yield
+    except AssertionError as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        result.failed = (lines[0] if lines else "a check failed")[:160]
+        raise
+
+
 def has_gpu() -> bool:
     """An NVIDIA driver on this machine: the GPU drills run only where this holds."""
     return Path("/dev/nvidiactl").exists()
@@ -586,6 +641,7 @@ class DisaggResult:
     signals: dict[str, float | None] = field(default_factory=dict)
     missed_polls: int = 0  # engine polls that failed (each a sample missing)
     sized: Sized = field(default_factory=Sized)
+    failed: str = ""  # the first line of the drill's failed check (empty: its checks held)
 
     def fired(self) -> dict[str, float]:
         return {a: s.firing_at for a, s in self.alerts.items() if s.firing_at is not None}

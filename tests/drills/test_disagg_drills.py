@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
-from drills.harness import POSTMORTEM, DisaggResult, run_disagg_drill
+from drills.harness import POSTMORTEM, DisaggResult, noting_failure, run_disagg_drill
 from drills.scenarios import (
     DISAGG_SCENARIOS,
     KV_SHARE_BOUND,
@@ -187,6 +187,11 @@ def test_disagg_drill(
 ) -> None:
     result = run_disagg_drill(scenario, tmp_path_factory.mktemp(f"disagg-{scenario.name}"))
     disagg_results[scenario.name] = result
+    with noting_failure(result):
+        check_disagg(scenario, result)
+
+
+def check_disagg(scenario: DisaggScenario, result: DisaggResult) -> None:
     assert not result.error, result.error + _explain(result)
     assert result.missed_polls <= 3, f"{result.missed_polls} engine polls failed{_explain(result)}"
     assert result.load is not None and result.load["completed"] > 0, result.load

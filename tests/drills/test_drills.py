@@ -20,6 +20,7 @@ from drills.harness import (
     dump_results,
     expected_dedup_key,
     has_gpu,
+    noting_failure,
     run_drill,
 )
 from drills.scenarios import (
@@ -187,6 +188,11 @@ def run_and_check(scenario: Scenario, workdir: Path, results: dict[str, DrillRes
 
 
 def check_result(scenario: Scenario, result: DrillResult) -> None:
+    with noting_failure(result):
+        _check_result(scenario, result)
+
+
+def _check_result(scenario: Scenario, result: DrillResult) -> None:
     assert not result.error, result.error + _explain(result)
     if scenario.restart_at_s is not None:
         assert result.restarted_at is not None, "the engine was not restarted"

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from drills.calibrate import Calibration, Measured
-from drills.harness import AlertSeen, DisaggResult, DrillResult, Sized, layout
+from drills.harness import AlertSeen, DisaggResult, DrillResult, Sized, layout, noting_failure
 from drills.report import Session, load, main, render, save
 from drills.scenarios import BY_NAME, DISAGG_BY_NAME, deadline
 
@@ -103,6 +104,13 @@ def test_an_expected_alert_ranked_below_another_says_which_was_first() -> None:
     assert "| 2 of 2; first `InferenceTokenizerSlow` |" in page
 
 
+def test_a_drill_whose_check_failed_says_so_though_its_alert_fired() -> None:
+    session = _session()
+    session.results["queue-flood"].failed = "expected a page and its repeat, got 1"
+    row = next(line for line in render(session).splitlines() if line.startswith("| queue-flood"))
+    assert "| yes; FAILED: expected a page and its repeat, got 1 | 71 s" in row
+
+
 def test_a_run_keeps_the_other_speeds_section() -> None:
     natural = render(_session())
     both = render(_session(8.0), previous=natural)
@@ -125,3 +133,10 @@ def test_saved_results_render_the_same_page(tmp_path: Path) -> None:
     assert main([str(saved), "--previous", str(previous), "--out", str(out)]) == 0
     assert out.read_text("utf-8") == render(session, previous=previous.read_text("utf-8"))
     assert main([str(tmp_path / "missing.json"), "--out", str(out)]) == 2
+
+
+def test_a_failed_check_keeps_its_first_line_in_the_result() -> None:
+    result = _flood()
+    with pytest.raises(AssertionError), noting_failure(result):
+        raise AssertionError("\n  share: 0.002\n  alerts: {}")
+    assert result.failed == "share: 0.002"

@@ -11,7 +11,8 @@ import re
 
 import pytest
 import yaml
-from drills.calibrate import Calibration, Measured
+from drills import harness
+from drills.calibrate import Calibration, CalibrationError, Measured, thread_share
 from drills.scenarios import (
     BY_NAME,
     CPU_DRILLED,
@@ -195,3 +196,32 @@ def test_an_engine_timed_by_whole_requests_serves_what_was_measured() -> None:
     engine = Engine.of(Calibration(one=whole), 4)
     assert engine.served(1, 192) == pytest.approx(1 / 0.65)
     assert engine.served(1, 383) == pytest.approx(1 / 1.3, rel=1e-2)
+
+
+def test_frontend_gil_waits_for_a_core_and_says_when_the_machine_has_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its alert reads the busiest engine thread above 90 % of a core: a machine whose
+    neighbours hold one thread below that cannot fire it, and the drill says so."""
+    site = BY_NAME["frontend-gil"].site_config()
+    roomy = calibration(0.045, 0.0028, 0.012)
+    roomy.extra["thread_share"] = 0.98
+    harness._front_end_room(roomy, site)
+    assert roomy.extra["thread_shares"] == [0.98]
+    busy = calibration(0.045, 0.0028, 0.012)
+    busy.extra["thread_share"] = 0.26
+    monkeypatch.setattr(harness, "ROOM_WAIT_S", 0.0)
+    with pytest.raises(CalibrationError, match=r"got 0\.26 of a core .* cannot pass"):
+        harness._front_end_room(busy, site)
+    # ... and a machine that frees a core meanwhile runs the drill
+    monkeypatch.setattr(harness, "ROOM_WAIT_S", 5.0)
+    monkeypatch.setattr(harness, "ROOM_EVERY_S", 0.0)
+    monkeypatch.setattr(harness, "thread_share", lambda: 0.95)
+    busy.extra["thread_share"] = 0.26
+    harness._front_end_room(busy, site)
+    assert busy.extra["thread_shares"] == [0.26, 0.95]
+
+
+def test_one_busy_thread_gets_at_most_a_core() -> None:
+    share = thread_share(0.05)
+    assert 0.0 < share <= 1.05
