@@ -1,8 +1,10 @@
 """Run one drill: the whole stack, the load, and a record of what fired, paged and ranked.
 
-A drill starts the reference engine with the scenario's injection (unsized: a size zero, or an
-admission cap that is the injection itself), the sidecar (replaying the scenario's GPU trace,
-or NVML on a GPU machine), Prometheus with the ``fast`` rules and Alertmanager with the pack's
+A drill starts, in its layout (``Scenario.layout``: the chart's default ``node``, or
+``sidecar`` or ``dcgm``), the reference engine with the scenario's injection (unsized: a size
+zero, or an admission cap that is the injection itself), the sidecar, what reads the GPU
+(replaying the scenario's GPU trace, or NVML on a GPU machine: the node agent, the sidecar
+itself or dcgm-exporter), Prometheus with the layout's fast rules and Alertmanager with the pack's
 configuration paging a local PagerDuty capture. Then it measures what the engine serves on
 this machine (:mod:`drills.calibrate`, a few seconds, while Prometheus already scrapes), sizes
 its load and its injection from that (:mod:`drills.sizing`; the injection's sizes through the
@@ -59,6 +61,7 @@ from drills.timing import PAGES_S
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.lab import tritonmodel
+from exporter.lab.layouts import rule_profile
 from exporter.lab.processes import child_pythonpath, http_get, stop_process
 from exporter.lab.refengine import DEFAULT_MODEL_NAME, hostpeak
 from exporter.lab.refengine.cli import auto_threads
@@ -124,19 +127,29 @@ ENGINE_NAMES = {"reference": "reference engine", "llamacpp": "llama-server", "tr
 
 
 def layout(scenario: Scenario | DisaggScenario) -> str:
-    """Where a drill's processes run, for the report: today every drill is one host's
-    children on 127.0.0.1 (:mod:`exporter.lab.stack`)."""
+    """Where a drill's processes run, for the report: the layout (who reads the GPUs, and the
+    rule profile Prometheus loads), then the processes, every one a child of one host on
+    127.0.0.1 (:mod:`exporter.lab.stack`)."""
     gpu = "the real GPU (NVML)" if getattr(scenario, "look", None) is None else "a replayed GPU"
+    reader = READERS[scenario.layout]
+    where = f"{scenario.layout} layout ({rule_profile(scenario.layout)} rules): one host: "
     if isinstance(scenario, DisaggScenario):
         return (
-            f"one host: prefill + decode reference engines ({scenario.admitted} decode slots), "
-            f"a sidecar each, Prometheus, Alertmanager; {gpu}"
+            f"{where}prefill + decode reference engines ({scenario.admitted} decode slots), "
+            f"a sidecar each{reader and f', a {reader} each'}, Prometheus, Alertmanager; {gpu}"
         )
     engine = ENGINE_NAMES.get(scenario.engine, scenario.engine)
     slots = (
         f" ({scenario.admitted} of {scenario.full} slots)" if scenario.engine == "reference" else ""
     )
-    return f"one host: {engine}{slots}, sidecar, Prometheus, Alertmanager; {gpu}"
+    return (
+        f"{where}{engine}{slots}, sidecar{reader and f', {reader}'}, Prometheus, Alertmanager; "
+        f"{gpu}"
+    )
+
+
+# What reads the GPUs beside the sidecar, by layout (the sidecar itself: nothing).
+READERS = {"node": "node agent", "sidecar": "", "dcgm": "dcgm-exporter"}
 
 
 def _slowed(args: list[str], factor: float) -> list[str]:
@@ -262,6 +275,7 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
         rules_config.write_text(site_config, encoding="utf-8")
     cfg = StackConfig(
         workdir=workdir,
+        layout=scenario.layout,
         injections=scenario.injections,
         engine_args=engine_args,
         trace=trace,
@@ -419,6 +433,12 @@ def _keep_gpu_evidence(stack: Stack, workdir: Path) -> None:
         status, body = http_get(stack.sidecar_url + "/metrics", timeout=10)
         if status == 200:
             (workdir / "sidecar-metrics.txt").write_bytes(body)
+    # the node layout's GPUs are the node agent's (dcgm layout: dcgm-exporter's)
+    for name, url in (("node-agent", stack.agent_url), ("dcgm-exporter", stack.dcgm_url)):
+        with contextlib.suppress(OSError):
+            status, body = http_get(url + "/metrics", timeout=10) if url else (0, b"")
+            if status == 200:
+                (workdir / f"{name}-metrics.txt").write_bytes(body)
 
 
 def _start_load(
@@ -522,7 +542,7 @@ def _diagnose(stack: Stack, result: DrillResult | DisaggResult) -> None:
         "--prometheus.url",
         stack.prometheus_url,
         "--profile",
-        "fast",
+        rule_profile(stack.cfg.layout),
         *(["--config", str(stack.cfg.rules_config)] if stack.cfg.rules_config else []),
         "--output",
         "json",
@@ -687,6 +707,7 @@ def run_disagg_drill(scenario: DisaggScenario, workdir: Path) -> DisaggResult:
     peaks = drill_peaks(factor, result.sized)
     cfg = StackConfig(
         workdir=workdir,
+        layout=scenario.layout,
         injections=scenario.injections,
         engine_args=_slowed([*ENGINE_ARGS, *scenario.engine_args, "--device", "cpu"], factor),
         trace=write_trace(scenario.look, workdir / "trace.jsonl", peaks),

@@ -13,10 +13,11 @@ the reason; any other alert that fires fails the drill.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from drills.timing import ONSET_S, Deadline, fire_deadline, quiet_deadline
 
+from exporter.lab.layouts import DEFAULT_LAYOUT, rule_profile
 from exporter.lab.thirdparty import LLAMA_PARALLEL, TRITON_INSTANCES
 
 
@@ -83,6 +84,8 @@ class Scenario:
     onset_s: float = ONSET_S  # for the cause to show once the load runs (drills.timing)
     quiet_s: float | None = None  # a healthy drill's watch, where a budget sets it (GPU)
     quiet_why: str = ""
+    # Who reads the GPUs (exporter.lab.layouts; the rules: that layout's fast profile).
+    layout: str = DEFAULT_LAYOUT
 
     def site_config(self) -> str:
         """The rule pack's site config this drill runs with (empty: the defaults)."""
@@ -300,6 +303,20 @@ SCENARIOS += (
     ),
 )
 
+# --- layouts (issue 33 item 4) -----------------------------------------------------------------
+#
+# Every drill runs in the chart's default layout, ``node`` (a node agent reads the GPUs, the
+# sidecar has no NVML, Prometheus loads ``fast-node``), but one CPU drill in each other layout:
+# softirq in the sidecar layout (its signature reads the node's CPU, which every sidecar
+# reads), frontend-gil in the dcgm layout (its signature is GPU-gated: the starved GPU is read
+# through dcgm-exporter's utilisation and the ``fast-dcgm`` rules' join to the pod). Both are
+# among the quickest (118 s). Third-party engines and the disaggregated pair run in the node
+# layout.
+OTHER_LAYOUTS = {"softirq": "sidecar", "frontend-gil": "dcgm"}
+SCENARIOS = tuple(
+    replace(s, layout=OTHER_LAYOUTS[s.name]) if s.name in OTHER_LAYOUTS else s for s in SCENARIOS
+)
+
 CPU_SCENARIOS = tuple(s for s in SCENARIOS if not s.gpu)
 GPU_SCENARIOS = tuple(s for s in SCENARIOS if s.gpu)
 BY_NAME = {s.name: s for s in SCENARIOS}
@@ -473,6 +490,7 @@ class DisaggScenario:
     admitted: int = MAX_NUM_SEQS  # the decode engine's slots
     full: int = MAX_NUM_SEQS
     onset_s: float = ONSET_S
+    layout: str = DEFAULT_LAYOUT  # who reads the GPUs (Scenario.layout)
 
 
 DISAGG_LOAD = Load(rate=2.0, prompt_tokens=256, output_tokens=64)
@@ -553,13 +571,19 @@ CPU_DRILLED = tuple(dict.fromkeys(s.expected for s in CPU_SCENARIOS if s.expecte
 def deadline(scenario: Scenario | DisaggScenario) -> Deadline:
     """How long the drill waits after its load starts (drills.timing): an injected drill for
     its alert's windows, ``for``, onset and lag; a healthy one for the slowest of the alerts it
-    guards against (the CPU matrix's, or the pool family's), or its stated budget."""
+    guards against (the CPU matrix's, or the pool family's), or its stated budget. The timings
+    are those of the profile the drill's Prometheus loads (its layout's)."""
+    profile = rule_profile(scenario.layout)
     if isinstance(scenario, DisaggScenario):
         if scenario.signature is not None:
-            return fire_deadline(scenario.signature, DISAGG_SITE_CONFIG, onset_s=scenario.onset_s)
-        return quiet_deadline(POOL_ALERTS, DISAGG_SITE_CONFIG)
+            return fire_deadline(
+                scenario.signature, DISAGG_SITE_CONFIG, onset_s=scenario.onset_s, profile=profile
+            )
+        return quiet_deadline(POOL_ALERTS, DISAGG_SITE_CONFIG, profile)
     if scenario.expected is not None:
-        return fire_deadline(scenario.expected, scenario.site_config(), onset_s=scenario.onset_s)
+        return fire_deadline(
+            scenario.expected, scenario.site_config(), onset_s=scenario.onset_s, profile=profile
+        )
     if scenario.quiet_s is not None:
         return Deadline(scenario.quiet_s, scenario.quiet_why)
-    return quiet_deadline(CPU_DRILLED, scenario.site_config())
+    return quiet_deadline(CPU_DRILLED, scenario.site_config(), profile)

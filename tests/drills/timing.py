@@ -10,8 +10,9 @@ alert that fires later is a finding, not a flake. A healthy drill stays quiet fo
 ``window + for`` of the signatures it guards against, plus :data:`LAG_S`: had one of those
 causes been there, its alert would have fired by then.
 
-All in the ``fast`` profile the drills run (windows and ``for`` scaled by 1/10), with the
-drill's own site config.
+All in the profile the drill's Prometheus loads: its layout's at ``fast``'s speed (``fast``,
+``fast-node``, ``fast-dcgm``: windows and ``for`` scaled by 1/10), with the drill's own site
+config.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ PAGES_S = 1.0 + 4.0 + 2.0 + 2 * 1.0 + 2.0
 
 @dataclass(frozen=True)
 class RuleTiming:
-    """One alert's timing in the fast profile under a site config: the longest window its
+    """One alert's timing in a fast profile under a site config: the longest window its
     rules read (their cold-start guard) and their ``for``, the slowest variant's."""
 
     alert: str
@@ -54,10 +55,11 @@ class RuleTiming:
 
 
 @cache
-def rule_timing(alert: str, site_config: str = "") -> RuleTiming:
-    """``alert``'s timing in the fast profile with ``site_config`` (YAML; empty: defaults)."""
+def rule_timing(alert: str, site_config: str = "", profile: str = "fast") -> RuleTiming:
+    """``alert``'s timing in ``profile`` (the drill's layout's fast one) with ``site_config``
+    (YAML; empty: defaults)."""
     data = yaml.safe_load(site_config) if site_config else {}
-    cfg = parse_config(data or {}, "fast")
+    cfg = parse_config(data or {}, profile)
     for sig in all_signatures(cfg):
         if sig.alert == alert:
             slowest = max(sig.rules, key=lambda r: r.history + r.for_seconds)
@@ -73,9 +75,12 @@ class Deadline:
     how: str
 
 
-def fire_deadline(alert: str, site_config: str, *, onset_s: float = ONSET_S) -> Deadline:
-    """By when ``alert`` must fire: its windows + its ``for`` + the onset + the lag."""
-    t = rule_timing(alert, site_config)
+def fire_deadline(
+    alert: str, site_config: str, *, onset_s: float = ONSET_S, profile: str = "fast"
+) -> Deadline:
+    """By when ``alert`` must fire: its windows + its ``for`` (in ``profile``) + the onset +
+    the lag."""
+    t = rule_timing(alert, site_config, profile)
     seconds = t.windows_s + t.for_s + onset_s + LAG_S
     return Deadline(
         seconds,
@@ -83,10 +88,12 @@ def fire_deadline(alert: str, site_config: str, *, onset_s: float = ONSET_S) -> 
     )
 
 
-def quiet_deadline(alerts: Iterable[str], site_config: str) -> Deadline:
-    """How long a healthy drill stays quiet: the slowest of ``alerts`` (window + ``for``)
-    plus the lag."""
-    slowest = max((rule_timing(a, site_config) for a in alerts), key=lambda t: t.earliest_s)
+def quiet_deadline(alerts: Iterable[str], site_config: str, profile: str = "fast") -> Deadline:
+    """How long a healthy drill stays quiet: the slowest of ``alerts`` (window + ``for``, in
+    ``profile``) plus the lag."""
+    slowest = max(
+        (rule_timing(a, site_config, profile) for a in alerts), key=lambda t: t.earliest_s
+    )
     return Deadline(
         slowest.earliest_s + LAG_S,
         f"{slowest.alert}'s {slowest.windows_s:g} s window + {slowest.for_s:g} s `for` "
