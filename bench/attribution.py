@@ -28,15 +28,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from support.kubelet import (
-    FakeContainer,
-    FakeKubelet,
-    FakePod,
     NodeNvml,
     device_plugin_node,
     device_plugin_offer,
     gpu_uuid,
     node_gpus,
-    serve,
 )
 from support.nvml import FaultyApi
 
@@ -44,6 +40,7 @@ from exporter.backends.podresources_client import PodResourcesClient
 from exporter.collectors.nvml import NvmlCollector
 from exporter.collectors.podresources import PodResourcesCollector
 from exporter.collectors.shared_state import GpuDevices
+from exporter.lab.layouts import Container, Kubelet, Pod, serve_kubelet
 
 GPUS = 8
 
@@ -52,26 +49,25 @@ def eight_gpu_nvml() -> NodeNvml:
     return NodeNvml(node_gpus()[:GPUS])
 
 
-def big_node() -> list[FakePod]:
+def big_node() -> list[Pod]:
     """110 pods: eight hold a GPU, the rest CPU-only pods with CPU and memory assignments."""
     pods = [
-        FakePod("serving", f"vllm-{n}", [FakeContainer("vllm", {"nvidia.com/gpu": [gpu_uuid(n)]})])
+        Pod("serving", f"vllm-{n}", [Container("vllm", {"nvidia.com/gpu": [gpu_uuid(n)]})])
         for n in range(GPUS)
     ]
     pods += [
-        FakePod("apps", f"web-{n}", [FakeContainer("web"), FakeContainer("proxy")])
-        for n in range(110 - GPUS)
+        Pod("apps", f"web-{n}", [Container("web"), Container("proxy")]) for n in range(110 - GPUS)
     ]
     return pods
 
 
 def refresh_cost(
-    pods: list[FakePod], offer: dict[str, list[str]], devices: GpuDevices, rounds: int
+    pods: list[Pod], offer: dict[str, list[str]], devices: GpuDevices, rounds: int
 ) -> tuple[float, float]:
     """Mean wall and CPU milliseconds of one refresh."""
     with tempfile.TemporaryDirectory(prefix="kl-", dir="/tmp") as tmp:
-        kubelet = FakeKubelet(pods, offer)
-        with serve(kubelet, Path(tmp) / "kubelet.sock") as socket:
+        kubelet = Kubelet(pods, offer)
+        with serve_kubelet(kubelet, Path(tmp) / "kubelet.sock") as socket:
             collector = PodResourcesCollector(PodResourcesClient(socket), devices)
             collector.refresh()  # the channel's connection
             wall, cpu = time.perf_counter(), time.process_time()
@@ -125,10 +121,8 @@ def main() -> int:
         wall, cpu_ms = refresh_cost(pods, offer, node_devices, args.rounds)
         print(f"podresources refresh, {name}: {wall:.2f} ms wall, {cpu_ms:.2f} ms CPU")
     with tempfile.TemporaryDirectory(prefix="kl-", dir="/tmp") as tmp:
-        kubelet = FakeKubelet(
-            big_node()[:GPUS], {"nvidia.com/gpu": [gpu_uuid(n) for n in range(GPUS)]}
-        )
-        with serve(kubelet, Path(tmp) / "kubelet.sock") as socket:
+        kubelet = Kubelet(big_node()[:GPUS], {"nvidia.com/gpu": [gpu_uuid(n) for n in range(GPUS)]})
+        with serve_kubelet(kubelet, Path(tmp) / "kubelet.sock") as socket:
             agent = PodResourcesCollector(PodResourcesClient(socket), devices)
             agent.refresh()
             attribution_series = sum(len(f.samples) for f in agent.collect().metrics)

@@ -105,6 +105,7 @@ from common import (  # noqa: E402
 )
 from support.synthetic import write_synthetic_trace  # noqa: E402
 
+from exporter.lab.layouts import AGENT_COLLECTORS, DCGM_JOB  # noqa: E402
 from exporter.lab.processes import stop_process  # noqa: E402
 from exporter.signatures.signals.signal_groups import POOL_GROUP, RECORD_GROUPS  # noqa: E402
 
@@ -123,8 +124,8 @@ NODE_GPUS = 8
 # The node layout's agents: a DaemonSet in its own namespace, scraped with honor_labels.
 NODE_JOB = "monitoring/inference-bottleneck-exporter-node"
 ROLES = ("prefill", "decode")
-# dcgm-exporter (the dcgm layout): a DaemonSet of the GPU operator, scraped with honor_labels.
-DCGM_JOB = "gpu-operator/nvidia-dcgm-exporter"
+# dcgm-exporter (the dcgm layout): a DaemonSet of the GPU operator, scraped with honor_labels,
+# as the lab's (exporter.lab.layouts.DCGM_JOB).
 LAYOUTS = ("sidecar", "node", "dcgm")
 RULES = ROOT / "alert_rules"
 CHART_VALUES = ROOT / "helm" / "inference-bottleneck-exporter" / "values.yaml"
@@ -584,15 +585,6 @@ _SIDECAR_READY = (
     "inference_engine_hottest_thread_cpu_ratio ",
 )
 _GPM_READY = ("inference_gpu_sm_active_ratio{",)
-AGENT_FLAGS = (
-    "--collector.nvml",
-    "--collector.cpu",
-    "--collector.podresources",
-    "--no-collector.engine",
-    "--no-collector.tokenizer",
-    "--no-collector.process",
-    "--no-collector.model",
-)
 
 
 @dataclass(frozen=True)
@@ -612,7 +604,9 @@ CAPTURES = {
     # the node layout's sidecar: the same without NVML (the chart's --no-collector.nvml)
     "sidecar-nonvml": Capture("vllm.txt", ("--no-collector.nvml",), False, _SIDECAR_READY),
     # the node layout's agent: NVML on the node's GPUs, the host's CPU, the kubelet's answer
-    "agent": Capture("vllm.txt", AGENT_FLAGS, True, (*_GPM_READY, "inference_gpu_pod_info{"), True),
+    "agent": Capture(
+        "vllm.txt", AGENT_COLLECTORS, True, (*_GPM_READY, "inference_gpu_pod_info{"), True
+    ),
     # disaggregated serving: vLLM's full exposition plus NixlConnector's, by role
     "prefill": Capture("vllm+nixl-prefill", ("--engine.role", "prefill")),
     "decode": Capture("vllm+nixl-decode", ("--engine.role", "decode")),
@@ -638,20 +632,20 @@ def disaggregated_body(role: str, workdir: Path) -> Path:
 
 @contextlib.contextmanager
 def _kubelet(trace: Path, workdir: Path, wanted: bool) -> Iterator[tuple[str, ...]]:
-    """A kubelet's PodResources socket (the tests' fake, the real protocol) in which eight
+    """A kubelet's PodResources socket (the lab's stand-in, the real protocol) in which eight
     1-GPU pods hold the trace's eight GPUs: the flag that points the agent at it."""
     if not wanted:
         yield ()
         return
-    from support.kubelet import FakeContainer, FakeKubelet, FakePod, serve  # noqa: PLC0415
+    from exporter.lab.layouts import Container, Kubelet, Pod, serve_kubelet  # noqa: PLC0415
 
     uuids = [gpu["uuid"] for gpu in json.loads(trace.read_text().splitlines()[0])["gpus"]]
     pods = [
-        FakePod("serving", f"vllm-{n}", [FakeContainer("vllm", {"nvidia.com/gpu": [uuid]})])
+        Pod("serving", f"vllm-{n}", [Container("vllm", {"nvidia.com/gpu": [uuid]})])
         for n, uuid in enumerate(uuids)
     ]
-    kubelet = FakeKubelet(pods, {"nvidia.com/gpu": uuids})
-    with serve(kubelet, workdir / "kubelet.sock") as socket:
+    kubelet = Kubelet(pods, {"nvidia.com/gpu": uuids})
+    with serve_kubelet(kubelet, workdir / "kubelet.sock") as socket:
         yield (f"--podresources.socket={socket}",)
 
 

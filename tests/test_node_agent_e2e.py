@@ -2,19 +2,21 @@
 evaluating the ``node`` rule profile.
 
 The node agent is the real CLI (``support.node_agent``: only the NVML library is the stand-in,
-with a live utilisation buffer) with the ``nvml``, ``cpu`` and ``podresources`` collectors,
-asking the fake kubelet (:mod:`support.kubelet`, the real PodResources v1 protocol on a unix
-socket) which pod holds each GPU. Two sidecars, without NVML, poll fake vLLM engines whose
+with a live utilisation buffer) with the lab's node-agent flags (the chart's DaemonSet's:
+:func:`exporter.lab.layouts.agent_flags`), asking the lab's stand-in kubelet (the real
+PodResources v1 protocol on a unix socket) about the pods of :mod:`support.kubelet` which pod
+holds each GPU. Two sidecars, without NVML, poll fake vLLM engines whose
 queues grow: ``serving/vllm-0`` holds GPU 0 (10 % busy: starved), ``serving/vllm-7`` GPU 7
-(80 %: busy). Prometheus scrapes the sidecars with their pod's ``namespace`` and ``pod`` as
-target labels (as a PodMonitor gives them) and the agent with ``honor_labels``, and evaluates the
-node profile generated with windows of seconds (``for`` 5 s) every second.
+(80 %: busy). Prometheus scrapes them as the demo and the drills do (:func:`exporter.lab.layouts.scrape_configs`:
+the sidecars with their pod's ``namespace`` and ``pod`` as target labels, as a PodMonitor gives
+them, the agent with ``honor_labels``), and evaluates the node profile generated with windows of
+seconds (``for`` 5 s) every second.
 ``InferenceGPUStarvedQueueGrowing`` must fire for vllm-0 and never for vllm-7.
 
 The per-pod shares ride along: the agent maps the time-sliced GPU's two processes to pods
 through a host ``/proc`` whose cgroups name notebook-a's and notebook-b's pod UIDs
 (``--gpu.host-procfs``, as with hostPID), and a stand-in kube-state-metrics serves
-``kube_pod_info`` for them. notebook-a, whose own share is 10 % of a GPU 100 % busy while its
+``kube_pod_info`` for them (the lab's). notebook-a, whose own share is 10 % of a GPU 100 % busy while its
 queue grows, is contended (``InferenceGPUContended``) and starved on its own share; the
 dedicated GPUs' pods are never contended.
 """
@@ -28,13 +30,23 @@ from typing import Any
 
 import pytest
 from support.fakeengine import FakeEngine
-from support.kubelet import FakeKubelet, device_plugin_node, device_plugin_offer, serve
+from support.kubelet import device_plugin_node, device_plugin_offer
 from support.node_agent import SHARED_TENANTS
 from support.paths import ROOT
 from support.process import ExporterProcess
 from support.promstack import PROC, SIDECAR_FLAGS, Feeder, Load, Stack, address, wait_until
 
 from exporter.lab import processes
+from exporter.lab.layouts import (
+    Kubelet,
+    MetricsServer,
+    Pod,
+    Target,
+    agent_flags,
+    kube_pod_info,
+    scrape_configs,
+    serve_kubelet,
+)
 from exporter.signatures.__main__ import profile_files
 from exporter.signatures.site import parse_config
 
@@ -79,15 +91,9 @@ def host_procfs(tmp: Path) -> Path:
     return proc
 
 
-def kube_pod_info() -> str:
-    """What kube-state-metrics says of the shared GPU's pods."""
-    lines = ["# TYPE kube_pod_info gauge"]
-    for namespace, pod, uid in TENANTS.values():
-        lines.append(
-            f'kube_pod_info{{namespace="{namespace}",pod="{pod}",uid="{uid}",node="gpu-node-1",'
-            'created_by_kind="StatefulSet"} 1'
-        )
-    return "\n".join(lines) + "\n"
+def tenant_pods() -> list[Pod]:
+    """The shared GPU's pods as kube-state-metrics knows them (their UIDs)."""
+    return [Pod(namespace, pod, [], uid) for namespace, pod, uid in TENANTS.values()]
 
 
 def node_rules(tmp: Path) -> list[Path]:
@@ -105,30 +111,14 @@ def prometheus_config(
     return {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
         "rule_files": [str(p) for p in rule_files],
-        "scrape_configs": [
-            {
-                "job_name": "inference-bottleneck-exporter",
-                "static_configs": [
-                    {"targets": [target], "labels": {"namespace": SIDECARS[pod], "pod": pod}}
-                    for pod, target in sidecars.items()
-                ],
-            },
-            {
-                "job_name": "inference-bottleneck-exporter-node",
-                "honor_labels": True,
-                "static_configs": [
-                    {
-                        "targets": [agent],
-                        "labels": {"namespace": "monitoring", "pod": "ibe-node-7xk2p"},
-                    }
-                ],
-            },
-            {
-                "job_name": "kube-state-metrics",
-                "honor_labels": True,
-                "static_configs": [{"targets": [ksm], "labels": {"namespace": "kube-system"}}],
-            },
-        ],
+        "scrape_configs": scrape_configs(
+            [
+                Target(target, {"namespace": SIDECARS[pod], "pod": pod})
+                for pod, target in sidecars.items()
+            ],
+            [Target(agent, {"namespace": "monitoring", "pod": "ibe-node-7xk2p"})],
+            Target(ksm, {"namespace": "kube-system"}),
+        ),
     }
 
 
@@ -137,22 +127,13 @@ def test_starved_pod_fires_in_the_node_layout(
 ) -> None:
     started = time.monotonic()
     stack = Stack()
-    kubelet = FakeKubelet(device_plugin_node(), device_plugin_offer())
+    kubelet = Kubelet(device_plugin_node(), device_plugin_offer())
     socket = tmp_path / "kubelet.sock"
-    with serve(kubelet, socket):
+    with serve_kubelet(kubelet, socket):
         try:
             agent = ExporterProcess(
                 [
-                    "--web.listen-address=127.0.0.1:0",
-                    "--collector.podresources",
-                    f"--podresources.socket={socket}",
-                    "--podresources.interval=1s",
-                    "--podresources.deadline=500ms",
-                    "--no-collector.engine",
-                    "--no-collector.tokenizer",
-                    "--no-collector.process",
-                    "--no-collector.model",
-                    "--gpu.poll-interval=1s",
+                    *agent_flags(socket),
                     f"--path.procfs={PROC}",
                     f"--gpu.host-procfs={host_procfs(tmp_path)}",
                 ],
@@ -160,8 +141,8 @@ def test_starved_pod_fires_in_the_node_layout(
                 module="support.node_agent",
             )
             stack.add(agent.close)
-            ksm = FakeEngine.run_in_thread(metrics_body=kube_pod_info())
-            stack.add(ksm.stop)
+            ksm = MetricsServer(lambda: kube_pod_info(tenant_pods(), node="gpu-node-1"))
+            stack.add(ksm.close)
             engines = {pod: FakeEngine.run_in_thread() for pod in SIDECARS}
             for engine in engines.values():
                 stack.add(engine.stop)
@@ -180,9 +161,7 @@ def test_starved_pod_fires_in_the_node_layout(
             sidecars = {pod: address(proc) for pod, proc in procs.items()}
             prometheus = processes.start_prometheus(
                 tmp_path,
-                prometheus_config(
-                    sidecars, address(agent), ksm.url.removeprefix("http://"), node_rules(tmp_path)
-                ),
+                prometheus_config(sidecars, address(agent), ksm.address, node_rules(tmp_path)),
                 args=("--log.level=warn",),
             )
             stack.add(prometheus.stop)

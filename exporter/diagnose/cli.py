@@ -22,7 +22,7 @@ from exporter.diagnose.errors import DiagnoseError
 from exporter.diagnose.evaluate import diagnose_prometheus, diagnose_target
 from exporter.diagnose.postmortem import check_path, write
 from exporter.diagnose.report import as_json, as_text
-from exporter.signatures.site import PROFILES, SignatureConfigError, load_config
+from exporter.signatures.site import ALL_PROFILES, SignatureConfigError, load_config
 
 PROG = "inference-bottleneck-exporter diagnose"
 EXIT_NONE, EXIT_FOUND, EXIT_ERROR = 0, 1, EXIT_USAGE
@@ -57,7 +57,7 @@ def _parser() -> ArgumentParser:
     parser.add_argument("--config", type=Path, help="site config of the rule pack (YAML)")
     parser.add_argument(
         "--profile",
-        choices=tuple(PROFILES),
+        choices=tuple(ALL_PROFILES),
         default="sidecar",
         help="profile of the pack loaded in Prometheus (default sidecar)",
     )

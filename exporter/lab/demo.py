@@ -1,12 +1,17 @@
 """``inference-bottleneck-exporter demo``: the whole pipeline on this machine, live.
 
-Starts the reference engine (with ``--inject`` causes), the sidecar reading it (NVML when
-this machine has an NVIDIA driver, else a replayed GPU), Prometheus with the ``fast`` rules
-and Alertmanager paging a local PagerDuty capture when their binaries are installed
-(``make tools``), and an open-loop load. The terminal shows the key numbers, the signatures
-Prometheus evaluates, the pages Alertmanager sent, and where to look: on a terminal as one screen
-that redraws in place (:mod:`exporter.lab.screen`; ``q`` quits, ``d`` shows ``diagnose``'s
-verdict), else as blocks of lines. Ctrl-C stops everything and prints what fired.
+Starts the reference engine (with ``--inject`` causes), the sidecar reading it, and what
+reads the GPU (NVML when this machine has an NVIDIA driver, else a replayed GPU) in the
+chart's default layout: a node agent beside the NVML-less sidecar, a stand-in kubelet
+giving the demo's pod its GPUs, a stand-in kube-state-metrics, Prometheus scraping both as the
+chart's PodMonitors do with the ``fast-node`` rules (``--layout sidecar``: the sidecar reads
+the GPU itself, the ``fast`` rules; ``--layout dcgm``: a stand-in dcgm-exporter, the
+``fast-dcgm`` rules; :mod:`exporter.lab.layouts`); Alertmanager paging a local
+PagerDuty capture when the binaries are installed (``make tools``); and an open-loop load.
+The terminal shows the layout, the key numbers, the signatures Prometheus evaluates, the pages
+Alertmanager sent, and where to look: on a terminal as one screen that redraws in place
+(:mod:`exporter.lab.screen`; ``q`` quits, ``d`` shows ``diagnose``'s verdict), else as blocks
+of lines. Ctrl-C stops everything and prints what fired.
 
 The replayed GPU: without injections the bundled showcase trace
 (``exporter/data/replay-2gpu-synthetic.jsonl``, GPU 0 pulsing around 67 %); with one, the
@@ -15,7 +20,8 @@ drill trace of that cause (:mod:`exporter.lab.refengine.gputrace`: a GPU waiting
 the drills. ``--trace`` picks another.
 
 ``kv-transfer-slow`` and ``decode-pool-short`` need a disaggregated pair: with either, the demo
-runs a prefill engine behind the decode one (its own sidecar, scraped by the same Prometheus).
+runs a prefill engine behind the decode one (its own sidecar, and in the node layout its own
+node, scraped by the same Prometheus).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from exporter.config import ArgumentParser, parse_duration, usage_error
+from exporter.lab.layouts import DEFAULT_LAYOUT, LAYOUTS, rule_profile
 from exporter.lab.loadgen import (
     LiveState,
     LoadConfig,
@@ -48,6 +55,7 @@ from exporter.lab.loadgen import (
     percentiles,
     run,
 )
+from exporter.lab.processes import uninterrupted
 from exporter.lab.refengine import gputrace, inject
 from exporter.lab.stack import OUTSIDE, PagerDutyCapture, Stack, StackConfig, StackError
 from exporter.lab.thirdparty import ENGINE_INJECTIONS
@@ -58,7 +66,13 @@ if TYPE_CHECKING:
     from exporter.lab.screen import ScreenState, ScreenView
 
 PROG = "inference-bottleneck-exporter demo"
-PORTS = {"engine": 8000, "sidecar": 10960, "prometheus": 9090, "alertmanager": 9093}
+PORTS = {
+    "engine": 8000,
+    "sidecar": 10960,
+    "agent": 10961,
+    "prometheus": 9090,
+    "alertmanager": 9093,
+}
 DEMO_LABELS = {"namespace": "demo", "pod": "reference-0"}
 
 
@@ -91,6 +105,13 @@ def parser() -> argparse.ArgumentParser:
         default="auto",
         help="GPU replay without a GPU: auto, bundled, starved, busy or a trace file",
     )
+    p.add_argument(
+        "--layout",
+        choices=tuple(LAYOUTS),
+        default=DEFAULT_LAYOUT,
+        help="who reads the GPU: node (the chart's default: a node agent beside the NVML-less "
+        "sidecar), sidecar (NVML in the sidecar) or dcgm (a stand-in dcgm-exporter)",
+    )
     p.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus")
     p.add_argument("--no-alertmanager", action="store_true", help="do not start Alertmanager")
     p.add_argument("--refresh", default="2s", help="screen refresh interval (default 2s)")
@@ -116,7 +137,8 @@ def _has_gpu() -> bool:
 
 
 def pick_trace(choice: str, injections: frozenset[str], workdir: Path) -> tuple[Path | None, str]:
-    """The replay file for the sidecar (None: NVML) and how to describe it."""
+    """The replay file for what reads the GPU, the node agent or the sidecar (None: NVML), and
+    how to describe it."""
     if choice == "auto" and _has_gpu():
         return None, "NVML (this machine's GPUs)"
     if choice == "auto":
@@ -153,20 +175,46 @@ class Sample:
     values: dict[str, float] = field(default_factory=dict)
 
 
-def _read_sidecar(url: str) -> Sample:
+def _scrape(url: str) -> list[Any]:
+    """Every sample of an exporter's ``/metrics``."""
     from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
 
     with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
         text = resp.read().decode("utf-8", errors="replace")
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def _read_exporter(url: str, only: str = "") -> dict[str, float]:
+    """An exporter's samples summed by name (the CPU's by mode too), those named ``only*``."""
     values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            key = s.name
-            if s.name == "inference_cpu_seconds_total":
-                key = f"{s.name}:{s.labels.get('mode', '')}"
-            elif s.name.endswith("_bucket") or s.name.endswith("_created"):
-                continue
-            values[key] = values.get(key, 0.0) + float(s.value)
+    for s in _scrape(url):
+        key = s.name
+        if not key.startswith(only):
+            continue
+        if s.name == "inference_cpu_seconds_total":
+            key = f"{s.name}:{s.labels.get('mode', '')}"
+        elif s.name.endswith("_bucket") or s.name.endswith("_created"):
+            continue
+        values[key] = values.get(key, 0.0) + float(s.value)
+    return values
+
+
+# dcgm-exporter's utilisation gauge, in percent.
+DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+
+
+def read_sample(sidecar: str, agent: str = "", dcgm: str = "") -> Sample:
+    """The sidecar's numbers, and the GPU's from what reads it: the node agent (node layout)
+    or dcgm-exporter (dcgm layout: its mean utilisation now, and how many GPUs), whose GPUs
+    the stand-in kubelet gave to the demo's pod (all of them)."""
+    values = _read_exporter(sidecar)
+    if agent:
+        values.update(_read_exporter(agent, "inference_gpu_"))
+    if dcgm:
+        util = [float(s.value) for s in _scrape(dcgm) if s.name == DCGM_UTIL]
+        if util:
+            values[DCGM_UTIL] = sum(util) / len(util)
+            values["inference_gpu_up"] = len(util)
     return Sample(time.monotonic(), values)
 
 
@@ -258,7 +306,10 @@ def _engine_lines(prev: Sample | None, cur: Sample | None) -> list[str]:
 
 
 def _gpu_util(prev: Sample, cur: Sample) -> float | None:
-    """Mean utilisation of the GPUs between two samples, from their busy-seconds counters."""
+    """Mean utilisation of the GPUs between two samples, from their busy-seconds counters
+    (dcgm layout: dcgm-exporter's utilisation gauge now)."""
+    if DCGM_UTIL in cur.values:
+        return cur.values[DCGM_UTIL] / 100
     busy = _rate(prev, cur, "inference_gpu_busy_seconds_total")
     gpus = cur.values.get("inference_gpu_up")
     return busy / gpus if busy is not None and gpus else None
@@ -298,7 +349,9 @@ def fetch_alerts(prometheus: str) -> list[dict[str, Any]] | None:
     return sorted(alerts, key=lambda a: (order.get(a["state"], 2), a["labels"]["alertname"]))
 
 
-def _alert_lines(prometheus: str, alerts: list[dict[str, Any]] | None) -> list[str]:
+def _alert_lines(
+    prometheus: str, alerts: list[dict[str, Any]] | None, profile: str = "fast"
+) -> list[str]:
     if not prometheus:
         return [
             " signatures Prometheus is not installed (make tools); instead run:",
@@ -308,7 +361,7 @@ def _alert_lines(prometheus: str, alerts: list[dict[str, Any]] | None) -> list[s
         return [" signatures (Prometheus not answering)"]
     if not alerts:
         return [" signatures none pending or firing"]
-    lines = [" signatures (fast profile: windows and `for` are 1/10 of production)"]
+    lines = [f" signatures ({profile} profile: windows and `for` are 1/10 of production)"]
     for a in alerts:
         since = a.get("activeAt", "")[11:19]
         lines.append(
@@ -367,7 +420,9 @@ async def _live(
     cur: Sample | None = None
     while not stop.is_set() and not load.done():
         with contextlib.suppress(OSError, ValueError):
-            sample = await loop.run_in_executor(None, _read_sidecar, stack.sidecar_url)
+            sample = await loop.run_in_executor(
+                None, read_sample, stack.sidecar_url, stack.agent_url, stack.dcgm_url
+            )
             prev, cur = cur, sample
         alerts = (
             await loop.run_in_executor(None, fetch_alerts, stack.prometheus_url)
@@ -381,7 +436,7 @@ async def _live(
                 *_load_lines(state, args.rate),
                 *_engine_lines(prev, cur),
                 "",
-                *_alert_lines(stack.prometheus_url, alerts),
+                *_alert_lines(stack.prometheus_url, alerts, rule_profile(stack.cfg.layout)),
                 *_page_lines(stack.capture),
             ]
             if stopped:
@@ -422,6 +477,12 @@ def main(argv: Sequence[str]) -> int:
             f"the demo needs {' and '.join(missing)}: pip install "
             "'inference-bottleneck-exporter[reference]' (make demo does it)"
         )
+    node = [m for m in ("grpc", "google.protobuf") if importlib.util.find_spec(m.split(".")[0])]
+    if args.layout == "node" and len(node) < 2:
+        _fail(
+            "the node layout's agent needs grpcio and protobuf: pip install "
+            "'inference-bottleneck-exporter[node]' (make demo does it), or --layout sidecar"
+        )
     if not reference:
         allowed = OUTSIDE | set(ENGINE_INJECTIONS[args.engine])
         if injections - allowed:
@@ -438,6 +499,7 @@ def main(argv: Sequence[str]) -> int:
     stack = Stack(
         StackConfig(
             workdir=workdir,
+            layout=args.layout,
             injections=sorted(injections),
             engine_args=["--device", args.device, *args.engine_arg]
             if reference
@@ -448,6 +510,7 @@ def main(argv: Sequence[str]) -> int:
             alertmanager=not args.no_alertmanager,
             engine_port=PORTS["engine"],
             sidecar_port=PORTS["sidecar"],
+            agent_port=PORTS["agent"],
             prometheus_port=PORTS["prometheus"],
             alertmanager_port=PORTS["alertmanager"],
             target_labels=dict(DEMO_LABELS),
@@ -463,42 +526,70 @@ def main(argv: Sequence[str]) -> int:
         if stack.cfg.prefill_args is not None
         else [ENGINE_NAMES[args.engine], "the sidecar"]
     )
+    reader = {"node": "node agent", "dcgm": "stand-in dcgm-exporter"}.get(args.layout)
+    if reader:
+        parts.append(f"their {reader}s" if stack.cfg.prefill_args is not None else f"the {reader}")
     if stack.prometheus_bin:
         parts.append("Prometheus")
     if stack.alertmanager_bin:
         parts.append("Alertmanager")
-    print(f"starting {', '.join(parts)}... (logs in {workdir})", flush=True)
+    print(
+        f"starting {', '.join(parts)} in the {args.layout} layout... (logs in {workdir})",
+        flush=True,
+    )
+    # From here on SIGTERM is Ctrl-C: whenever it comes (starting, running, stopping), every
+    # child is stopped and waited for before the demo exits.
+    signal.signal(signal.SIGTERM, _interrupt)
+    summary: Summary | ValueError | None = None
+    fired: list[str] = []
     try:
-        stack.start()
-    except (StackError, OSError) as err:
-        stack.stop()
-        sys.stderr.write(f"{PROG}: error: {err}\n")
-        return 1
+        try:
+            stack.start()
+        except (StackError, OSError) as err:
+            sys.stderr.write(f"{PROG}: error: {err}\n")
+            return 1
+        summary, fired = _run(args, stack, injections, gpu_text)
     except KeyboardInterrupt:
-        stack.stop()
         return 130
+    finally:
+        stack.stop()
+    print(_goodbye(summary, fired, workdir, keep))
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+def _interrupt(signum: int, frame: object) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+def _run(
+    args: argparse.Namespace, stack: Stack, injections: frozenset[str], gpu_text: str
+) -> tuple[Summary | ValueError | None, list[str]]:
+    """The live view until Ctrl-C, SIGTERM, ``q`` or ``--duration``: the load's summary and
+    what fired at the end."""
     header = _header(stack, injections, gpu_text, args.engine)
     screen = sys.stdout.isatty() and sys.stdin.isatty() and not args.plain
     view: View | ScreenView
     if screen:
         from exporter.lab.screen import ScreenView  # noqa: PLC0415
 
-        view = ScreenView(_screen_state(stack, injections, gpu_text))
+        view = ScreenView(_screen_state(stack, injections, gpu_text, args.engine))
     else:
         print("\n".join(header), flush=True)
         view = View(sys.stdout, header)
     summary: Summary | ValueError | None = None
     try:
         summary = asyncio.run(_live(args, stack, view))
+    except KeyboardInterrupt:
+        pass  # a signal between the loop's handlers: stop as Ctrl-C does
     finally:
+        # asyncio put SIGTERM back to its default when its loop closed
+        signal.signal(signal.SIGTERM, _interrupt)
         if not isinstance(view, View):
             view.close()
-        fired = _fired(stack)
-        stack.stop()
-    print(_goodbye(summary, fired, workdir, keep))
-    if not keep:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+    with uninterrupted():
+        return summary, _fired(stack)
 
 
 ENGINE_NAMES = {
@@ -513,50 +604,46 @@ ENGINE_APIS = {
 }
 
 
-def _header(
-    stack: Stack, injections: frozenset[str], gpu_text: str, engine: str = "reference"
-) -> list[str]:
-    what = ", ".join(sorted(injections)) or "nothing (a healthy server)"
-    lines = [
-        f"inference-bottleneck-exporter demo - injected: {what}    (Ctrl-C stops everything)",
-        f" engine     {stack.engine_url}  ({ENGINE_NAMES[engine]}: {ENGINE_APIS[engine]})",
-        f" sidecar    {stack.sidecar_url}/  and  {stack.sidecar_url}/metrics",
-    ]
-    if stack.prometheus_url:
-        lines.append(f" Prometheus {stack.prometheus_url}/alerts  (rules: fast profile)")
-    if stack.alertmanager_url:
-        lines.append(f" Alertmanager {stack.alertmanager_url}  -> local PagerDuty capture")
-    lines += [f" GPU        {gpu_text}", ""]
-    return lines
+def layout_text(layout: str) -> str:
+    """The layout as the demo's header says it, with the others a flag away."""
+    others = " or ".join(name for name in LAYOUTS if name != layout)
+    return f"{layout}: {LAYOUTS[layout]}; --layout {others} for the others"
 
 
-def _diagnose_with(stack: Stack) -> Callable[[], Awaitable[Report]] | None:
-    """What the screen's ``d`` runs: diagnose through the demo's Prometheus (fast rules)."""
-    if not stack.prometheus_url:
-        return None
-    from exporter.diagnose.evaluate import diagnose_prometheus  # noqa: PLC0415
-    from exporter.signatures.site import load_config  # noqa: PLC0415
-
-    cfg = load_config(stack.cfg.rules_config, "fast")
-    url = stack.prometheus_url
-
-    def run() -> Awaitable[Report]:
-        return diagnose_prometheus(url, cfg, 10.0, 0.1)
-
-    return run
-
-
-def _screen_state(stack: Stack, injections: frozenset[str], gpu_text: str) -> ScreenState:
-    from exporter.lab.screen import ScreenState  # noqa: PLC0415
-
-    what = ", ".join(sorted(injections)) or "nothing (a healthy server)"
+def _places(stack: Stack, engine: str = "reference") -> list[tuple[str, str, str]]:
+    """What runs where: (what, URL, the URL with what to open there)."""
+    nonvml = stack.cfg.layout != "sidecar"
+    pod = "/".join(stack.cfg.target_labels[k] for k in ("namespace", "pod"))
+    sidecar = f"{stack.sidecar_url}/  and  {stack.sidecar_url}/metrics"
     places = [
-        ("engine", stack.engine_url, f"{stack.engine_url}  (/v1/completions, /tokenize, /metrics)"),
-        ("sidecar", stack.sidecar_url, f"{stack.sidecar_url}/  and  {stack.sidecar_url}/metrics"),
-    ]
-    if stack.prometheus_url:
+        ("engine", stack.engine_url, f"{stack.engine_url}  ({ENGINE_NAMES[engine]}: "
+         f"{ENGINE_APIS[engine]})"),
+        ("sidecar", stack.sidecar_url, sidecar + ("  (no NVML)" if nonvml else "")),
+    ]  # fmt: skip
+    if stack.agent_url:
         places.append(
-            ("Prometheus", stack.prometheus_url, f"{stack.prometheus_url}/alerts  (fast rules)")
+            (
+                "node agent",
+                stack.agent_url,
+                f"{stack.agent_url}/metrics  (a stand-in kubelet gives {pod} its GPUs)",
+            )
+        )
+    if stack.dcgm_url:
+        places.append(
+            (
+                "dcgm-exporter",
+                stack.dcgm_url,
+                f"{stack.dcgm_url}/metrics  (a stand-in: the DCGM fields of {pod}'s GPUs)",
+            )
+        )
+    if stack.prometheus_url:
+        profile = rule_profile(stack.cfg.layout)
+        places.append(
+            (
+                "Prometheus",
+                stack.prometheus_url,
+                f"{stack.prometheus_url}/alerts  ({profile} rules)",
+            )
         )
     if stack.alertmanager_url:
         places.append(
@@ -566,11 +653,52 @@ def _screen_state(stack: Stack, injections: frozenset[str], gpu_text: str) -> Sc
                 f"{stack.alertmanager_url}  -> local PagerDuty capture",
             )
         )
+    return places
+
+
+def _header(
+    stack: Stack, injections: frozenset[str], gpu_text: str, engine: str = "reference"
+) -> list[str]:
+    what = ", ".join(sorted(injections)) or "nothing (a healthy server)"
+    lines = [
+        f"inference-bottleneck-exporter demo - injected: {what}    (Ctrl-C stops everything)",
+        f" {'layout':<10} {layout_text(stack.cfg.layout)}",
+    ]
+    lines += [f" {what:<10} {full}" for what, _, full in _places(stack, engine)]
+    lines += [f" {'GPU':<10} {gpu_text}", ""]
+    return lines
+
+
+def _diagnose_with(stack: Stack) -> Callable[[], Awaitable[Report]] | None:
+    """What the screen's ``d`` runs: diagnose through the demo's Prometheus (the layout's
+    fast rules)."""
+    if not stack.prometheus_url:
+        return None
+    from exporter.diagnose.evaluate import diagnose_prometheus  # noqa: PLC0415
+    from exporter.signatures.site import load_config  # noqa: PLC0415
+
+    cfg = load_config(stack.cfg.rules_config, rule_profile(stack.cfg.layout))
+    url = stack.prometheus_url
+
+    def run() -> Awaitable[Report]:
+        return diagnose_prometheus(url, cfg, 10.0, 0.1)
+
+    return run
+
+
+def _screen_state(
+    stack: Stack, injections: frozenset[str], gpu_text: str, engine: str = "reference"
+) -> ScreenState:
+    from exporter.lab.screen import ScreenState  # noqa: PLC0415
+
+    what = ", ".join(sorted(injections)) or "nothing (a healthy server)"
+    places = _places(stack, engine)
     short = [(w, urllib.parse.urlsplit(u).netloc or u, full) for w, u, full in places]
+    reader = {"node": "node agent", "dcgm": "dcgm-exporter"}.get(stack.cfg.layout, "sidecar")
     return ScreenState(
-        title=f"inference-bottleneck-exporter demo - injected: {what}",
+        title=f"inference-bottleneck-exporter demo ({stack.cfg.layout} layout) - injected: {what}",
         places=short,
-        gpu=gpu_text,
+        gpu=f"read by the {reader}: {gpu_text}",
         alerts=[] if stack.prometheus_url else None,
         alerts_note="" if stack.prometheus_url else "Prometheus not installed (make tools)",
     )

@@ -8,6 +8,14 @@ server's ``/tokenize`` when it has one) asking for exactly ``--output-tokens`` t
 (``ignore_eos``). It measures what a client sees: time to first token (TTFT), the gaps
 between streamed chunks (ITL) and end-to-end latency, and prints their percentiles.
 
+With ``--concurrency N`` the load is a closed loop instead: N requests are open at all times
+(a new one is sent as one finishes) until ``--requests`` have been sent or ``--duration``
+has passed - what a server serves at a given concurrency, as the drills measure it before
+they size their load (``tests/drills``). The summary then says the concurrency, and the
+requests per second completed are the server's capacity there. TPOT, the time per output
+token after the first (``(e2e - TTFT) / (tokens - 1)`` of each request), is the decode step a
+request saw, whatever the server coalesces into one streamed chunk.
+
 Every loop is bounded: arrivals stop at ``--duration``, at most ``--max-in-flight`` requests
 are open (an arrival beyond that is counted as dropped), every request has ``--timeout``, and
 requests still open ``--drain`` after the last arrival are cancelled and counted.
@@ -27,7 +35,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import NoReturn, TextIO
 from urllib.parse import urlsplit, urlunsplit
@@ -149,6 +157,8 @@ class LoadConfig:
     drain: float = 30.0
     temperature: float = 1.0
     api: str = "openai"  # or "triton": KServe v2 generate, one JSON answer per request
+    concurrency: int = 0  # >0: closed loop, this many requests open at all times (no rate)
+    requests: int = 0  # closed loop: stop sending after this many (0: at the duration)
 
 
 @dataclass
@@ -177,6 +187,8 @@ class Summary:
     itl_s: dict[str, float]
     e2e_s: dict[str, float]
     errors: dict[str, int]
+    tpot_s: dict[str, float] = field(default_factory=dict)
+    concurrency: int = 0  # closed loop: the requests kept open (0: open loop at the rate)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -452,7 +464,7 @@ async def run(
         results = live.results
         tasks: set[asyncio.Task[RequestResult]] = set()
         start = time.monotonic()
-        next_at = start + rng.expovariate(cfg.rate)
+        next_at = start + (rng.expovariate(cfg.rate) if cfg.concurrency <= 0 else 0.0)
         end = start + cfg.duration
 
         def collect(task: asyncio.Task[RequestResult]) -> None:
@@ -472,7 +484,20 @@ async def run(
                     open_=len(tasks),
                 )
 
-        while next_at < end and not stop.is_set():
+        def send() -> None:
+            prompt = prompts.make(cfg.prompt_tokens, live.sent)
+            task = asyncio.create_task(
+                one_request(session, cfg, model, prompt, rng.randrange(2**31))
+            )
+            task.add_done_callback(collect)
+            tasks.add(task)
+            live.sent += 1
+
+        if cfg.concurrency > 0:
+            await _closed_loop(
+                cfg, tasks=tasks, live=live, send=send, report=report, stop=stop, end=end
+            )
+        while cfg.concurrency <= 0 and next_at < end and not stop.is_set():
             while not stop.is_set():
                 wait = next_at - time.monotonic()
                 if wait <= 0:
@@ -485,13 +510,7 @@ async def run(
             if len(tasks) >= cfg.max_in_flight:
                 live.dropped += 1
             else:
-                prompt = prompts.make(cfg.prompt_tokens, live.sent)
-                task = asyncio.create_task(
-                    one_request(session, cfg, model, prompt, rng.randrange(2**31))
-                )
-                task.add_done_callback(collect)
-                tasks.add(task)
-                live.sent += 1
+                send()
             next_at += rng.expovariate(cfg.rate)
         drain_end = time.monotonic() + (0.0 if stop.is_set() else cfg.drain)
         while tasks and time.monotonic() < drain_end and not stop.is_set():
@@ -509,6 +528,38 @@ async def run(
     return summarise(
         cfg, results, sent=live.sent, dropped=live.dropped, cancelled=cancelled, elapsed=elapsed
     )
+
+
+async def _closed_loop(
+    cfg: LoadConfig,
+    *,
+    tasks: set[asyncio.Task[RequestResult]],
+    live: LiveState,
+    send: Callable[[], None],
+    report: Callable[[], None],
+    stop: asyncio.Event,
+    end: float,
+) -> None:
+    """Keep ``cfg.concurrency`` requests open until ``cfg.requests`` are sent (or ``end``)."""
+    while not stop.is_set() and time.monotonic() < end:
+        while len(tasks) < cfg.concurrency and (cfg.requests <= 0 or live.sent < cfg.requests):
+            send()
+        if not tasks:
+            return
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        await asyncio.wait(set(tasks), timeout=min(0.5, left), return_when=asyncio.FIRST_COMPLETED)
+        report()
+
+
+def tpot(result: RequestResult) -> float | None:
+    """Time per output token after the first: the decode step this request saw."""
+    if result.ttft is None or result.e2e is None or result.output_tokens < 2:
+        return None
+    if result.e2e <= result.ttft:  # one answer for the whole request (Triton)
+        return None
+    return (result.e2e - result.ttft) / (result.output_tokens - 1)
 
 
 def summarise(
@@ -542,6 +593,8 @@ def summarise(
         itl_s=percentiles(itl),
         e2e_s=percentiles([r.e2e for r in good if r.e2e is not None]),
         errors=errors,
+        tpot_s=percentiles([t for r in good if (t := tpot(r)) is not None]),
+        concurrency=cfg.concurrency,
     )
 
 
@@ -552,12 +605,16 @@ def format_summary(s: Summary) -> str:
         cells = "  ".join(f"{k} {1000 * values[k]:9.1f} ms" for k in ("p50", "p90", "p99"))
         return f"  {name:<5} {cells}"
 
+    offered = (
+        f"{s.concurrency} open at a time" if s.concurrency > 0 else f"{s.offered_rate:g}/s offered"
+    )
     lines = [
         f"requests: {s.sent} sent, {s.completed} completed, {s.failed} failed, "
         f"{s.dropped} dropped (over --max-in-flight), {s.cancelled} cancelled at the end",
-        f"rate: {s.offered_rate:g}/s offered, {s.achieved_rate:g}/s completed; "
+        f"rate: {offered}, {s.achieved_rate:g}/s completed; "
         f"{s.output_tokens_per_s:g} output tokens/s over {s.duration_s:.1f}s",
         row("TTFT", s.ttft_s),
+        row("TPOT", s.tpot_s),
         row("ITL", s.itl_s),
         row("e2e", s.e2e_s),
     ]
@@ -572,7 +629,21 @@ def parser() -> argparse.ArgumentParser:
         description="Open-loop (Poisson) load on an OpenAI-compatible completions endpoint.",
     )
     p.add_argument("--url", default="http://127.0.0.1:8000", help="server or completions URL")
-    p.add_argument("--rate", type=float, default=1.0, help="requests per second (default 1)")
+    p.add_argument(
+        "--rate", type=float, default=None, help="requests per second, open loop (default 1)"
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=0,
+        help="closed loop instead of --rate: keep this many requests open at all times",
+    )
+    p.add_argument(
+        "--requests",
+        type=int,
+        default=0,
+        help="closed loop: send this many requests, then drain (default: until --duration)",
+    )
     p.add_argument("--prompt-tokens", type=int, default=512, help="prompt size (default 512)")
     p.add_argument("--output-tokens", type=int, default=256, help="tokens to generate (256)")
     p.add_argument("--duration", default="60s", help="how long requests arrive (default 60s)")
@@ -612,8 +683,15 @@ def config_from(args: argparse.Namespace) -> LoadConfig:
     duration = _duration("--duration", args.duration)
     timeout = _duration("--timeout", args.timeout)
     drain = _duration("--drain", args.drain)
-    if not 0 < args.rate <= MAX_RATE:
+    if args.concurrency and args.rate is not None:
+        _fail("--rate and --concurrency: an open loop or a closed one, not both")
+    rate = 1.0 if args.rate is None else args.rate
+    if not 0 < rate <= MAX_RATE:
         _fail(f"--rate: must be more than 0 and at most {MAX_RATE:g}")
+    if not 0 <= args.concurrency <= args.max_in_flight:
+        _fail(f"--concurrency: must be from 0 to --max-in-flight ({args.max_in_flight})")
+    if args.requests < 0 or (args.requests and not args.concurrency):
+        _fail("--requests: a count of at least 0, for a closed loop (--concurrency)")
     if not 0 < duration <= 86400:
         _fail("--duration: must be more than 0 and at most 24h")
     if args.prompt_tokens < 1 or args.output_tokens < 1:
@@ -624,7 +702,7 @@ def config_from(args: argparse.Namespace) -> LoadConfig:
         _fail("--timeout: must be more than 0")
     return LoadConfig(
         url=url,
-        rate=args.rate,
+        rate=rate,
         prompt_tokens=args.prompt_tokens,
         output_tokens=args.output_tokens,
         duration=duration,
@@ -634,6 +712,8 @@ def config_from(args: argparse.Namespace) -> LoadConfig:
         timeout=timeout,
         drain=drain,
         api=args.api,
+        concurrency=args.concurrency,
+        requests=args.requests,
     )
 
 

@@ -18,12 +18,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -110,6 +111,41 @@ class Child:
         self._log.close()
 
 
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait for the block (a teardown) to finish, then act as before: a
+    second Ctrl-C while the lab stops its children must not leave the rest running. Only the
+    main thread handles signals; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    old = {sig: signal.signal(sig, lambda n, _f: held.append(n)) for sig in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# util-linux's setpriv sets the parent-death signal and execs the command (same PID): a
+# child of the lab gets SIGTERM when the process that started it dies, however it dies
+# (SIGKILL included), instead of living on in its own session.
+_SETPRIV = shutil.which("setpriv")
+
+
+def _die_with_parent(cmd: Sequence[str]) -> list[str]:
+    """``cmd`` with the parent-death signal set, when setpriv is there and the caller is the
+    main thread (the signal follows the thread that started the child, not the process: a
+    child started by a short-lived thread would die with it)."""
+    if _SETPRIV is None or threading.current_thread() is not threading.main_thread():
+        return list(cmd)
+    return [_SETPRIV, "--pdeathsig", "TERM", "--", *cmd]
+
+
 def package_root() -> str:
     """The directory that holds this ``exporter`` package (for children's PYTHONPATH)."""
     import exporter  # noqa: PLC0415
@@ -124,12 +160,14 @@ def child_pythonpath() -> str:
 
 def spawn(name: str, cmd: Sequence[str], workdir: Path, env: dict[str, str] | None = None) -> Child:
     """Start ``cmd`` in ``workdir`` with its output in ``<workdir>/<name>.log``; this package
-    is importable in the child whether or not it is installed."""
+    is importable in the child whether or not it is installed. The child leads a session of
+    its own (Ctrl-C reaches the lab, which stops its children in order) and gets SIGTERM
+    when the lab dies without stopping it (``_die_with_parent``)."""
     log_path = workdir / f"{name}.log"
     pythonpath = child_pythonpath()
     log = log_path.open("wb")
     proc = subprocess.Popen(
-        list(cmd),
+        _die_with_parent(cmd),
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -198,6 +236,32 @@ class Page:
         return self.path.strip("/")
 
 
+def reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, content_type: str) -> None:
+    """Answer a request of one of the lab's HTTP stand-ins."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+class LocalServer:
+    """An HTTP server on 127.0.0.1 (a port the kernel picks) in a daemon thread of this
+    process: the lab's stand-ins for PagerDuty and kube-state-metrics."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], name: str) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self.address = f"127.0.0.1:{self._server.server_address[1]}"
+        self.url = f"http://{self.address}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 class PagerDutyCapture:
     """A local stand-in for the PagerDuty Events API v2: records every event it is sent."""
 
@@ -218,29 +282,18 @@ class PagerDutyCapture:
                     return
                 with capture._lock:
                     capture.pages.append(Page(time.monotonic(), self.path, body))
-                answer = json.dumps(
-                    {
-                        "status": "success",
-                        "message": "Event processed",
-                        "dedup_key": body.get("dedup_key"),
-                    }
-                ).encode()
-                self.send_response(202)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
+                answer = {
+                    "status": "success",
+                    "message": "Event processed",
+                    "dedup_key": body.get("dedup_key"),
+                }
+                reply(self, 202, json.dumps(answer).encode(), "application/json")
 
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="pagerduty-capture", daemon=True
-        )
-        self._thread.start()
+        self._http = LocalServer(Handler, "pagerduty-capture")
+        self.url = self._http.url
 
     def snapshot(self) -> list[Page]:
         with self._lock:
@@ -256,8 +309,7 @@ class PagerDutyCapture:
         ]
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.close()
 
 
 # --- Prometheus and Alertmanager -----------------------------------------------------------------
@@ -379,6 +431,35 @@ def start_alertmanager(
         "--log.level=warn",
     ]
     return _start_server(name, binary, flags, workdir=workdir, port=port, timeout=timeout)
+
+
+# What the exporter logs once it listens (the port the kernel picked for ``:0``).
+EXPORTER_LISTEN = re.compile(r"listening on (127\.0\.0\.1|\[::1\]):(\d+)")
+
+
+def start_exporter(
+    name: str, args: Sequence[str], workdir: Path, *, timeout: float = 30.0
+) -> tuple[Child, str]:
+    """The exporter's CLI (a sidecar or a node agent) with ``args``, listening and ready: the
+    child and its URL. Raises :class:`StackError` (the child stopped) when it is not."""
+    child = spawn(name, [sys.executable, "-m", "exporter.cli", *args], workdir)
+    try:
+        wait_until(
+            lambda: log_match(child, EXPORTER_LISTEN) is not None,
+            timeout,
+            "listen address",
+            child=child,
+        )
+        match = log_match(child, EXPORTER_LISTEN)
+        assert match is not None
+        url = f"http://{match.group(1)}:{match.group(2)}"
+        wait_until(
+            lambda: http_get(url + "/-/ready", 2)[0] == 200, timeout, "readiness", child=child
+        )
+    except BaseException:
+        child.stop()
+        raise
+    return child, url
 
 
 def fast_sidecar_flags(

@@ -1,23 +1,36 @@
-"""The whole pipeline on one machine: engine, sidecar, Prometheus, Alertmanager, PagerDuty.
+"""The whole pipeline on one machine: engine, sidecar, node agent, Prometheus, Alertmanager,
+PagerDuty.
 
-Used by ``demo`` and the drills (``tests/drills``)::
+Used by ``demo`` and the drills (``tests/drills``), in a layout of :mod:`exporter.lab.layouts`
+(``StackConfig.layout``). The ``node`` layout, the chart's default::
 
-    reference engine --/metrics, /tokenize--> sidecar --scrape--> Prometheus (fast rules)
-                                                                   --> Alertmanager
-                                                                   --> PagerDuty capture
+    reference engine --/metrics, /tokenize--> sidecar (no NVML) --scrape--+
+    replayed GPU or NVML --> node agent <--PodResources-- stand-in kubelet |
+                                        --scrape (honor_labels)-----------+--> Prometheus
+    stand-in kube-state-metrics (kube_pod_info) --scrape-----------------+    (fast-node rules)
+                                                                               --> Alertmanager
+                                                                               --> PagerDuty capture
+
+The ``sidecar`` layout: the sidecar reads the replayed GPU (or NVML) itself, and Prometheus
+loads the ``fast`` rules. The ``dcgm`` layout: a stand-in dcgm-exporter (a thread here) reads
+it and labels it with its pod, and Prometheus loads the ``fast-dcgm`` rules. In the node and
+dcgm layouts each pod has a node of its own (a stand-in kubelet, and a node agent or
+dcgm-exporter reading that pod's replayed GPU), and the kubelet gives the pod every GPU there.
 
 Disaggregated (``StackConfig.prefill_args`` set): a prefill engine (``--role prefill``) starts
 first, the engine above becomes its decode server and the pair's front (``--role decode
 --prefill-url``), and a second sidecar watches the prefill engine; Prometheus scrapes both
 sidecars, the prefill one with ``pod`` ``reference-prefill-0``.
 
-Every process is a child with its log in the work directory, bound to 127.0.0.1 only. The
+Every process is a child with its log in the work directory, bound to 127.0.0.1 only; the
+stand-in kubelets, kube-state-metrics and dcgm-exporters serve from threads of this process. The
 engine writes its model's Hugging Face description to ``<workdir>/model`` (``--model-dir``)
 and the sidecar reads it (``--model.path``), as a sidecar reads the served model's mounted
 directory, so the model's roofline facts are the real model's.
 Prometheus and Alertmanager are optional (``prometheus``, ``alertmanager`` or Debian's
 ``prometheus-alertmanager`` on ``PATH``). The rules are generated from the signature catalogue
-(profile ``fast``: windows and ``for`` scaled by 1/10); Alertmanager runs the pack's own
+(the layout's profile at ``fast``'s speed: windows and ``for`` scaled by 1/10); Alertmanager
+runs the pack's own
 configuration (``alertmanager_yaml``) with three changes only: the PagerDuty URL points at the
 local capture endpoint, the routing keys are files in the work directory, and group_wait,
 group_interval and repeat_interval are shortened (``--am-timing``) so that a drill sees a
@@ -38,6 +51,8 @@ from typing import Any
 
 import yaml
 
+from exporter.lab import layouts
+from exporter.lab.layouts import DEFAULT_LAYOUT, MetricsServer, Node, Pod, Target
 from exporter.lab.processes import (
     Child,
     PagerDutyCapture,
@@ -50,7 +65,9 @@ from exporter.lab.processes import (
     log_match,
     spawn,
     start_alertmanager,
+    start_exporter,
     start_prometheus,
+    uninterrupted,
     wait_until,
 )
 
@@ -59,12 +76,10 @@ __all__ = ["JOB", "TARGET_LABELS", "PagerDutyCapture", "Stack", "StackConfig", "
 # The reference engine's front-end process, not its worker or injection helpers.
 PROCESS_MATCH = r"-m exporter\.lab\.refengine(?:\s|$)"
 ENGINE_LISTEN = re.compile(r"listening on http://(\S+):(\d+)")
-SIDECAR_LISTEN = re.compile(r"listening on (127\.0\.0\.1|\[::1\]):(\d+)")
-JOB = "inference-bottleneck-exporter"
+JOB = layouts.SIDECAR_JOB
 # Injections that act on the node, not inside the engine: any engine can be drilled with them
 # (a third-party engine's helpers run in its session: exporter.lab.thirdparty.with_helpers).
 OUTSIDE = frozenset({"cpu-contention", "softirq"})
-TARGET_LABELS = {"namespace": "drill", "pod": "reference-0"}
 TARGET_LABELS = {"namespace": "drill", "pod": "reference-0"}
 PREFILL_TARGET_LABELS = {"namespace": "drill", "pod": "reference-prefill-0"}
 
@@ -105,7 +120,9 @@ def alertmanager_config(pd_url: str, key_file: Path, timing: AmTiming) -> str:
     return str(yaml.safe_dump(config, sort_keys=False, width=1000))
 
 
-def write_rules(workdir: Path, profile: str = "fast", config: Path | None = None) -> list[Path]:
+def write_rules(
+    workdir: Path, profile: str = layouts.rule_profile(DEFAULT_LAYOUT), config: Path | None = None
+) -> list[Path]:
     """The pack's recording rules and alerts for ``profile`` and the site ``config``."""
     from exporter.signatures.render import alerts_yaml, recording_rules_yaml  # noqa: PLC0415
     from exporter.signatures.site import load_config  # noqa: PLC0415
@@ -119,25 +136,17 @@ def write_rules(workdir: Path, profile: str = "fast", config: Path | None = None
 
 
 def prometheus_config(
-    sidecar: str,
+    scrape: list[dict[str, Any]],
     alertmanager: str | None,
     rules: list[Path],
     interval: float,
-    labels: dict[str, str] | None = None,
-    *,
-    more: Sequence[tuple[str, dict[str, str]]] = (),
 ) -> str:
-    """Prometheus scraping ``sidecar`` (and the ``more`` sidecars, each with its labels)."""
-    targets = [(sidecar, dict(labels or TARGET_LABELS)), *more]
+    """Prometheus scraping the ``scrape`` jobs (:func:`exporter.lab.layouts.scrape_configs`)
+    every ``interval`` seconds and evaluating ``rules`` as often."""
     config: dict[str, Any] = {
         "global": {"scrape_interval": f"{interval:g}s", "evaluation_interval": f"{interval:g}s"},
         "rule_files": [str(p) for p in rules],
-        "scrape_configs": [
-            {
-                "job_name": JOB,
-                "static_configs": [{"targets": [t], "labels": lbl} for t, lbl in targets],
-            }
-        ],
+        "scrape_configs": scrape,
     }
     if alertmanager:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
@@ -150,6 +159,8 @@ def prometheus_config(
 @dataclass
 class StackConfig:
     workdir: Path
+    # Who reads the GPUs (exporter.lab.layouts): "node" (the chart's default), "sidecar", "dcgm".
+    layout: str = DEFAULT_LAYOUT
     injections: Sequence[str] = ()
     engine_args: Sequence[str] = ()
     trace: Path | None = None  # None: real NVML
@@ -158,9 +169,10 @@ class StackConfig:
     interval: float = 2.0  # scrape and rule evaluation
     probe_interval: str = "1s"  # the sidecar's shortest: medians of 30 probes in a 30 s window
     am_timing: AmTiming = field(default_factory=AmTiming)
-    rules_config: Path | None = None  # site config of the rule pack (fast profile)
+    rules_config: Path | None = None  # site config of the rule pack (the layout's fast profile)
     engine_port: int = 0
     sidecar_port: int = 0
+    agent_port: int = 0  # the node agent of the engine's node (node layout)
     prometheus_port: int = 0
     alertmanager_port: int = 0
     start_timeout: float = 240.0
@@ -190,6 +202,9 @@ class Stack:
         self.prefill_sidecar_url = ""
         self.prometheus_url = ""
         self.alertmanager_url = ""
+        # The node layout's stand-in nodes (the engine's first) and kube-state-metrics.
+        self.nodes: list[Node] = []
+        self.kube_state_metrics: MetricsServer | None = None
         self.prometheus_bin = find_binary("prometheus") if cfg.prometheus else None
         self.alertmanager_bin = (
             find_binary("alertmanager", "prometheus-alertmanager")
@@ -219,9 +234,31 @@ class Stack:
                 return c
         raise KeyError(name)
 
+    @property
+    def agent_url(self) -> str:
+        """The node agent that reads the engine's GPUs (node layout; else empty)."""
+        return self.nodes[0].url if self.nodes and self.cfg.layout == "node" else ""
+
+    @property
+    def dcgm_url(self) -> str:
+        """The stand-in dcgm-exporter that reads the engine's GPUs (dcgm layout; else empty)."""
+        return self.nodes[0].url if self.nodes and self.cfg.layout == "dcgm" else ""
+
+    def _pods(self) -> list[tuple[dict[str, str], Path | None, int]]:
+        """Each pod's target labels, replayed GPU and agent port: the engine's, then the
+        prefill engine's."""
+        cfg = self.cfg
+        pods = [(dict(cfg.target_labels), cfg.trace, cfg.agent_port)]
+        if cfg.prefill_args is not None:
+            pods.append((dict(PREFILL_TARGET_LABELS), cfg.prefill_trace or cfg.trace, 0))
+        return pods
+
     def start(self) -> None:
         cfg = self.cfg
         cfg.workdir.mkdir(parents=True, exist_ok=True)
+        layouts.rule_profile(cfg.layout)  # an unknown layout fails before anything starts
+        if cfg.layout != "sidecar":
+            self._start_nodes()
         if cfg.prefill_args is not None:
             self.prefill_url = self._engine(
                 "prefill",
@@ -236,6 +273,7 @@ class Stack:
                 0,
                 cfg.prefill_sidecar_args,
                 trace=cfg.prefill_trace or cfg.trace,
+                node=1,
             )
         self._start_engine()
         self._start_sidecar()
@@ -243,6 +281,26 @@ class Stack:
             self._start_alertmanager()
         if self.prometheus_bin:
             self._start_prometheus()
+
+    def _start_nodes(self) -> None:
+        """One stand-in node per pod, its kubelet giving the pod every GPU that the node's
+        agent (node layout) or dcgm-exporter (dcgm layout) reads; in the node layout,
+        kube-state-metrics naming the pods."""
+        pods = []
+        for index, (labels, trace, port) in enumerate(self._pods()):
+            pod = Pod(labels["namespace"], labels["pod"], [layouts.Container("engine")])
+            if self.cfg.layout == "dcgm":
+                node = layouts.start_dcgm_node(index, [pod], trace=trace)
+            else:
+                node = layouts.start_node(
+                    self.cfg.workdir, index, [pod], trace=trace, port=free_port(port) if port else 0
+                )
+            self.nodes.append(node)
+            if node.agent is not None:
+                self.children.append(node.agent)
+            pods.append(pod)
+        if self.cfg.layout == "node":
+            self.kube_state_metrics = MetricsServer(lambda: layouts.kube_pod_info(pods))
 
     def _start_engine(self) -> None:
         cfg = self.cfg
@@ -351,13 +409,11 @@ class Stack:
         args: Sequence[str],
         *,
         trace: Path | None,
+        node: int = 0,
     ) -> str:
         cfg = self.cfg
         port = free_port(port) if port else 0
         cmd = [
-            sys.executable,
-            "-m",
-            "exporter.cli",
             "--web.listen-address",
             f"127.0.0.1:{port}",
             "--engine.url",
@@ -369,31 +425,17 @@ class Stack:
             ),
             "--log.format",
             "json",
+            *layouts.sidecar_flags(cfg.layout, self.nodes[node].url if self.nodes else ""),
             *args,
         ]
         if cfg.engine == "reference":
             # A third-party engine's processes are found by the default --process.match (every
             # engine's process regex) and it has no Hugging Face model directory.
             cmd += ["--process.match", PROCESS_MATCH, "--model.path", str(model_dir)]
-        if trace is not None:
+        if trace is not None and cfg.layout == "sidecar":
             cmd += ["--gpu.replay-file", str(trace)]
-        sidecar = spawn(name, cmd, cfg.workdir)
+        sidecar, url = start_exporter(name, cmd, cfg.workdir)
         self.children.append(sidecar)
-        wait_until(
-            lambda: log_match(sidecar, SIDECAR_LISTEN) is not None,
-            30,
-            "listen address",
-            child=sidecar,
-        )
-        match = log_match(sidecar, SIDECAR_LISTEN)
-        assert match is not None
-        url = f"http://{match.group(1)}:{match.group(2)}"
-        wait_until(
-            lambda: http_get(url + "/-/ready", 2)[0] == 200,
-            30,
-            "readiness",
-            child=sidecar,
-        )
         return url
 
     def _start_alertmanager(self) -> None:
@@ -407,14 +449,23 @@ class Stack:
 
     def _start_prometheus(self) -> None:
         cfg = self.cfg
-        rules = write_rules(cfg.workdir, config=cfg.rules_config)
+        rules = write_rules(cfg.workdir, layouts.rule_profile(cfg.layout), cfg.rules_config)
         am = urllib.parse.urlsplit(self.alertmanager_url).netloc if self.alertmanager_url else None
-        sidecar = urllib.parse.urlsplit(self.sidecar_url).netloc
-        more = []
+        urls = [self.sidecar_url]
         if self.prefill_sidecar_url:
-            prefill = urllib.parse.urlsplit(self.prefill_sidecar_url).netloc
-            more.append((prefill, dict(PREFILL_TARGET_LABELS)))
-        config = prometheus_config(sidecar, am, rules, cfg.interval, cfg.target_labels, more=more)
+            urls.append(self.prefill_sidecar_url)
+        sidecars = [
+            Target(urllib.parse.urlsplit(url).netloc, labels)
+            for url, (labels, _, _) in zip(urls, self._pods(), strict=True)
+        ]
+        ksm = self.kube_state_metrics
+        scrape = layouts.scrape_configs(
+            sidecars,
+            [node.target for node in self.nodes if node.layout == "node"],
+            Target(ksm.address, {"namespace": "kube-system"}) if ksm is not None else None,
+            [node.target for node in self.nodes if node.layout == "dcgm"],
+        )
+        config = prometheus_config(scrape, am, rules, cfg.interval)
         server = start_prometheus(cfg.workdir, config, port=cfg.prometheus_port)
         self.prometheus_url = self._keep(server)
 
@@ -423,13 +474,22 @@ class Stack:
         return server.url
 
     def stop(self) -> None:
-        for child in reversed(self.children):
-            with contextlib.suppress(OSError):
-                child.stop()
-        self.children.clear()
-        if self.capture is not None:
-            self.capture.close()
-            self.capture = None
+        """Stop every child (in reverse order, each waited for: SIGTERM, then SIGKILL to its
+        session) and the stand-ins; Ctrl-C and SIGTERM wait until it is done."""
+        with uninterrupted():
+            for child in reversed(self.children):
+                with contextlib.suppress(OSError):
+                    child.stop()
+            self.children.clear()
+            for node in self.nodes:
+                node.close()
+            self.nodes.clear()
+            if self.kube_state_metrics is not None:
+                self.kube_state_metrics.close()
+                self.kube_state_metrics = None
+            if self.capture is not None:
+                self.capture.close()
+                self.capture = None
 
     # --- Prometheus API --------------------------------------------------------------------------
     def alerts(self) -> list[dict[str, Any]]:

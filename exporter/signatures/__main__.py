@@ -5,7 +5,8 @@ Without ``--profile`` it writes the whole shipped pack: ``<out>/recording_rules.
 ``<out>/fast/``, an example Alertmanager configuration ``<out>/alertmanager.yaml``, and one
 runbook per alert under ``--runbooks``. With ``--profile P`` it writes
 only that profile's two files into ``<out>`` (a site's own pack: ``--config site.yaml
---profile dcgm --out rules/``). ``--check`` writes nothing and exits 1 when a file differs.
+--profile dcgm --out rules/``; the unshipped ``fast-node`` and ``fast-dcgm`` only so).
+``--check`` writes nothing and exits 1 when a file differs.
 Configuration errors print one line and exit 2.
 """
 
@@ -26,7 +27,13 @@ from exporter.signatures.render import (
     runbook_markdown,
     slo_runbook_markdown,
 )
-from exporter.signatures.site import PROFILES, SignatureConfigError, SiteConfig, load_config
+from exporter.signatures.site import (
+    ALL_PROFILES,
+    PROFILES,
+    SignatureConfigError,
+    SiteConfig,
+    load_config,
+)
 from exporter.signatures.slo.burn_alerts import slo_alerts
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -78,8 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, help="site config (YAML); defaults when omitted")
     parser.add_argument(
         "--profile",
-        choices=tuple(PROFILES),
-        help="write only this profile's rules into --out (default: the whole pack)",
+        choices=tuple(ALL_PROFILES),
+        help="write only this profile's rules into --out (default: the whole pack; fast-node "
+        "and fast-dcgm, which the demo and the drills load, only so)",
     )
     parser.add_argument("--out", type=Path, default=None, help=f"default {DEFAULT_OUT}")
     parser.add_argument(

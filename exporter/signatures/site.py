@@ -16,6 +16,10 @@ pack. A profile picks where the GPU signals come from and how time is scaled:
 ``fast``
     the sidecar profile with every window and ``for`` scaled by 1/10, for drills and
     end-to-end tests.
+``fast-node``, ``fast-dcgm``
+    the node and dcgm profiles scaled as ``fast`` scales the sidecar's: what the demo and the
+    drills load in those layouts (:func:`fast_profile`). Generated where they run
+    (``python -m exporter.signatures --profile fast-node --out rules/``), not shipped.
 
 A gateway in front of the engines (llm-d's endpoint picker) is scraped through a sidecar of its
 own; its queue belongs to the engines of its pool, found by the ``gateway.join`` labels and
@@ -109,6 +113,10 @@ class Profile:
     summary: str
 
 
+# How ``fast`` scales time: windows and ``for`` at 1/10, so minutes of evidence take seconds.
+FAST_SCALE = 0.1
+
+# The profiles of the shipped pack (alert_rules/, the chart's rule and dashboard sets).
 PROFILES: dict[str, Profile] = {
     "sidecar": Profile(
         "sidecar", "sidecar", 1.0, "every signal from the sidecar's inference_* metrics"
@@ -127,9 +135,30 @@ PROFILES: dict[str, Profile] = {
         "it to, joined to the sidecar by pod",
     ),
     "fast": Profile(
-        "fast", "sidecar", 0.1, "the sidecar profile with windows and `for` scaled by 1/10"
+        "fast", "sidecar", FAST_SCALE, "the sidecar profile with windows and `for` scaled by 1/10"
     ),
 }
+# The other sources' profiles at ``fast``'s speed: not shipped, generated where they run.
+FAST_VARIANTS: dict[str, Profile] = {
+    f"fast-{p.source}": Profile(
+        f"fast-{p.source}",
+        p.source,
+        FAST_SCALE,
+        f"the {p.name} profile with windows and `for` scaled by 1/10",
+    )
+    for p in PROFILES.values()
+    if p.time_scale == 1.0 and p.source != "sidecar"
+}
+# Every profile a command or a config can name.
+ALL_PROFILES: dict[str, Profile] = {**PROFILES, **FAST_VARIANTS}
+
+
+def fast_profile(source: Source) -> str:
+    """The name of ``source``'s profile at ``fast``'s speed: ``fast`` for the sidecar,
+    ``fast-node`` and ``fast-dcgm`` for the others."""
+    return next(
+        p.name for p in ALL_PROFILES.values() if p.source == source and p.time_scale == FAST_SCALE
+    )
 
 
 @dataclass(frozen=True)
@@ -331,10 +360,10 @@ class SiteConfig:
 
 def _profile(name: str) -> Profile:
     try:
-        return PROFILES[name]
+        return ALL_PROFILES[name]
     except KeyError:
         raise SignatureConfigError(
-            "profile", f"unknown profile {name!r} (known: {', '.join(PROFILES)})"
+            "profile", f"unknown profile {name!r} (known: {', '.join(ALL_PROFILES)})"
         ) from None
 
 

@@ -15,11 +15,9 @@ import pytest
 from support.kubelet import (
     MIG_UUID,
     SHARED_GPU,
-    FakeKubelet,
     device_plugin_node,
     device_plugin_offer,
     gpu_uuid,
-    serve,
 )
 
 from exporter.backends.podresources_client import (
@@ -28,6 +26,7 @@ from exporter.backends.podresources_client import (
     PodResourcesClient,
     PodResourcesError,
 )
+from exporter.lab.layouts import Kubelet, serve_kubelet
 
 
 @pytest.fixture
@@ -42,13 +41,13 @@ def short_dir() -> Iterator[Path]:
 
 
 @pytest.fixture
-def kubelet(short_dir: Path) -> Iterator[tuple[FakeKubelet, Path]]:
-    fake = FakeKubelet(device_plugin_node(), device_plugin_offer())
-    with serve(fake, short_dir / "kubelet.sock") as socket:
+def kubelet(short_dir: Path) -> Iterator[tuple[Kubelet, Path]]:
+    fake = Kubelet(device_plugin_node(), device_plugin_offer())
+    with serve_kubelet(fake, short_dir / "kubelet.sock") as socket:
         yield fake, socket
 
 
-def test_list_names_every_device_of_every_container(kubelet: tuple[FakeKubelet, Path]) -> None:
+def test_list_names_every_device_of_every_container(kubelet: tuple[Kubelet, Path]) -> None:
     _, socket = kubelet
     client = PodResourcesClient(socket, deadline=2.0)
     got = client.list_devices()
@@ -69,7 +68,7 @@ def test_list_names_every_device_of_every_container(kubelet: tuple[FakeKubelet, 
     assert len(got) == 8 + 2 + 1 + 2
 
 
-def test_allocatable_lists_the_device_plugins_offer(kubelet: tuple[FakeKubelet, Path]) -> None:
+def test_allocatable_lists_the_device_plugins_offer(kubelet: tuple[Kubelet, Path]) -> None:
     _, socket = kubelet
     offer = PodResourcesClient(socket).allocatable()
     assert Device("nvidia.com/mig-1g.10gb", MIG_UUID) in offer
@@ -77,7 +76,7 @@ def test_allocatable_lists_the_device_plugins_offer(kubelet: tuple[FakeKubelet, 
     assert len(offer) == 11 + 4 + 1
 
 
-def test_get_and_its_fallback_to_list(kubelet: tuple[FakeKubelet, Path]) -> None:
+def test_get_and_its_fallback_to_list(kubelet: tuple[Kubelet, Path]) -> None:
     fake, socket = kubelet
     client = PodResourcesClient(socket)
     assert [a.device_id for a in client.get("serving", "vllm-3")] == [gpu_uuid(3)]
@@ -99,7 +98,7 @@ def test_missing_socket_is_named_without_waiting(short_dir: Path) -> None:
     assert time.monotonic() - started < 1.0
 
 
-def test_deadline_bounds_a_kubelet_that_hangs(kubelet: tuple[FakeKubelet, Path]) -> None:
+def test_deadline_bounds_a_kubelet_that_hangs(kubelet: tuple[Kubelet, Path]) -> None:
     fake, socket = kubelet
     fake.hang = 1.5
     client = PodResourcesClient(socket, deadline=0.2)
@@ -111,13 +110,13 @@ def test_deadline_bounds_a_kubelet_that_hangs(kubelet: tuple[FakeKubelet, Path])
     client.close()
 
 
-def test_grpc_error_status_is_one_line(kubelet: tuple[FakeKubelet, Path]) -> None:
+def test_grpc_error_status_is_one_line(kubelet: tuple[Kubelet, Path]) -> None:
     fake, socket = kubelet
     fake.fail = grpc.StatusCode.INTERNAL
     with pytest.raises(PodResourcesError) as err:
         PodResourcesClient(socket).list_devices()
     assert err.value.kind == "error"
-    assert str(err.value) == "List: INTERNAL (injected by the test)"
+    assert str(err.value) == "List: INTERNAL (a fault injected into the stand-in kubelet)"
 
 
 def test_a_socket_that_is_not_a_kubelet(short_dir: Path) -> None:
@@ -138,7 +137,7 @@ def test_a_socket_that_is_not_a_kubelet(short_dir: Path) -> None:
         listener.close()
 
 
-def test_permission_denied_names_the_socket(kubelet: tuple[FakeKubelet, Path]) -> None:
+def test_permission_denied_names_the_socket(kubelet: tuple[Kubelet, Path]) -> None:
     """A client the socket's mode refuses is told so at once. The client runs as root without
     any capability (setpriv drops the bounding set), so mode 0000 refuses it as a file mode
     refuses a non-root user, and it still reads the checkout and the virtualenv wherever CI

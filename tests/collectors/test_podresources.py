@@ -1,5 +1,5 @@
 """The node agent's GPU-to-pod attribution: a fake kubelet speaking PodResources v1 and the
-stand-in NVML with the same UUIDs, one device-plugin node (tests/support/kubelet.py)."""
+stand-in NVML with the same UUIDs, one device-plugin node (exporter/lab/layouts.py)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,10 @@ from support.kubelet import (
     MIG_GPU,
     MIG_UUID,
     SHARED_GPU,
-    FakeContainer,
-    FakeKubelet,
-    FakePod,
     NodeNvml,
     device_plugin_node,
     device_plugin_offer,
     gpu_uuid,
-    serve,
 )
 
 from exporter.backends.gpu_reader import GpuIdentity, MigSlice
@@ -43,6 +39,7 @@ from exporter.collectors.podresources import (
 from exporter.collectors.podresources import build as podresources_build
 from exporter.collectors.shared_state import GpuDevices
 from exporter.config import ConfigError
+from exporter.lab.layouts import Container, Kubelet, Pod, serve_kubelet
 from exporter.metrics import CATALOGUE, HOLDER_LABELS
 
 BY_FAMILY_NAME = {spec.family_name: spec for spec in CATALOGUE}
@@ -73,9 +70,9 @@ def devices() -> Iterator[GpuDevices]:
 
 
 @pytest.fixture
-def kubelet(socket_dir: Path) -> Iterator[tuple[FakeKubelet, Path]]:
-    fake = FakeKubelet(device_plugin_node(), device_plugin_offer())
-    with serve(fake, socket_dir / "kubelet.sock") as socket:
+def kubelet(socket_dir: Path) -> Iterator[tuple[Kubelet, Path]]:
+    fake = Kubelet(device_plugin_node(), device_plugin_offer())
+    with serve_kubelet(fake, socket_dir / "kubelet.sock") as socket:
         yield fake, socket
 
 
@@ -86,7 +83,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def collector(
-    kubelet: tuple[FakeKubelet, Path], devices: GpuDevices, clock: FakeClock
+    kubelet: tuple[Kubelet, Path], devices: GpuDevices, clock: FakeClock
 ) -> Iterator[PodResourcesCollector]:
     client = PodResourcesClient(kubelet[1], deadline=0.3)
     made = PodResourcesCollector(client, devices, interval=INTERVAL, clock=clock)
@@ -142,7 +139,7 @@ def test_every_device_is_attributed_to_its_container(collector: PodResourcesColl
 
 
 def test_a_pod_that_ends_leaves_at_the_next_refresh(
-    collector: PodResourcesCollector, kubelet: tuple[FakeKubelet, Path]
+    collector: PodResourcesCollector, kubelet: tuple[Kubelet, Path]
 ) -> None:
     collector.refresh()
     assert ("3", gpu_uuid(3)) in holders(collector)
@@ -156,13 +153,11 @@ def test_a_pod_that_ends_leaves_at_the_next_refresh(
 
 
 def test_devices_unknown_either_way_are_counted_never_attributed(
-    collector: PodResourcesCollector, kubelet: tuple[FakeKubelet, Path]
+    collector: PodResourcesCollector, kubelet: tuple[Kubelet, Path]
 ) -> None:
     fake = kubelet[0]
     stranger = "GPU-00000000-dead-beef-0000-000000000000"
-    fake.pods.append(
-        FakePod("serving", "ghost", [FakeContainer("vllm", {"nvidia.com/gpu": [stranger]})])
-    )
+    fake.pods.append(Pod("serving", "ghost", [Container("vllm", {"nvidia.com/gpu": [stranger]})]))
     fake.offer["nvidia.com/gpu"] = [gpu_uuid(n) for n in range(4)]  # the plugin knows only 4
     collector.refresh()
     got = holders(collector)
@@ -176,7 +171,7 @@ def test_devices_unknown_either_way_are_counted_never_attributed(
 
 
 def test_kubelet_errors_fail_the_collector_and_age_out_the_attribution(
-    collector: PodResourcesCollector, kubelet: tuple[FakeKubelet, Path], clock: FakeClock
+    collector: PodResourcesCollector, kubelet: tuple[Kubelet, Path], clock: FakeClock
 ) -> None:
     collector.refresh()
     kubelet[0].fail = grpc.StatusCode.UNAVAILABLE
@@ -206,7 +201,7 @@ def test_missing_socket_and_nvml_not_up(devices: GpuDevices, socket_dir: Path) -
 
 
 def test_a_hanging_kubelet_never_holds_up_a_scrape(
-    kubelet: tuple[FakeKubelet, Path], devices: GpuDevices
+    kubelet: tuple[Kubelet, Path], devices: GpuDevices
 ) -> None:
     kubelet[0].hang = 1.0
     client = PodResourcesClient(kubelet[1], deadline=0.3)
@@ -225,7 +220,7 @@ def test_a_hanging_kubelet_never_holds_up_a_scrape(
 
 
 def test_kubelet_without_allocatable_still_attributes(
-    collector: PodResourcesCollector, kubelet: tuple[FakeKubelet, Path]
+    collector: PodResourcesCollector, kubelet: tuple[Kubelet, Path]
 ) -> None:
     kubelet[0].without_allocatable = True
     collector.refresh()
@@ -285,7 +280,7 @@ def test_the_sidecar_runs_without_grpc() -> None:
 
 
 def test_the_agent_files_each_device_series_under_its_holders(
-    kubelet: tuple[FakeKubelet, Path],
+    kubelet: tuple[Kubelet, Path],
 ) -> None:
     """The nvml and podresources collectors as the node agent builds them (one Shared): every
     series of one device carries the pod holding it, a copy per pod on the time-sliced GPU, and

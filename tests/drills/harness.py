@@ -1,16 +1,28 @@
 """Run one drill: the whole stack, the load, and a record of what fired, paged and ranked.
 
-A drill starts the reference engine with the scenario's injection, the sidecar (replaying the
-scenario's GPU trace, or NVML on a GPU machine), Prometheus with the ``fast`` rules and
-Alertmanager with the pack's configuration paging a local PagerDuty capture; then the load.
-It polls Prometheus's alerts every second and stops when the expected alert has fired, has
-paged twice (a repeat, to compare ``dedup_key``) and ``diagnose`` has ranked the signatures
-- or at the scenario's deadline. The healthy drill always runs to its deadline.
+A drill starts, in its layout (``Scenario.layout``: the chart's default ``node``, or
+``sidecar`` or ``dcgm``), the reference engine with the scenario's injection (unsized: a size
+zero, or an admission cap that is the injection itself), the sidecar, what reads the GPU
+(replaying the scenario's GPU trace, or NVML on a GPU machine: the node agent, the sidecar
+itself or dcgm-exporter), Prometheus with the layout's fast rules and Alertmanager with the pack's
+configuration paging a local PagerDuty capture. Then it measures what the engine serves on
+this machine (:mod:`drills.calibrate`, a few seconds, while Prometheus already scrapes), sizes
+its load and its injection from that (:mod:`drills.sizing`; the injection's sizes through the
+engine's ``POST /lab/injection``), and starts the load. It polls Prometheus's alerts every
+second and stops when the expected alert has fired, has paged twice (a repeat, to compare
+``dedup_key``) and ``diagnose`` has ranked the signatures - or at the drill's deadline, from
+the rule pack's timings (:func:`drills.scenarios.deadline`). A healthy drill always runs to
+its deadline.
+
+``DRILL_SLOWDOWN=8`` runs every reference engine with its model worker 8 times slower
+(``--worker-slowdown``, a wait after each forward pass, as a slower accelerator) and replays a
+GPU 8 times slower to match: the same matrix on a much slower machine (``make drills-slow``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -18,26 +30,144 @@ import platform
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
-from dataclasses import asdict, dataclass, field
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+from drills.calibrate import (
+    CAL_OUTPUT_TOKENS,
+    Calibration,
+    CalibrationError,
+    calibrate,
+    thread_share,
+)
 from drills.scenarios import (
     DISAGG_SITE_CONFIG,
     ENGINE_ARGS,
+    FRONTEND,
+    KEEP_UP_DRILL,
     DisaggScenario,
     Load,
     Scenario,
+    deadline,
 )
+from drills.sizing import Plan, plan
+from drills.timing import PAGES_S
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.lab import tritonmodel
+from exporter.lab.layouts import rule_profile
 from exporter.lab.processes import child_pythonpath, http_get, stop_process
-from exporter.lab.refengine.gputrace import write_trace
+from exporter.lab.refengine import DEFAULT_MODEL_NAME, hostpeak
+from exporter.lab.refengine.cli import auto_threads
+from exporter.lab.refengine.gputrace import HostPeaks, measure_host, write_trace
 from exporter.lab.stack import JOB, TARGET_LABELS, Stack, StackConfig
+from exporter.signatures.site import parse_config
 
 POLL_S = 1.0
 PAGES_FOR_DEDUP = 2
+TRITON_MODEL = tritonmodel.MODEL  # the model the drills' PyTriton serves
+MAX_SLOWDOWN = 100.0
+
+
+def slowdown() -> float:
+    """``DRILL_SLOWDOWN``: how many times slower every reference engine's model worker runs
+    (1, its own speed, when unset). A bad value stops the run with one line."""
+    raw = os.environ.get("DRILL_SLOWDOWN", "").strip() or "1"
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 1.0 <= value <= MAX_SLOWDOWN:
+        raise ValueError(f"DRILL_SLOWDOWN: a factor from 1 to {MAX_SLOWDOWN:g}, not {raw!r}")
+    return value
+
+
+def speed(factor: float) -> str:
+    """The name of a run's speed, as the report heads its section."""
+    return "natural" if factor == 1.0 else f"slow-{factor:g}x"
+
+
+@functools.cache
+def host_peaks() -> HostPeaks:
+    """This host's peaks (fastest passes), measured once per session."""
+    return measure_host()
+
+
+_FASTEST = [0.0]  # the fastest decode stream seen this session (bytes/s)
+
+
+def drill_peaks(factor: float, sized: Sized) -> HostPeaks:
+    """The replayed GPU's peaks for one drill: the host's, as one thread can have them now
+    (on a shared host, the share its neighbours leave: :meth:`HostPeaks.available`; the
+    sustained rate measured as the drill starts), divided by the worker's slowdown."""
+    # In this process (torch imported once per session, its own scheduling group as the
+    # engine's): the second back to back is the whole cost.
+    sustained = float(hostpeak.measure_sustained(auto_threads())["decode_stream_sustained"])
+    host = host_peaks()
+    # A fastest pass taken while the host was busy is only a lower bound on its peak: a
+    # faster sustained rate later raises it.
+    _FASTEST[0] = max(_FASTEST[0], host.memory_bandwidth, sustained)
+    host = replace(host, memory_bandwidth=_FASTEST[0], sustained_bandwidth=sustained)
+    peaks = host.available().slowed(factor)
+    sized.host = {
+        "fastest_bytes_per_s": host.memory_bandwidth,
+        "sustained_bytes_per_s": host.sustained_bandwidth,
+        "replayed_bytes_per_s": peaks.memory_bandwidth,
+    }
+    return peaks
+
+
+ENGINE_NAMES = {"reference": "reference engine", "llamacpp": "llama-server", "triton": "PyTriton"}
+
+
+def layout(scenario: Scenario | DisaggScenario) -> str:
+    """Where a drill's processes run, for the report: the layout (who reads the GPUs, and the
+    rule profile Prometheus loads), then the processes, every one a child of one host on
+    127.0.0.1 (:mod:`exporter.lab.stack`)."""
+    gpu = "the real GPU (NVML)" if getattr(scenario, "look", None) is None else "a replayed GPU"
+    reader = READERS[scenario.layout]
+    where = f"{scenario.layout} layout ({rule_profile(scenario.layout)} rules): one host: "
+    if isinstance(scenario, DisaggScenario):
+        return (
+            f"{where}prefill + decode reference engines ({scenario.admitted} decode slots), "
+            f"a sidecar each{reader and f', a {reader} each'}, Prometheus, Alertmanager; {gpu}"
+        )
+    engine = ENGINE_NAMES.get(scenario.engine, scenario.engine)
+    slots = (
+        f" ({scenario.admitted} of {scenario.full} slots)" if scenario.engine == "reference" else ""
+    )
+    return (
+        f"{where}{engine}{slots}, sidecar{reader and f', {reader}'}, Prometheus, Alertmanager; "
+        f"{gpu}"
+    )
+
+
+# What reads the GPUs beside the sidecar, by layout (the sidecar itself: nothing).
+READERS = {"node": "node agent", "sidecar": "", "dcgm": "dcgm-exporter"}
+
+
+def _slowed(args: list[str], factor: float) -> list[str]:
+    return [*args, "--worker-slowdown", f"{factor:g}"] if factor > 1.0 else args
+
+
+@dataclass
+class Sized:
+    """What a drill measured and chose before its load, and how long it then waited."""
+
+    slowdown: float = 1.0
+    calibration: dict[str, Any] | None = None
+    plan: dict[str, Any] | None = None
+    sizes: dict[str, Any] | None = None  # the engine's answer to the sizes it was given
+    deadline_s: float = 0.0
+    deadline_how: str = ""
+    host: dict[str, float] | None = None  # the host's decode stream rates, and the replayed
+    layout: str = ""  # where the drill's processes ran (:func:`layout`)
 
 
 @dataclass
@@ -65,6 +195,8 @@ class DrillResult:
     workdir: str = ""
     instance: str = ""  # the sidecar's scrape address, Prometheus's ``instance`` label
     restarted_at: float | None = None  # when the engine was killed and started again
+    sized: Sized = field(default_factory=Sized)
+    failed: str = ""  # the first line of the drill's failed check (empty: its checks held)
 
     def fired(self) -> dict[str, float]:
         return {a: s.firing_at for a, s in self.alerts.items() if s.firing_at is not None}
@@ -123,8 +255,17 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
         started=time.strftime("%Y-%m-%d %H:%M:%S"),
         workdir=str(workdir),
     )
-    trace = write_trace(scenario.look, workdir / "trace.jsonl") if scenario.look else None
-    engine_args = [*ENGINE_ARGS, *scenario.engine_args, "--device", device]
+    factor = slowdown() if scenario.engine == "reference" else 1.0
+    wait = deadline(scenario)
+    result.sized = Sized(
+        slowdown=factor, deadline_s=wait.seconds, deadline_how=wait.how, layout=layout(scenario)
+    )
+    trace = (
+        write_trace(scenario.look, workdir / "trace.jsonl", drill_peaks(factor, result.sized))
+        if scenario.look
+        else None
+    )
+    engine_args = _slowed([*ENGINE_ARGS, *scenario.engine_args, "--device", device], factor)
     if scenario.engine != "reference":
         engine_args = list(scenario.engine_args)  # the third-party server's own flags
     rules_config = None
@@ -134,6 +275,7 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
         rules_config.write_text(site_config, encoding="utf-8")
     cfg = StackConfig(
         workdir=workdir,
+        layout=scenario.layout,
         injections=scenario.injections,
         engine_args=engine_args,
         trace=trace,
@@ -143,7 +285,12 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
     began = time.monotonic()
     with Stack(cfg) as stack:
         result.instance = urllib.parse.urlsplit(stack.sidecar_url).netloc
-        load = _start_load(stack, scenario.load, scenario.deadline_s, workdir)
+        try:
+            sized = _size(stack, scenario, result.sized)
+        except (CalibrationError, ValueError, OSError) as err:
+            result.error = f"calibration: {err}"
+            return _done(result, began, workdir)
+        load = _start_load(stack, sized, wait.seconds, workdir)
         t0 = time.monotonic()
         try:
             _observe(stack, scenario, result, t0)
@@ -163,9 +310,96 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
                     }
                     for p in stack.capture.snapshot()
                 ]
+    return _done(result, began, workdir)
+
+
+def _done(result: DrillResult | DisaggResult, began: float, workdir: Path) -> Any:
     result.duration_s = round(time.monotonic() - began, 1)
-    (workdir / "result.json").write_text(json.dumps(result.to_json(), indent=2), "utf-8")
+    (workdir / "result.json").write_text(json.dumps(asdict(result), indent=2), "utf-8")
     return result
+
+
+def _size(stack: Stack, scenario: Scenario | DisaggScenario, sized: Sized) -> Load:
+    """Calibrate the drill's engine, size its load and injection, and give the engine the
+    injection's sizes; the load to run."""
+    engine = getattr(scenario, "engine", "reference")
+    reference, triton = engine == "reference", engine == "triton"
+    base = scenario.load
+    # An overload needs only one sequence: what its admitted sequences serve, or (cpu-contention)
+    # at most what a full batch would serve if batching were free (a rate above it floods).
+    needs_full = scenario.sizing == KEEP_UP_DRILL
+    cal: Calibration = calibrate(
+        stack.engine_url,
+        prompt_tokens=base.prompt_tokens,
+        full=scenario.full if needs_full else None,
+        api="triton" if triton else "openai",
+        output_tokens=CAL_OUTPUT_TOKENS,
+        model=DEFAULT_MODEL_NAME if reference else None,
+        disaggregated=isinstance(scenario, DisaggScenario),
+        served_model=TRITON_MODEL if triton else "",
+        per_token=reference,
+    )
+    if "frontend-gil" in scenario.injections:
+        _front_end_room(cal, scenario.site_config() if isinstance(scenario, Scenario) else "")
+    sized.calibration = cal.to_json()
+    chosen: Plan = plan(
+        scenario.sizing,
+        scenario.injections,
+        base,
+        cal,
+        admitted=scenario.admitted,
+        full=scenario.full,
+        deadline_s=sized.deadline_s,
+    )
+    sized.plan = chosen.to_json()
+    if chosen.sizes:
+        status, body = _post_json(stack.engine_url + "/lab/injection", chosen.sizes)
+        if status != 200:
+            raise CalibrationError(f"the engine refused the sizes {chosen.sizes}: {body!r}")
+        sized.sizes = json.loads(body)
+    return chosen.load
+
+
+# How long frontend-gil waits for a machine whose neighbours leave one thread a core.
+ROOM_WAIT_S = 60.0
+ROOM_EVERY_S = 5.0
+
+
+def _front_end_room(cal: Calibration, site_config: str) -> None:
+    """frontend-gil's cause is one thread holding a core: its alert reads the busiest engine
+    thread above a share of one core. Where the node's other runnable threads hold a thread
+    below that share, no front-end can saturate a core and the alert cannot fire, whatever the
+    injection's size: wait (up to :data:`ROOM_WAIT_S`) for one thread to get that share, and
+    say so if it never does. Each measurement is kept in the calibration."""
+    cfg = parse_config(yaml.safe_load(site_config) or {} if site_config else {}, "fast")
+    need = cfg.ratio(FRONTEND, "hottest_thread_above")
+    seen = [float(cal.extra["thread_share"])]
+    deadline_at = time.monotonic() + ROOM_WAIT_S
+    while seen[-1] < need and time.monotonic() < deadline_at:
+        time.sleep(ROOM_EVERY_S)
+        seen.append(round(thread_share(), 3))
+    cal.extra["thread_share"] = seen[-1]
+    cal.extra["thread_shares"] = seen
+    if seen[-1] < need:
+        load = Path("/proc/loadavg").read_text().split()[0]
+        raise CalibrationError(
+            f"one busy thread got {max(seen):.2f} of a core at most over {ROOM_WAIT_S:g} s "
+            f"(load average {load}): a front-end thread cannot pass {FRONTEND}'s {need:g} of a "
+            "core on this machine now; its neighbours hold the CPU (measured: "
+            + ", ".join(f"{v:.2f}" for v in seen)
+            + ")"
+        )
+
+
+def _post_json(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return int(resp.status), resp.read()
+    except urllib.error.HTTPError as err:
+        return int(err.code), err.read()
 
 
 # What a GPU drill keeps beside its result (bench/gpu/run.sh packs it): the real GPU's readings
@@ -199,11 +433,19 @@ def _keep_gpu_evidence(stack: Stack, workdir: Path) -> None:
         status, body = http_get(stack.sidecar_url + "/metrics", timeout=10)
         if status == 200:
             (workdir / "sidecar-metrics.txt").write_bytes(body)
+    # the node layout's GPUs are the node agent's (dcgm layout: dcgm-exporter's)
+    for name, url in (("node-agent", stack.agent_url), ("dcgm-exporter", stack.dcgm_url)):
+        with contextlib.suppress(OSError):
+            status, body = http_get(url + "/metrics", timeout=10) if url else (0, b"")
+            if status == 200:
+                (workdir / f"{name}-metrics.txt").write_bytes(body)
 
 
 def _start_load(
     stack: Stack, load: Load, deadline_s: float, workdir: Path
 ) -> subprocess.Popen[bytes]:
+    """The drill's open-loop load, for its deadline and the pages after it (stopped earlier
+    when the drill ends)."""
     cmd = [
         sys.executable,
         "-m",
@@ -212,13 +454,13 @@ def _start_load(
         "--url",
         stack.engine_url,
         "--rate",
-        f"{load.rate:g}",
+        f"{load.rate:.4g}",
         "--prompt-tokens",
         str(load.prompt_tokens),
         "--output-tokens",
         str(load.output_tokens),
         "--duration",
-        f"{deadline_s + 30:g}s",
+        f"{deadline_s + PAGES_S + 60:g}s",
         "--drain",
         "5s",
         "--progress",
@@ -227,7 +469,7 @@ def _start_load(
         "json",
     ]
     if stack.cfg.engine == "triton":
-        cmd += ["--api", "triton", "--model", "tiny"]
+        cmd += ["--api", "triton", "--model", TRITON_MODEL]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": child_pythonpath()}
     with (workdir / "load.json").open("wb") as out, (workdir / "load.log").open("wb") as err:
         return subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
@@ -243,9 +485,11 @@ def _stop_load(proc: subprocess.Popen[bytes], summary: Path) -> dict[str, Any] |
 
 
 def _observe(stack: Stack, scenario: Scenario, result: DrillResult, t0: float) -> None:
-    deadline = t0 + scenario.deadline_s
+    """Until the deadline; once the expected alert fires, until its page and the repeat came
+    (at most PAGES_S after it fired, or after ``diagnose`` when that took longer)."""
+    end = t0 + result.sized.deadline_s
     restart = scenario.restart_at_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < end:
         now = time.monotonic() - t0
         if restart is not None and now >= restart:
             stack.restart_engine()
@@ -268,6 +512,8 @@ def _observe(stack: Stack, scenario: Scenario, result: DrillResult, t0: float) -
             if result.diagnose is None and not result.diagnose_error:
                 # What the on-call would do when paged: ask diagnose, now.
                 _evidence(stack, result)
+                fired = t0 + result.fired()[scenario.expected]
+                end = max(fired + PAGES_S, time.monotonic() + POLL_S)
             if stack.capture is None:
                 return
             pages = [
@@ -296,7 +542,7 @@ def _diagnose(stack: Stack, result: DrillResult | DisaggResult) -> None:
         "--prometheus.url",
         stack.prometheus_url,
         "--profile",
-        "fast",
+        rule_profile(stack.cfg.layout),
         *(["--config", str(stack.cfg.rules_config)] if stack.cfg.rules_config else []),
         "--output",
         "json",
@@ -327,6 +573,17 @@ def dump_results(results: dict[str, DrillResult]) -> None:
     if dump:
         data = {name: {**r.to_json(), "fired": r.fired()} for name, r in results.items()}
         Path(dump).write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
+@contextlib.contextmanager
+def noting_failure(result: DrillResult | DisaggResult) -> Iterator[None]:
+    """A failed check's first line kept in the result (for the report), then raised on."""
+    try:
+        yield
+    except AssertionError as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        result.failed = (lines[0] if lines else "a check failed")[:160]
+        raise
 
 
 def has_gpu() -> bool:
@@ -383,6 +640,8 @@ class DisaggResult:
     diagnose_error: str = ""
     signals: dict[str, float | None] = field(default_factory=dict)
     missed_polls: int = 0  # engine polls that failed (each a sample missing)
+    sized: Sized = field(default_factory=Sized)
+    failed: str = ""  # the first line of the drill's failed check (empty: its checks held)
 
     def fired(self) -> dict[str, float]:
         return {a: s.firing_at for a, s in self.alerts.items() if s.firing_at is not None}
@@ -440,13 +699,20 @@ def run_disagg_drill(scenario: DisaggScenario, workdir: Path) -> DisaggResult:
     )
     rules_config = workdir / "site-config.yaml"
     rules_config.write_text(DISAGG_SITE_CONFIG, encoding="utf-8")
+    factor = slowdown()
+    wait = deadline(scenario)
+    result.sized = Sized(
+        slowdown=factor, deadline_s=wait.seconds, deadline_how=wait.how, layout=layout(scenario)
+    )
+    peaks = drill_peaks(factor, result.sized)
     cfg = StackConfig(
         workdir=workdir,
+        layout=scenario.layout,
         injections=scenario.injections,
-        engine_args=[*ENGINE_ARGS, *scenario.engine_args, "--device", "cpu"],
-        trace=write_trace(scenario.look, workdir / "trace.jsonl"),
-        prefill_args=[*ENGINE_ARGS, *scenario.prefill_args, "--device", "cpu"],
-        prefill_trace=write_trace("starved", workdir / "prefill-trace.jsonl"),
+        engine_args=_slowed([*ENGINE_ARGS, *scenario.engine_args, "--device", "cpu"], factor),
+        trace=write_trace(scenario.look, workdir / "trace.jsonl", peaks),
+        prefill_args=_slowed([*ENGINE_ARGS, *scenario.prefill_args, "--device", "cpu"], factor),
+        prefill_trace=write_trace("starved", workdir / "prefill-trace.jsonl", peaks),
         rules_config=rules_config,
         # vLLM's metrics do not say a server's role in the pair: each sidecar is told.
         sidecar_args=("--engine.role", "decode"),
@@ -454,7 +720,12 @@ def run_disagg_drill(scenario: DisaggScenario, workdir: Path) -> DisaggResult:
     )
     began = time.monotonic()
     with Stack(cfg) as stack:
-        load = _start_load(stack, scenario.load, scenario.deadline_s, workdir)
+        try:
+            sized = _size(stack, scenario, result.sized)
+        except (CalibrationError, ValueError, OSError) as err:
+            result.error = f"calibration: {err}"
+            return _done(result, began, workdir)
+        load = _start_load(stack, sized, wait.seconds, workdir)
         t0 = time.monotonic()
         try:
             _follow(stack, scenario, result, t0)
@@ -463,14 +734,13 @@ def run_disagg_drill(scenario: DisaggScenario, workdir: Path) -> DisaggResult:
         finally:
             result.load = _stop_load(load, workdir / "load.json")
             result.pages = _pages(stack, t0)
-    result.duration_s = round(time.monotonic() - began, 1)
-    (workdir / "result.json").write_text(json.dumps(asdict(result), indent=2), "utf-8")
-    return result
+    return _done(result, began, workdir)
 
 
 def _follow(stack: Stack, scenario: DisaggScenario, result: DisaggResult, t0: float) -> None:
     urls = {"prefill": stack.prefill_url, "decode": stack.engine_url}
-    while (now := time.monotonic() - t0) < scenario.deadline_s:
+    end = result.sized.deadline_s
+    while (now := time.monotonic() - t0) < end:
         for role, url in urls.items():
             values = engine_values(url)
             if values is None:
@@ -496,6 +766,8 @@ def _follow(stack: Stack, scenario: DisaggScenario, result: DisaggResult, t0: fl
         if scenario.signature is not None and scenario.signature in result.fired():
             if result.diagnose is None and not result.diagnose_error:
                 _pool_evidence(stack, result)  # what the on-call would do when paged
+                fired = result.fired()[scenario.signature]
+                end = max(fired + PAGES_S, time.monotonic() - t0 + SAMPLE_S)
             if any(p["alertname"] == scenario.signature for p in _pages(stack, t0)):
                 return
         time.sleep(SAMPLE_S)

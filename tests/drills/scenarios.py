@@ -1,14 +1,24 @@
 """The drill matrix: one scenario per injected cause, what must fire, what may fire with it.
 
-Every CPU drill runs the same load (:data:`LOAD`; one drill a lighter one, with the reason)
-against the same reference engine configuration; only the injection differs, and - where the cause leaves the GPU busy - the
-replayed GPU (see :mod:`exporter.lab.refengine.gputrace`). Co-firing is allowed only where it is
-written down here with the reason; any other alert that fires fails the drill.
+Every CPU drill starts from the same load (:data:`LOAD`) against the same reference engine
+configuration; only the injection differs, and - where the cause leaves the GPU busy - the
+replayed GPU (see :mod:`exporter.lab.refengine.gputrace`). Before the load, each drill measures
+what its engine serves on this machine and sizes the load and the injection from that
+(:mod:`drills.calibrate`, :mod:`drills.sizing`): a drill whose cause is a lack of capacity
+offers a set factor more than the engine admits (:data:`OVERLOAD_DRILL`), the others keep well
+within what it serves (:data:`KEEP_UP_DRILL`). How long a drill waits comes from the rule
+pack's timings (:func:`deadline`). Co-firing is allowed only where it is written down here with
+the reason; any other alert that fires fails the drill.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from drills.timing import ONSET_S, Deadline, fire_deadline, quiet_deadline
+
+from exporter.lab.layouts import DEFAULT_LAYOUT, rule_profile
+from exporter.lab.thirdparty import LLAMA_PARALLEL, TRITON_INSTANCES
 
 
 @dataclass(frozen=True)
@@ -19,6 +29,14 @@ class Load:
 
 
 LOAD = Load()
+
+# How a drill sizes its load from what its engine serves (drills.sizing).
+KEEP_UP_DRILL = "keep up"  # within what the engine's full batch serves: no queue
+OVERLOAD_DRILL = "overload"  # a set factor more than its admitted sequences serve
+# The reference engine's full batch (--max-num-seqs, its default) and queue-flood's admission
+# (--flood-max-num-seqs, its default).
+MAX_NUM_SEQS = 16
+FLOOD_SEQS = 1
 
 # The engine of every drill: the defaults (tiny model, 16 sequences, 1 torch thread on a small
 # machine, worker at nice 5 on CPU) plus what a scenario adds.
@@ -52,16 +70,22 @@ class Scenario:
     injections: tuple[str, ...]
     expected: str | None  # None: nothing may fire (healthy)
     why: str
-    deadline_s: float  # from the start of the load
     look: str | None = "starved"  # replayed GPU; None: the real GPU through NVML
     allowed: dict[str, str] = field(default_factory=dict)  # co-firing alert -> reason
     engine_args: tuple[str, ...] = ()
     gpu: bool = False
     rules_config: str = ""  # site config of the rule pack (YAML), for Prometheus and diagnose
-    load: Load = LOAD
-    load_why: str = ""  # why a drill runs another load than LOAD
+    load: Load = LOAD  # before sizing (drills.sizing)
     engine: str = "reference"  # or a third-party engine (EXTERNAL_ENGINES)
     restart_at_s: float | None = None  # the engine is killed and started again then
+    sizing: str = KEEP_UP_DRILL
+    admitted: int = MAX_NUM_SEQS  # the sequences the engine admits at once in this drill
+    full: int = MAX_NUM_SEQS  # the engine's full batch
+    onset_s: float = ONSET_S  # for the cause to show once the load runs (drills.timing)
+    quiet_s: float | None = None  # a healthy drill's watch, where a budget sets it (GPU)
+    quiet_why: str = ""
+    # Who reads the GPUs (exporter.lab.layouts; the rules: that layout's fast profile).
+    layout: str = DEFAULT_LAYOUT
 
     def site_config(self) -> str:
         """The rule pack's site config this drill runs with (empty: the defaults)."""
@@ -80,36 +104,30 @@ SCENARIOS: tuple[Scenario, ...] = (
             "CPU-side drills: every GPU-gated signature is armed, so the quiet run shows that "
             "their CPU-side halves stay false"
         ),
-        deadline_s=150.0,
     ),
     Scenario(
         name="tokenizer-slow",
         injections=("tokenizer-slow",),
         expected=TOKENIZER,
         why=(
-            "the probe's ~512-token prompt takes the pure-Python BPE path (7-10x the Rust "
-            "one) on the engine's single tokenizer thread, longer than one decode step"
+            "the probe's ~512-token prompt takes the pure-Python BPE path on the engine's "
+            "single tokenizer thread, held to three of the decode steps measured at the full "
+            "batch, the longest: the tokenizer is slower than a decode step on any machine"
         ),
-        load=Load(rate=1.0),
-        load_why=(
-            "at 2 requests/s the batch holds about three sequences and a decode step takes "
-            "5-7 ms, inside the 5-7.5 ms bucket of the inter-token histogram, whose "
-            "interpolated median can reach the slow tokenizer's 7-8 ms; at 1 request/s the "
-            "batch is one or two sequences and the step stays well below it"
-        ),
-        deadline_s=240.0,
     ),
     Scenario(
         name="frontend-gil",
         injections=("frontend-gil",),
+        # No pre-processing until the load starts: the calibration measures the engine.
+        engine_args=("--gil-request-ms", "0", "--gil-chunk-ms", "0"),
         expected=FRONTEND,
         why=(
-            "pure-Python pre-processing (500 ms of CPU per request, a whole core at 2 "
-            "requests/s; two requests at a time, the rest wait for a turn) and post-processing "
-            "of every chunk run in the event-loop thread: it sits above 90 % of a core while "
-            "the GPU is starved, and still answers the engine's /metrics between its slices"
+            "pure-Python pre-processing (CPU time per request sized to offer one and a half "
+            "cores at the load's rate; two requests at a time, the rest wait for a turn) and "
+            "post-processing of every chunk run in the event-loop thread: it sits above 90 % "
+            "of a core while the GPU is starved, and still answers the engine's /metrics "
+            "between its slices"
         ),
-        deadline_s=240.0,
         allowed={
             TOKENIZER: (
                 "the tokenizer probe's two round trips queue behind the saturated event loop "
@@ -132,11 +150,12 @@ SCENARIOS: tuple[Scenario, ...] = (
         injections=("queue-flood",),
         expected=QUEUE_WAIT,
         why=(
-            "the scheduler admits one sequence at a time: the offered 2 requests/s exceed "
-            "what it admits, requests wait in the queue for most of their latency"
+            "the scheduler admits one sequence at a time: the load offers three times what one "
+            "sequence serves (measured), requests wait in the queue for most of their latency"
         ),
-        deadline_s=200.0,
         look="busy",
+        sizing=OVERLOAD_DRILL,
+        admitted=FLOOD_SEQS,
         allowed={
             TOKENIZER: (
                 "with one sequence admitted every decode step runs at batch 1, about 2 ms on "
@@ -150,10 +169,12 @@ SCENARIOS: tuple[Scenario, ...] = (
         injections=("cpu-contention",),
         expected=STARVED,
         why=(
-            "four busy-looping processes per CPU take the host's CPU: the engine falls behind "
-            "the offered load, the queue grows while the GPU idles"
+            "four busy-looping processes per CPU take the host's CPU: the load offers three "
+            "times the most the contended engine's full batch could serve (measured with the "
+            "busy-loopers running; the drill's own load where that is more), the queue grows "
+            "while the GPU idles"
         ),
-        deadline_s=180.0,
+        sizing=OVERLOAD_DRILL,
         allowed={
             QUEUE_WAIT: (
                 "a growing queue is, after a while, most of every request's latency: the "
@@ -176,7 +197,6 @@ SCENARIOS: tuple[Scenario, ...] = (
             "the loopback UDP flood keeps NET_RX softirq at 15 % of the node's CPU time, three "
             "times the threshold"
         ),
-        deadline_s=170.0,
     ),
     # GPU-only: the same harness on a real GPU (bench/gpu/run.sh), NVML instead of a replay.
     Scenario(
@@ -187,8 +207,11 @@ SCENARIOS: tuple[Scenario, ...] = (
             "the same load with nothing injected on the real GPU: the GPU-side signatures read "
             "NVML (utilisation samples, GPM bandwidth, memory) and must stay quiet"
         ),
-        # Short: a lent GPU's minutes go to the injected drills (bench/gpu/run.sh).
-        deadline_s=60.0,
+        quiet_s=60.0,
+        quiet_why=(
+            "a lent GPU's minutes go to the injected drills (bench/gpu/run.sh): a minute, "
+            "shorter than the slowest GPU signature's window and `for`"
+        ),
         look=None,
         gpu=True,
     ),
@@ -200,7 +223,6 @@ SCENARIOS: tuple[Scenario, ...] = (
             "a synchronous 4 GiB copy from pageable memory every 24 steps leaves the GPU "
             "idle between bursts of kernels: utilisation samples pulse"
         ),
-        deadline_s=200.0,
         look=None,
         gpu=True,
         allowed={
@@ -216,7 +238,6 @@ SCENARIOS: tuple[Scenario, ...] = (
             "the cache takes 96 % of device memory: usage stays above 90 %, sequences are "
             "preempted"
         ),
-        deadline_s=200.0,
         look=None,
         gpu=True,
         allowed={
@@ -226,32 +247,24 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
 )
 
-DECODE_OVERHEAD_MS = 60
-
 SCENARIOS += (
     Scenario(
         name="decode-overhead",
         injections=("decode-overhead",),
         expected=DECODE,
         why=(
-            f"{DECODE_OVERHEAD_MS} ms of host work on the model worker's step path before every "
-            "decode step: each step takes several times its floor (the time its weight and KV "
-            "reads take at the rate this host's kernels stream them, the trace's peak) while "
-            "the replayed GPU's memory bus stays under half busy"
+            "host work on the model worker's step path before every decode step, six decode "
+            "steps' worth (measured at the two sequences the load keeps running): each step "
+            "takes several times its floor (the time its weight and KV reads take at the rate "
+            "this host's kernels stream them, the trace's peak) while the replayed GPU's "
+            "memory bus stays under half busy"
         ),
-        engine_args=("--decode-overhead-ms", str(DECODE_OVERHEAD_MS)),
-        load=Load(rate=0.5),
-        load_why=(
-            "at 2 requests/s the slowed steps would fill the 16-sequence batch and the queue "
-            "would grow: the starved-queue signature (critical) would then outrank the cause; "
-            "at 0.5 requests/s the engine keeps up with the overhead"
-        ),
-        deadline_s=200.0,
+        # No overhead until the load starts: the calibration measures the plain step.
+        engine_args=("--decode-overhead-ms", "0"),
         allowed={
             STARVED: (
-                "on a machine slower than the one the load was sized on the slowed steps may "
-                "not keep up: the queue grows while the GPU waits, the consequence of the "
-                "overhead"
+                "should the machine slow down after the calibration the slowed steps may not "
+                "keep up: the queue grows while the GPU waits, the consequence of the overhead"
             ),
             QUEUE_WAIT: "the growing queue is, after a while, most of every request's latency",
         },
@@ -280,7 +293,7 @@ SCENARIOS += (
             "signatures:\n  InferenceHBMBandwidthSaturated:\n    for: 5m\n"
         ),
         engine_args=("--hbm-saturation-after", str(HBM_AFTER_S)),
-        deadline_s=250.0,
+        onset_s=HBM_AFTER_S + ONSET_S,
         look=None,
         gpu=True,
         allowed={
@@ -288,6 +301,20 @@ SCENARIOS += (
             QUEUE_WAIT: "slower decoding makes requests wait longer in the queue",
         },
     ),
+)
+
+# --- layouts (issue 33 item 4) -----------------------------------------------------------------
+#
+# Every drill runs in the chart's default layout, ``node`` (a node agent reads the GPUs, the
+# sidecar has no NVML, Prometheus loads ``fast-node``), but one CPU drill in each other layout:
+# softirq in the sidecar layout (its signature reads the node's CPU, which every sidecar
+# reads), frontend-gil in the dcgm layout (its signature is GPU-gated: the starved GPU is read
+# through dcgm-exporter's utilisation and the ``fast-dcgm`` rules' join to the pod). Both are
+# among the quickest (118 s). Third-party engines and the disaggregated pair run in the node
+# layout.
+OTHER_LAYOUTS = {"softirq": "sidecar", "frontend-gil": "dcgm"}
+SCENARIOS = tuple(
+    replace(s, layout=OTHER_LAYOUTS[s.name]) if s.name in OTHER_LAYOUTS else s for s in SCENARIOS
 )
 
 CPU_SCENARIOS = tuple(s for s in SCENARIOS if not s.gpu)
@@ -335,28 +362,34 @@ LLAMA_RESTART_S = 50.0
 
 # Short prompts; llama-server at 3 requests/s of 128 tokens (384 tokens/s: its tiny model
 # decodes a token in under a millisecond, so the healthy engine needs a fraction of a core,
-# more than the contended one gets), Triton at 2 requests/s of 192 tokens (one instance then
-# falls behind in queue-flood, four keep up).
+# more than the contended one gets), Triton at 2 requests/s of 192 tokens; each sized to what
+# the engine serves as the reference engine's drills are (drills.sizing).
 EXTERNAL_LOADS = {
     "llamacpp": Load(rate=3.0, prompt_tokens=64, output_tokens=128),
     "triton": Load(rate=2.0, prompt_tokens=64, output_tokens=192),
 }
+# The engines' slots (llama-server's --parallel, Triton's model instances) as the drills run
+# them; queue-flood admits one.
+EXTERNAL_SLOTS = {"llamacpp": LLAMA_PARALLEL, "triton": TRITON_INSTANCES}
 
 
 def _external(
     engine: str, base: Scenario, expected: str | None, why: str, **kw: object
 ) -> Scenario:
+    slots = EXTERNAL_SLOTS[engine]
     return Scenario(
         name=base.name,
         injections=base.injections,
         expected=expected,
         why=why,
-        deadline_s=float(kw.get("deadline_s", base.deadline_s)),  # type: ignore[arg-type]
         look=base.look,
         allowed=dict(kw.get("allowed", {})),  # type: ignore[call-overload]
         load=EXTERNAL_LOADS[engine],
         engine=engine,
         restart_at_s=kw.get("restart_at_s"),  # type: ignore[arg-type]
+        sizing=base.sizing,
+        admitted=min(slots, base.admitted),
+        full=slots,
     )
 
 
@@ -372,10 +405,9 @@ def _external_matrix() -> tuple[Scenario, ...]:
                 "killed (SIGKILL) and started again on the same port: its counters start from "
                 "zero, the polls fail for a few seconds, and nothing may fire"
             ),
-            deadline_s=120.0,
             restart_at_s=LLAMA_RESTART_S,
         ),
-        _external("triton", base["healthy"], None, "nothing injected", deadline_s=120.0),
+        _external("triton", base["healthy"], None, "nothing injected"),
         _external(
             "llamacpp",
             base["queue-flood"],
@@ -384,17 +416,16 @@ def _external_matrix() -> tuple[Scenario, ...]:
                 "one slot (--parallel 1): a request that arrives while it is busy is deferred "
                 "(llamacpp:requests_deferred), but llama-server exports no queue time, so "
                 "InferenceQueueWaitDominatesLatency cannot fire, and on the busy GPU nothing "
-                "else may"
+                "else may; the load offers three times what one slot serves, as for the others"
             ),
-            deadline_s=120.0,
         ),
         _external(
             "triton",
             base["queue-flood"],
             QUEUE_WAIT,
             (
-                "one model instance (--instances 1) takes about 0.65 s a request: at 2 requests/s "
-                "the rest wait in Triton's queue (nv_inference_queue_duration_us)"
+                "one model instance (--instances 1): the load offers three times what it serves "
+                "(measured), the rest wait in Triton's queue (nv_inference_queue_duration_us)"
             ),
         ),
         _external(
@@ -402,9 +433,9 @@ def _external_matrix() -> tuple[Scenario, ...]:
             base["cpu-contention"],
             STARVED,
             (
-                "four busy-looping processes per CPU take the host: llama-server's two threads "
-                "decode slower than the offered load, its deferred requests grow while the GPU "
-                "idles"
+                "four busy-looping processes per CPU take the host: the load offers three times what "
+                "the contended llama-server serves (or its own, where that is more), its "
+                "deferred requests grow while the GPU idles"
             ),
         ),
         _external("llamacpp", base["softirq"], SOFTIRQ, base["softirq"].why),
@@ -449,13 +480,17 @@ class DisaggScenario:
     injections: tuple[str, ...]
     signature: str | None  # the signature the drill is for; None: healthy
     why: str
-    deadline_s: float
     engine_args: tuple[str, ...] = ()
     prefill_args: tuple[str, ...] = ()
-    load: Load = LOAD
-    load_why: str = ""
+    load: Load = LOAD  # before sizing (drills.sizing)
+    load_why: str = ""  # why the drill starts from another load than DISAGG_LOAD
     allowed: dict[str, str] = field(default_factory=dict)  # co-firing alert -> reason
     look: str = "starved"
+    sizing: str = KEEP_UP_DRILL
+    admitted: int = MAX_NUM_SEQS  # the decode engine's slots
+    full: int = MAX_NUM_SEQS
+    onset_s: float = ONSET_S
+    layout: str = DEFAULT_LAYOUT  # who reads the GPUs (Scenario.layout)
 
 
 DISAGG_LOAD = Load(rate=2.0, prompt_tokens=256, output_tokens=64)
@@ -476,9 +511,6 @@ DISAGG_SCENARIOS: tuple[DisaggScenario, ...] = (
             "`InferenceHostLatencyShareHigh` goes pending; on a machine at load 10 "
             "`InferenceDecodeOverheadBound` held too"
         ),
-        # The pool-short signatures' cold-start guard holds from a minute after Prometheus's
-        # first scrape, their `for` is 30 s: 100 s covers the earliest any could fire.
-        deadline_s=100.0,
         load=DISAGG_LOAD,
     ),
     DisaggScenario(
@@ -486,30 +518,32 @@ DISAGG_SCENARIOS: tuple[DisaggScenario, ...] = (
         injections=("kv-transfer-slow",),
         signature=KV_BOUND,
         why=(
-            "the decode server reads each request's 2 MiB cache at 4 MiB/s: the transfer "
-            "takes about half a second, most of the time to first token (a healthy pair's "
-            "transfer took 4 % of it), while decode has free slots"
+            "the decode server reads each request's 2 MiB cache over a link throttled so that "
+            "the transfer takes twice the pair's measured time to first token: most of the "
+            "time to first token (a healthy pair's transfer took 4 % of it), while decode has "
+            "free slots. vLLM counts a request whose KV cache is still crossing the link as "
+            "waiting, and so does the reference engine: the rate keeps 0.1 requests reading "
+            "on average (0.3 at most, where fewer would finish 0.25 a second) (at 2 requests/s the half-second transfers kept a mean of one request "
+            "in the decode server's queue, the decode pool looked short and the signature's "
+            "'decode has no queue' never held)"
         ),
-        deadline_s=120.0,
-        load=Load(rate=0.5, prompt_tokens=256, output_tokens=64),
-        load_why=(
-            "vLLM counts a request whose KV cache is still crossing the link as waiting, and "
-            "so does the reference engine: at 2 requests/s the half-second transfers kept a "
-            "mean of one request in the decode server's queue, the decode pool looked short "
-            "and the signature's 'decode has no queue' never held; at 0.5 requests/s about "
-            "0.3 wait"
-        ),
+        # The link unthrottled until the load starts: the calibration measures the pair.
+        engine_args=("--kv-link-mib-s", "100000"),
+        load=DISAGG_LOAD,
     ),
     DisaggScenario(
         name="decode-pool-short",
         injections=("decode-pool-short",),
         signature=DECODE_SHORT,
         why=(
-            "the decode server admits one sequence at a time: requests wait for a decode slot, "
-            "its queue grows, while the prefill server runs each prompt once and idles"
+            "the decode server admits one sequence at a time: the load offers three times what it "
+            "serves (measured), requests wait for a decode slot, its queue grows, while the "
+            "prefill server runs each prompt once and idles (requests decode twelve times as "
+            "long as their first token takes: the prefill server a quarter busy)"
         ),
         engine_args=("--decode-pool-slots", "1"),
-        deadline_s=120.0,
+        sizing=OVERLOAD_DRILL,
+        admitted=1,
         # A decode engine decoding its one sequence back to back keeps its GPU busy (as in the
         # queue-flood drill): a starved-looking one with the growing queue would add the
         # critical InferenceGPUStarvedQueueGrowing, which diagnose ranks first.
@@ -521,11 +555,35 @@ DISAGG_SCENARIOS: tuple[DisaggScenario, ...] = (
             ),
         },
         load=Load(rate=2.0, prompt_tokens=256, output_tokens=512),
-        load_why=(
-            "512 output tokens at one sequence a time take about a second even on a quiet "
-            "machine (2 ms a token), twice the half second between requests (256 took 0.5 s "
-            "there: the queue only hovered)"
-        ),
+        load_why="up to 512 output tokens, so that decoding can take twelve times the prefill",
     ),
 )
 DISAGG_BY_NAME = {s.name: s for s in DISAGG_SCENARIOS}
+
+
+# --- how long each drill waits ---------------------------------------------------------------
+
+# The signatures the CPU matrix fires: a healthy drill stays quiet as long as the slowest of
+# them would take to fire.
+CPU_DRILLED = tuple(dict.fromkeys(s.expected for s in CPU_SCENARIOS if s.expected))
+
+
+def deadline(scenario: Scenario | DisaggScenario) -> Deadline:
+    """How long the drill waits after its load starts (drills.timing): an injected drill for
+    its alert's windows, ``for``, onset and lag; a healthy one for the slowest of the alerts it
+    guards against (the CPU matrix's, or the pool family's), or its stated budget. The timings
+    are those of the profile the drill's Prometheus loads (its layout's)."""
+    profile = rule_profile(scenario.layout)
+    if isinstance(scenario, DisaggScenario):
+        if scenario.signature is not None:
+            return fire_deadline(
+                scenario.signature, DISAGG_SITE_CONFIG, onset_s=scenario.onset_s, profile=profile
+            )
+        return quiet_deadline(POOL_ALERTS, DISAGG_SITE_CONFIG, profile)
+    if scenario.expected is not None:
+        return fire_deadline(
+            scenario.expected, scenario.site_config(), onset_s=scenario.onset_s, profile=profile
+        )
+    if scenario.quiet_s is not None:
+        return Deadline(scenario.quiet_s, scenario.quiet_why)
+    return quiet_deadline(CPU_DRILLED, scenario.site_config(), profile)

@@ -16,13 +16,20 @@ import re
 from pathlib import Path
 
 import pytest
-from drills.harness import POSTMORTEM, DisaggResult, run_disagg_drill
-from drills.scenarios import DISAGG_SCENARIOS, KV_SHARE_BOUND, POOL_ALERTS, DisaggScenario
+from drills.harness import POSTMORTEM, DisaggResult, noting_failure, run_disagg_drill
+from drills.scenarios import (
+    DISAGG_SCENARIOS,
+    KV_SHARE_BOUND,
+    POOL_ALERTS,
+    DisaggScenario,
+    deadline,
+)
 
 from exporter.signatures.render import runbook_url
 from exporter.signatures.site import load_config
 
-DRILL_TIMEOUT_S = 300
+# Beside its deadline: the pair's start, the calibration, the page and diagnose, shutdown.
+DRILL_OVERHEAD_S = 2 * 240 + 2 * 120 + 60 + 60
 DECODE_SLOTS = 16  # the decode engine's --max-num-seqs (the default)
 
 
@@ -45,8 +52,16 @@ def _explain(result: DisaggResult) -> str:
 
 
 def check_transfers(result: DisaggResult) -> None:
-    """Every request's cache crossed the link and none failed or expired."""
-    assert result.delta("decode", "vllm:nixl_xfer_time_seconds_count") >= 10, _explain(result)
+    """Every request's cache crossed the link and none failed or expired. Counted against the
+    requests the decode server finished (the engine's counters since its start), not against a
+    fixed number: a drill sized to a slow machine runs few requests (kv-transfer-slow keeps
+    0.3 requests reading a cache that takes twice the time to first token: about 5 requests
+    between the warm-up and the alert at a measured time to first token of 1.2 s)."""
+    _, last = result.window("decode")
+    finished = last.get("vllm:request_success_total", 0.0)
+    assert finished > 0, _explain(result)
+    assert last.get("vllm:nixl_xfer_time_seconds_count", 0.0) >= finished, _explain(result)
+    assert result.delta("decode", "vllm:nixl_xfer_time_seconds_count") >= 1, _explain(result)
     assert result.delta("decode", "vllm:nixl_bytes_transferred_sum") > 0
     assert result.delta("decode", "vllm:nixl_num_failed_transfers_total") == 0
     assert result.delta("prefill", "vllm:nixl_num_kv_expired_reqs_total") == 0
@@ -78,7 +93,10 @@ def check_kv_transfer_slow(scenario: DisaggScenario, result: DisaggResult) -> No
 def check_decode_pool_short(scenario: DisaggScenario, result: DisaggResult) -> None:
     waiting = result.gauge("decode", "vllm:num_requests_waiting")
     assert waiting[-1] >= 5 and waiting[-1] > waiting[0], f"no decode queue{_explain(result)}"
-    assert max(result.gauge("prefill", "vllm:num_requests_waiting")) == 0, _explain(result)
+    # The prefill pool keeps up: its queue's mean, as check_healthy reads the decode one's (on a
+    # machine at load 15 a moment's queue of 2 came and went at 20% busy).
+    prefill_waiting = result.gauge("prefill", "vllm:num_requests_waiting")
+    assert sum(prefill_waiting) / len(prefill_waiting) <= 0.5, _explain(result)
     prefill_running = result.gauge("prefill", "vllm:num_requests_running")
     assert sum(prefill_running) / len(prefill_running) <= 0.5, _explain(result)
 
@@ -89,7 +107,8 @@ def check_fired(scenario: DisaggScenario, result: DisaggResult) -> None:
     assert expected is not None
     fired = result.fired()
     assert expected in fired, (
-        f"{expected} did not fire within {scenario.deadline_s:.0f}s{_explain(result)}"
+        f"{expected} did not fire within {result.sized.deadline_s:.0f}s"
+        f" ({result.sized.deadline_how}){_explain(result)}"
     )
     unexpected = sorted(set(fired) - {expected} - set(scenario.allowed))
     assert not unexpected, f"unexpected alerts fired: {unexpected}{_explain(result)}"
@@ -151,8 +170,15 @@ def test_every_scenario_has_its_checks() -> None:
     assert set(CHECKS) == {s.name for s in DISAGG_SCENARIOS}
 
 
-@pytest.mark.timeout(DRILL_TIMEOUT_S)
-@pytest.mark.parametrize("scenario", DISAGG_SCENARIOS, ids=[s.name for s in DISAGG_SCENARIOS])
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        pytest.param(
+            s, id=s.name, marks=pytest.mark.timeout(deadline(s).seconds + DRILL_OVERHEAD_S)
+        )
+        for s in DISAGG_SCENARIOS
+    ],
+)
 def test_disagg_drill(
     scenario: DisaggScenario,
     tmp_path_factory: pytest.TempPathFactory,
@@ -161,6 +187,11 @@ def test_disagg_drill(
 ) -> None:
     result = run_disagg_drill(scenario, tmp_path_factory.mktemp(f"disagg-{scenario.name}"))
     disagg_results[scenario.name] = result
+    with noting_failure(result):
+        check_disagg(scenario, result)
+
+
+def check_disagg(scenario: DisaggScenario, result: DisaggResult) -> None:
     assert not result.error, result.error + _explain(result)
     assert result.missed_polls <= 3, f"{result.missed_polls} engine polls failed{_explain(result)}"
     assert result.load is not None and result.load["completed"] > 0, result.load

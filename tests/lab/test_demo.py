@@ -1,8 +1,12 @@
-"""``demo``: everything starts, the view shows it, Ctrl-C stops every process it started."""
+"""``demo``: everything starts in the chart's default layout (a node agent beside the NVML-less
+sidecar), the view shows it, Ctrl-C stops every process it started. The sidecar layout's stack
+runs in tests/lab/test_roofline.py, its configuration in tests/lab/test_stack.py."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import json
 import os
 import re
 import shutil
@@ -10,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +25,11 @@ from rich.console import Console
 from rich.text import Text
 from support.paths import ROOT
 
-from exporter.lab.processes import child_pythonpath, find_binary
+from exporter.lab import demo
+from exporter.lab.demo import DEMO_LABELS
+from exporter.lab.layouts import LAYOUTS, Kubelet, Node, rule_profile
+from exporter.lab.processes import child_pythonpath, find_binary, http_get, stop_process
+from exporter.lab.stack import Stack, StackConfig
 
 SHOTS = ROOT / "build" / "screenshots"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -47,6 +56,105 @@ def _started_by(workdir: Path) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.parametrize(
+    ("layout", "reader"),
+    [("node", "node agent"), ("sidecar", ""), ("dcgm", "dcgm-exporter")],
+)
+def test_the_header_says_the_layout_and_who_reads_the_gpus(
+    tmp_path: Path, layout: str, reader: str
+) -> None:
+    args = demo.parser().parse_args([] if layout == "node" else ["--layout", layout])
+    assert args.layout == layout  # node unless asked
+    stack = Stack(StackConfig(workdir=tmp_path, layout=args.layout, target_labels=DEMO_LABELS))
+    stack.engine_url, stack.sidecar_url = "http://127.0.0.1:8000", "http://127.0.0.1:10960"
+    stack.prometheus_url = "http://127.0.0.1:9090"
+    if reader:
+        stack.nodes = [Node(0, layout, Kubelet([]), "http://127.0.0.1:10961", None, lambda: None)]
+    header = demo._header(stack, frozenset(), "replay of a trace")
+    assert header[1].startswith(f" layout     {layout}: {LAYOUTS[layout]}; --layout "), header
+    places = [line.split()[0] for line in header[2:] if line.strip()]
+    reads = [line for line in header if "127.0.0.1:10961/metrics" in line]
+    assert len(reads) == (1 if reader else 0) and (not reader or reads[0].startswith(f" {reader}"))
+    assert ("(no NVML)" in header[3]) == bool(reader), header[3]
+    assert f"({rule_profile(layout)} rules)" in "\n".join(header)
+    assert places[:2] == ["engine", "sidecar"]
+    title = demo._screen_state(stack, frozenset(), "replay of a trace").title
+    assert title.startswith(f"inference-bottleneck-exporter demo ({layout} layout) - ")
+
+
+def test_a_layout_the_lab_does_not_know_is_refused_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        demo.main(["--layout", "nodes"])
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--layout: invalid choice: 'nodes' (choose from" in lines[0], lines
+
+
+def pod_gpu_utilization(prometheus: str) -> float | None:
+    """The demo pod's GPU utilisation record in the demo's Prometheus, if it has one yet."""
+    query = 'inference:gpu_utilization:mean30s{namespace="demo",pod="reference-0"}'
+    status, body = http_get(
+        f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    )
+    result = json.loads(body)["data"]["result"] if status == 200 else []
+    return float(result[0]["value"][1]) if result else None
+
+
+def _demo(workdir: Path, log: Path, *flags: str) -> subprocess.Popen[bytes]:
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "exporter.cli", "demo", "--workdir", str(workdir), *flags],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"},
+        )
+
+
+def _stop_demo(proc: subprocess.Popen[bytes]) -> None:
+    """A test's teardown: the demo stopped as SIGTERM stops it (each child waited for), then
+    anything it started that still runs killed, so a failed test leaves nothing behind."""
+    if proc.poll() is not None:
+        return
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    stop_process(proc, 60)
+    for left in psutil.wait_procs(tree, timeout=10)[1]:
+        with contextlib.suppress(psutil.Error):
+            left.kill()
+
+
+@pytest.mark.timeout(150)
+def test_sigterm_while_the_demo_starts_stops_what_it_started(tmp_path: Path) -> None:
+    """SIGTERM once the node agent and the engine (with its softirq helper) run and the rest
+    is starting: the demo stops and waits for each child, and exits 130."""
+    workdir = tmp_path / "demo"
+    log = tmp_path / "demo.out"
+    proc = _demo(workdir, log, "--inject", "softirq", "--plain", "--duration", "100s")
+    try:
+        engine = workdir / "engine.log"
+        deadline = time.monotonic() + 100
+        while time.monotonic() < deadline and not (
+            engine.exists() and "listening on" in engine.read_text()
+        ):
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        names = " ".join(" ".join(p.cmdline()) for p in tree)
+        assert "exporter.lab.refengine" in names and "--podresources.socket" in names, names
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    finally:
+        _stop_demo(proc)
+    assert proc.returncode == 130, log.read_text()
+    alive = psutil.wait_procs(tree, timeout=10)[1]
+    assert not alive, [p.cmdline() for p in alive]
+    assert not _started_by(workdir)
+
+
 @pytest.mark.timeout(200)
 def test_demo_runs_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     if not (find_binary("prometheus") and find_binary("alertmanager", "prometheus-alertmanager")):
@@ -71,21 +179,37 @@ def test_demo_runs_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
             time.sleep(0.5)
         text = log.read_text()
         assert " host CPU " in text, text
+        # The node layout: the GPU the node agent reads is the demo pod's, in the screen (the
+        # agent's GPU series) and in Prometheus (the fast-node rules' join to the pod).
+        assert re.search(r" GPU        utilisation \d+ % \(mean of 1 GPU\)", text), text
+        match = re.search(r" Prometheus (http://127\.0\.0\.1:\d+)/alerts", text)
+        assert match, text
+        util = pod_gpu_utilization(match[1])
+        while util is None and time.monotonic() < deadline:
+            time.sleep(1)
+            util = pod_gpu_utilization(match[1])
+        # Positive: the rate's window is not full yet (its first values read low).
+        assert util is not None and util > 0, util
         children = _started_by(workdir)
-        assert len(children) >= 4, text  # engine, sidecar, Prometheus, Alertmanager
+        assert len(children) >= 5, text  # engine, sidecar, node agent, Prometheus, Alertmanager
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        _stop_demo(proc)
     text = log.read_text()
     assert proc.returncode == 0, text
     for needle in (
         "injected: softirq",
+        "in the node layout...",
+        " layout     node: the node agent reads the GPUs and the kubelet names their pod",
+        "; --layout sidecar or dcgm for the others",
         " engine     http://127.0.0.1:",
         " sidecar    http://127.0.0.1:",
+        "(no NVML)",
+        " node agent http://127.0.0.1:",
+        "(a stand-in kubelet gives demo/reference-0 its GPUs)",
         " Prometheus http://127.0.0.1:",
+        "(fast-node rules)",
         " Alertmanager http://127.0.0.1:",
         "replay of the 'starved' drill trace",
         " load       2 req/s offered",
@@ -202,10 +326,14 @@ def test_demo_screen_in_a_real_terminal(tmp_path: Path) -> None:
             "GPU, tokenizer and busiest-thread readings",
         )
         assert len(lines) == 24 and all(len(line) <= 80 for line in lines)
-        assert lines[0].startswith("inference-bottleneck-exporter demo - injected: frontend-gil")
-        assert re.match(
-            r" engine 127\.0\.0\.1:\d+ · sidecar 127\.0\.0\.1:\d+ · Prometheus", lines[1]
+        assert lines[0].startswith(
+            "inference-bottleneck-exporter demo (node layout) - injected: frontend-gil"
         )
+        assert re.match(
+            r" engine 127\.0\.0\.1:\d+ · sidecar 127\.0\.0\.1:\d+ · node agent 127\.0\.0\.1:",
+            lines[1],
+        ), lines[1]
+        assert lines[2].startswith(" GPU: read by the node agent: replay of the "), lines[2]
         assert any(line.startswith(" state    since     signature") for line in lines) or any(
             "signatures: none pending or firing" in line for line in lines
         )
@@ -226,6 +354,7 @@ def test_demo_screen_in_a_real_terminal(tmp_path: Path) -> None:
             20,
             "the full addresses on a larger window",
         )
+        assert any(x.startswith(" node agent   http://127.0.0.1:") for x in large), large
         assert all(len(line) <= 160 for line in large)
         tmux.wait_for(lambda s: s != large, 30, "a redraw")
         _as_image("\n".join(tmux.screen("-e")), "demo", 160, 48)
@@ -256,7 +385,7 @@ def test_demo_screen_in_a_real_terminal(tmp_path: Path) -> None:
         shell = psutil.Process(int(tmux("display", "-p", "-t", "demo", "#{pane_pid}")))
         demo = next(p for p in shell.children() if "exporter.cli" in " ".join(p.cmdline()))
         children = [demo, *demo.children(recursive=True)]
-        assert len(children) >= 5  # engine, sidecar, Prometheus, Alertmanager
+        assert len(children) >= 6  # the demo, engine, sidecar, node agent, Prometheus, AM
         tmux("send-keys", "-t", "demo", "q")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not rc.exists():

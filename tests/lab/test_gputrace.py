@@ -10,6 +10,7 @@ from exporter.backends.replay import parse_trace
 from exporter.hardware.gpus import peaks_of, product_of
 from exporter.lab.refengine.gputrace import (
     DEVICE_NAME,
+    FLOPS_PER_CLOCK,
     LOOKS,
     SCENARIO_LOOK,
     HostPeaks,
@@ -53,6 +54,30 @@ def test_host_peaks_come_back_from_the_replayed_nvml_facts() -> None:
     assert "facts" not in json.loads(trace_lines("starved")[0])["gpus"][0]
 
 
+def test_a_slowed_worker_replays_a_gpu_as_much_slower() -> None:
+    """--worker-slowdown 8 stands in for an accelerator 8x slower: its replayed peaks are the
+    host's divided by 8, so the decode floor stays as far from the (slowed) step."""
+    slow = HOST.slowed(8.0)
+    assert HOST.slowed(1.0) == HOST
+    gpu = parse_trace(trace_lines("starved", host=slow), "starved").gpus[0]
+    peaks = peaks_of(gpu.name, gpu.facts)
+    assert peaks.memory_bandwidth == pytest.approx(HOST.memory_bandwidth / 8, rel=1e-2)
+    # NVML clocks are whole MHz: within half a clock's worth of FLOPs.
+    half_mhz = FLOPS_PER_CLOCK * 1e6 / 2
+    assert peaks.flops["bf16"] == pytest.approx(HOST.matmul_flops / 8, abs=half_mhz)
+    assert "slowdown 8" in slow.how
+
+
+def test_the_replayed_gpu_gets_the_share_of_the_host_a_thread_gets_now() -> None:
+    quiet = HostPeaks(memory_bandwidth=10e9, matmul_flops=100e9, sustained_bandwidth=11e9)
+    assert quiet.available() == quiet  # no slower than its fastest pass: the hardware
+    busy = HostPeaks(memory_bandwidth=10e9, matmul_flops=100e9, sustained_bandwidth=4e9)
+    shared = busy.available()
+    assert (shared.memory_bandwidth, shared.matmul_flops) == (4e9, pytest.approx(40e9))
+    assert "40% of the fastest pass" in shared.how
+    assert HostPeaks(memory_bandwidth=10e9, matmul_flops=1e9).available().memory_bandwidth == 10e9
+
+
 def test_measure_host_measures_this_machine() -> None:
     host = measure_host(threads=1)
     assert host.threads == 1
@@ -60,3 +85,5 @@ def test_measure_host_measures_this_machine() -> None:
     assert 1e9 < host.memory_bandwidth < 1e13
     assert 1e9 < host.matmul_flops < 1e14
     assert "fastest of 10 passes" in host.how
+    # By the wall clock, back to back: never above the fastest pass by more than noise.
+    assert 0 < host.sustained_bandwidth < 1.3 * host.memory_bandwidth

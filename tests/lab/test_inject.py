@@ -169,7 +169,10 @@ def test_frontend_gil_preprocesses_a_bounded_number_of_requests_at_once(
 
     assert most in (0, GIL_REQUESTS_AT_ONCE)
     cfg = FrontendConfig(
-        model_name="ref", max_model_len=64, injections=frozenset(injections), gil_request_ms=6.0
+        model_name="ref",
+        max_model_len=64,
+        injections=frozenset(injections),
+        sizes={"gil_request_ms": 6.0},
     )
     frontend = Frontend(cfg, train(vocab_size=300), WorkerConfig(vocab_size=300, eos_id=0))
     inside = 0
@@ -203,3 +206,28 @@ def test_frontend_gil_preprocesses_a_bounded_number_of_requests_at_once(
     if injections:
         # the loop turned between the slices, at least once for each pair let through
         assert turns >= 12 // GIL_REQUESTS_AT_ONCE
+
+
+def test_slow_tokenizer_takes_at_least_its_size_per_token() -> None:
+    """tokenizer-slow at a size: the pure-Python path, then more pure-Python CPU of the
+    tokenizer's thread up to the size per token; the ids stay the tokenizer's."""
+    from exporter.lab.refengine.bpe import train  # noqa: PLC0415
+    from exporter.lab.refengine.server import Frontend, FrontendConfig  # noqa: PLC0415
+    from exporter.lab.refengine.worker import WorkerConfig  # noqa: PLC0415
+
+    tok = train(vocab_size=300)
+    cfg = FrontendConfig(
+        model_name="ref", max_model_len=64, injections=frozenset({"tokenizer-slow"})
+    )
+    frontend = Frontend(cfg, tok, WorkerConfig(vocab_size=300, eos_id=0))
+    text = "the river keeper counts boats in the evening"
+    assert frontend.injection()["sizes"] == {"tokenizer_slow_us_per_token": 0.0}
+    with pytest.raises(ValueError, match="decode-overhead is not injected"):
+        frontend.resize({"tokenizer_slow_us_per_token": 2000.0, "decode_overhead_ms": 1.0})
+    assert frontend.sizes["tokenizer_slow_us_per_token"] == 0.0  # all or nothing
+    frontend.resize({"tokenizer_slow_us_per_token": 2000.0})
+    began = time.thread_time()
+    ids = frontend._encode_slow(text)
+    took = time.thread_time() - began
+    assert ids == tok.encode(text)
+    assert took >= len(ids) * 0.002

@@ -63,6 +63,24 @@ def test_open_loop_load_and_summary(engine: Engine) -> None:
     assert summary["output_tokens_per_s"] > 0
 
 
+def test_closed_loop_keeps_its_concurrency_and_times_each_token(engine: Engine) -> None:
+    """--concurrency: a closed loop of exactly --requests requests, and TPOT per request."""
+    out = load(
+        "--url", engine.url, "--concurrency", "2", "--requests", "6", "--prompt-tokens", "32",
+        "--output-tokens", "12", "--output", "json", "--progress", "off",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert (summary["sent"], summary["completed"], summary["concurrency"]) == (6, 6, 2)
+    assert summary["offered_rate"] == 1.0  # unused by a closed loop; the default
+    tpot = summary["tpot_s"]["p50"]
+    assert tpot > 0 and 10 * tpot < summary["e2e_s"]["p50"]
+    assert "1 open at a time" in load(
+        "--url", engine.url, "--concurrency", "1", "--requests", "1", "--output-tokens", "2",
+        "--progress", "off",
+    ).stdout  # fmt: skip
+
+
 def _completed(engine: Engine) -> float:
     """Requests the engine finished so far (every finish reason)."""
     status, body = engine.request("GET", "/metrics", timeout=5)
@@ -99,6 +117,9 @@ def test_sigterm_prints_the_summary_so_far(engine: Engine) -> None:
     ("args", "message"),
     [
         (["--rate", "0"], "--rate"),
+        (["--rate", "2", "--concurrency", "2"], "not both"),
+        (["--requests", "3"], "--requests: "),
+        (["--concurrency", "9", "--max-in-flight", "4"], "--concurrency: "),
         (["--duration", "soon"], "--duration: "),
         (["--url", "ftp://x"], "not an http"),
         (["--url", "http://127.0.0.1:9", "--duration", "1s"], "cannot reach"),

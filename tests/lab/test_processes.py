@@ -1,10 +1,18 @@
-"""The launcher of Prometheus and Alertmanager (:mod:`exporter.lab.processes`)."""
+"""The launcher of Prometheus and Alertmanager, and how every child of the lab ends
+(:mod:`exporter.lab.processes`)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from exporter.lab import processes
@@ -54,3 +62,64 @@ def test_a_child_that_fails_otherwise_is_not_started_again(
     with pytest.raises(processes.StackError, match="alertmanager exited"):
         processes.start_alertmanager(tmp_path, "route: [not a route\n")
     assert len(picks) == 1
+
+
+# A lab that starts a child (spawn, as the Stack does), says its PID, then waits to be killed.
+LAB = """
+import sys, time
+from pathlib import Path
+from exporter.lab.processes import spawn
+child = spawn("sleeper", ["sleep", "120"], Path(sys.argv[1]))
+print(child.proc.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_child_dies_with_a_lab_killed_without_stopping_it(tmp_path: Path) -> None:
+    """SIGKILL to the lab (a test's timeout, the OOM killer) leaves no child running in its
+    own session: the parent-death signal ends it."""
+    lab = subprocess.Popen(
+        [sys.executable, "-c", LAB, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": processes.child_pythonpath()},
+    )
+    assert lab.stdout is not None
+    child = psutil.Process(int(lab.stdout.readline()))
+    try:
+        assert child.ppid() == lab.pid
+        # setpriv has set the signal once it has become the command
+        deadline = time.monotonic() + 10
+        while child.cmdline()[:1] != ["sleep"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lab.kill()
+        lab.wait(10)
+        gone, alive = psutil.wait_procs([child], timeout=10)
+        assert gone and not alive
+    finally:
+        processes.stop_process(lab, 5)
+        lab.stdout.close()
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+
+def test_a_signal_during_a_teardown_waits_for_it_to_finish() -> None:
+    """Ctrl-C and SIGTERM inside ``uninterrupted`` (a Stack stopping its children) act only
+    once the block is done, as they would have."""
+    done = []
+    with pytest.raises(KeyboardInterrupt), processes.uninterrupted():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # a handler would have run by now
+        done.append("stopped")
+    assert done == ["stopped"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda n, _f: seen.append(n))
+    try:
+        with processes.uninterrupted():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+            assert seen == []
+        assert seen == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,9 +1,10 @@
 """The roofline path on a CPU: the lab's engine and replayed GPU give the sidecar real facts.
 
-The stack (as the drills and the demo start it) runs the reference engine, which writes its
-model directory, and the sidecar with ``--model.path`` on it and a drill trace carrying this
-host's measured peaks: the sidecar's model collector and NVML replay turn them into the
-contract metrics, which must be the real model's and the host's.
+The stack (as the drills and the demo start it, here in the sidecar layout: ``demo --layout
+sidecar``) runs the reference engine, which writes its model directory, and the sidecar with
+``--model.path`` on it and a drill trace carrying this host's measured peaks: the sidecar's model
+collector and NVML replay turn them into the contract metrics, which must be the real model's
+and the host's.
 """
 
 from __future__ import annotations
@@ -45,7 +46,13 @@ def value(
 def test_sidecar_reports_the_reference_models_facts_and_the_hosts_peaks(tmp_path: Path) -> None:
     host = measure_host()
     trace = write_trace("starved", tmp_path / "trace.jsonl", host=host)
-    cfg = StackConfig(workdir=tmp_path / "stack", trace=trace, prometheus=False, alertmanager=False)
+    cfg = StackConfig(
+        workdir=tmp_path / "stack",
+        layout="sidecar",
+        trace=trace,
+        prometheus=False,
+        alertmanager=False,
+    )
     with Stack(cfg) as stack:
         deadline = time.monotonic() + 60
         metrics = scrape(stack.sidecar_url)

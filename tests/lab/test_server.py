@@ -186,6 +186,41 @@ def test_mfu_counters_add_up_the_work_of_each_step(engine: Engine) -> None:
     assert got[2] == 12 * 2 * 4 * 256 * 4  # keys and values of 12 positions
 
 
+def test_injections_are_resized_while_the_engine_runs(tmp_path: Path) -> None:
+    """POST /lab/injection: the decode overhead, zero at start-up, reaches the model worker
+    (every inter-token gap then holds its 40 ms of host work); bad sizes change nothing."""
+    eng = Engine(
+        tmp_path / "engine.log", "--inject", "decode-overhead", "--decode-overhead-ms", "0"
+    )
+    try:
+        status, body = eng.request("GET", "/lab/injection")
+        assert status == 200
+        assert json.loads(body) == {
+            "injections": ["decode-overhead"],
+            "sizes": {"decode_overhead_ms": 0.0},
+            "worker_slowdown": 1.0,
+        }
+        for bad, reason in (
+            ({"decode_overhead_ms": -1}, "must be from 0 to 10000"),
+            ({"decode_overhead_ms": "40"}, "must be a number"),
+            ({"gil_request_ms": 5}, "frontend-gil is not injected"),
+            ({"decode_overhead_ms": 40, "warp": 9}, "unknown size 'warp'"),
+        ):
+            status, body = eng.request("POST", "/lab/injection", bad)
+            assert status == 400 and reason in json.loads(body)["message"], body
+        assert json.loads(eng.request("GET", "/lab/injection")[1])["sizes"] == {
+            "decode_overhead_ms": 0.0
+        }
+        status, body = eng.request("POST", "/lab/injection", {"decode_overhead_ms": 40})
+        assert status == 200 and json.loads(body)["sizes"] == {"decode_overhead_ms": 40.0}
+        eng.request("POST", "/v1/completions", {"prompt": "a b c", "max_tokens": 5})
+        got = samples(eng)
+        gaps = got["vllm:inter_token_latency_seconds_count"].value
+        assert gaps == 4 and got["vllm:inter_token_latency_seconds_sum"].value >= 4 * 0.040
+    finally:
+        eng.stop()
+
+
 def test_sigterm_stops_engine_and_worker(tmp_path: Path) -> None:
     eng = Engine(tmp_path / "engine.log")
     took = eng.stop()
@@ -199,6 +234,8 @@ def test_sigterm_stops_engine_and_worker(tmp_path: Path) -> None:
         (["--inject", "gpu-melt"], 2, "unknown injection 'gpu-melt'"),
         (["--size", "huge"], 2, "--size: unknown size"),
         (["--max-num-seqs", "0"], 2, "--max-num-seqs: must be at least 1"),
+        (["--worker-slowdown", "0.5"], 2, "--worker-slowdown: must be from 1 to 100"),
+        (["--kv-link-mib-s", "0"], 2, "--kv-link-mib-s: must be above 0 and at most 100000"),
         (["--inject", "h2d-stall", "--device", "cpu"], 1, "h2d-stall needs a CUDA device"),
         (
             ["--inject", "hbm-saturation,h2d-stall", "--device", "cpu"],

@@ -1,4 +1,5 @@
-"""The stack's generated configurations pass the real tools' checks."""
+"""The stack's generated configurations pass the real tools' checks; its rules are the
+layout's profile at ``fast``'s speed."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import pytest
 import yaml
 from support.paths import ROOT
 
+from exporter.config import parse_duration
+from exporter.lab.layouts import Target, rule_profile, scrape_configs
 from exporter.lab.stack import (
     PREFILL_TARGET_LABELS,
+    TARGET_LABELS,
     AmTiming,
     alertmanager_config,
     find_binary,
@@ -27,8 +31,30 @@ def tool(*names: str) -> str:
 
 
 def test_rules_are_the_shipped_fast_profile(tmp_path: Path) -> None:
-    for path in write_rules(tmp_path):
+    for path in write_rules(tmp_path, "fast"):
         assert path.read_text() == (ROOT / "alert_rules" / "fast" / path.name).read_text()
+
+
+def _fors(path: Path) -> dict[str, list[float]]:
+    """Each alert's ``for`` durations, in seconds, in the file's order."""
+    out: dict[str, list[float]] = {}
+    for group in yaml.safe_load(path.read_text())["groups"]:
+        for rule in group["rules"]:
+            if "alert" in rule:
+                out.setdefault(rule["alert"], []).append(parse_duration(rule.get("for", "0s")))
+    return out
+
+
+def test_default_rules_are_the_shipped_node_profile_at_fast_speed(tmp_path: Path) -> None:
+    records, alerts = write_rules(tmp_path)
+    shipped = _fors(ROOT / "alert_rules" / "node" / "alerts.yaml")
+    fast = _fors(alerts)
+    assert list(fast) == list(shipped)
+    for alert, durations in shipped.items():
+        assert fast[alert] == pytest.approx([d / 10 for d in durations]), alert
+    text = records.read_text()
+    assert "inference_gpu_pod_info" in text  # the node agent's GPUs, given to their pods
+    assert "inference:gpu_utilization:mean30s" in text and ":mean5m" not in text
 
 
 def test_rules_take_a_site_config(tmp_path: Path) -> None:
@@ -36,7 +62,7 @@ def test_rules_take_a_site_config(tmp_path: Path) -> None:
     config.write_text(
         "windows:\n  baseline: 20m\nsignatures:\n  InferenceHBMBandwidthSaturated:\n    for: 5m\n"
     )
-    alerts = write_rules(tmp_path, config=config)[1].read_text()
+    alerts = write_rules(tmp_path, "fast", config=config)[1].read_text()
     hbm = alerts[alerts.index("alert: InferenceHBMBandwidthSaturated") :]
     hbm = hbm[: hbm.index("annotations:")]
     assert "offset 2m)" in hbm and "for: 30s" in hbm  # fast profile: 1/10 of the site's values
@@ -66,10 +92,7 @@ def test_alertmanager_config_points_pagerduty_at_the_capture(tmp_path: Path) -> 
     assert pd["description"] == shipped["receivers"][1]["pagerduty_configs"][0]["description"]
 
 
-def test_prometheus_config_passes_promtool(tmp_path: Path) -> None:
-    rules = write_rules(tmp_path)
-    path = tmp_path / "prometheus.yml"
-    path.write_text(prometheus_config("127.0.0.1:10960", "127.0.0.1:9093", rules, 2.0))
+def _promtool_config(path: Path) -> None:
     out = subprocess.run(
         [tool("promtool"), "check", "config", str(path)],
         capture_output=True,
@@ -77,20 +100,36 @@ def test_prometheus_config_passes_promtool(tmp_path: Path) -> None:
         check=False,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("layout", ["node", "sidecar", "dcgm"])
+def test_prometheus_config_passes_promtool(tmp_path: Path, layout: str) -> None:
+    rules = write_rules(tmp_path, rule_profile(layout))
+    sidecar = Target("127.0.0.1:10960", dict(TARGET_LABELS))
+    reader = [Target("127.0.0.1:10961", {"namespace": "monitoring", "pod": "reader-0"})]
+    scrape = {
+        "node": scrape_configs(
+            [sidecar], reader, Target("127.0.0.1:10962", {"namespace": "kube-system"})
+        ),
+        "sidecar": scrape_configs([sidecar]),
+        "dcgm": scrape_configs([sidecar], dcgm_exporters=reader),
+    }[layout]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(prometheus_config(scrape, "127.0.0.1:9093", rules, 2.0))
+    _promtool_config(path)
+    jobs = yaml.safe_load(path.read_text())["scrape_configs"]
+    assert len(jobs) == {"node": 3, "sidecar": 1, "dcgm": 2}[layout]
 
 
 def test_a_disaggregated_pair_is_scraped_as_two_pods(tmp_path: Path) -> None:
     rules = write_rules(tmp_path)
     path = tmp_path / "prometheus.yml"
-    prefill = ("127.0.0.1:10961", dict(PREFILL_TARGET_LABELS))
-    path.write_text(prometheus_config("127.0.0.1:10960", None, rules, 2.0, more=[prefill]))
-    out = subprocess.run(
-        [tool("promtool"), "check", "config", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
+    sidecars = [
+        Target("127.0.0.1:10960", dict(TARGET_LABELS)),
+        Target("127.0.0.1:10961", dict(PREFILL_TARGET_LABELS)),
+    ]
+    path.write_text(prometheus_config(scrape_configs(sidecars), None, rules, 2.0))
+    _promtool_config(path)
     (job,) = yaml.safe_load(path.read_text())["scrape_configs"]
     pods = {c["targets"][0]: c["labels"]["pod"] for c in job["static_configs"]}
     assert pods == {"127.0.0.1:10960": "reference-0", "127.0.0.1:10961": "reference-prefill-0"}

@@ -7,9 +7,11 @@ import statistics
 import time
 from pathlib import Path
 
+import pytest
 import torch  # the reference extra (make install-dev): fails, never skips, without it
 
 from exporter.backends.hfmodel import load_model
+from exporter.lab.refengine import worker
 from exporter.lab.refengine.torch_model import Model, ModelConfig, hf_tensors
 from exporter.lab.refengine.worker import (
     Request,
@@ -191,6 +193,52 @@ def test_decode_overhead_adds_host_cpu_to_every_decode_step_only() -> None:
     assert 0.040 <= added < 0.060
     assert min(burdened) >= 0.040
     assert prefill_with < 0.040  # a step without decoding pays nothing
+
+
+def test_tune_resizes_the_decode_overhead_of_a_running_worker() -> None:
+    s = scheduler()
+    assert s.decode_overhead_s == 0.0
+    assert worker._handle(None, s, ("tune", {"decode_overhead_ms": 25.0}))
+    assert s.decode_overhead_s == pytest.approx(0.025)
+    assert worker._handle(None, s, ("tune", {"decode_overhead_ms": 0.0}))
+    assert s.decode_overhead_s == 0.0
+
+
+def test_slowdown_waits_its_factor_of_every_forward_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slowed worker waits (slowdown - 1) x the CPU work of each pass after it, without
+    spending CPU: the waits are recorded here instead of slept, so each is compared with the
+    CPU time of the step it ends."""
+    waits: list[float] = []
+    monkeypatch.setattr(worker.time, "sleep", waits.append)
+    cfg = WorkerConfig(
+        vocab_size=VOCAB, eos_id=0, max_model_len=64, max_num_seqs=4, block_size=4, slowdown=5.0,
+        decode_overhead_ms=30.0,
+    )  # fmt: skip
+    s = Scheduler(cfg, small())
+    s.add(Request("a", (1, 2, 3), 4, 0.0, 1), 0.0)
+    cpu = []
+    with torch.inference_mode():
+        for _ in range(2):
+            began = time.process_time()
+            s.step()
+            cpu.append(time.process_time() - began)
+            assert len(waits) == len(cpu)  # the prefill pass, then one batched decode pass
+    # Each wait is 4x its pass's work; the pass is most of a step that does nothing else.
+    assert 4 * 0.5 * cpu[0] < waits[0] <= 4 * cpu[0]
+    # The decode overhead's 30 ms of host work come before the pass and are not slowed.
+    assert cpu[1] >= 0.030
+    assert waits[1] <= 4 * (cpu[1] - 0.030)
+
+
+def test_no_slowdown_never_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr(worker.time, "sleep", waits.append)
+    s = scheduler()
+    s.add(Request("a", (1, 2, 3), 4, 0.0, 1), 0.0)
+    with torch.inference_mode():
+        for _ in range(4):
+            s.step()
+    assert waits == []
 
 
 def test_model_directory_reads_back_as_the_real_model(tmp_path: Path) -> None:

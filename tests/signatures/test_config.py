@@ -23,6 +23,7 @@ from exporter.signatures import (
 )
 from exporter.signatures.__main__ import main
 from exporter.signatures.promql_text import split_matchers
+from exporter.signatures.site import Source, fast_profile
 
 STARVED = "InferenceGPUStarvedQueueGrowing"
 
@@ -296,12 +297,27 @@ def test_xid_list_is_normalised() -> None:
     assert cfg.ints("InferenceGPUXidErrors", "critical_xids") == (79, 95)
 
 
-def test_fast_profile_scales_windows_and_for_by_a_tenth() -> None:
-    normal = all_signatures(parse_config({}, "sidecar"))
-    fast = all_signatures(parse_config({}, "fast"))
+@pytest.mark.parametrize(
+    ("source", "profile"), [("sidecar", "fast"), ("node", "fast-node"), ("dcgm", "fast-dcgm")]
+)
+def test_fast_profiles_scale_windows_and_for_by_a_tenth(source: Source, profile: str) -> None:
+    # fast-node and fast-dcgm (what the demo and the drills load in those layouts) are their
+    # source's profile as fast is the sidecar's.
+    assert fast_profile(source) == profile
+    normal = all_signatures(parse_config({}, source))
+    fast = all_signatures(parse_config({}, profile))
     for a, b in zip(normal, fast, strict=True):
         for ra, rb in zip(a.rules, b.rules, strict=True):
             assert rb.for_seconds == pytest.approx(ra.for_seconds / 10), a.alert
+    scaled = {r.record: r.expr for r in recording_rules(parse_config({}, profile))}
+    unscaled = {r.record: r.expr for r in recording_rules(parse_config({}, source))}
+    assert len(scaled) == len(unscaled)
+    assert scaled["inference:gpu_utilization:mean30s"] == unscaled[
+        "inference:gpu_utilization:mean5m"
+    ].replace("[5m]", "[30s]").replace(":mean5m", ":mean30s")
+
+
+def test_fast_profile_records_and_shipped_alerts() -> None:
     records = {r.record for r in recording_rules(parse_config({}, "fast"))}
     assert {
         "inference:gpu_utilization:mean30s",

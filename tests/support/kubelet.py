@@ -1,12 +1,7 @@
-"""A kubelet's PodResources v1 service on a unix socket, for tests (hand-written).
+"""A realistic GPU node for the kubelet's PodResources tests (hand-written).
 
-It speaks the real protocol: a grpcio server with the vendored ``.proto``'s messages on the
-method paths a kubelet serves (``/v1.PodResourcesLister/List``, ``GetAllocatableResources``,
-``Get``). Pods are plain data the test changes while it runs (a pod ends: ``end_pod``); faults
-are switches: ``hang`` (answers after the client's deadline), ``fail`` (a gRPC status code),
-``without_get`` (a kubelet before 1.27, or with the ``KubeletPodResourcesGet`` gate off),
-``without_allocatable`` (before 1.23).
-
+The stand-in kubelet itself, which speaks the real protocol, is the lab's
+(:class:`exporter.lab.layouts.Kubelet`, served by ``serve_kubelet``); here is what it serves.
 :func:`device_plugin_node` is a realistic node: device IDs as the NVIDIA device plugin names
 them (``GPU-<uuid>`` for whole GPUs, ``GPU-<uuid>::<n>`` for time-slicing replicas,
 ``MIG-<uuid>`` under ``nvidia.com/mig-<profile>`` with the mixed strategy), and
@@ -15,36 +10,15 @@ them (``GPU-<uuid>`` for whole GPUs, ``GPU-<uuid>::<n>`` for time-slicing replic
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent import futures
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-import grpc
 import pynvml
 
-from exporter.backends.kubelet import podresources_v1_pb2 as pb
 from exporter.backends.nvml_api import NvmlError
 from exporter.backends.nvml_library import PynvmlApi
-from exporter.backends.podresources_client import SERVICE
+from exporter.lab.layouts import Container, Pod
 from support.pynvml_fake import H100_SXM, FakeGpu, FakeMig, fake_pynvml
-
-
-@dataclass
-class FakeContainer:
-    name: str
-    devices: dict[str, list[str]] = field(default_factory=dict)  # resource -> device IDs
-
-
-@dataclass
-class FakePod:
-    namespace: str
-    name: str
-    containers: list[FakeContainer]
 
 
 def gpu_uuid(n: int) -> str:
@@ -108,37 +82,30 @@ def pynvml_not_supported() -> Any:
     return Error(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
 
-def device_plugin_node() -> list[FakePod]:
+def device_plugin_node() -> list[Pod]:
     """Eight 1-GPU pods, one 2-GPU pod, a MIG pod, two pods sharing a time-sliced GPU."""
     gpu = "nvidia.com/gpu"
     pods = [
-        FakePod("serving", f"vllm-{n}", [FakeContainer("vllm", {gpu: [gpu_uuid(n)]})])
-        for n in range(8)
+        Pod("serving", f"vllm-{n}", [Container("vllm", {gpu: [gpu_uuid(n)]})]) for n in range(8)
     ]
     pods.append(
-        FakePod(
+        Pod(
             "serving",
             "vllm-tp2",
             [
-                FakeContainer("vllm", {gpu: [gpu_uuid(8), gpu_uuid(9)]}),
-                FakeContainer("inference-bottleneck-exporter"),
+                Container("vllm", {gpu: [gpu_uuid(8), gpu_uuid(9)]}),
+                Container("inference-bottleneck-exporter"),
             ],
         )
     )
     pods.append(
-        FakePod(
-            "batch", "embed-mig", [FakeContainer("tei", {"nvidia.com/mig-1g.10gb": [MIG_UUID]})]
-        )
+        Pod("batch", "embed-mig", [Container("tei", {"nvidia.com/mig-1g.10gb": [MIG_UUID]})])
     )
     pods += [
-        FakePod(
-            "dev", "notebook-a", [FakeContainer("jupyter", {gpu: [f"{gpu_uuid(SHARED_GPU)}::0"]})]
-        ),
-        FakePod(
-            "dev", "notebook-b", [FakeContainer("jupyter", {gpu: [f"{gpu_uuid(SHARED_GPU)}::3"]})]
-        ),
+        Pod("dev", "notebook-a", [Container("jupyter", {gpu: [f"{gpu_uuid(SHARED_GPU)}::0"]})]),
+        Pod("dev", "notebook-b", [Container("jupyter", {gpu: [f"{gpu_uuid(SHARED_GPU)}::3"]})]),
     ]
-    pods.append(FakePod("kube-system", "coredns-1", [FakeContainer("coredns", {"cpu": []})]))
+    pods.append(Pod("kube-system", "coredns-1", [Container("coredns", {"cpu": []})]))
     return pods
 
 
@@ -147,106 +114,3 @@ def device_plugin_offer() -> dict[str, list[str]]:
     whole = [gpu_uuid(n) for n in range(GPUS) if n not in (MIG_GPU, SHARED_GPU)]
     replicas = [f"{gpu_uuid(SHARED_GPU)}::{r}" for r in range(4)]
     return {"nvidia.com/gpu": whole + replicas, "nvidia.com/mig-1g.10gb": [MIG_UUID]}
-
-
-class FakeKubelet:
-    """The PodResourcesLister service; see the module docstring."""
-
-    def __init__(self, pods: list[FakePod], offer: dict[str, list[str]] | None = None) -> None:
-        self.pods = pods
-        self.offer = offer if offer is not None else {}
-        self.calls: list[str] = []
-        self.hang: float = 0.0  # seconds each answer is held back
-        self.fail: grpc.StatusCode | None = None
-        self.without_get = False
-        self.without_allocatable = False  # a kubelet before 1.23 (or its gate off)
-        self._lock = threading.Lock()
-
-    def end_pod(self, namespace: str, name: str) -> None:
-        with self._lock:
-            self.pods = [p for p in self.pods if (p.namespace, p.name) != (namespace, name)]
-
-    def _pod(self, pod: FakePod) -> pb.PodResources:
-        return pb.PodResources(
-            name=pod.name,
-            namespace=pod.namespace,
-            containers=[
-                pb.ContainerResources(
-                    name=c.name,
-                    devices=[
-                        pb.ContainerDevices(resource_name=r, device_ids=ids)
-                        for r, ids in c.devices.items()
-                    ],
-                )
-                for c in pod.containers
-            ],
-        )
-
-    def _serve(self, method: str, context: grpc.ServicerContext) -> None:
-        with self._lock:
-            self.calls.append(method)
-        if self.hang:
-            time.sleep(self.hang)
-        if self.fail is not None:
-            context.abort(self.fail, "injected by the test")
-
-    def list(self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext) -> Any:
-        self._serve("List", context)
-        with self._lock:
-            return pb.ListPodResourcesResponse(pod_resources=[self._pod(p) for p in self.pods])
-
-    def allocatable(self, request: pb.AllocatableResourcesRequest, context: Any) -> Any:
-        if self.without_allocatable:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "method not implemented")
-        self._serve("GetAllocatableResources", context)
-        return pb.AllocatableResourcesResponse(
-            devices=[
-                pb.ContainerDevices(resource_name=r, device_ids=ids)
-                for r, ids in self.offer.items()
-            ]
-        )
-
-    def get(self, request: pb.GetPodResourcesRequest, context: grpc.ServicerContext) -> Any:
-        if self.without_get:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "method Get not implemented")
-        self._serve("Get", context)
-        with self._lock:
-            for pod in self.pods:
-                if (pod.namespace, pod.name) == (request.pod_namespace, request.pod_name):
-                    return pb.GetPodResourcesResponse(pod_resources=self._pod(pod))
-        context.abort(grpc.StatusCode.NOT_FOUND, f"pod {request.pod_name} not found")
-        return None
-
-    def handler(self) -> grpc.GenericRpcHandler:
-        def unary(fn: Callable[..., Any], request: Any, response: Any) -> grpc.RpcMethodHandler:
-            return grpc.unary_unary_rpc_method_handler(
-                fn,
-                request_deserializer=request.FromString,
-                response_serializer=response.SerializeToString,
-            )
-
-        return grpc.method_handlers_generic_handler(
-            SERVICE.lstrip("/"),
-            {
-                "List": unary(self.list, pb.ListPodResourcesRequest, pb.ListPodResourcesResponse),
-                "GetAllocatableResources": unary(
-                    self.allocatable,
-                    pb.AllocatableResourcesRequest,
-                    pb.AllocatableResourcesResponse,
-                ),
-                "Get": unary(self.get, pb.GetPodResourcesRequest, pb.GetPodResourcesResponse),
-            },
-        )
-
-
-@contextmanager
-def serve(kubelet: FakeKubelet, socket: Path) -> Iterator[Path]:
-    """Serve ``kubelet`` on the unix socket ``socket`` until the block ends."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    server.add_generic_rpc_handlers((kubelet.handler(),))
-    server.add_insecure_port(f"unix://{socket}")
-    server.start()
-    try:
-        yield socket
-    finally:
-        server.stop(grace=None).wait(5)

@@ -64,17 +64,15 @@ def parser() -> argparse.ArgumentParser:
         help="bottlenecks to inject: " + ", ".join(inject.INJECTIONS),
     )
     p.add_argument("--inject-duration", default="10m", help="helper processes stop after this")
+    for name, size in inject.INJECTION_SIZES.items():
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            type=float,
+            default=size.default,
+            help=size.help + " (also POST /lab/injection while it runs)",
+        )
     p.add_argument(
         "--flood-max-num-seqs", type=int, default=1, help="queue-flood: admission capacity"
-    )
-    p.add_argument(
-        "--gil-request-ms",
-        type=float,
-        default=500.0,
-        help="frontend-gil: CPU ms per request (a whole core at 2 requests/s)",
-    )
-    p.add_argument(
-        "--gil-chunk-ms", type=float, default=2.0, help="frontend-gil: CPU ms per stream chunk"
     )
     p.add_argument(
         "--contention-procs",
@@ -111,17 +109,18 @@ def parser() -> argparse.ArgumentParser:
         help="memory-pressure: KV blocks of the pool (640 tokens at block size 16)",
     )
     p.add_argument(
-        "--decode-overhead-ms",
-        type=float,
-        default=12.0,
-        help="decode-overhead: CPU ms of host work before every decode step",
-    )
-    p.add_argument(
         "--model-dir",
         default="",
         metavar="DIR",
         help="write the model's Hugging Face description here at start-up (config.json, "
         "model.safetensors.index.json; not the weights), for the sidecar's --model.path",
+    )
+    p.add_argument(
+        "--worker-slowdown",
+        type=float,
+        default=1.0,
+        help="every forward pass of the model worker takes this many times as long (the rest "
+        "a wait, as a slower accelerator's kernels: no more host CPU); 1: its own speed",
     )
     p.add_argument(
         "--worker-nice",
@@ -152,9 +151,6 @@ def parser() -> argparse.ArgumentParser:
         help="prefill: a held KV cache not read within this expires (vLLM's kv_lease_duration)",
     )
     p.add_argument(
-        "--kv-link-mib-s", type=float, default=4.0, help="kv-transfer-slow: the link's MiB/s"
-    )
-    p.add_argument(
         "--decode-pool-slots",
         type=int,
         default=2,
@@ -165,6 +161,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 ROLES = ("both", "prefill", "decode")
+MAX_SLOWDOWN = 100.0
+
+
+def injection_sizes(args: argparse.Namespace) -> dict[str, float]:
+    """The injections' sizes given on the command line (``inject.INJECTION_SIZES``' keys)."""
+    return {name: float(getattr(args, name)) for name in inject.INJECTION_SIZES}
 
 
 def _check_role(args: argparse.Namespace, injections: frozenset[str]) -> None:
@@ -177,8 +179,6 @@ def _check_role(args: argparse.Namespace, injections: frozenset[str]) -> None:
         _fail("--inject kv-transfer-slow: needs a KV link (--role prefill or decode)")
     if "decode-pool-short" in injections and args.role != "decode":
         _fail("--inject decode-pool-short: needs a decode server (--role decode)")
-    if not 0 < args.kv_link_mib_s <= 100_000:
-        _fail(f"--kv-link-mib-s: must be above 0 and at most 100000, got {args.kv_link_mib_s:g}")
     if args.decode_pool_slots < 1:
         _fail(f"--decode-pool-slots: must be at least 1, got {args.decode_pool_slots}")
     if not 0 <= args.kv_port <= 65535:
@@ -222,8 +222,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if value < low:
             _fail(f"{name}: must be at least {low}, got {value}")
-    if not 0 <= args.decode_overhead_ms <= 10_000:
-        _fail(f"--decode-overhead-ms: must be from 0 to 10000, got {args.decode_overhead_ms:g}")
+    for name, value in injection_sizes(args).items():
+        problem = inject.INJECTION_SIZES[name].problem(value)
+        if problem:
+            _fail(f"--{name.replace('_', '-')}: {problem}")
+    if not 1.0 <= args.worker_slowdown <= MAX_SLOWDOWN:
+        _fail(
+            f"--worker-slowdown: must be from 1 to {MAX_SLOWDOWN:g}, got {args.worker_slowdown:g}"
+        )
     if not 0 <= args.port <= 65535:
         _fail(f"--port: {args.port} is not a port")
     try:
@@ -284,19 +290,18 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         nice=args.worker_nice,
         decode_overhead_ms=args.decode_overhead_ms if "decode-overhead" in injections else 0.0,
         model_dir=str(Path(args.model_dir).resolve()) if args.model_dir else "",
+        slowdown=args.worker_slowdown,
     )
     frontend = Frontend(
         FrontendConfig(
             model_name=args.served_model_name,
             max_model_len=args.max_model_len,
             injections=injections,
-            gil_request_ms=args.gil_request_ms,
-            gil_chunk_ms=args.gil_chunk_ms,
+            sizes=injection_sizes(args),
             role=args.role,
             prefill_url=args.prefill_url,
             kv_host=args.host,
             kv_port=args.kv_port,
-            kv_rate=args.kv_link_mib_s * 2**20 if "kv-transfer-slow" in injections else 0.0,
             kv_lease_s=args.kv_lease_s,
         ),
         tok,

@@ -41,7 +41,7 @@ import os
 import random
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,35 @@ class HostPeaks:
     dram_bandwidth: float = 0.0  # bytes/s, read-only stream (for the record)
     threads: int = 1
     how: str = ""
+    sustained_bandwidth: float = 0.0  # bytes/s: the decode stream back to back, now (0: unknown)
+
+    def available(self) -> HostPeaks:
+        """The peaks as one thread can have them now: both scaled by the sustained decode
+        stream over the fastest pass where neighbours hold part of the CPU (unchanged on a
+        quiet host). The drills' model worker stands in for a GPU that nothing else uses; on a
+        shared host it gets this share of the hardware, and the replayed GPU says so."""
+        if not 0 < self.sustained_bandwidth < self.memory_bandwidth:
+            return self
+        share = self.sustained_bandwidth / self.memory_bandwidth
+        return replace(
+            self,
+            memory_bandwidth=self.sustained_bandwidth,
+            matmul_flops=self.matmul_flops * share,
+            how=f"{self.how}; {share:.0%} of the fastest pass, as sustained now",
+        )
+
+    def slowed(self, factor: float) -> HostPeaks:
+        """The peaks of an accelerator ``factor`` times slower: what the model worker stands in
+        for under ``--worker-slowdown factor``, so a slowed model's decode floor is as far from
+        its step as the model's at its own speed."""
+        if factor <= 1.0:
+            return self
+        return replace(
+            self,
+            memory_bandwidth=self.memory_bandwidth / factor,
+            matmul_flops=self.matmul_flops / factor,
+            how=f"{self.how}; divided by the worker's slowdown {factor:g}",
+        )
 
     def facts(self) -> GpuFacts:
         """The peaks as the NVML facts that give them back (within 0.5 MHz of rounding)."""
@@ -98,6 +127,18 @@ def measure_host(threads: int | None = None) -> HostPeaks:
     """Measure this host's peaks in a child process with the model worker's torch threads
     (``threads``; default: what the engine picks on this machine). Raises ``RuntimeError``
     when the measurement fails (no torch: the reference extra is missing)."""
+    data = _hostpeak(threads)
+    return HostPeaks(
+        memory_bandwidth=float(data["decode_stream_bandwidth"]),
+        matmul_flops=float(data["matmul_flops"]),
+        dram_bandwidth=float(data["memory_bandwidth"]),
+        threads=int(data["threads"]),
+        how=str(data["how"]),
+        sustained_bandwidth=float(data.get("decode_stream_sustained", 0.0)),
+    )
+
+
+def _hostpeak(threads: int | None) -> dict[str, Any]:
     from exporter.lab.processes import child_pythonpath  # noqa: PLC0415
     from exporter.lab.refengine.cli import auto_threads  # noqa: PLC0415
 
@@ -109,18 +150,15 @@ def measure_host(threads: int | None = None) -> HostPeaks:
         timeout=300,
         check=False,
         env={**os.environ, "PYTHONPATH": child_pythonpath()},
+        # A session of its own, as the engine's (and so its scheduling group, where the
+        # kernel groups tasks by session): the sustained rate is what the worker would get.
+        start_new_session=True,
     )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"measuring the host's peaks failed: {last}")
-    data = json.loads(proc.stdout)
-    return HostPeaks(
-        memory_bandwidth=float(data["decode_stream_bandwidth"]),
-        matmul_flops=float(data["matmul_flops"]),
-        dram_bandwidth=float(data["memory_bandwidth"]),
-        threads=int(data["threads"]),
-        how=str(data["how"]),
-    )
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
 
 
 def trace_lines(look: str, seed: int = 11, host: HostPeaks | None = None) -> list[str]:

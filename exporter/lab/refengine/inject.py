@@ -3,7 +3,9 @@
 ===================  ======================================================================
 ``tokenizer-slow``   requests (and ``/tokenize``) are tokenized by the pure-Python BPE path
                      (:meth:`~exporter.lab.refengine.bpe.BpeTokenizer.encode_slow`) on one
-                     dedicated thread: the request path waits for it, it holds the GIL
+                     dedicated thread: the request path waits for it, it holds the GIL;
+                     with ``--tokenizer-slow-us-per-token`` it takes at least that much
+                     CPU time per token (more pure-Python work when the path was faster)
 ``frontend-gil``     CPU-heavy pure-Python pre-processing of every request and
                      post-processing of every streamed chunk, in the event-loop thread
 ``queue-flood``      the scheduler admits at most ``--flood-max-num-seqs`` (1) running
@@ -39,6 +41,14 @@
                      which runs each prompt once, idles
 ===================  ======================================================================
 
+Sizes. The injections that have a size (:data:`INJECTION_SIZES`: the tokenizer's time per
+token, the front-end's CPU per request and per chunk, the decode overhead, the KV link's rate)
+take it from their flag at start-up, and ``POST /lab/injection`` with a JSON object of new
+sizes changes them while the engine runs (``GET`` shows them): a drill starts the engine
+with an injection of size zero, measures what the engine serves on this machine, and sizes
+the injection from that when its load starts (``tests/drills``). A size that is unknown, out
+of bounds, or of an injection the engine does not run is refused (400) and nothing changes.
+
 Helper processes (``cpu-contention``, ``softirq``) are ``python -m exporter.lab.refengine.inject``
 children of the engine. Each is bounded: it stops by itself after ``--inject-duration``
 (default 10 minutes, at most an hour), when the engine exits (parent-death signal, and a check
@@ -62,13 +72,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +102,78 @@ INJECTIONS: dict[str, str] = {
     "kv-transfer-slow": "the KV link between a prefill and a decode server throttled",
     "decode-pool-short": "the decode server's slots below the requests decoding at once",
 }
+
+
+@dataclass(frozen=True)
+class Size:
+    """How big one injection is: the start-up flag ``--<name, dashes for underscores>`` and the
+    key of the engine's ``/lab/injection``, which changes it while the engine runs (a drill
+    measures the engine first, then sizes the injection from what it measured)."""
+
+    injection: str
+    default: float
+    low: float
+    high: float
+    help: str
+    above_low: bool = False  # the size must be more than ``low``, not ``low`` itself
+
+    def problem(self, value: float) -> str:
+        """Why ``value`` cannot be this size ("" when it can)."""
+        if not math.isfinite(value) or value > self.high or value < self.low:
+            return f"must be from {self.low:g} to {self.high:g}, got {value:g}"
+        if self.above_low and value == self.low:
+            return f"must be above {self.low:g} and at most {self.high:g}, got {value:g}"
+        return ""
+
+
+INJECTION_SIZES: dict[str, Size] = {
+    "tokenizer_slow_us_per_token": Size(
+        "tokenizer-slow",
+        0.0,
+        0.0,
+        100_000.0,
+        "tokenizer-slow: CPU microseconds per token at least: the pure-Python path, then more "
+        "pure-Python work of the tokenizer thread when that was faster (0: the path alone)",
+    ),
+    "gil_request_ms": Size(
+        "frontend-gil", 500.0, 0.0, 60_000.0, "frontend-gil: CPU ms per request"
+    ),
+    "gil_chunk_ms": Size(
+        "frontend-gil", 2.0, 0.0, 1_000.0, "frontend-gil: CPU ms per stream chunk"
+    ),
+    "decode_overhead_ms": Size(
+        "decode-overhead",
+        12.0,
+        0.0,
+        10_000.0,
+        "decode-overhead: CPU ms of host work before every decode step",
+    ),
+    "kv_link_mib_s": Size(
+        "kv-transfer-slow", 4.0, 0.0, 100_000.0, "kv-transfer-slow: the link's MiB/s", True
+    ),
+}
+
+
+def check_sizes(changes: Mapping[str, object], injections: frozenset[str]) -> dict[str, float]:
+    """``changes`` (size name -> number) checked against :data:`INJECTION_SIZES` and the
+    injections the engine runs; ValueError (one line) for an unknown name, a bad number, or
+    the size of an injection that is not injected. All or nothing: nothing is returned when
+    one is bad."""
+    checked: dict[str, float] = {}
+    for name, raw in changes.items():
+        size = INJECTION_SIZES.get(name)
+        if size is None:
+            raise ValueError(f"unknown size {name!r} (known: {', '.join(INJECTION_SIZES)})")
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            raise ValueError(f"{name}: must be a number, got {raw!r}")
+        problem = size.problem(float(raw))
+        if problem:
+            raise ValueError(f"{name}: {problem}")
+        if size.injection not in injections:
+            raise ValueError(f"{name}: {size.injection} is not injected")
+        checked[name] = float(raw)
+    return checked
+
 
 BURNERS_PER_CPU = 4
 MAX_BURNERS = 128

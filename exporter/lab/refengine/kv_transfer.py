@@ -214,6 +214,16 @@ class KVServer:
         self._threads: list[threading.Thread] = []
 
     @property
+    def rate(self) -> float:
+        """The link's bytes per second (0: unthrottled); a transfer starting later uses a new
+        value."""
+        return float(self._server.rate)
+
+    @rate.setter
+    def rate(self, value: float) -> None:
+        self._server.rate = value
+
+    @property
     def address(self) -> tuple[str, int]:
         host, port = self._server.server_address[:2]
         return str(host), int(port)

@@ -53,7 +53,7 @@ import multiprocessing
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,15 +80,15 @@ class FrontendConfig:
     model_name: str
     max_model_len: int
     injections: frozenset[str] = frozenset()
-    gil_request_ms: float = 500.0
-    gil_chunk_ms: float = 2.0
+    # The injections' sizes at start-up (inject.INJECTION_SIZES' names; a missing one: its
+    # default); POST /lab/injection changes them while the engine runs.
+    sizes: Mapping[str, float] = field(default_factory=dict)
     default_max_tokens: int = 16
     start_timeout: float = 300.0
     role: str = "both"  # prefill, decode, both (colocated)
     prefill_url: str = ""  # decode: send plain requests to this prefill server first
     kv_host: str = "127.0.0.1"  # prefill: the KV link's address...
     kv_port: int = 0  # ...and port (0: a free one)
-    kv_rate: float = 0.0  # kv-transfer-slow: the link's bytes per second (0: unthrottled)
     kv_lease_s: float = 30.0  # prefill: a cache not read within this expires
 
 
@@ -127,6 +127,10 @@ class Frontend:
         self._alive = False
         self._send_lock = threading.Lock()
         self._gil_gate = asyncio.Semaphore(GIL_REQUESTS_AT_ONCE)
+        self.sizes = {
+            name: float(cfg.sizes.get(name, size.default))
+            for name, size in inject.INJECTION_SIZES.items()
+        }
         slow = "tokenizer-slow" in cfg.injections
         self._tok_pool = (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer") if slow else None
@@ -174,7 +178,7 @@ class Frontend:
         if self.cfg.role == "prefill" and nixl is not None:
             store = kv_transfer.KVStore(self.cfg.kv_lease_s, on_expired=nixl.expired.inc)
             self.kv_server = kv_transfer.KVServer(
-                store, self.cfg.kv_host, self.cfg.kv_port, self.cfg.kv_rate
+                store, self.cfg.kv_host, self.cfg.kv_port, self.kv_rate
             )
             self.kv_server.start()
         elif self.cfg.role == "decode":
@@ -299,12 +303,58 @@ class Frontend:
         if out.work is not None:
             metrics.work(out.work.flops, out.work.read_bytes, out.work.write_bytes)
 
+    # --- injection sizes -----------------------------------------------------------------------
+    @property
+    def kv_rate(self) -> float:
+        """kv-transfer-slow: the link's bytes per second (0: unthrottled)."""
+        if "kv-transfer-slow" not in self.cfg.injections:
+            return 0.0
+        return self.sizes["kv_link_mib_s"] * 2**20
+
+    def injection(self) -> dict[str, Any]:
+        """What ``GET /lab/injection`` answers: the injections, the sizes of theirs, and the
+        model worker's slowdown."""
+        return {
+            "injections": sorted(self.cfg.injections),
+            "sizes": {
+                name: self.sizes[name]
+                for name, size in inject.INJECTION_SIZES.items()
+                if size.injection in self.cfg.injections
+            },
+            "worker_slowdown": float(self.worker_cfg.slowdown),
+        }
+
+    def resize(self, changes: Mapping[str, object]) -> None:
+        """New sizes of running injections (ValueError, and nothing changed, when one is bad)."""
+        checked = inject.check_sizes(changes, self.cfg.injections)
+        if "decode_overhead_ms" in checked:
+            self._send(("tune", {"decode_overhead_ms": checked["decode_overhead_ms"]}))
+        self.sizes.update(checked)
+        if self.kv_server is not None:
+            self.kv_server.rate = self.kv_rate
+        if checked:
+            log.info(
+                "injection sizes: %s", ", ".join(f"{k} {v:g}" for k, v in sorted(checked.items()))
+            )
+
     # --- request path --------------------------------------------------------------------------
     async def encode(self, text: str) -> list[int]:
         if self._tok_pool is None:
             return self.tok.encode(text)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._tok_pool, self.tok.encode_slow, text)
+        return await loop.run_in_executor(self._tok_pool, self._encode_slow, text)
+
+    def _encode_slow(self, text: str) -> list[int]:
+        """tokenizer-slow, on its thread: the pure-Python path, then - when that took less
+        CPU time than ``tokenizer_slow_us_per_token`` per token - more pure-Python work of
+        this thread until it has (a slower tokenizer: a larger merge table, a slower core)."""
+        began = time.thread_time()
+        ids = self.tok.encode_slow(text)
+        wanted = len(ids) * self.sizes["tokenizer_slow_us_per_token"] / 1e6
+        left = wanted - (time.thread_time() - began)
+        if left > 0:
+            inject.hold_gil(text, left)
+        return ids
 
     async def _gil(self, text: str, ms: float) -> None:
         """frontend-gil: ``ms`` of pure-Python CPU in this (the event-loop) thread, in slices
@@ -328,10 +378,10 @@ class Frontend:
         stays saturated; without the gate every waiting request would take its slice in each
         turn of the event loop, and with a few dozen of them one turn takes longer than a
         scrape's timeout: the engine's own ``/metrics`` would stop answering."""
-        if "frontend-gil" not in self.cfg.injections or self.cfg.gil_request_ms <= 0:
+        if "frontend-gil" not in self.cfg.injections or self.sizes["gil_request_ms"] <= 0:
             return
         async with self._gil_gate:
-            await self._gil(text, self.cfg.gil_request_ms)
+            await self._gil(text, self.sizes["gil_request_ms"])
 
     async def submit(
         self,
@@ -385,7 +435,23 @@ class Frontend:
         app.router.add_get("/metrics", self.metrics_page)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/version", self.version)
+        app.router.add_get("/lab/injection", self.injection_page)
+        app.router.add_post("/lab/injection", self.injection_page)
         return app
+
+    async def injection_page(self, request: web.Request) -> web.Response:
+        """``GET``: the injections and their sizes; ``POST {"<size>": number, ...}``: new sizes
+        (400 with the reason, and nothing changed, when one is unknown, out of bounds or of an
+        injection this engine does not run), then the same answer as ``GET``."""
+        if request.method == "POST":
+            body = await _json(request)
+            try:
+                self.resize(body)
+            except ValueError as err:
+                raise _error(400, str(err)) from None
+            except WorkerGoneError as err:
+                raise _error(503, str(err), "ServiceUnavailable") from None
+        return web.json_response(self.injection())
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200 if self._alive else 503)
@@ -538,7 +604,7 @@ class Frontend:
             )
         assert self.metrics is not None and self.metrics.nixl is not None
         nixl = self.metrics.nixl
-        pull = functools.partial(kv_transfer.pull, host, port, rid, rate=self.cfg.kv_rate)
+        pull = functools.partial(kv_transfer.pull, host, port, rid, rate=self.kv_rate)
         self._pulling += 1
         started = time.monotonic()
         try:
@@ -600,7 +666,7 @@ class Frontend:
             async with contextlib.aclosing(self.deliveries(stream)) as deliveries:
                 async for batch in deliveries:
                     parts.append(detok.push(batch))
-                    await self._gil("".join(parts), self.cfg.gil_chunk_ms)
+                    await self._gil("".join(parts), self.sizes["gil_chunk_ms"])
         except WorkerGoneError as err:
             raise _error(503, str(err), "ServiceUnavailable") from None
         parts.append(detok.flush())
@@ -633,7 +699,7 @@ class Frontend:
                 async for batch in deliveries:
                     piece = detok.push(batch)
                     text += piece
-                    await self._gil(text, self.cfg.gil_chunk_ms)
+                    await self._gil(text, self.sizes["gil_chunk_ms"])
                     await resp.write(_sse({**head, "choices": [_choice(piece, None)]}))
             fin = stream.finished
             if fin is not None and fin.reason.startswith("error"):

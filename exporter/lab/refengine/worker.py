@@ -20,9 +20,17 @@ Every step the scheduler
 The KV cache is accounted in blocks of ``block_size`` tokens, as vLLM's ``kv_cache_usage_perc``
 is; the physical cache is one slot per running sequence (:mod:`exporter.lab.refengine.torch_model`).
 
+With ``slowdown`` above 1 (``--worker-slowdown``) every forward pass takes that many times as
+long: after each prefill and each batched decode pass (with its sampling) the worker waits
+``slowdown - 1`` times the work the pass did (on a CPU its CPU time per torch thread, on a GPU
+its time). It stands in for a slower accelerator, whose kernels take longer without taking
+more of the host's CPU; the decode-overhead's host work is not slowed, nor are the moments a
+busy host's neighbours hold the worker's core.
+
 Messages (tuples over a :func:`multiprocessing.Pipe`)::
 
     front-end -> worker  ("add", Request) | ("abort", request_id) | ("stop",)
+                         | ("tune", {"decode_overhead_ms": float})
     worker -> front-end  ("ready", info) | ("step", StepOutput) | ("fatal", message)
 """
 
@@ -85,6 +93,7 @@ class WorkerConfig:
     model_name: str = "reference-tiny"
     decode_overhead_ms: float = 0.0  # >0: CPU work on the step path before every decode step
     model_dir: str = ""  # write config.json and the safetensors index here at start-up
+    slowdown: float = 1.0  # >1: every forward pass takes this many times as long (a wait)
 
 
 @dataclass(frozen=True)
@@ -222,6 +231,8 @@ class Scheduler:
             blocks = min(blocks, max(2, cfg.memory_pressure_blocks))
         self.state = _State(slots=slots, free_blocks=blocks, total_blocks=blocks)
         self.by_id: dict[str, _Seq] = {}
+        # decode-overhead's size, which the front-end may change while the engine runs.
+        self.decode_overhead_s = cfg.decode_overhead_ms / 1000.0
 
     # --- requests ------------------------------------------------------------------------------
     def add(self, req: Request, now: float) -> str | None:
@@ -281,14 +292,17 @@ class Scheduler:
             if seq.kv is not None:
                 self._load(seq, decoding)
                 continue
+            began = self._clock()
             logits = self.model.prefill(seq.tokens, seq.slot)
             out.work.add(prefill_work(mcfg, len(seq.tokens), size))
             seq.cached = len(seq.tokens)
             first = m.sample(logits[None, :], [seq.req.temperature], [seq.sampler], self.cfg.eos_id)
+            self._slow_down(began)
             self._emit(seq, first[0], out)
         if decoding:
-            if self.cfg.decode_overhead_ms > 0:
-                step_overhead(self.cfg.decode_overhead_ms / 1000.0)
+            if self.decode_overhead_s > 0:
+                step_overhead(self.decode_overhead_s)
+            began = self._clock()
             positions = [s.cached for s in decoding]
             logits = self.model.decode(
                 [s.tokens[-1] for s in decoding],
@@ -300,6 +314,7 @@ class Scheduler:
                 s.cached += 1
             temps = [s.req.temperature for s in decoding]
             tokens = m.sample(logits, temps, [s.sampler for s in decoding], self.cfg.eos_id)
+            self._slow_down(began)
             for seq, token in zip(decoding, tokens, strict=True):
                 self._emit(seq, token, out)
         now = time.monotonic()
@@ -312,6 +327,22 @@ class Scheduler:
         out.preemptions = st.preemptions
         out.step_seconds = now - started
         return out
+
+    def _clock(self) -> float:
+        """What a forward pass's work is measured by: on a CPU the worker's CPU time per
+        torch thread (its compute, not the moments a busy host's neighbours hold the core),
+        on a GPU the wall clock."""
+        if str(self.model.device).startswith("cuda"):
+            return time.monotonic()
+        return time.process_time() / max(1, self.cfg.threads)
+
+    def _slow_down(self, began: float) -> None:
+        """``slowdown``: the pass whose work began at ``began`` (:meth:`_clock`; sampling read
+        back, so its work is done) takes ``slowdown`` times as long; the rest is a wait, not
+        CPU work. A slower accelerator's kernels take longer for the same work; a busy host
+        does not make them longer still."""
+        if self.cfg.slowdown > 1.0:
+            time.sleep((self.cfg.slowdown - 1.0) * max(0.0, self._clock() - began))
 
     def _load(self, seq: _Seq, decoding: list[_Seq]) -> None:
         """A transferred prompt cache: every position but the last is loaded, and the last
@@ -539,6 +570,7 @@ def build(cfg: WorkerConfig) -> tuple[Scheduler, dict[str, Any], Any]:
         "kv_blocks": scheduler.state.total_blocks,
         "threads": torch.get_num_threads(),
         "nice": nice,
+        "slowdown": cfg.slowdown,
     }
     return scheduler, info, registry
 
@@ -611,6 +643,8 @@ def _handle(conn: Any, scheduler: Scheduler, msg: tuple[Any, ...]) -> bool:
         return False
     if msg[0] == "abort":
         scheduler.abort(msg[1])
+    elif msg[0] == "tune":
+        scheduler.decode_overhead_s = max(0.0, float(msg[1]["decode_overhead_ms"])) / 1000.0
     elif msg[0] == "add":
         req: Request = msg[1]
         error = scheduler.add(req, time.monotonic())

@@ -1,0 +1,337 @@
+"""Sizing: a drill's load and injection from what its calibration measured on this machine.
+
+Every size is a set factor of something measured (:mod:`drills.calibrate`), never a number
+that holds on one machine only. The measurements, for requests of the drill's prompt:
+
+- ``P``: time to first token, one sequence at a time (the prefill and the first token);
+- ``t(1)``: the decode step of one sequence, ``t(n)``: of the engine's full batch of ``n``
+  (straight between the two for the batches in between);
+
+and, from them, what the engine serves: with ``a`` sequences admitted, requests of ``o``
+output tokens finish at ``a / (P + (o - 1) t(a))`` a second when each runs alone in its slot,
+and at ``1 / (P + (o - 1) t(n) / n)`` when the batch is full (each request takes its prefill
+and an ``n``-th of each of its decode steps).
+
+How each kind of drill uses them:
+
+- **keep up** (the healthy drills, and those whose cause is not a lack of capacity): the
+  load's rate is at most :data:`KEEP_UP` of what the full batch serves, so no queue forms;
+  the drill's own rate when that is lower. Where even :data:`MIN_RATE` would be more, the
+  requests are shortened (not below :data:`MIN_OUTPUT` tokens) until it is not;
+- **overload** (``queue-flood``, ``decode-pool-short``, ``cpu-contention``): the rate is
+  :data:`OVERLOAD` times what the admitted sequences serve (under ``cpu-contention``: the most
+  the contended engine's full batch could serve, from one sequence measured with the
+  busy-loopers running, batching taken as free; the drill's own rate where that is more), so
+  the queue
+  grows by twice what the engine serves every second, on any machine - and still grows should
+  a shared machine's neighbours go quiet after the calibration and the engine serve up to
+  three times as much; requests are shortened where fewer than :data:`MIN_RATE` would finish
+  a second (each 30 s window of the fast profile then holds several), and lengthened where
+  the queue would otherwise pass :data:`IN_FLIGHT_BUDGET` requests before the deadline (the
+  load generator's bound on open requests would then stop its growth);
+- **injection sizes**, each relative to the step it competes with: the slow tokenizer takes
+  :data:`TOKENIZER_STEPS` decode steps of the full batch (the longest step) for the sidecar's
+  probe;
+  the decode overhead is :data:`OVERHEAD_STEPS` decode steps of the :data:`OVERHEAD_BATCH`
+  sequences its load keeps running; the front-end's pre-processing offers
+  :data:`GIL_CORES` cores of work at the load's rate; a slow KV link takes
+  :data:`KV_TTFTS` times the pair's time to first token for one request's cache, at a rate
+  that keeps :data:`KV_WAITING` requests reading on average (up to :data:`KV_WAITING_MAX` where
+  fewer would finish under :data:`MIN_RATE` a second); the decode pool's requests
+  decode :data:`DECODE_TTFTS` times as long as their first token takes (with shorter prompts,
+  whose prefill takes in proportion to its tokens, where such requests would finish fewer
+  than :data:`MIN_RATE` a second).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from drills.calibrate import Calibration
+from drills.scenarios import Load
+
+KEEP_UP = 0.3  # a keep-up load: at most this share of what the full batch serves
+OVERLOAD = 3.0  # an overload: this many times what the admitted sequences serve
+MIN_RATE = 0.25  # requests a second below which requests are shortened (7 in 30 s)
+MIN_OUTPUT = 16  # output tokens a request keeps at least
+MIN_PROMPT = 32  # prompt tokens a request keeps at least
+MAX_MODEL_LEN = 1024  # the reference engine's --max-model-len: prompt + output at most
+IN_FLIGHT_BUDGET = 256  # an overload's queue by its deadline at most (the load keeps 512)
+TOKENIZER_STEPS = 3.0  # the slow tokenizer: the probe takes this many decode steps
+TOKENIZER_CPU = 0.5  # ... and its thread at most this share of a core (probes and prompts)
+OVERHEAD_STEPS = 6.0  # decode-overhead: host work of this many decode steps
+OVERHEAD_BATCH = 2  # ... of this batch, which its load keeps running
+GIL_CORES = 1.5  # frontend-gil: pre-processing offered, in cores of CPU time
+KV_TTFTS = 2.0  # kv-transfer-slow: one request's cache takes this many times to first token
+KV_WAITING = 0.1  # ... at a rate that keeps this many requests reading their cache
+KV_WAITING_MAX = 0.3  # ... or up to this many, where fewer would finish under MIN_RATE a second
+DECODE_TTFTS = 12.0  # decode-pool-short: decoding takes this many times to first token
+PROBE_INTERVAL_S = 1.0  # the drills' sidecar probes the tokenizer this often
+
+KEEP_UP_DRILL = "keep up"
+OVERLOAD_DRILL = "overload"
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The engine model of :mod:`drills.sizing` (its docstring) from one calibration."""
+
+    prefill_s: float  # P
+    step_one_s: float  # t(1)
+    step_full_s: float  # t(n)
+    full: int  # n
+    prompt_tokens: int = 256  # the prompt P was measured with
+
+    @classmethod
+    def of(cls, cal: Calibration, full: int) -> Engine:
+        """From a calibration; one measured by whole requests (no time per token) puts all of
+        a request's time on its tokens, so that requests as long as measured come out right."""
+        one = cal.one
+        step_full = cal.full.step_s if cal.full is not None else one.step_s
+        prefill = one.ttft_s if one.tpot_s is not None else 0.0
+        return cls(prefill, one.step_s, max(step_full, one.step_s), full, one.prompt_tokens)
+
+    def prefill(self, prompt: int) -> float:
+        """P for a prompt of ``prompt`` tokens (in proportion to the one measured)."""
+        return self.prefill_s * prompt / self.prompt_tokens
+
+    def step(self, batch: float) -> float:
+        """The decode step at ``batch`` sequences (straight between one and the full batch)."""
+        if self.full <= 1:
+            return self.step_one_s
+        share = min(1.0, max(0.0, (batch - 1) / (self.full - 1)))
+        return self.step_one_s + share * (self.step_full_s - self.step_one_s)
+
+    def served(self, admitted: int, output: int, overhead_s: float = 0.0) -> float:
+        """Requests a second ``admitted`` sequences serve, each running in its own slot."""
+        return admitted / (self.prefill_s + (output - 1) * (self.step(admitted) + overhead_s))
+
+    def served_full(self, output: int, overhead_s: float = 0.0) -> float:
+        """Requests a second the full batch serves."""
+        per_token = (self.step_full_s + overhead_s) / self.full
+        return 1.0 / (self.prefill_s + (output - 1) * per_token)
+
+
+@dataclass
+class Plan:
+    """What a drill runs: its load, the injection's sizes (``POST /lab/injection`` when the load
+    starts), and how each was chosen."""
+
+    load: Load
+    sizes: dict[str, float] = field(default_factory=dict)
+    served: float = 0.0  # requests/s the engine serves for these requests, as sized against
+    how: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _longest(limit: float, engine: Engine, served: Any, base: int) -> int:
+    """The most output tokens (at most ``base``, at least MIN_OUTPUT) for which ``served(o)``
+    is at least ``limit``."""
+    output = base
+    while output > MIN_OUTPUT and served(output) < limit:
+        output = max(MIN_OUTPUT, int(output * 0.8))
+    return output
+
+
+def keep_up(engine: Engine, base: Load, plan: Plan, overhead_s: float = 0.0) -> Load:
+    """At most KEEP_UP of what the full batch serves; shorter requests below MIN_RATE."""
+    full = engine.served_full(base.output_tokens, overhead_s)
+    if KEEP_UP * full >= base.rate:
+        plan.served = full
+        plan.how.append(
+            f"the full batch serves {full:.2f}/s: the drill's {base.rate:g}/s is within "
+            f"{KEEP_UP:g} of it"
+        )
+        return base
+    output = _longest(
+        MIN_RATE / KEEP_UP,
+        engine,
+        lambda o: engine.served_full(o, overhead_s),
+        base.output_tokens,
+    )
+    full_then = engine.served_full(output, overhead_s)
+    rate = min(base.rate, KEEP_UP * full_then)
+    plan.served = full_then
+    shorter = f", requests of {output} tokens" if output != base.output_tokens else ""
+    plan.how.append(
+        f"the full batch serves {full:.2f}/s of {base.output_tokens}-token requests: "
+        f"{rate:.2f}/s{shorter} ({KEEP_UP:g} of {full_then:.2f}/s)"
+    )
+    return Load(rate=round(rate, 3), prompt_tokens=base.prompt_tokens, output_tokens=output)
+
+
+def overload(
+    engine: Engine, base: Load, plan: Plan, admitted: int, *, full: bool, deadline_s: float
+) -> Load:
+    """OVERLOAD times what the admitted sequences serve; ``full``: what the full batch serves
+    at most, each of its steps as short as one sequence's (batching for free)."""
+
+    def served(o: int) -> float:
+        return engine.served_full(o) if full else engine.served(admitted, o)
+
+    def finishing(o: int) -> float:  # what surely finishes: one sequence at a time
+        return engine.served(1, o) if full else served(o)
+
+    output = _longest(MIN_RATE, engine, finishing, base.output_tokens)
+    output = _bounded(served, output, base.prompt_tokens, deadline_s)
+    capacity = served(output)
+    rate = OVERLOAD * capacity
+    plan.served = capacity
+    what = (
+        f"the full batch of {engine.full} (at most)"
+        if full
+        else f"{admitted} admitted sequence{'s' if admitted > 1 else ''}"
+    )
+    shorter = f" (requests of {output} tokens)" if output != base.output_tokens else ""
+    plan.how.append(f"{what} serve {capacity:.2f}/s{shorter}: {OVERLOAD:g}x that is {rate:.2f}/s")
+    return Load(rate=round(rate, 3), prompt_tokens=base.prompt_tokens, output_tokens=output)
+
+
+def _bounded(served: Any, output: int, prompt: int, deadline_s: float) -> int:
+    """``output``, lengthened (to what the engine's context allows) while an overload's queue,
+    growing by (OVERLOAD - 1) x ``served(o)`` a second, would pass IN_FLIGHT_BUDGET by the
+    deadline."""
+    longest = MAX_MODEL_LEN - prompt - 1
+    while output < longest and (OVERLOAD - 1) * served(output) * deadline_s > IN_FLIGHT_BUDGET:
+        output = min(longest, int(output * 1.25) + 1)
+    return output
+
+
+def plan(
+    kind: str,
+    injections: tuple[str, ...],
+    base: Load,
+    cal: Calibration,
+    *,
+    admitted: int,
+    full: int,
+    deadline_s: float,
+) -> Plan:
+    """The drill's plan: ``kind`` (:data:`KEEP_UP_DRILL` or :data:`OVERLOAD_DRILL`), the
+    injections it sizes, its base load, its calibration, the sequences its engine admits, its
+    full batch and its deadline."""
+    engine = Engine.of(cal, full)
+    out = Plan(load=base)
+    if "decode-overhead" in injections:
+        _decode_overhead(engine, base, out)
+    elif "kv-transfer-slow" in injections:
+        _kv_transfer(engine, base, cal, out)
+    elif "decode-pool-short" in injections:
+        _decode_pool(engine, base, out, admitted, deadline_s)
+    elif kind == OVERLOAD_DRILL:
+        contended = "cpu-contention" in injections
+        out.load = overload(engine, base, out, admitted, full=contended, deadline_s=deadline_s)
+        if contended and out.load.rate < base.rate:
+            out.how.append(f"the drill's own {base.rate:g}/s is more, and offered")
+            out.load = Load(base.rate, out.load.prompt_tokens, out.load.output_tokens)
+    else:
+        out.load = keep_up(engine, base, out)
+    if "tokenizer-slow" in injections:
+        _tokenizer(engine, cal, out)
+    if "frontend-gil" in injections:
+        ms = GIL_CORES * 1000.0 / out.load.rate
+        out.sizes["gil_request_ms"] = round(ms, 1)
+        out.sizes["gil_chunk_ms"] = 2.0
+        out.how.append(
+            f"pre-processing {ms:.0f} ms of CPU per request: {GIL_CORES:g} cores at "
+            f"{out.load.rate:g}/s, and 2 ms per streamed chunk"
+        )
+    return out
+
+
+def _tokenizer(engine: Engine, cal: Calibration, plan: Plan) -> None:
+    if not cal.probe_tokens:
+        raise ValueError("tokenizer-slow is sized from the tokenizer probe: none measured")
+    load = plan.load
+    # The full batch's step, the longest the engine takes: the median inter-token latency
+    # stays below it at any batch the load keeps, and the drill's own streams (which the
+    # one-sequence calibration did not carry) lengthen the steps toward it.
+    step = engine.step_full_s
+    probe_s = TOKENIZER_STEPS * step
+    per_token = probe_s / cal.probe_tokens
+    # The tokenizer's thread: one probe a second and every request's prompt.
+    cpu = (cal.probe_tokens / PROBE_INTERVAL_S + load.rate * load.prompt_tokens) * per_token
+    if cpu > TOKENIZER_CPU:
+        per_token *= TOKENIZER_CPU / cpu
+        probe_s = per_token * cal.probe_tokens
+    plan.sizes["tokenizer_slow_us_per_token"] = round(per_token * 1e6, 1)
+    plan.how.append(
+        f"decode step {1000 * step:.1f} ms at the full batch: the slow tokenizer takes "
+        f"{1000 * probe_s:.0f} ms for the probe's {cal.probe_tokens} tokens "
+        f"({probe_s / step:.1f} steps; the fast one {_ms(cal.tokenizer_s)})"
+    )
+
+
+def _decode_overhead(engine: Engine, base: Load, plan: Plan) -> None:
+    step = engine.step(OVERHEAD_BATCH)
+    overhead = OVERHEAD_STEPS * step
+    plan.sizes["decode_overhead_ms"] = round(1000 * overhead, 1)
+
+    def served(o: int) -> float:  # the rate that keeps OVERHEAD_BATCH running
+        return OVERHEAD_BATCH / (engine.prefill_s + (o - 1) * (step + overhead))
+
+    output = _longest(MIN_RATE, engine, served, base.output_tokens)
+    rate = min(base.rate, served(output), KEEP_UP * engine.served_full(output, overhead))
+    plan.served = served(output)
+    plan.load = Load(round(rate, 3), base.prompt_tokens, output)
+    shorter = f", requests of {output} tokens" if output != base.output_tokens else ""
+    plan.how.append(
+        f"decode step {1000 * step:.1f} ms at {OVERHEAD_BATCH} sequences: "
+        f"{1000 * overhead:.0f} ms of host work before each ({OVERHEAD_STEPS:g} steps); "
+        f"{rate:.2f}/s{shorter} keeps about {OVERHEAD_BATCH} running"
+    )
+
+
+def _kv_transfer(engine: Engine, base: Load, cal: Calibration, plan: Plan) -> None:
+    if not cal.kv_bytes:
+        raise ValueError("kv-transfer-slow is sized from the KV bytes of a request: none")
+    transfer = KV_TTFTS * engine.prefill_s
+    mib_s = cal.kv_bytes / transfer / 2**20
+    plan.sizes["kv_link_mib_s"] = round(mib_s, 3)
+    load = keep_up(engine, base, plan)
+    # A request reading its cache counts as waiting (vLLM's and the reference engine's queue):
+    # each one a scrape sees is a moment's queue of 1, and a queue of 1 that grew, on a starved
+    # GPU, is InferenceGPUStarvedQueueGrowing's condition (critical: diagnose would rank it
+    # first at that moment). Few reading, then - but enough requests for each window.
+    rate = min(load.rate, max(KV_WAITING / transfer, min(MIN_RATE, KV_WAITING_MAX / transfer)))
+    plan.load = Load(round(rate, 3), load.prompt_tokens, load.output_tokens)
+    plan.how.append(
+        f"time to first token {1000 * engine.prefill_s:.0f} ms, a request's cache "
+        f"{cal.kv_bytes / 2**20:.2f} MiB: the link at {mib_s:.2f} MiB/s takes "
+        f"{transfer:.2f} s ({KV_TTFTS:g}x); {rate:.2f}/s keeps {rate * transfer:.2f} reading"
+    )
+
+
+def _decode_pool(engine: Engine, base: Load, plan: Plan, admitted: int, deadline_s: float) -> None:
+    """Requests that decode DECODE_TTFTS times as long as their first token takes; their
+    prompts shortened where such requests would finish fewer than MIN_RATE a second."""
+    step = engine.step(admitted)
+    longest_prefill = 1.0 / (DECODE_TTFTS * MIN_RATE)
+    prompt = base.prompt_tokens
+    if engine.prefill(prompt) > longest_prefill:
+        prompt = max(MIN_PROMPT, int(prompt * longest_prefill / engine.prefill_s))
+    prefill = engine.prefill(prompt)
+    shaped = Engine(prefill, engine.step_one_s, engine.step_full_s, engine.full, prompt)
+    output = max(MIN_OUTPUT, 1 + math.ceil((DECODE_TTFTS - 1) * prefill / step))
+    output = _bounded(lambda o: shaped.served(admitted, o), output, prompt, deadline_s)
+    output = min(output, MAX_MODEL_LEN - prompt - 1)
+    capacity = shaped.served(admitted, output)
+    rate = OVERLOAD * capacity
+    plan.served = capacity
+    plan.load = Load(round(rate, 3), prompt, output)
+    shorter = f", prompts of {prompt} tokens" if prompt != base.prompt_tokens else ""
+    plan.how.append(
+        f"time to first token {1000 * engine.prefill_s:.0f} ms, decode step "
+        f"{1000 * step:.1f} ms: requests of {output} tokens decode at least "
+        f"{DECODE_TTFTS:g}x as long as their first token takes{shorter}; {admitted} decode "
+        f"slot(s) serve {capacity:.2f}/s, {OVERLOAD:g}x that is {rate:.2f}/s (the prefill "
+        f"server busy {rate * prefill:.0%})"
+    )
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1000 * seconds:.1f} ms"
