@@ -53,7 +53,9 @@ def test_default_rules_are_the_shipped_node_profile_at_fast_speed(tmp_path: Path
     for alert, durations in shipped.items():
         assert fast[alert] == pytest.approx([d / 10 for d in durations]), alert
     text = records.read_text()
-    assert "inference_gpu_pod_info" in text  # the node agent's GPUs, given to their pods
+    # the node agent files each GPU's series under the pod holding it; the node profile gives
+    # them the sidecar target's instance and job (the sidecar profile has no such join)
+    assert "group_left (instance, job)" in text
     assert "inference:gpu_utilization:mean30s" in text and ":mean5m" not in text
 
 
