@@ -104,7 +104,20 @@ class Unit:
             "hertz": cls.HERTZ,
             "count": cls.COUNT,
             "flag": cls.STATE,
+            "watts": cls.WATTS,
+            "joules": cls.JOULES,
+            "cost": cls.currency(site().cost.currency),
         }[unit]
+
+    @staticmethod
+    def currency(code: str) -> str:
+        """Grafana's unit of a currency: its own for the common ones, else the code after the
+        number."""
+        return f"currency{code}" if code in _GRAFANA_CURRENCIES else f"suffix: {code}"
+
+
+#: Currencies Grafana has a unit of its own for (``currencyUSD``, ...).
+_GRAFANA_CURRENCIES = frozenset({"USD", "EUR", "GBP", "JPY", "CHF", "INR", "BRL", "SEK", "NOK"})
 
 
 # --- the site -------------------------------------------------------------------------------

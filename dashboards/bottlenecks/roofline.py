@@ -27,6 +27,7 @@ from dashboards.common import (
 )
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS, PREFILL_PRECISION
 from exporter.signatures.signals.gpu_signals import GPU_UTILIZATION, SM_ACTIVE
+from exporter.signatures.signals.link_signals import GPUS, NVLINK_UTILIZATION
 from exporter.signatures.signals.roofline_signals import (
     BUDGET_DECODE,
     BUDGET_HOST,
@@ -47,6 +48,7 @@ TITLE = "Roofline and latency budget"
 OVERHEAD = "InferenceDecodeOverheadBound"
 SMS_IDLE = "InferenceGPUBusySMsIdle"
 HOST = "InferenceHostLatencyShareHigh"
+INTERCONNECT = "InferenceInterconnectBound"
 
 
 def model_legend() -> str:
@@ -176,6 +178,40 @@ def utilisation_vs_sm_activity() -> AnyPanel:
     )
 
 
+def interconnect() -> AnyPanel:
+    links = alert_threshold(INTERCONNECT, "link_utilization_above")
+    idle = alert_threshold(INTERCONNECT, "sm_active_below")
+    return timeseries(
+        "NVLink use vs SM activity",
+        "Mean NVLink use of the pod's GPUs - bytes per second in each GPU's busier direction "
+        "over its usable links' peak: the share of time the links would be busy at their peak "
+        "rate, at least that share of each step spent communicating - against mean SM "
+        "activity, and the pod's GPUs (right: its tensor-parallel degree). What "
+        "InferenceInterconnectBound reads. Bad: links above "
+        f"{pct(links)} of their peak while the SMs are active under {pct(idle)}, in a pod of "
+        "several GPUs - the all-reduce (all-to-all) does not overlap compute. A GPU without "
+        "NVLink has no line; in the dcgm layout the links need dcgm-exporter's "
+        "DCGM_FI_PROF_NVLINK_* profiling fields.",
+        [
+            Query(
+                signal(NVLINK_UTILIZATION),
+                f"NVLink use {target_legend()}",
+                thresholds=(warn(links),),
+            ),
+            Query(
+                signal(SM_ACTIVE),
+                f"SM activity {target_legend()}",
+                thresholds=(warn(idle),),
+            ),
+            Query(signal(GPUS), f"GPUs {target_legend()}", axis="right", unit=Unit.COUNT),
+        ],
+        unit=Unit.RATIO,
+        maximum=1.0,
+        right_label="GPUs",
+        span=8,
+    )
+
+
 def workload_shape() -> AnyPanel:
     return timeseries(
         "Workload shape: tokens per request",
@@ -209,5 +245,6 @@ def panels() -> Sequence[AnyPanel]:
         prefill_efficiency(),
         tokens_vs_roofline(),
         utilisation_vs_sm_activity(),
+        interconnect(),
         workload_shape(),
     ]

@@ -24,6 +24,7 @@ from exporter.diagnose.diagnosis import Report
 from exporter.diagnose.findings import (
     FIGURES,
     POOL_BUDGET,
+    TARGET_FIGURES,
     TTFT_SPLIT,
     Condition,
     EvidenceValue,
@@ -193,6 +194,11 @@ async def _evidence(
 ) -> list[EvidenceValue]:
     out = []
     for item in rule.evidence:
+        if item.name is not None:  # a name: a label of the first series, not a number
+            found = await _evidence_sample(backend, cfg, rule, item, inst)
+            text = "?" if found is None else found.get(item.name) or "?"
+            out.append(EvidenceValue(item.key, item.label, None, item.unit, text))
+            continue
         value = (
             inst.value
             if item.expr is None
@@ -203,19 +209,36 @@ async def _evidence(
     return out
 
 
-async def _evidence_value(
+async def _evidence_result(
     backend: Backend, cfg: SiteConfig, rule: AlertRule, item: Evidence, inst: Instance
-) -> float | None:
+) -> Value | None:
+    """An evidence query's answer for the instance; ``None`` where it cannot be had here."""
     scope = rule.scope if item.scope is None else item.scope
     wanted = {label: inst.get(label) for label in (*cfg.join_labels, *scope)}
     query = item.query(matchers(wanted))
     try:
-        value = await backend.value(query, parse(query))
+        return await backend.value(query, parse(query))
     except (NeedsHistoryError, PromQLError):
         return None
-    if isinstance(value, float):
+
+
+async def _evidence_value(
+    backend: Backend, cfg: SiteConfig, rule: AlertRule, item: Evidence, inst: Instance
+) -> float | None:
+    value = await _evidence_result(backend, cfg, rule, item, inst)
+    if value is None or isinstance(value, float):
         return value
     return value[0].value if value else None
+
+
+async def _evidence_sample(
+    backend: Backend, cfg: SiteConfig, rule: AlertRule, item: Evidence, inst: Instance
+) -> Sample | None:
+    """The first series of a ``name`` evidence's query for the instance, if any."""
+    value = await _evidence_result(backend, cfg, rule, item, inst)
+    if value is None or isinstance(value, float) or not value:
+        return None
+    return value[0]
 
 
 def target_name(cfg: SiteConfig, labels: dict[str, str]) -> str:
@@ -294,13 +317,17 @@ def _state(states: list[Sample], sig: Signature, rule: AlertRule, inst: Instance
 # The series of the nvml collector: the GPUs and the driver.
 _GPU_SERIES = re.compile(r"\binference_(?:gpu|nvml)_[a-z0-9_]+")
 
-MAIN_FIGURES = frozenset({"efficiency", "e2e", "prefill_efficiency", "prompt_tokens"})
+MAIN_FIGURES = frozenset(
+    {"efficiency", "e2e", "prefill_efficiency", "prompt_tokens", "joules_generated"}
+)
 
 
 async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) -> list[Roofline]:
     """The roofline figures and latency budget of each served model, from the pack's records
-    (:data:`~exporter.diagnose.findings.FIGURES`); NaN and infinities (a zero division) left out,
-    and models with none of :data:`MAIN_FIGURES`. Ordered by target and model."""
+    (:data:`~exporter.diagnose.findings.FIGURES`, and the target's own
+    :data:`~exporter.diagnose.findings.TARGET_FIGURES` with each model it serves); NaN and
+    infinities (a zero division) left out, and models with none of :data:`MAIN_FIGURES`.
+    Ordered by target and model."""
     found: dict[Labels, dict[str, float]] = {}
     for key, signal in FIGURES.items():
         name = signal.record(cfg)
@@ -319,6 +346,12 @@ async def roofline(backend: Backend, cfg: SiteConfig, fixed_target: str | None) 
         # a model with nothing but its inter-token latency has nothing to show
         if values.keys() & MAIN_FIGURES
     ]
+    for key, signal in TARGET_FIGURES.items():
+        for s in await _record(backend, signal.record(cfg)):
+            target = set(s.without_name())
+            for r in out:
+                if target <= set(r.labels):
+                    r.values[key] = s.value
     return sorted(out, key=lambda r: (r.target, r.model))
 
 

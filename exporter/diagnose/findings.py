@@ -10,7 +10,12 @@ from typing import Any
 from exporter.diagnose.promql_eval import Labels
 from exporter.signatures.definitions import AlertRule, Signature
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS
-from exporter.signatures.signals import pool_signals, roofline_signals
+from exporter.signatures.signals import (
+    energy_signals,
+    link_signals,
+    pool_signals,
+    roofline_signals,
+)
 from exporter.signatures.signals.signal import Signal
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -156,6 +161,19 @@ FIGURES: dict[str, Signal] = {
     "transfer": roofline_signals.BUDGET_TRANSFER,
     "prompt_tokens": roofline_signals.PROMPT_TOKENS,
     "output_tokens": roofline_signals.OUTPUT_TOKENS,
+    "joules_generated": energy_signals.ENERGY_PER_GENERATED,
+    "joules_prompt": energy_signals.ENERGY_PER_PROMPT,
+    "cost_generated": energy_signals.COST_PER_GENERATED,
+    "cost_prompt": energy_signals.COST_PER_PROMPT,
+}
+
+# Figures of the whole target (its GPUs), shown with each model it serves.
+TARGET_FIGURES: dict[str, Signal] = {
+    "gpus": link_signals.GPUS,
+    "nvlink": link_signals.NVLINK_UTILIZATION,
+    "power": energy_signals.POWER,
+    "idle_energy": energy_signals.IDLE_ENERGY,
+    "cost_per_hour": energy_signals.COST,
 }
 
 
@@ -188,6 +206,16 @@ class Roofline:
         """Generated tokens per second (the roofline's times the share of it generated)."""
         roofline, share = self.get("roofline_tokens"), self.get("throughput")
         return None if roofline is None or share is None else roofline * share
+
+    @property
+    def communication_share(self) -> float | None:
+        """The least share of a step spent moving data between the target's GPUs: NVLink use
+        against its peak (the time the links would be busy at their peak rate), where the
+        target has more than one GPU and its links are read; ``None`` elsewhere."""
+        gpus, nvlink = self.get("gpus"), self.get("nvlink")
+        if nvlink is None or (gpus is not None and gpus < 2):
+            return None
+        return nvlink
 
     @property
     def engine_time_split(self) -> tuple[float, float] | None:

@@ -22,7 +22,7 @@ from exporter.config import format_duration as duration
 from exporter.diagnose.advice import scaling_advice
 from exporter.diagnose.diagnosis import Report
 from exporter.diagnose.findings import Condition, Finding, format_value
-from exporter.diagnose.report import pool_lines, roofline_summary, texts
+from exporter.diagnose.report import energy_line, pool_lines, roofline_summary, texts
 from exporter.diagnose.timeline import Interval, Panel, Timeline
 from exporter.signatures.catalogue import all_signatures
 from exporter.signatures.render import runbook_url
@@ -107,6 +107,17 @@ def condition_row(c: Condition) -> Row:
     else:
         result = "does not hold"
     return Row(c.expr, value, against, result)
+
+
+def _energy_lines(report: Report) -> list[str]:
+    """One line per served model with an energy figure: what its tokens cost."""
+    currency = report.cfg.cost.currency
+    out = []
+    for r in report.roofline:
+        line = energy_line(r, currency)
+        if line is not None:
+            out.append(f"{' '.join(filter(None, (r.target, r.model)))}: {line}")
+    return out
 
 
 def ruled_out(report: Report) -> list[tuple[str, str]]:
@@ -328,6 +339,10 @@ def as_html(report: Report, tl: Timeline | None, config_text: str | None = None)
             for r in report.roofline
         )
         body.append(f"<h3>Roofline and latency budget now</h3><ul>{items}</ul>")
+        energy = _energy_lines(report)
+        if energy:
+            items = "".join(f"<li>{_e(line)}</li>" for line in energy)
+            body.append(f'<h3>Energy and cost per token now</h3><ul id="energy">{items}</ul>')
     if report.pools:
         items = "".join(
             f'<li data-pool="{_e(p.name)}">{_e(p.name)} {_e(p.model)}<ul>'
@@ -422,6 +437,10 @@ def as_markdown(
     if report.roofline:
         lines += ["### Roofline and latency budget now", ""]
         lines += [f"- {r.target} {r.model}: {roofline_summary(r)}" for r in report.roofline] + [""]
+        energy = _energy_lines(report)
+        if energy:
+            lines += ["### Energy and cost per token now", ""]
+            lines += [f"- {line}" for line in energy] + [""]
     if report.pools:
         lines += ["### Latency budget per pool now", ""]
         for p in report.pools:

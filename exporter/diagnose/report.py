@@ -67,7 +67,51 @@ def roofline_summary(r: Roofline) -> str:
             f"of {e2e:.1f} s end to end: queue {_share(queue)}, prefill {_share(prefill)}, "
             f"{moved}decode {_share(decode)}, host {_share(host)}"
         )
+    communication = r.communication_share
+    if communication is not None:
+        gpus = r.get("gpus")
+        over = "" if gpus is None else f" of its {gpus:.0f} GPUs"
+        parts.append(
+            f"communication at least {_share(communication)} of a step (NVLink{over} at "
+            f"{_share(communication)} of its peak)"
+        )
     return "; ".join(parts) or "no roofline figures (see docs/roofline.md for their inputs)"
+
+
+def _joules(value: float) -> str:
+    return f"{value:.3g} J"
+
+
+def energy_line(r: Roofline, currency: str) -> str | None:
+    """What a token of the model costs on the target: joules per generated and per prompt
+    token, the GPUs' power and the share of it spent idle, and the cost per million tokens
+    where the site prices a GPU-hour; ``None`` without an energy figure."""
+    generated, prompt = r.get("joules_generated"), r.get("joules_prompt")
+    if generated is None and prompt is None:
+        return None
+    per = [
+        f"{_joules(v)} per {kind} token"
+        for kind, v in (("generated", generated), ("prompt", prompt))
+        if v is not None
+    ]
+    power, idle, gpus = r.get("power"), r.get("idle_energy"), r.get("gpus")
+    draw = []
+    if power is not None:
+        over = "" if gpus is None else f" over {gpus:.0f} GPU{'s' if gpus != 1 else ''}"
+        draw.append(f"{power:.0f} W{over}")
+    if idle is not None:
+        draw.append(f"{_share(idle)} of the energy idle")
+    line = f"energy: {', '.join(per)}" + (f" ({', '.join(draw)})" if draw else "")
+    costs = [
+        f"{v:.3g} {currency} per million {kind} tokens"
+        for kind, v in (("generated", r.get("cost_generated")), ("prompt", r.get("cost_prompt")))
+        if v is not None
+    ]
+    if costs:
+        hourly = r.get("cost_per_hour")
+        rate = "" if hourly is None else f" (the GPUs: {hourly:.2f} {currency} an hour)"
+        line += f"; cost: {', '.join(costs)}{rate}"
+    return line
 
 
 def _roofline_details(r: Roofline) -> list[str]:
@@ -118,6 +162,11 @@ def _roofline_json(r: Roofline) -> dict[str, Any]:
             "share": r.get("throughput"),
         },
         "prefill_efficiency": r.get("prefill_efficiency"),
+        "interconnect": {
+            "gpus": r.get("gpus"),
+            "nvlink_utilization": r.get("nvlink"),
+            "communication_share_at_least": r.communication_share,
+        },
         "latency_budget": {
             "e2e_seconds": r.get("e2e"),
             "queue": r.get("queue"),
@@ -125,6 +174,15 @@ def _roofline_json(r: Roofline) -> dict[str, Any]:
             "decode": r.get("decode"),
             "transfer": r.get("transfer"),
             "host": r.get("host"),
+        },
+        "energy": {
+            "joules_per_generated_token": r.get("joules_generated"),
+            "joules_per_prompt_token": r.get("joules_prompt"),
+            "power_watts": r.get("power"),
+            "idle_energy_share": r.get("idle_energy"),
+            "cost_per_million_generated_tokens": r.get("cost_generated"),
+            "cost_per_million_prompt_tokens": r.get("cost_prompt"),
+            "cost_per_hour": r.get("cost_per_hour"),
         },
         "workload": {
             "prompt_tokens": r.get("prompt_tokens"),
@@ -301,6 +359,9 @@ def as_text(report: Report) -> str:
             lines.append(f"  {r.target} {r.model}".rstrip())
             lines.append(f"    {roofline_summary(r)}")
             lines += [f"    {line}" for line in _roofline_details(r)]
+            energy = energy_line(r, report.cfg.cost.currency)
+            if energy is not None:
+                lines.append(f"    {energy}")
     if report.pools:
         lines += ["", "Latency budget per pool:"]
         for pool in report.pools:

@@ -149,6 +149,9 @@ class Product:
     memory_bandwidth: float | None = None
     #: Datasheet dense peaks, for parts the per-SM arithmetic does not describe.
     flops: Mapping[str, float] = field(default_factory=dict)
+    #: NVLink peak in one direction (bytes/s, headers included): links x each link's speed
+    #: as ``nvidia-smi nvlink -s`` prints it; ``None`` for a part without NVLink.
+    nvlink_bandwidth: float | None = None
 
 
 T = 1e12
@@ -156,19 +159,46 @@ T = 1e12
 # Keyed by the name nvmlDeviceGetName returns (compared case-insensitively, spaces collapsed).
 PRODUCTS: dict[str, Product] = {
     "tesla v100-sxm2-16gb": Product(
-        80, (7, 0), 1530, 4096, 877, "nvidia-smi -q V100 SXM2: max SM 1530, memory 877 MHz [V]"
+        80,
+        (7, 0),
+        1530,
+        4096,
+        877,
+        "nvidia-smi -q V100 SXM2: max SM 1530, memory 877 MHz [V]; NVLink 2: 6 links x 25.781 GB/s"
+        " (nvidia-smi nvlink -s) [M]",
+        nvlink_bandwidth=6 * 25.781e9,
     ),
     "tesla v100-sxm2-32gb": Product(
-        80, (7, 0), 1530, 4096, 877, "nvidia-smi V100-SXM2-32GB: 1530 MHz, 877 MHz [V]"
+        80,
+        (7, 0),
+        1530,
+        4096,
+        877,
+        "nvidia-smi V100-SXM2-32GB: 1530 MHz, 877 MHz [V]; NVLink 2: 6 links x 25.781 GB/s [M]",
+        nvlink_bandwidth=6 * 25.781e9,
     ),
     "tesla t4": Product(
         40, (7, 5), 1590, 256, 5001, "nvidia-smi -q T4: max SM 1590, memory 5001 MHz [V]"
     ),
     "nvidia a100-sxm4-40gb": Product(
-        108, (8, 0), 1410, 5120, 1215, "nvidia-smi A100-SXM4-40GB: 1410 MHz, 1215 MHz [V]"
+        108,
+        (8, 0),
+        1410,
+        5120,
+        1215,
+        "nvidia-smi A100-SXM4-40GB: 1410 MHz, 1215 MHz [V]; NVLink 3: 12 links x 25 GB/s each way "
+        "[M]",
+        nvlink_bandwidth=12 * 25e9,
     ),
     "nvidia a100-sxm4-80gb": Product(
-        108, (8, 0), 1410, 5120, 1593, "nvidia-smi A100-SXM4-80GB: 1410 MHz, 1593 MHz [V]"
+        108,
+        (8, 0),
+        1410,
+        5120,
+        1593,
+        "nvidia-smi A100-SXM4-80GB: 1410 MHz, 1593 MHz [V]; NVLink 3: 12 links x 25 GB/s each way "
+        "[M]",
+        nvlink_bandwidth=12 * 25e9,
     ),
     "nvidia a100-pcie-40gb": Product(
         108, (8, 0), 1410, 5120, 1215, "A100 PCIe 40GB: 1410 MHz, 1215 MHz [M]"
@@ -190,8 +220,10 @@ PRODUCTS: dict[str, Product] = {
         5120,
         2619,
         "H100 SXM5: nvidia-smi 1980 MHz, 2619 MHz [V]; datasheet peaks at 1.83 GHz "
-        "(Lockwood: 989.4 TF BF16) [V]",
+        "(Lockwood: 989.4 TF BF16) [V]; NVLink 4: 18 links x 26.562 GB/s (nvidia-smi nvlink -s, "
+        "docs/nvml.md) [V]",
         tensor_clock_mhz=1830,
+        nvlink_bandwidth=18 * 26.562e9,
     ),
     "nvidia h100 pcie": Product(
         114,
@@ -211,9 +243,10 @@ PRODUCTS: dict[str, Product] = {
         6144,
         2619,
         "H100 NVL (per GPU): datasheet 3.9 TB/s, 835.5 TF BF16 (1671 sparse) [M], i.e. a "
-        "~1545 MHz tensor clock; clocks and bus width [?]",
+        "~1545 MHz tensor clock; clocks and bus width [?]; NVLink bridge 600 GB/s both ways [M][?]",
         tensor_clock_mhz=1545,
         memory_bandwidth=3.9 * T,
+        nvlink_bandwidth=300e9,
     ),
     "nvidia h200": Product(
         132,
@@ -222,9 +255,10 @@ PRODUCTS: dict[str, Product] = {
         6144,
         3201,
         "H200 SXM: nvidia-smi -q max 1980 MHz, memory 3201 MHz [V]; datasheet 4.8 TB/s, "
-        "989.5 TF BF16 (1979 sparse) [V3]",
+        "989.5 TF BF16 (1979 sparse) [V3]; NVLink 4: 18 links x 26.562 GB/s [M]",
         tensor_clock_mhz=1830,
         memory_bandwidth=4.8 * T,
+        nvlink_bandwidth=18 * 26.562e9,
     ),
     "nvidia h200 nvl": Product(
         132,
@@ -232,9 +266,11 @@ PRODUCTS: dict[str, Product] = {
         1785,
         6144,
         3201,
-        "H200 NVL: datasheet 4.8 TB/s, 835.5 TF BF16 (1671 sparse) [V3]; clocks [?]",
+        "H200 NVL: datasheet 4.8 TB/s, 835.5 TF BF16 (1671 sparse) [V3]; clocks [?]; NVLink bridge"
+        " 900 GB/s both ways [M][?]",
         tensor_clock_mhz=1545,
         memory_bandwidth=4.8 * T,
+        nvlink_bandwidth=450e9,
     ),
     "nvidia h20": Product(
         78,
@@ -243,9 +279,10 @@ PRODUCTS: dict[str, Product] = {
         6144,
         2619,
         "H20 (throttled per SM, no NVIDIA datasheet): 4.0 TB/s, 148 TF FP16/BF16, 296 TOPS "
-        "INT8 [V3]; FP8 296 [M]; 78 SMs [V3]; clocks [?]",
+        "INT8 [V3]; FP8 296 [M]; 78 SMs [V3]; clocks [?]; NVLink 4, 900 GB/s both ways [M]",
         memory_bandwidth=4.0 * T,
         flops={"fp16": 148 * T, "bf16": 148 * T, "fp8": 296 * T, "int8": 296 * T},
+        nvlink_bandwidth=18 * 26.562e9,
     ),
     "nvidia b200": Product(
         148,
@@ -255,9 +292,11 @@ PRODUCTS: dict[str, Product] = {
         3996,
         "HGX B200: 148 SMs [V]; max SM clock 1965 MHz measured [V3]; memory 3996 MHz observed "
         "[V]; bus width [M]; datasheet 8 TB/s (DGX B200 64 TB/s over 8 GPUs; a newer HGX table "
-        "says 7.7) and 2.25 PF dense BF16 (4.5 sparse) [V3] = a ~1856 MHz tensor clock",
+        "says 7.7) and 2.25 PF dense BF16 (4.5 sparse) [V3] = a ~1856 MHz tensor clock; NVLink 5: "
+        "18 links x 50 GB/s each way (1.8 TB/s both ways) [M]",
         tensor_clock_mhz=1856,
         memory_bandwidth=8.0 * T,
+        nvlink_bandwidth=18 * 50e9,
     ),
     "nvidia gb200": Product(
         148,
@@ -266,8 +305,9 @@ PRODUCTS: dict[str, Product] = {
         8192,
         None,
         "GB200 (per Blackwell GPU): max SM clock 2062 MHz [V3]; 8 TB/s, 2.5 PF dense BF16 "
-        "(5 sparse) [V3]",
+        "(5 sparse) [V3]; NVLink 5: 18 links x 50 GB/s each way [M]",
         memory_bandwidth=8.0 * T,
+        nvlink_bandwidth=18 * 50e9,
     ),
     "nvidia geforce rtx 4090": Product(
         128,
@@ -313,6 +353,9 @@ class Peaks:
     basis: str
     #: The SMs the tensor peaks count (the whole GPU's, outside MIG mode).
     sms: int | None = None
+    #: The NVLink peak in one direction from the product table (the sidecar reads its own
+    #: from the driver, ``inference_gpu_nvlink_peak_bytes_per_second``); ``None`` without NVLink.
+    nvlink_bandwidth: float | None = None
 
 
 def memory_bandwidth(bus_width_bits: int, max_memory_clock_mhz: int) -> float:
@@ -354,7 +397,14 @@ def peaks_of(name: str, facts: GpuFacts) -> Peaks:
     notes: list[str] = []
     bandwidth = _bandwidth(facts, product, notes)
     flops, sms = _flops(name, facts, product, notes)
-    return Peaks(memory_bandwidth=bandwidth, flops=flops, basis="; ".join(notes), sms=sms)
+    nvlink = product.nvlink_bandwidth if product is not None else None
+    return Peaks(
+        memory_bandwidth=bandwidth,
+        flops=flops,
+        basis="; ".join(notes),
+        sms=sms,
+        nvlink_bandwidth=nvlink,
+    )
 
 
 def slice_peaks(whole: Peaks, *, sms: int | None, memory_fraction: float | None) -> Peaks:

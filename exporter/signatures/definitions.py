@@ -99,7 +99,8 @@ class Evidence:
     ``expr`` is PromQL with ``{target}`` where the alert instance's matchers go (``None``
     quotes the alert expression's own value); ``fmt`` is a printf verb for the number.
     ``scope`` names the alert labels, besides the join labels, the evidence series carry
-    (``None``: all of the rule's scope).
+    (``None``: all of the rule's scope). ``name`` makes it a name rather than a number: the
+    value of that label of the first series ``expr`` returns (a throttled GPU's cause).
     """
 
     key: str
@@ -108,6 +109,7 @@ class Evidence:
     unit: str
     fmt: str = "%.0f"
     scope: tuple[str, ...] | None = None
+    name: str | None = None
 
     def query(self, matchers: str) -> str:
         """The concrete expression for one alert instance (``matchers`` with braces)."""

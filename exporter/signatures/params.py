@@ -229,6 +229,17 @@ PARAMS: dict[str, tuple[Param, ...]] = {
         Param("utilization_above", "ratio", 0.9, "mean GPU utilisation (GPU-Util) above this"),
         Param("sm_active_below", "ratio", 0.3, "while mean SM activity is below this"),
     ),
+    "InferenceInterconnectBound": (
+        _for(15 * MIN),
+        Param(
+            "link_utilization_above",
+            "ratio",
+            0.7,
+            "mean NVLink use of the pod's GPUs (bytes per second in the busier direction over "
+            "the links' peak) above this: the links run near their peak",
+        ),
+        Param("sm_active_below", "ratio", 0.3, "while mean SM activity is below this"),
+    ),
     "InferenceHostLatencyShareHigh": (
         _for(15 * MIN),
         Param(
@@ -285,6 +296,13 @@ PARAMS: dict[str, tuple[Param, ...]] = {
             ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"),
             "clock event reasons that count: hardware and thermal slowdowns, not power caps "
             "or idle clocks",
+        ),
+        Param(
+            "power_cap_draw_at_least",
+            "ratio",
+            0.95,
+            "a slowdown counts as the power cap when the GPU draws at least this share of the "
+            "power limit it enforces (the description names the cause)",
         ),
     ),
 }

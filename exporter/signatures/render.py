@@ -28,7 +28,13 @@ from exporter.signatures.promql_text import indent, num, printf_matchers
 from exporter.signatures.runbook_templates import template_path
 from exporter.signatures.signals import recording_rules
 from exporter.signatures.signals.target_signals import TARGET_INFO
-from exporter.signatures.site import PROFILES, SELECTOR_HELP, WINDOW_HELP, SiteConfig
+from exporter.signatures.site import (
+    COST_HELP,
+    PROFILES,
+    SELECTOR_HELP,
+    WINDOW_HELP,
+    SiteConfig,
+)
 from exporter.signatures.slo.burn_alerts import SLO_ALERT_GROUP, SLO_FAMILY, SloAlert, slo_alerts
 from exporter.signatures.slo.slo_signals import slo_rules
 from exporter.signatures.slo.verdict_signals import verdict_rules
@@ -163,7 +169,8 @@ def matchers_template(labels: Sequence[str]) -> str:
 
 
 def evidence_template(evidence: Evidence, join: Sequence[str] = ()) -> str:
-    """The number of one evidence item at alert time, via the ``query`` template function.
+    """The number (or, for a ``name`` evidence, the label) of one evidence item at alert
+    time, via the ``query`` template function.
 
     Uses ``$m`` (the rule's matchers) unless the evidence has a scope of its own.
     """
@@ -171,9 +178,14 @@ def evidence_template(evidence: Evidence, join: Sequence[str] = ()) -> str:
         return f"{{{{ $value | printf `{evidence.fmt}` }}}}"
     expr = evidence.expr.replace("%", "%%").replace(TARGET, "{%s}")
     matchers = "$m" if evidence.scope is None else f"({_printf_matchers((*join, *evidence.scope))})"
+    shown = (
+        f'label "{evidence.name}"'
+        if evidence.name is not None
+        else f"value | printf `{evidence.fmt}`"
+    )
     return (
         f"{{{{ with printf `{expr}` {matchers} | query }}}}"
-        f"{{{{ . | first | value | printf `{evidence.fmt}` }}}}{{{{ else }}}}?{{{{ end }}}}"
+        f"{{{{ . | first | {shown} }}}}{{{{ else }}}}?{{{{ end }}}}"
     )
 
 
@@ -488,6 +500,11 @@ def runbook_index(
         "  InferenceGPUStarvedQueueGrowing:",
         "    for: 10m",
         "    utilization_below: 0.6",
+        "cost:  # no price by default: no cost records",
+        f"  # gpu_hour_price: 2.5  # {COST_HELP['gpu_hour_price']}",
+        f"  currency: {cfg.cost.currency}  # {COST_HELP['currency']}",
+        f"  # gpu_hour_price_by_product:  # {COST_HELP['gpu_hour_price_by_product']}",
+        '  #   "NVIDIA H100 80GB HBM3": 3.9',
         "slo:  # docs/slo.md: objectives, their burn-rate alerts (the SRE workbook's by default)",
         f"  period: {format_duration(cfg.slo.period)}",
         "  objectives:",

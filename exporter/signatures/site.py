@@ -25,6 +25,9 @@ A gateway in front of the engines (llm-d's endpoint picker) is scraped through a
 own; its queue belongs to the engines of its pool, found by the ``gateway.join`` labels and
 ``model`` (:class:`GatewayJoin`).
 
+``cost`` sets the price of a GPU-hour: the cost per million tokens is recorded only where a
+price is set (:class:`Cost`).
+
 Every mistake raises :class:`SignatureConfigError`, whose ``str()`` is one line naming the
 field (``signatures.InferenceGPUStarvedQueueGrowing.utilization_below: must be ...``).
 """
@@ -99,6 +102,7 @@ RESERVED_LABELS = frozenset(
 #: :mod:`.site_errors`, for the parts of the config read by modules of their own).
 SignatureConfigError = site_errors.SignatureConfigError
 _ENGINE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_CURRENCY = re.compile(r"^[A-Z]{3}$")
 
 
 @dataclass(frozen=True)
@@ -253,6 +257,33 @@ class GatewayJoin:
 
 
 @dataclass(frozen=True)
+class Cost:
+    """What a GPU-hour costs the site: the cost records (cost per million tokens, a pod's GPUs'
+    cost per hour) exist only where a price is set.
+
+    ``gpu_hour_price`` is the price of one GPU-hour in ``currency``; ``by_product`` the price of
+    particular products by the name NVML gives them (``NVIDIA H100 80GB HBM3``, compared in any
+    case and spacing), before ``gpu_hour_price`` for the rest.
+    """
+
+    gpu_hour_price: float | None = None
+    currency: str = "USD"
+    by_product: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def priced(self) -> bool:
+        """Whether any GPU has a price (the cost records exist)."""
+        return self.gpu_hour_price is not None or bool(self.by_product)
+
+
+COST_HELP = {
+    "gpu_hour_price": "price of one GPU-hour (a number above 0; no cost records without it)",
+    "currency": "ISO 4217 code of the prices, for the views' units (default USD)",
+    "gpu_hour_price_by_product": "price of a GPU-hour per product, by NVML's name",
+}
+
+
+@dataclass(frozen=True)
 class SiteConfig:
     """The validated configuration; windows and durations are unscaled seconds."""
 
@@ -264,6 +295,7 @@ class SiteConfig:
     windows: Windows = field(default_factory=Windows)
     overrides: Mapping[str, Mapping[str, ParamValue]] = field(default_factory=dict)
     gateway: GatewayJoin = field(default_factory=GatewayJoin)
+    cost: Cost = field(default_factory=Cost)
     #: The service-level objectives and their burn-rate alerts (:mod:`.slo_config`).
     slo: SloConfig = field(default_factory=SloConfig)
     #: When a backlog is capacity, for the scaling advice (:mod:`.slo_config`).
@@ -285,6 +317,7 @@ class SiteConfig:
             windows=self.windows,
             overrides=self.overrides,
             gateway=self.gateway,
+            cost=self.cost,
             slo=self.slo,
             scaling=self.scaling,
         )
@@ -365,6 +398,7 @@ def parse_config(data: object, profile: str = "sidecar") -> SiteConfig:
             "gateway",
             "windows",
             "signatures",
+            "cost",
             "slo",
             "scaling",
         ),
@@ -378,6 +412,7 @@ def parse_config(data: object, profile: str = "sidecar") -> SiteConfig:
         windows=_windows(root.get("windows", {})),
         overrides=_signatures(root.get("signatures", {})),
         gateway=_gateway(root.get("gateway", {}), join_labels),
+        cost=_cost(root.get("cost", {})),
         slo=parse_slo(root.get("slo")),
         scaling=parse_scaling(root.get("scaling")),
     )
@@ -560,6 +595,39 @@ def _windows(value: object) -> Windows:
             if name in section
         }
     )
+
+
+def _price(value: object, where: str) -> float:
+    number = _number(value, where)
+    if number <= 0:
+        raise SignatureConfigError(where, f"must be a price above 0, got {value}")
+    return number
+
+
+def _cost(value: object) -> Cost:
+    section = _mapping(value, "cost")
+    _known_keys(section, "cost", tuple(COST_HELP))
+    price = None
+    if section.get("gpu_hour_price") is not None:
+        price = _price(section["gpu_hour_price"], "cost.gpu_hour_price")
+    currency = section.get("currency", Cost.currency)
+    if not isinstance(currency, str) or not _CURRENCY.match(currency):
+        raise SignatureConfigError(
+            "cost.currency", f"must be an ISO 4217 code such as USD or EUR, got {_kind(currency)}"
+        )
+    where = "cost.gpu_hour_price_by_product"
+    products = _mapping(section.get("gpu_hour_price_by_product", {}), where)
+    by_product: list[tuple[str, float]] = []
+    seen: set[str] = set()
+    for name, raw in products.items():
+        key = " ".join(name.split()).lower()
+        if not key:
+            raise SignatureConfigError(where, "a product name must not be empty")
+        if key in seen:
+            raise SignatureConfigError(f"{where}.{name}", "is listed twice")
+        seen.add(key)
+        by_product.append((" ".join(name.split()), _price(raw, f"{where}.{name}")))
+    return Cost(price, currency, tuple(by_product))
 
 
 def _signatures(value: object) -> dict[str, dict[str, ParamValue]]:

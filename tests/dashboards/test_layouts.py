@@ -113,6 +113,16 @@ EXCEPTIONS: dict[Key, tuple[frozenset[str], str]] = {
         frozenset({"dcgm"}),
         "the NVML calls are the sidecar's or the node agent's; dcgm-exporter counts none",
     ),
+    ("ibe-inference-bottlenecks", "NVLink use vs SM activity", "A"): (
+        frozenset({"dcgm"}),
+        "DCGM_FI_PROF_NVLINK_TX_BYTES and _RX_BYTES are profiling fields, not among "
+        "dcgm-exporter's default fields",
+    ),
+    ("ibe-inference-bottlenecks", "Energy spent idle", "A"): (
+        frozenset({"dcgm"}),
+        "dcgm-exporter has no idle energy (the sidecar and the node agent integrate it from "
+        "the driver's samples)",
+    ),
 }
 
 

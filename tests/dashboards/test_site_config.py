@@ -49,6 +49,8 @@ SITE: dict[str, Any] = {
         "InferenceGPUUtilizationPulsing": {"idle_sample_at_most": 0.1, "idle_share_above": 0.25},
         "InferenceGPUMemoryHeadroomLow": {"kv_cache_above": 0.85},
     },
+    # a price: the cost records and their panel exist
+    "cost": {"gpu_hour_price": 2.5, "currency": "EUR"},
 }
 
 # Labels a dashboard groups by beside the target's: GPU identity, label of the panel's metric.
@@ -71,10 +73,10 @@ RULE_LABELS = {
     "role",
     "pool",
     "layer",
+    "cause",  # the throttle cause record's, told apart `on (cause)`
     # the SLO records' objective, the scaling advice's action and cause
     "slo",
     "advice",
-    "cause",
 }
 EXPORTER_SERIES = re.compile(r"^(up|scrape_\w+|process_\w+)$")
 
@@ -93,6 +95,7 @@ THRESHOLD_ALERTS = {
     "Pool queues: prefill and decode": ("InferencePrefillPoolShort", "InferenceDecodePoolShort"),
     "Time to first token: queue, prefill, KV transfer": ("InferenceKVTransferBound",),
     "KV-cache transfer failures": ("InferenceKVTransferFailing",),
+    "NVLink use vs SM activity": ("InferenceInterconnectBound",),
     "Error budget burn rate": ("InferenceTTFTBudgetBurn", "InferenceAvailabilityBudgetBurn"),
 }
 # Dashed lines that are no alert's: slowdown temperature, scrape deadline, NVML call budget,
@@ -524,3 +527,21 @@ def test_a_threshold_line_is_drawn_on_what_its_alert_reads(pair: Generated) -> N
         assert carriers, f"{title}: no query reads what {alerts} read"
         for ref in carriers:
             assert _records(by_ref[ref]) & read, f"{title} / {ref}: {by_ref[ref]}"
+
+
+def test_the_cost_panel_is_the_priced_sites_own(site: Generated, shipped: Generated) -> None:
+    """A site that prices a GPU-hour gets the cost per million tokens in its currency, on the
+    cost records of its pack; the shipped dashboards (no price, no cost records) have none."""
+    title = "Cost per million tokens (EUR)"
+    panel = panels_by_title(site.boards)[title]
+    assert panel["fieldConfig"]["defaults"]["unit"] == "currencyEUR"
+    read = {name for t in panel["targets"] for name in _records(t["expr"])}
+    assert read == {
+        "inference:cost_per_million_generated_tokens:ratio5m",
+        "inference:cost_per_million_prompt_tokens:ratio5m",
+        "inference:gpu_cost_per_hour:mean5m",
+    }
+    # the pack's other rules read them (the pools' cost reads the pods', theirs the GPUs')
+    assert read <= {name for expr in site.rule_exprs for name in _records(expr)}
+    assert not any(t.startswith("Cost per million tokens") for t in panels_by_title(shipped.boards))
+    assert "Energy per token" in panels_by_title(shipped.boards)

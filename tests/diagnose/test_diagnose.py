@@ -210,8 +210,12 @@ def test_target_nearly_holds_and_json_schema(
         "reason": "needs Prometheus history (offset 1h)",
     } in report["not_evaluated"]
     assert "InferenceQueueWaitDominatesLatency" in report["no_data"]
-    # no model facts and no request histograms: nothing to set against the roofline
-    assert report["roofline"] == []
+    # no model facts and no request histograms: nothing to set against the roofline, but the
+    # GPUs' energy over the tokens generated (all of it: no phase times to split it by)
+    (row,) = report["roofline"]
+    assert row["decode"]["efficiency"] is None and row["latency_budget"]["e2e_seconds"] is None
+    assert row["energy"]["joules_per_generated_token"] > 0
+    assert row["energy"]["joules_per_prompt_token"] is None
     # the threshold of "nearly" is a flag
     strict = sample(proc, "--output", "json", "--nearly", "0")
     assert json.loads(strict.stdout)["findings"] == []
@@ -224,6 +228,14 @@ MODEL_DIR = FIXTURES / "models" / "meta-llama__Llama-3.1-8B"
 # prefill, 50 % decode, so 44 % on the host; 3000-token prompts, a fifth of them cached.
 SLOW_STEPS = Load(itl=0.045, tokens_per_second=3 / 0.045, budget=Budget())
 BUDGET_LINE = "of 6.0 s end to end: queue 1 %, prefill 5 %, decode 50 %, host 44 %"
+
+
+def _share_masked(summary: str) -> str:
+    """A roofline summary with its communication share (a sampled NVLink rate) as ``N``."""
+    share = r"at least \d+ % of a step \(NVLink of its (\d+) GPUs at \d+ %"
+    masked = re.sub(share, r"at least N % of a step (NVLink of its \1 GPUs at N %", summary)
+    assert masked != summary, summary
+    return masked
 
 
 def expected_floor(proc: ExporterProcess) -> float:
@@ -274,10 +286,17 @@ def test_target_prints_the_roofline_and_the_latency_budget(
     lines = text.stdout.splitlines()
     at = lines.index("Roofline and latency budget:")
     assert lines[at + 1] == f"  {proc.base}/metrics {MODEL}"
-    assert lines[at + 2] == (
-        f"    decode at {100 * efficiency:.0f} % of its HBM floor ({1000 * floor:.1f} ms floor, "
-        f"45.0 ms observed); {BUDGET_LINE}"
+    # the replayed HGX pair's NVLink carries 15 % of its peak times each GPU's utilisation
+    summary = re.fullmatch(
+        re.escape(
+            f"    decode at {100 * efficiency:.0f} % of its HBM floor ({1000 * floor:.1f} ms "
+            f"floor, 45.0 ms observed); {BUDGET_LINE}; communication at least "
+        )
+        + r"(\d+) % of a step \(NVLink of its 2 GPUs at \1 % of its peak\)",
+        lines[at + 2],
     )
+    assert summary, lines[at + 2]
+    assert 1 <= int(summary[1]) <= 15
     # 3 requests per 45 ms step: 67 tokens/s, the roofline's share as the efficiency's
     throughput = re.fullmatch(
         r"    throughput: (\d+) tokens/s, (\d+) % of the (\d+) tokens/s its batch would reach "
@@ -295,6 +314,14 @@ def test_target_prints_the_roofline_and_the_latency_budget(
         "    workload: 3000 prompt and 33 output tokens per request, prefill 9 % and decode 91 % "
         "of the engine's time; long prompts (> 2048 tokens): this pod is prefill-bound"
     )
+    # the replayed GPUs' energy counters over the engine's tokens, split by its phase times
+    energy = re.fullmatch(
+        r"    energy: ([\d.e+-]+) J per generated token, ([\d.e+-]+) J per prompt token "
+        r"\((\d+) W over 2 GPUs, (\d+) % of the energy idle\)",
+        lines[at + 6],
+    )
+    assert energy, lines[at + 6]
+    assert float(energy[1]) > 0 and float(energy[2]) > 0 and 0 < int(energy[3]) <= 1400
     # the budget's host share is a signature of its own, and holds
     assert re.search(
         r"^1\. HOLDS  warning  InferenceHostLatencyShareHigh \[roofline\]$", text.stdout, re.M
@@ -303,7 +330,8 @@ def test_target_prints_the_roofline_and_the_latency_budget(
     report = json.loads(sample(proc, "--output", "json").stdout)
     (entry,) = report["roofline"]
     assert entry["target"] == f"{proc.base}/metrics" and entry["labels"] == {"model": MODEL}
-    assert entry["summary"] == lines[at + 2].strip()
+    # the text and the JSON are two samplings of the replay: the NVLink share may move by a point
+    assert _share_masked(entry["summary"]) == _share_masked(lines[at + 2].strip())
     decode = entry["decode"]
     assert decode["source"] == "floor"
     assert decode["floor_seconds"] == pytest.approx(floor, rel=1e-9)
@@ -337,6 +365,16 @@ def test_target_prints_the_roofline_and_the_latency_budget(
         tokens["share"] * tokens["roofline_tokens_per_second"], rel=1e-9
     )
     assert tokens["roofline_tokens_per_second"] == pytest.approx(3 / floor, rel=1e-3)
+    joules = entry["energy"]
+    # prefill 0.05 and decode 0.5 of each request's time: a tenth of the energy to prompts
+    prompt_energy = joules["joules_per_prompt_token"] * 4800  # 2 x 2400 tokens computed a second
+    generated_energy = joules["joules_per_generated_token"] * tokens["tokens_per_second"]
+    assert prompt_energy / (prompt_energy + generated_energy) == pytest.approx(0.05 / 0.55, rel=0.3)
+    assert joules["cost_per_million_generated_tokens"] is None  # no price: no cost
+    links = entry["interconnect"]
+    assert links["gpus"] == 2
+    assert links["communication_share_at_least"] == links["nvlink_utilization"]
+    assert 0.01 <= links["nvlink_utilization"] <= 0.15
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -548,13 +586,15 @@ def test_prometheus_mode_prints_the_roofline_and_the_latency_budget(
         }
         assert entry["decode"]["floor_seconds"] == pytest.approx(floor, rel=1e-9)
         assert entry["decode"]["efficiency"] == pytest.approx(floor / 0.045, rel=1e-3)
-        assert entry["summary"].endswith(BUDGET_LINE)
+        # the target's figures (its GPUs, their NVLink) join each model's row by its labels
+        assert f"{BUDGET_LINE}; communication at least " in entry["summary"]
+        assert entry["interconnect"]["gpus"] == 2
 
         text = diagnose(*fast)
         lines = text.stdout.splitlines()
         at = lines.index("Roofline and latency budget:")
         assert lines[at + 1] == f"  {target} {MODEL}"
-        assert lines[at + 2] == f"    {entry['summary']}"
+        assert _share_masked(lines[at + 2]) == _share_masked(f"    {entry['summary']}")
         assert lines[at + 2].startswith(
             f"    decode at {100 * floor / 0.045:.0f} % of its HBM floor ({1000 * floor:.1f} ms "
             "floor, 45.0 ms observed); "

@@ -137,6 +137,27 @@ def test_verdict_comes_first(html_report: str) -> None:
     )
 
 
+def test_energy_and_cost_per_token_now(
+    html_report: str, recorded: Recorded, tmp_path: Path
+) -> None:
+    """The incident's energy records (no price in its site config: no cost figures) make one
+    line per served model, in the page and in the Markdown."""
+    line = (
+        "10.0.3.7:10960: energy: 0.85 J per generated token, 0.04 J per prompt token "
+        "(1200 W, 12 % of the energy idle)"
+    )
+    energy = re.search(r'<ul id="energy"><li>(.*?)</li></ul>', html_report)
+    assert energy, "no energy section"
+    assert energy[1] == line
+    assert html_report.index('id="energy"') < html_report.index('id="plots"')
+    out = tmp_path / "incident.md"
+    result = diagnose(
+        "--prometheus.url", recorded.url, "--time", str(recorded.end), "--report", str(out)
+    )
+    assert result.returncode == 1, result.stderr
+    assert f"### Energy and cost per token now\n\n- {line}\n" in out.read_text()
+
+
 def test_each_cause_shows_observed_against_threshold_and_its_promql(html_report: str) -> None:
     lead = html_report.split(f'data-alert="{LEAD}"')[1].split("</section>", maxsplit=1)[0]
     # the observed value, the threshold and the PromQL of each condition

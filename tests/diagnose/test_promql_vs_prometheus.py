@@ -199,6 +199,13 @@ class Sidecar:
     engine_processes: tuple[int, ...] = (1,)
     # how the sidecar chose its GPUs (inference_gpu_attribution_info): every GPU it sees
     attribution: str = "all-visible"
+    # NVLink: each GPU's transmit and receive bytes per second as shares of its links' peak
+    # (an HGX board's 18 links; None: a GPU without NVLink)
+    nvlink: tuple[float, float] | None = (0.15, 0.14)
+    nvlink_peak: float = 4.78116e11
+    # each GPU's board power and the limit it enforces (W)
+    power: float = 350.0
+    power_limit: float = 700.0
 
 
 def _elapsed(restart: int | None, times: list[float], k: int, uptime: float) -> float:
@@ -252,6 +259,18 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
         out["inference_gpu_peak_flops"][(*key, "fp8")] = 2 * s.peak_bf16
         out["inference_gpu_sm_active_ratio"][key] = s.sm_active[i % len(s.sm_active)]
         out["inference_gpu_sm_clock_hertz"][key] = s.sm_clock
+        out["inference_gpu_power_watts"][key] = s.power + 10 * i
+        out["inference_gpu_power_limit_watts"][key] = s.power_limit
+        out["inference_gpu_power_default_limit_watts"][key] = 700.0
+        out["inference_gpu_power_smoothing_enabled"][key] = 0.0
+        # the energy counters: the board power since the start, a tenth of it idle
+        out["inference_gpu_energy_joules_total"][key] = (s.power + 10 * i) * up
+        out["inference_gpu_idle_energy_joules_total"][key] = 0.1 * s.power * up
+        if s.nvlink is not None:
+            transmit, receive = s.nvlink
+            out["inference_gpu_nvlink_transmit_bytes_total"][key] = transmit * s.nvlink_peak * up
+            out["inference_gpu_nvlink_receive_bytes_total"][key] = receive * s.nvlink_peak * up
+            out["inference_gpu_nvlink_peak_bytes_per_second"][key] = s.nvlink_peak
         if s.engine_share is not None:
             out["inference_gpu_engine_utilization_ratio"][key] = s.engine_share[
                 i % len(s.engine_share)
@@ -581,6 +600,13 @@ SETS: tuple[SeriesSet, ...] = (
             ),
         ),
     ),
+    # a tensor-parallel pod bound by its links: NVLink at 88 % of its peak, SMs 8 % active
+    one(
+        "interconnect-bound",
+        "sidecar",
+        every(5, 13),
+        replace(STEADY, util=(0.96, 0.96), sm_active=(0.08, 0.08), nvlink=(0.88, 0.85)),
+    ),
     one(
         "tokenizer-slower-than-decode",
         "sidecar",
@@ -618,6 +644,13 @@ SETS: tuple[SeriesSet, ...] = (
         "fast",
         every(2, 10),
         replace(STEADY, clock_events=("hw_slowdown", "sw_thermal"), temperature=88, sm_clock=1.2e9),
+    ),
+    # a hardware slowdown while GPU 0 draws 697 W of its 700 W limit: the power cap
+    one(
+        "throttled-at-power-cap",
+        "sidecar",
+        every(5, 10),
+        replace(STEADY, clock_events=("hw_slowdown",), power=697.0, sm_clock=1.4e9),
     ),
     one(
         "memory-headroom",
@@ -1131,9 +1164,11 @@ def test_evaluator_equals_prometheus(
     engineless = all(
         t.sidecar.engine is None or not t.sidecar.engine_up for t in p.series_set.targets
     )
-    # A gateway's sidecar reads neither an engine's series nor a GPU: its own records only.
+    # A gateway's sidecar reads neither an engine's series nor a GPU: its own records only (the
+    # GPU, link, power and energy records are empty there: about one expression in seven has
+    # data).
     gateway = all(t.sidecar.engine is None and not t.sidecar.nvml for t in p.series_set.targets)
-    share = 6 if gateway else 4 if engineless else 3
+    share = 8 if gateway else 4 if engineless else 3
     assert compared > 150 and nonempty > compared / share, (compared, nonempty)
 
 

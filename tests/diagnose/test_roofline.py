@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from exporter.diagnose.findings import Roofline, workload_advice
-from exporter.diagnose.report import roofline_summary
+from exporter.diagnose.report import energy_line, roofline_summary
 from exporter.signatures.params import LONG_OUTPUT_TOKENS, LONG_PROMPT_TOKENS
 
 LABELS = (("instance", "10.0.0.1:10960"), ("job", "j"), ("model", "m"))
@@ -51,6 +51,46 @@ def test_without_model_facts_the_engines_read_bytes_stand_in() -> None:
         "decode reads 20 % of the peak HBM bandwidth (the engine's estimate; no model facts "
         "for the floor)"
     )
+
+
+def test_a_tensor_parallel_pod_shows_its_communication() -> None:
+    """The link-bound pair of tests/promtool/sidecar/signatures.yaml: NVLink at 88 % of its
+    peak is at least 88 % of each step moving data; one GPU, or no link read, shows none."""
+    bound = Roofline("llm/vllm-tp-0", LABELS, {**WORKED, "gpus": 2.0, "nvlink": 0.88})
+    assert bound.communication_share == 0.88
+    assert roofline_summary(bound).endswith(
+        "host 44 %; communication at least 88 % of a step (NVLink of its 2 GPUs at 88 % of its "
+        "peak)"
+    )
+    single = Roofline("t", LABELS, {**WORKED, "gpus": 1.0, "nvlink": 0.88})
+    assert single.communication_share is None
+    assert "communication" not in roofline_summary(single)
+    pcie = Roofline("t", LABELS, {**WORKED, "gpus": 2.0})
+    assert pcie.communication_share is None
+
+
+def test_what_a_token_costs() -> None:
+    """The numbers of tests/promtool/sidecar/energy.yaml's pod A and of the gpu-cost site's:
+    1000 W over two GPUs, 10 % idle, 0.8 J per generated token, 0.0667 per prompt token,
+    7.20 an hour, 1.60 and 0.133 per million tokens."""
+    figures = {"joules_generated": 0.8, "joules_prompt": 0.0667, "power": 1000.0}
+    figures |= {"idle_energy": 0.1, "gpus": 2.0}
+    r = Roofline("llm/vllm-tp-0", LABELS, figures)
+    assert energy_line(r, "USD") == (
+        "energy: 0.8 J per generated token, 0.0667 J per prompt token (1000 W over 2 GPUs, "
+        "10 % of the energy idle)"
+    )
+    priced = Roofline("t", LABELS, {**figures, "cost_generated": 1.6, "cost_prompt": 0.1333})
+    priced.values["cost_per_hour"] = 7.2
+    assert energy_line(priced, "EUR") == (
+        "energy: 0.8 J per generated token, 0.0667 J per prompt token (1000 W over 2 GPUs, "
+        "10 % of the energy idle); cost: 1.6 EUR per million generated tokens, 0.133 EUR per "
+        "million prompt tokens (the GPUs: 7.20 EUR an hour)"
+    )
+    # an engine without phase times: generated tokens only; no energy figure: no line
+    only = Roofline("t", LABELS, {"joules_generated": 1.0})
+    assert energy_line(only, "USD") == "energy: 1 J per generated token"
+    assert energy_line(Roofline("t", LABELS, dict(WORKED)), "USD") is None
 
 
 def test_a_budget_needs_every_part() -> None:

@@ -46,6 +46,7 @@ CONTRACT = {
     "InferenceGPUXidErrors": ({"critical", "warning"}, "gpu"),
     "InferenceGPUThrottled": ({"warning"}, "gpu"),
     "InferenceGPUContended": ({"warning"}, "gpu"),
+    "InferenceInterconnectBound": ({"warning"}, "gpu"),
 }
 PROFILES = ("sidecar", "dcgm", "fast")
 
@@ -136,6 +137,7 @@ def test_rendered_records_parse_and_are_named_level_metric_operation(profile: st
         "inference.records.gpu",
         "inference.records.gpu_state",
         "inference.records.roofline",
+        "inference.records.energy",
         "inference.records.pool",
         "inference.records.gateway",
         # Per objective and pool; then which signatures hold, the scaling advice, its gate.

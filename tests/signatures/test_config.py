@@ -35,7 +35,7 @@ STARVED = "InferenceGPUStarvedQueueGrowing"
         (
             {"thresholds": {}},
             "thresholds: unknown key (known: runbook_url, join_labels, "
-            "selectors, dcgm, gateway, windows, signatures, slo, scaling)",
+            "selectors, dcgm, gateway, windows, signatures, cost, slo, scaling)",
         ),
         (
             {"runbook_url": "https://wiki/runbooks"},
@@ -171,6 +171,37 @@ STARVED = "InferenceGPUStarvedQueueGrowing"
             {"signatures": {"InferenceGPUMemoryHeadroomLow": {"preallocating_engines": ["vLLM"]}}},
             "signatures.InferenceGPUMemoryHeadroomLow.preallocating_engines[0]: 'vLLM' is not an "
             "engine name",
+        ),
+        ({"cost": 2.5}, "cost: must be a mapping, got number 2.5"),
+        (
+            {"cost": {"gpu_hour": 2.5}},
+            "cost.gpu_hour: unknown key (known: gpu_hour_price, currency, "
+            "gpu_hour_price_by_product)",
+        ),
+        (
+            {"cost": {"gpu_hour_price": "$2.50"}},
+            "cost.gpu_hour_price: must be a number, got string '$2.50'",
+        ),
+        ({"cost": {"gpu_hour_price": 0}}, "cost.gpu_hour_price: must be a price above 0, got 0"),
+        (
+            {"cost": {"gpu_hour_price": float("inf")}},
+            "cost.gpu_hour_price: must be a finite number",
+        ),
+        (
+            {"cost": {"gpu_hour_price": 2, "currency": "dollars"}},
+            "cost.currency: must be an ISO 4217 code such as USD or EUR, got string 'dollars'",
+        ),
+        (
+            {"cost": {"gpu_hour_price_by_product": {"NVIDIA H100 80GB HBM3": -3}}},
+            "cost.gpu_hour_price_by_product.NVIDIA H100 80GB HBM3: must be a price above 0, got -3",
+        ),
+        (
+            {"cost": {"gpu_hour_price_by_product": {"NVIDIA L4": 1, "nvidia  l4": 2}}},
+            "cost.gpu_hour_price_by_product.nvidia  l4: is listed twice",
+        ),
+        (
+            {"cost": {"gpu_hour_price_by_product": [3.9]}},
+            "cost.gpu_hour_price_by_product: must be a mapping, got a list",
         ),
     ],
 )
@@ -310,8 +341,13 @@ def test_profiles_differ_only_in_gpu_records() -> None:
     differ = {name for name in side if name in dcgm and side[name] != dcgm[name]}
     assert all("gpu" in name for name in differ), differ
     # The dcgm profile reads no GPU series of the sidecar but its peak figures, which
-    # dcgm-exporter does not report (the roofline records need them in every profile).
-    peaks = ("inference_gpu_peak_memory_bandwidth_bytes_per_second", "inference_gpu_peak_flops")
+    # dcgm-exporter does not report (the roofline records need them in every profile, the
+    # NVLink record the links' peak).
+    peaks = (
+        "inference_gpu_peak_memory_bandwidth_bytes_per_second",
+        "inference_gpu_peak_flops",
+        "inference_gpu_nvlink_peak_bytes_per_second",
+    )
     for name, expr in dcgm.items():
         read = set(re.findall(r"\binference_gpu_[a-z0-9_]+", expr))
         assert read <= set(peaks), (name, read)
@@ -427,4 +463,37 @@ def test_documented_defaults_are_a_valid_config() -> None:
     assert documented.windows == defaults.windows
     assert documented.dcgm == defaults.dcgm
     assert documented.gateway == defaults.gateway
+    assert documented.cost == defaults.cost
     assert documented.runbook_url == defaults.runbook_url
+
+
+def test_cost_records_exist_only_with_a_price() -> None:
+    """Without a price (the shipped pack) there are no cost records; with one, every layout
+    has them, and a product's price comes before the default."""
+    names = ("inference:gpu_cost_per_hour:mean5m", "inference:cost_per_million_generated_tokens")
+    for profile in ("sidecar", "node", "dcgm"):
+        shipped = [r.record for r in recording_rules(parse_config({}, profile))]
+        assert not any(name.startswith(names) for name in shipped), profile
+        site = {"cost": {"gpu_hour_price": 2, "gpu_hour_price_by_product": {"NVIDIA L4": 0.8}}}
+        rules = {r.record: r.expr for r in recording_rules(parse_config(site, profile))}
+        cost = rules["inference:gpu_cost_per_hour:mean5m"]
+        assert cost.index("0.8 * group") < cost.index("2 * group"), profile
+        assert "inference_pool:cost_per_million_prompt_tokens:ratio5m" in rules
+    cfg = parse_config({"cost": {"gpu_hour_price_by_product": {" NVIDIA  L4 ": 0.8}}})
+    assert cfg.cost.priced and cfg.cost.gpu_hour_price is None and cfg.cost.currency == "USD"
+    assert cfg.cost.by_product == (("NVIDIA L4", 0.8),)
+    assert not parse_config({}).cost.priced
+
+
+def test_a_bad_price_exits_2_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text("cost:\n  gpu_hour_price: -1\n", encoding="utf-8")
+    assert main(["--config", str(site), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"python -m exporter.signatures: error: {site}: cost.gpu_hour_price: must be a price "
+        "above 0, got -1\n"
+    )
+    assert not (tmp_path / "out").exists()

@@ -36,6 +36,9 @@ SITE_FIXTURES = sorted(p.parent for p in (FIXTURES / "rules").glob("*/config.yam
 PROFILE_OF_FIXTURE = {
     "dcgm-exported-labels": "dcgm",
     "cluster-join": "sidecar",
+    "gpu-cost": "sidecar",
+    "gpu-cost-dcgm": "dcgm",
+    "throttle-reasons": "sidecar",
     "slo-objectives": "sidecar",
 }
 # Labels Prometheus adds to a target: a PodMonitor's, and a static config's (instance, job).

@@ -125,8 +125,10 @@ def _levels(pack: Path) -> list[list[dict[str, Any]]]:
     for group in records:
         for rule in group["rules"]:
             used = [name for name in RECORD_NAME.findall(rule["expr"]) if name in level]
-            level[rule["record"]] = 1 + max((level[name] for name in used), default=0)
-            by_level.setdefault(level[rule["record"]], []).append(rule)
+            own = 1 + max((level[name] for name in used), default=0)
+            by_level.setdefault(own, []).append(rule)
+            # A record several rules write (one per signature) is read once all of them ran.
+            level[rule["record"]] = max(level.get(rule["record"], 0), own)
     out = [
         [{"name": f"inference.records.{n}", "rules": rules}]
         for n, rules in sorted(by_level.items())

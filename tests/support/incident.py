@@ -30,6 +30,7 @@ from exporter.lab.processes import Server, start_prometheus
 from exporter.signatures.signals import (
     HISTORY,
     cpu_signals,
+    energy_signals,
     engine_signals,
     gpu_signals,
     latency_signals,
@@ -88,6 +89,10 @@ def healthy(cfg: SiteConfig) -> Series:
         r(roofline_signals.BUDGET_DECODE): lambda m: 0.85,
         r(roofline_signals.BUDGET_HOST): lambda m: 0.05,
         r(roofline_signals.DECODE_EFFICIENCY): lambda m: 0.62,
+        r(energy_signals.POWER): lambda m: 1200.0,
+        r(energy_signals.IDLE_ENERGY): lambda m: 0.12,
+        r(energy_signals.ENERGY_PER_GENERATED): lambda m: 0.85,
+        r(energy_signals.ENERGY_PER_PROMPT): lambda m: 0.04,
         r(latency_signals.TOKENIZER_MEDIAN): lambda m: 0.005,
         r(latency_signals.INTER_TOKEN_MEDIAN): lambda m: 0.018,
         r(cpu_signals.SOFTIRQ_SHARE): lambda m: 0.01,

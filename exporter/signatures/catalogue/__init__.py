@@ -59,6 +59,7 @@ BUILDERS: tuple[Callable[[Context], Signature], ...] = (
     gpu_signatures.gpu_xid_errors,
     gpu_signatures.gpu_throttled,
     gpu_signatures.gpu_contended,
+    gpu_signatures.interconnect_bound,
 )
 
 

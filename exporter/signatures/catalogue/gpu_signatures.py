@@ -1,5 +1,5 @@
-"""The GPU itself: idle under load, lost, reporting Xid errors, clocks held down, contended by
-other tenants of a shared GPU.
+"""The GPU itself: idle under load, waiting on its peers' links, lost, reporting Xid errors,
+clocks held down, contended by other tenants of a shared GPU.
 
 Alerts carry ``signature="gpu"``.
 """
@@ -15,9 +15,19 @@ from exporter.signatures.signals.engine_signals import (
     QUEUE_DEPTH,
     QUEUE_TREND,
     REQUESTS_RUNNING,
+    TRAFFIC,
 )
-from exporter.signatures.signals.gpu_signals import CLOCK_EVENTS, SM_CLOCK, TEMPERATURE, XID_NEW
+from exporter.signatures.signals.gpu_signals import (
+    CLOCK_EVENTS,
+    GPU_UTILIZATION,
+    SM_ACTIVE,
+    SM_CLOCK,
+    TEMPERATURE,
+    XID_NEW,
+)
 from exporter.signatures.signals.latency_signals import INTER_TOKEN_MEDIAN
+from exporter.signatures.signals.link_signals import GPUS, NVLINK_UTILIZATION
+from exporter.signatures.signals.power_signals import CLOCK_CAUSE, POWER_DRAW, POWER_LIMIT
 from exporter.signatures.signals.shared_gpu_signals import (
     GPU_DEVICE_UTILIZATION,
     GPU_ENGINE_SHARE,
@@ -73,6 +83,80 @@ def gpu_underutilized(ctx: Context) -> Signature:
             why=(
                 "the GPU is {util} % busy with {running} requests running: it waits most of the "
                 "time, and another GPU would wait too"
+            ),
+        ),
+    )
+
+
+def interconnect_bound(ctx: Context) -> Signature:
+    """A tensor- or expert-parallel pod whose GPUs wait on their links: NVLink near its peak
+    while the SMs idle, in a pod of more than one GPU."""
+    alert = "InferenceInterconnectBound"
+    links = ctx.ratio(alert, "link_utilization_above")
+    sm_below = ctx.ratio(alert, "sm_active_below")
+    join = on(ctx.join)
+    rule = AlertRule(
+        severity="warning",
+        expr=(
+            f"{ctx.name(NVLINK_UTILIZATION)} > {num(links)}\n"
+            f"and {join}\n{ctx.name(SM_ACTIVE)} < {num(sm_below)}\n"
+            f"and {join}\n{ctx.name(GPUS)} > 1\n"
+            f"and {join}\n{ctx.name(TRAFFIC)}"
+        ),
+        for_seconds=ctx.for_seconds(alert),
+        summary="GPUs wait on their NVLink peers on {target}",
+        description=(
+            "The pod's {gpus} GPUs move data over NVLink at {links} % of the links' peak "
+            f"(above {pct(links)} %) while their SMs are active {{sm}} % of the time (below "
+            f"{pct(sm_below)} %), GPU utilisation {{util}} %, with traffic: at least {{links}} % "
+            "of each step is communication that does not overlap compute - the all-reduce of "
+            "tensor parallelism or the all-to-all of expert parallelism."
+        ),
+        evidence=(
+            percent("links", "mean NVLink use against its peak", ctx.name(NVLINK_UTILIZATION)),
+            percent("sm", "mean SM activity", ctx.name(SM_ACTIVE)),
+            percent("util", "mean GPU utilisation", ctx.name(GPU_UTILIZATION)),
+            Evidence("gpus", "GPUs of the pod", f"{ctx.name(GPUS)}{TARGET}", "GPUs"),
+        ),
+        when=(
+            f"mean NVLink use > {pct(links)} % of the links' peak while mean SM activity "
+            f"< {pct(sm_below)} %, in a pod of more than one GPU, with traffic"
+        ),
+    )
+    rate = ctx.window("rate")
+    return Signature(
+        alert=alert,
+        family="gpu",
+        title="Bound by the GPU interconnect",
+        rules=(rule,),
+        runbook=ctx.runbook(
+            alert,
+            queries=(
+                ("NVLink use against its peak, per pod", ctx.name(NVLINK_UTILIZATION)),
+                ("GPUs per pod (the tensor-parallel degree)", ctx.name(GPUS)),
+                (
+                    "each GPU's usable and lost links",
+                    ctx.selector("inference_gpu_nvlink_links"),
+                ),
+                (
+                    "the NVLink fabric's health (NVSwitch systems)",
+                    ctx.selector("inference_gpu_fabric_condition_active") + " == 1",
+                ),
+                (
+                    "C2C use against its peak (Grace parts: offloaded KV and weights)",
+                    f"rate({ctx.selector('inference_gpu_c2c_transmit_bytes_total')}[{rate}])\n"
+                    f"/\n{ctx.selector('inference_gpu_c2c_peak_bytes_per_second')}",
+                ),
+            ),
+            link_utilization_above=pct(links),
+            sm_active_below=pct(sm_below),
+        ),
+        advice=Advice(
+            "fix_interconnect",
+            blocks_scale_out=True,
+            why=(
+                "the pod's {gpus} GPUs wait on NVLink at {links} % of its peak with their SMs "
+                "{sm} % active: another replica would split its work the same way and wait too"
             ),
         ),
     )
@@ -169,6 +253,7 @@ def gpu_xid_errors(ctx: Context) -> Signature:
 def gpu_throttled(ctx: Context) -> Signature:
     alert = "InferenceGPUThrottled"
     hold = ctx.for_duration(alert)
+    capped = ctx.ratio(alert, "power_cap_draw_at_least")
     rule = AlertRule(
         severity="warning",
         expr=f"{ctx.name(CLOCK_EVENTS)} > 0",
@@ -176,16 +261,39 @@ def gpu_throttled(ctx: Context) -> Signature:
         summary="GPU {labels.gpu} clocks held down ({labels.reason}) on {target}",
         description=(
             f"GPU {{labels.gpu}} ({{labels.uuid}}) has been slowed by {{labels.reason}} for "
-            f"{hold}; die at {{temp}} °C, SM clock {{clock}} MHz: every kernel runs slower "
-            "until the cause (cooling, power delivery) is fixed."
+            f"{hold}, cause: {{cause}}; die at {{temp}} °C, drawing {{power}} W of the "
+            "{limit} W limit it enforces, SM clock {clock} MHz: every kernel runs slower "
+            "until the cause is fixed."
         ),
         scope=("gpu", "uuid", "reason"),
         evidence=(
+            Evidence(
+                "cause",
+                "what holds the clocks down",
+                f"{ctx.name(CLOCK_CAUSE)}{TARGET}",
+                "",
+                scope=("gpu", "uuid", "reason"),
+                name="cause",
+            ),
             Evidence(
                 "temp",
                 "GPU temperature",
                 f"{ctx.name(TEMPERATURE)}{TARGET}",
                 "°C",
+                scope=GPU_LABELS,
+            ),
+            Evidence(
+                "power",
+                "power draw",
+                f"{ctx.name(POWER_DRAW)}{TARGET}",
+                "W",
+                scope=GPU_LABELS,
+            ),
+            Evidence(
+                "limit",
+                "enforced power limit",
+                f"{ctx.name(POWER_LIMIT)}{TARGET}",
+                "W",
                 scope=GPU_LABELS,
             ),
             Evidence(
@@ -210,9 +318,26 @@ def gpu_throttled(ctx: Context) -> Signature:
         runbook=ctx.runbook(
             alert,
             queries=(
+                ("what holds each throttled GPU's clocks down", ctx.name(CLOCK_CAUSE)),
                 ("GPU temperature", ctx.name(TEMPERATURE)),
                 ("SM clock (MHz)", f"{ctx.name(SM_CLOCK)} / 1000000"),
+                (
+                    "power draw against the enforced limit",
+                    f"{ctx.name(POWER_DRAW)}\n/\n{ctx.name(POWER_LIMIT)}",
+                ),
+                (
+                    "power smoothing and its floor (Blackwell)",
+                    ctx.selector("inference_gpu_power_smoothing_floor_watts")
+                    + "\nand\n"
+                    + ctx.selector("inference_gpu_power_smoothing_enabled")
+                    + " == 1",
+                ),
+                (
+                    "workload power profiles enforced",
+                    ctx.selector("inference_gpu_power_profile_info"),
+                ),
             ),
+            power_cap_draw_at_least=pct(capped),
         ),
         advice=Advice(
             "fix_gpu",

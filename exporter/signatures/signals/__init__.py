@@ -17,7 +17,12 @@ from (the sidecar's NVML, the node agent, dcgm-exporter) without touching them. 
 - :mod:`.gpu`: utilisation, driver samples, HBM, SMs, framebuffer, Xids, clock events, each
   layout from its source (:mod:`.node_join`, :mod:`.dcgm_join`);
 - :mod:`.shared_gpu`: the engine's own share of GPUs other tenants use too;
+- :mod:`.link`: the GPUs a pod holds and their NVLink use against its peak;
+- :mod:`.power`: what holds a throttled GPU's clocks down (heat, power brake, power cap,
+  smoothing), from its power draw and enforced limit;
 - :mod:`.roofline`: the roofline, latency budget and workload shape (``docs/roofline.md``);
+- :mod:`.energy`: energy and cost per generated and prompt token, per pod and pool, and the
+  share of the GPUs' energy spent idle;
 - :mod:`.pool`: the pools of disaggregated serving, across targets.
 
 :data:`SIGNALS` lists them in evaluation order; :func:`recording_rules` writes a site
@@ -34,11 +39,14 @@ from exporter.config import parse_duration
 from exporter.signatures.definitions import RECORD_NAME, RecordingRule
 from exporter.signatures.signals import (
     cpu_signals,
+    energy_signals,
     engine_signals,
     gateway_signals,
     gpu_signals,
     latency_signals,
+    link_signals,
     pool_signals,
+    power_signals,
     roofline_signals,
     shared_gpu_signals,
 )
@@ -98,6 +106,15 @@ SIGNALS: tuple[Declaration, ...] = (
     roofline_signals.BUDGET_HOST,
     roofline_signals.PROMPT_TOKENS,
     roofline_signals.OUTPUT_TOKENS,
+    energy_signals.ENERGY_PER_GENERATED,
+    energy_signals.ENERGY_PER_PROMPT,
+    energy_signals.COST_PER_GENERATED,
+    energy_signals.COST_PER_PROMPT,
+    energy_signals.POOL_ENERGY_PER_GENERATED,
+    energy_signals.POOL_ENERGY_PER_PROMPT,
+    energy_signals.POOL_COST_PER_GENERATED,
+    energy_signals.POOL_COST_PER_PROMPT,
+    energy_signals.POOL_IDLE_ENERGY,
     AtWindows(POOL_HISTORY, ("rate", "latency", "queue_trend")),
     ByRole(pool_signals.PER_ROLE),
     pool_signals.POOL_RATIO_NOW,
@@ -132,6 +149,17 @@ SIGNALS: tuple[Declaration, ...] = (
     shared_gpu_signals.GPU_ENGINE_SHARE,
     shared_gpu_signals.GPU_OTHER_TENANTS,
     shared_gpu_signals.GPU_OWN_UTILIZATION,
+    link_signals.NVLINK_UTILIZATION,
+    energy_signals.POWER,
+    energy_signals.IDLE_ENERGY,
+    energy_signals.COST,
+    link_signals.GPUS,
+    power_signals.POWER_DRAW,
+    power_signals.POWER_LIMIT,
+    power_signals.POWER_DEFAULT_LIMIT,
+    power_signals.POWER_SMOOTHING,
+    power_signals.CAUSE_BY_REASON,
+    power_signals.CLOCK_CAUSE,
     gateway_signals.POOL_GPU_UTILIZATION,
 )
 

@@ -5,8 +5,8 @@ their DCGM 4.7 names, eleven of them in base units (utilisation a 0-1 ratio inst
 percentage, framebuffer bytes instead of MiB, clocks hertz instead of MHz, energy joules
 instead of millijoules, NVLink bytes instead of MB per second), and renamed the driver-version
 label (``DCGM_FI_DRIVER_VERSION`` to ``DCGM_FI_SYSTEM_DRIVER_VERSION``); 4.10.0 renamed
-``DCGM_FI_PROF_{PCIE,NVLINK}_{TX,RX}_BYTES`` to ``..._BYTES_PER_SECOND``, which the pack does not
-read. Sources: the release notes of dcgm-exporter 4.9.0 and 4.10.0, and DCGM's field header
+``DCGM_FI_PROF_{PCIE,NVLINK}_{TX,RX}_BYTES`` to ``..._BYTES_PER_SECOND`` (the pack reads the
+NVLink pair). Sources: the release notes of dcgm-exporter 4.9.0 and 4.10.0, and DCGM's field header
 (``dcgm_fields.h``: the deprecated names and the base-unit fields that replace them).
 
 A quantity is one :class:`DcgmQuantity`: every name it has had, newest first, each with the
@@ -138,6 +138,48 @@ SM_CLOCK = DcgmQuantity(
     ),
 )
 
+NVLINK_TX = DcgmQuantity(
+    "NVLink transmitted",
+    "bytes_per_second",
+    (
+        DcgmName("DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND", 1.0, "dcgm-exporter 4.10 and later"),
+        DcgmName("DCGM_FI_PROF_NVLINK_TX_BYTES", 1.0, "dcgm-exporter 4.9 and before"),
+    ),
+    default=False,
+)
+NVLINK_RX = DcgmQuantity(
+    "NVLink received",
+    "bytes_per_second",
+    (
+        DcgmName("DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND", 1.0, "dcgm-exporter 4.10 and later"),
+        DcgmName("DCGM_FI_PROF_NVLINK_RX_BYTES", 1.0, "dcgm-exporter 4.9 and before"),
+    ),
+    default=False,
+)
+ENERGY = DcgmQuantity(
+    "GPU energy since boot",
+    "joules",
+    (
+        DcgmName("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", 1.0, f"J, {_NEW}"),
+        DcgmName("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 0.001, f"mJ, {_OLD}"),
+    ),
+)
+POWER = DcgmQuantity(
+    "board power draw",
+    "watts",
+    (
+        DcgmName("DCGM_FI_DEV_BOARD_POWER_WATTS", 1.0, _NEW),
+        DcgmName("DCGM_FI_DEV_POWER_USAGE", 1.0, _OLD),
+    ),
+)
+#: Not among the fields DCGM 4.7 deprecates: one name in every release.
+POWER_LIMIT = DcgmQuantity(
+    "enforced power limit",
+    "watts",
+    (DcgmName("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", 1.0, "every release"),),
+    default=False,
+)
+
 #: Every quantity the dcgm layout reads.
 QUANTITIES = (
     UTILIZATION,
@@ -149,6 +191,11 @@ QUANTITIES = (
     CLOCK_REASONS,
     GPU_TEMPERATURE,
     SM_CLOCK,
+    NVLINK_TX,
+    NVLINK_RX,
+    ENERGY,
+    POWER,
+    POWER_LIMIT,
 )
 
 

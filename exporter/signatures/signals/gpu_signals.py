@@ -566,7 +566,7 @@ def held_down(ctx: SignalContext, per_gpu: str) -> str:
     return f"{per_gpu}\nand {on((*ctx.join, *GPU_LABELS))}\n{ctx.name(CLOCK_EVENTS)}"
 
 
-def _node_held_down(ctx: SignalContext, metric: str) -> str:
+def node_held_down(ctx: SignalContext, metric: str) -> str:
     """The node agent's ``metric`` of the GPUs held down, filtered before the join (the agent's
     series name the holding pod, as the clock event record does)."""
     throttled = f"and {on((*pod_labels(ctx), *GPU_LABELS))} {ctx.name(CLOCK_EVENTS)}"
@@ -582,7 +582,7 @@ TEMPERATURE = Signal(
     ByLayout(
         sidecar=Raw("inference_gpu_temperature_celsius"),
         node=Rule(
-            lambda ctx: _node_held_down(ctx, "inference_gpu_temperature_celsius"),
+            lambda ctx: node_held_down(ctx, "inference_gpu_temperature_celsius"),
             "GPU temperature (°C) of throttled GPUs: the throttling alert's evidence",
         ),
         dcgm=Rule(
@@ -603,7 +603,7 @@ SM_CLOCK = Signal(
     ByLayout(
         sidecar=Raw("inference_gpu_sm_clock_hertz"),
         node=Rule(
-            lambda ctx: _node_held_down(ctx, "inference_gpu_sm_clock_hertz"),
+            lambda ctx: node_held_down(ctx, "inference_gpu_sm_clock_hertz"),
             "SM clock (Hz) of throttled GPUs: the throttling alert's evidence",
         ),
         dcgm=Rule(

@@ -96,15 +96,16 @@ def _dcgm_gpus(ctx: SignalContext, matcher: str) -> str:
     return dcgm_quantity(ctx, dcgm_fields.UTILIZATION, lambda s: s, matcher, scale=False)
 
 
-def product_matcher(products: Sequence[str]) -> str:
-    """``modelName`` as NVML names the products, in any case and spacing. Prometheus
-    anchors the regex; a metacharacter goes in a class, not behind a backslash, which a
-    PromQL string would take as its own escape."""
+def product_matcher(products: Sequence[str], label: str = "modelName") -> str:
+    """``label`` (dcgm-exporter's ``modelName``; the sidecar's ``inference_gpu_info`` has
+    ``name``) as NVML names the products, in any case and spacing. Prometheus anchors the
+    regex; a metacharacter goes in a class, not behind a backslash, which a PromQL string would
+    take as its own escape."""
     alternatives = "|".join(
         "".join(f"[{char}]" if char in _REGEX_META else char for char in name).replace(" ", " +")
         for name in products
     )
-    return f'modelName=~"(?i){alternatives}"'
+    return f'{label}=~"(?i){alternatives}"'
 
 
 def _peak(

@@ -41,6 +41,9 @@ Unit = Literal[
     "flops",  # FLOP per second
     "celsius",
     "hertz",
+    "watts",
+    "joules",
+    "cost",  # in the site config's currency (cost.currency)
     "count",  # engines, samples, errors, targets
     "flag",  # 1 while something holds, absent otherwise
 ]
@@ -66,12 +69,18 @@ class Rule:
     ``window`` is the history (seconds) the record needs before its value can be trusted
     (:class:`~exporter.signatures.definitions.RecordingRule`): ``None`` takes the longest range
     its expression reads, or the longest window of the signals it reads; ``0`` declares a
-    record right from its first sample.
+    record right from its first sample. ``only_if`` makes the record depend on the site config
+    (the cost records exist only where a GPU-hour has a price); ``None``: always.
     """
 
     expr: Callable[[SignalContext], str]
     help: Text
     window: float | None = None
+    only_if: Callable[[SiteConfig], bool] | None = None
+
+    def applies(self, cfg: SiteConfig) -> bool:
+        """Whether the site config has this record."""
+        return self.only_if is None or self.only_if(cfg)
 
 
 @dataclass(frozen=True)
@@ -130,7 +139,8 @@ class Signal:
 
     def exists(self, cfg: SiteConfig) -> bool:
         """Whether the configuration's layout has this signal (a record or a raw series)."""
-        return self.fill_of(cfg.profile.source) is not None
+        fill = self.fill_of(cfg.profile.source)
+        return fill is not None and (not isinstance(fill, Rule) or fill.applies(cfg))
 
     def record(self, cfg: SiteConfig) -> str:
         """The series to query for this signal under ``cfg``: the record's name with the
@@ -146,7 +156,7 @@ class Signal:
     def rule(self, ctx: SignalContext) -> RecordingRule | None:
         """The recording rule of this signal in ``ctx``'s layout (``None``: none there)."""
         fill = self.fill_of(ctx.cfg.profile.source)
-        if not isinstance(fill, Rule):
+        if not isinstance(fill, Rule) or not fill.applies(ctx.cfg):
             return None
         text = fill.help if isinstance(fill.help, str) else fill.help(ctx)
         return RecordingRule(
