@@ -22,6 +22,12 @@ first, the engine above becomes its decode server and the pair's front (``--role
 --prefill-url``), and a second sidecar watches the prefill engine; Prometheus scrapes both
 sidecars, the prefill one with ``pod`` ``reference-prefill-0``.
 
+With a gateway (``StackConfig.gateway``): a stand-in llm-d endpoint picker
+(:mod:`exporter.lab.gateway`) in front of the engine, holding requests in its flow-control queue
+while it finds the pool saturated; it takes the gateway's injections (``stale-endpoints``), the
+engine the others. A sidecar of its own reads it (``--engine.type llmd-epp``, no GPU), scraped
+with ``pod`` ``gateway-0``; the load goes to it (``Stack.front_url``).
+
 Every process is a child with its log in the work directory, bound to 127.0.0.1 only; the
 stand-in kubelets, kube-state-metrics and dcgm-exporters serve from threads of this process. The
 engine writes its model's Hugging Face description to ``<workdir>/model`` (``--model-dir``)
@@ -52,6 +58,7 @@ from typing import Any
 import yaml
 
 from exporter.lab import layouts
+from exporter.lab.gateway import GATEWAY_INJECTIONS
 from exporter.lab.layouts import DEFAULT_LAYOUT, MetricsServer, Node, Pod, Target
 from exporter.lab.processes import (
     Child,
@@ -82,6 +89,21 @@ JOB = layouts.SIDECAR_JOB
 OUTSIDE = frozenset({"cpu-contention", "softirq"})
 TARGET_LABELS = {"namespace": "drill", "pod": "reference-0"}
 PREFILL_TARGET_LABELS = {"namespace": "drill", "pod": "reference-prefill-0"}
+GATEWAY_TARGET_LABELS = {"namespace": "drill", "pod": "gateway-0"}
+# The stand-in gateway's process, for its sidecar's process collectors.
+GATEWAY_PROCESS_MATCH = r"-m exporter\.lab\.gateway(?:\s|$)"
+
+
+def _flag(args: Sequence[str], name: str) -> str:
+    """The value of flag ``name`` in ``args`` (``--name value`` or ``--name=value``; the last
+    one), or empty."""
+    value = ""
+    for index, arg in enumerate(args):
+        if arg == name and index + 1 < len(args):
+            value = args[index + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 # --- configuration files -------------------------------------------------------------------------
@@ -186,6 +208,10 @@ class StackConfig:
     # "triton"): its ``engine_args`` are that server's flags, and injections that act from
     # outside an engine (cpu-contention, softirq) run in its session (thirdparty.with_helpers).
     engine: str = "reference"
+    # A stand-in llm-d endpoint picker in front of the engine (exporter.lab.gateway), with its
+    # own sidecar; ``gateway_args`` are more of its flags.
+    gateway: bool = False
+    gateway_args: Sequence[str] = ()
 
 
 class Stack:
@@ -200,6 +226,8 @@ class Stack:
         self.prefill_url = ""
         self.sidecar_url = ""
         self.prefill_sidecar_url = ""
+        self.gateway_url = ""  # the stand-in gateway in front of the engine (cfg.gateway)
+        self.gateway_sidecar_url = ""
         self.prometheus_url = ""
         self.alertmanager_url = ""
         # The node layout's stand-in nodes (the engine's first) and kube-state-metrics.
@@ -227,6 +255,11 @@ class Stack:
     def model_dir(self) -> Path:
         """Where the engine writes its model's description, for the sidecar's model collector."""
         return self.cfg.workdir / "model"
+
+    @property
+    def front_url(self) -> str:
+        """Where clients send requests: the gateway where there is one, else the engine."""
+        return self.gateway_url or self.engine_url
 
     def child(self, name: str) -> Child:
         for c in self.children:
@@ -257,6 +290,8 @@ class Stack:
         cfg = self.cfg
         cfg.workdir.mkdir(parents=True, exist_ok=True)
         layouts.rule_profile(cfg.layout)  # an unknown layout fails before anything starts
+        if set(cfg.injections) & GATEWAY_INJECTIONS and not cfg.gateway:
+            raise StackError("stale-endpoints is a gateway's injection: set StackConfig.gateway")
         if cfg.layout != "sidecar":
             self._start_nodes()
         if cfg.prefill_args is not None:
@@ -277,6 +312,8 @@ class Stack:
             )
         self._start_engine()
         self._start_sidecar()
+        if cfg.gateway:
+            self._start_gateway()
         if self.alertmanager_bin:
             self._start_alertmanager()
         if self.prometheus_bin:
@@ -308,7 +345,12 @@ class Stack:
             self._start_thirdparty()
             return
         args = [
-            *[arg for name in cfg.injections for arg in ("--inject", name)],
+            *[
+                arg
+                for name in cfg.injections
+                if name not in GATEWAY_INJECTIONS
+                for arg in ("--inject", name)
+            ],
             *cfg.engine_args,
         ]
         if self.prefill_url:
@@ -340,12 +382,67 @@ class Stack:
         assert match is not None
         return f"http://{match.group(1)}:{match.group(2)}"
 
+    def _start_gateway(self) -> None:
+        """The stand-in endpoint picker in front of the engine, and its sidecar."""
+        from exporter.lab.refengine import DEFAULT_MODEL_NAME  # noqa: PLC0415
+
+        cfg = self.cfg
+        cmd = [
+            sys.executable,
+            "-m",
+            "exporter.lab.gateway",
+            "--port",
+            "0",
+            "--endpoint",
+            self.engine_url,
+            "--model",
+            _flag(cfg.engine_args, "--served-model-name") or DEFAULT_MODEL_NAME,
+            *[
+                arg
+                for name in cfg.injections
+                if name in GATEWAY_INJECTIONS
+                for arg in ("--inject", name)
+            ],
+            *cfg.gateway_args,
+        ]
+        gateway = spawn("gateway", cmd, cfg.workdir)
+        self.children.append(gateway)
+        wait_until(
+            lambda: log_match(gateway, ENGINE_LISTEN) is not None,
+            cfg.start_timeout,
+            "'listening on' line",
+            child=gateway,
+        )
+        match = log_match(gateway, ENGINE_LISTEN)
+        assert match is not None
+        self.gateway_url = f"http://{match.group(1)}:{match.group(2)}"
+        sidecar, self.gateway_sidecar_url = start_exporter(
+            "sidecar-gateway",
+            [
+                "--web.listen-address",
+                "127.0.0.1:0",
+                "--engine.url",
+                self.gateway_url + "/metrics",
+                "--engine.type",
+                "llmd-epp",
+                *fast_sidecar_flags(engine_poll="1s", engine_timeout="2s", scrape_timeout="2s"),
+                "--log.format",
+                "json",
+                # The gateway's pod has no GPU.
+                "--no-collector.nvml",
+                "--process.match",
+                GATEWAY_PROCESS_MATCH,
+            ],
+            cfg.workdir,
+        )
+        self.children.append(sidecar)
+
     def _start_thirdparty(self) -> None:
         from exporter.lab import thirdparty  # noqa: PLC0415
 
         cfg = self.cfg
         own = thirdparty.ENGINE_INJECTIONS.get(cfg.engine, {})
-        inside = set(cfg.injections) - OUTSIDE - set(own)
+        inside = set(cfg.injections) - OUTSIDE - set(own) - GATEWAY_INJECTIONS
         if inside:
             raise StackError(
                 f"{cfg.engine} takes only injections from outside the engine "
@@ -458,6 +555,9 @@ class Stack:
             Target(urllib.parse.urlsplit(url).netloc, labels)
             for url, (labels, _, _) in zip(urls, self._pods(), strict=True)
         ]
+        if self.gateway_sidecar_url:
+            netloc = urllib.parse.urlsplit(self.gateway_sidecar_url).netloc
+            sidecars.append(Target(netloc, dict(GATEWAY_TARGET_LABELS)))
         ksm = self.kube_state_metrics
         scrape = layouts.scrape_configs(
             sidecars,

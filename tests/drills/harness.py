@@ -194,6 +194,7 @@ class DrillResult:
     error: str = ""
     workdir: str = ""
     instance: str = ""  # the sidecar's scrape address, Prometheus's ``instance`` label
+    gateway_instance: str = ""  # the gateway's sidecar's, where a gateway fronts the engine
     restarted_at: float | None = None  # when the engine was killed and started again
     sized: Sized = field(default_factory=Sized)
     failed: str = ""  # the first line of the drill's failed check (empty: its checks held)
@@ -220,6 +221,27 @@ SIGNALS = {
     "softirq_core": "inference:cpu_softirq_hottest_core:mean30s",
     "kv_cache": "inference:kv_cache_usage:max",
     "running": "inference:requests_running:mean30s",
+}
+# ... and where a gateway fronts the engine (drills.scenarios.GATEWAY_SCENARIOS): its queue, the
+# engine's share of it, and the scale-out gate on the engine's pod and pool.
+GATEWAY_SIGNALS = {
+    "gateway_queue": "sum(inference_gateway:queue_depth:sum)",
+    "gateway_stale": "max(inference_gateway_stale_endpoints)",
+    "gateway_saturation": "max(inference_gateway_pool_saturation)",
+    "gateway_shed_per_s": "sum(inference_gateway:requests_shed:rate30s)",
+    "gateway_dispatched": 'sum(inference_gateway_requests_total{outcome="dispatched"})',
+    "pool_gpu_util": "max(inference_gateway:pool_gpu_utilization:mean30s)",
+    "engine_queue_share": 'sum(inference:gateway_queue_depth_share:sum{pod="reference-0"})',
+    "engine_own_queue": 'sum(inference_queue_depth{pod="reference-0"})',
+    "scale_out_blocked": 'max(inference:scale_out_blocked:flag{pod="reference-0"})',
+    "scale_out_eligible": 'max(inference:scale_out_eligible:bool{pod="reference-0"})',
+    "pool_scale_out_eligible": "max(inference_pool:scale_out_eligible:bool)",
+    "engine_advice_fix_gateway_scrape": (
+        'max(inference:scaling_advice:info{pod="reference-0",advice="fix_gateway_scrape"})'
+    ),
+    "pool_advice_fix_gateway_scrape": (
+        'max(inference_pool:scaling_advice:ratio{advice="fix_gateway_scrape"})'
+    ),
 }
 
 
@@ -281,10 +303,12 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
         trace=trace,
         rules_config=rules_config,
         engine=scenario.engine,
+        gateway=scenario.gateway,
     )
     began = time.monotonic()
     with Stack(cfg) as stack:
         result.instance = urllib.parse.urlsplit(stack.sidecar_url).netloc
+        result.gateway_instance = urllib.parse.urlsplit(stack.gateway_sidecar_url).netloc
         try:
             sized = _size(stack, scenario, result.sized)
         except (CalibrationError, ValueError, OSError) as err:
@@ -452,7 +476,7 @@ def _start_load(
         "exporter.cli",
         "load",
         "--url",
-        stack.engine_url,
+        stack.front_url,
         "--rate",
         f"{load.rate:.4g}",
         "--prompt-tokens",
@@ -530,6 +554,8 @@ def _evidence(stack: Stack, result: DrillResult) -> None:
     """The signals and diagnose's ranking, at the moment the expected alert fired (healthy: at
     the end of the run)."""
     result.signals = {k: stack.scalar(e) for k, e in SIGNALS.items()}
+    if stack.gateway_url:
+        result.signals.update({k: stack.scalar(e) for k, e in GATEWAY_SIGNALS.items()})
     _diagnose(stack, result)
 
 

@@ -86,6 +86,9 @@ class Scenario:
     quiet_why: str = ""
     # Who reads the GPUs (exporter.lab.layouts; the rules: that layout's fast profile).
     layout: str = DEFAULT_LAYOUT
+    # A stand-in llm-d endpoint picker in front of the engine (exporter.lab.gateway): the load
+    # goes to it, its injections (stale-endpoints) to it.
+    gateway: bool = False
 
     def site_config(self) -> str:
         """The rule pack's site config this drill runs with (empty: the defaults)."""
@@ -559,6 +562,39 @@ DISAGG_SCENARIOS: tuple[DisaggScenario, ...] = (
     ),
 )
 DISAGG_BY_NAME = {s.name: s for s in DISAGG_SCENARIOS}
+
+
+# --- the gateway (issue 34) ---------------------------------------------------------------------
+#
+# The reference engine behind a stand-in llm-d endpoint picker (exporter/lab/gateway.py) that
+# holds requests in its flow-control queue while it finds its pool saturated, and serves the
+# picker's metrics to a sidecar of its own (--engine.type llmd-epp). Kept apart from the CPU
+# matrix (tests/drills/test_gateway_drill.py): its alert fires on the gateway's target, not the
+# engine's.
+
+STALE_ENDPOINTS = "InferenceGatewayStaleEndpoints"
+GATEWAY_SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        name="gateway-stale-endpoints",
+        injections=("stale-endpoints",),
+        expected=STALE_ENDPOINTS,
+        why=(
+            "the gateway's reads of the engine's metrics go to a port nothing listens on (the "
+            "engine's serving port still answers): the metrics turn stale, the saturation "
+            "detector counts the endpoint as saturated (1.0), and flow control holds every "
+            "request until its 30 s TTL evicts it - the load keeps well within what the engine "
+            "serves, none of it reaches the engine, whose GPU idles"
+        ),
+        gateway=True,
+        allowed={
+            STARVED: (
+                "the engine's share of the gateway's queue grows while its GPU idles: the "
+                "consequence, which the gateway's signature explains and diagnose ranks below it"
+            ),
+        },
+    ),
+)
+GATEWAY_BY_NAME = {s.name: s for s in GATEWAY_SCENARIOS}
 
 
 # --- how long each drill waits ---------------------------------------------------------------
