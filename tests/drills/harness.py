@@ -142,9 +142,10 @@ def layout(scenario: Scenario | DisaggScenario) -> str:
     slots = (
         f" ({scenario.admitted} of {scenario.full} slots)" if scenario.engine == "reference" else ""
     )
+    front = "a stand-in llm-d gateway and its sidecar, " if scenario.gateway else ""
     return (
-        f"{where}{engine}{slots}, sidecar{reader and f', {reader}'}, Prometheus, Alertmanager; "
-        f"{gpu}"
+        f"{where}{front}{engine}{slots}, sidecar{reader and f', {reader}'}, Prometheus, "
+        f"Alertmanager; {gpu}"
     )
 
 
@@ -231,7 +232,12 @@ GATEWAY_SIGNALS = {
     "gateway_shed_per_s": "sum(inference_gateway:requests_shed:rate30s)",
     "gateway_dispatched": 'sum(inference_gateway_requests_total{outcome="dispatched"})',
     "pool_gpu_util": "max(inference_gateway:pool_gpu_utilization:mean30s)",
-    "engine_queue_share": 'sum(inference:gateway_queue_depth_share:sum{pod="reference-0"})',
+    # 0 where the engine's share is the gateway's whole queue (one engine in the pool): one
+    # query, so both records are of one evaluation
+    "engine_share_less_gateway_queue": (
+        'sum(inference:gateway_queue_depth_share:sum{pod="reference-0"})'
+        " - sum(inference_gateway:queue_depth:sum)"
+    ),
     "engine_own_queue": 'sum(inference_queue_depth{pod="reference-0"})',
     "scale_out_blocked": 'max(inference:scale_out_blocked:flag{pod="reference-0"})',
     "scale_out_eligible": 'max(inference:scale_out_eligible:bool{pod="reference-0"})',

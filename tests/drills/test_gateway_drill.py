@@ -69,10 +69,12 @@ def check_held(result: DrillResult) -> None:
     assert (s.get("gateway_queue") or 0) >= 1, _explain(result)
     assert not s.get("gateway_dispatched"), _explain(result)
     assert not s.get("engine_own_queue"), _explain(result)
-    assert s.get("engine_queue_share") == s.get("gateway_queue"), _explain(result)
+    assert s.get("engine_share_less_gateway_queue") == 0, _explain(result)
     assert (s.get("pool_gpu_util") or 1.0) < 0.5, _explain(result)
     load = result.load
     assert load is not None and load.get("completed") == 0, _explain(result)
+    # evicted at the gateway's TTL: 503 (flow control: EvictedTTL)
+    assert load["errors"].get("HTTP 503", 0) >= 1, load["errors"]
 
 
 def check_fired(scenario: Scenario, result: DrillResult) -> None:
@@ -142,7 +144,9 @@ def check_gate(result: DrillResult) -> None:
     assert s.get("scale_out_eligible") == 0, _explain(result)
     assert s.get("pool_scale_out_eligible") == 0, _explain(result)
     assert s.get("engine_advice_fix_gateway_scrape") == 1, _explain(result)
-    assert s.get("pool_advice_fix_gateway_scrape") == 1, _explain(result)
+    # the share of the pool's pods where it holds: the engine's, and the gateway's where the
+    # pack counts the gateway's target among the pool's
+    assert (s.get("pool_advice_fix_gateway_scrape") or 0) >= 0.5, _explain(result)
 
 
 def check_postmortem(result: DrillResult) -> None:

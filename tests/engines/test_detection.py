@@ -48,6 +48,7 @@ EXPECTED: dict[str, str | None] = {
     "triton-nv_inference-23.11-2023-12-docs.txt": "triton",
     "triton-trtllm-backend-23.11-2023-12-docs.txt": "triton",
     "triton-trtllm-backend-docs-2026-07.txt": "triton",
+    "triton-trtllm-ensemble-handwritten.txt": "triton",
     "triton.txt": "triton",
     "trtllm-pytrtllm-pr5560-2025-06-excerpt.txt": "trtllm",
     # one histogram's fragment, no name of its own: could be anything unprefixed
