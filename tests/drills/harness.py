@@ -245,6 +245,11 @@ GATEWAY_SIGNALS = {
     "engine_advice_fix_gateway_scrape": (
         'max(inference:scaling_advice:info{pod="reference-0",advice="fix_gateway_scrape"})'
     ),
+    # what else the pack advises on the engine's pod (the starved GPU's fix, where its record
+    # holds beside the gateway's cause)
+    "engine_advice_other": (
+        'count(inference:scaling_advice:info{pod="reference-0",advice!="fix_gateway_scrape"})'
+    ),
     "pool_advice_fix_gateway_scrape": (
         'max(inference_pool:scaling_advice:ratio{advice="fix_gateway_scrape"})'
     ),
