@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.diagnose.findings import Finding
+from exporter.diagnose.findings import Finding, explainer
 from exporter.signatures.definitions import fill_placeholders
 
 
@@ -28,15 +28,18 @@ class ScalingAdvice:
     cause: str
     why: str
     also: tuple[str, ...] = ()
+    #: Where the cause holds when it is another target's (the gateway of an engine's pool).
+    cause_target: str = ""
 
     def text(self) -> str:
         """One line: the action and its reason."""
+        cause = f"{self.cause} on {self.cause_target}" if self.cause_target else self.cause
         if self.action == "scale_out":
-            return f"scale out: {self.why} ({self.cause})"
+            return f"scale out: {self.why} ({cause})"
         if self.blocks_scale_out:
-            lead = f"{self.action}; scaling out would not help: {self.why} ({self.cause})"
+            lead = f"{self.action}; scaling out would not help: {self.why} ({cause})"
         else:
-            lead = f"{self.action}: {self.why} ({self.cause})"
+            lead = f"{self.action}: {self.why} ({cause})"
         if self.also:
             lead += f"; also {', '.join(self.also)}"
         return lead
@@ -47,6 +50,7 @@ class ScalingAdvice:
             "action": self.action,
             "blocks_scale_out": self.blocks_scale_out,
             "cause": self.cause,
+            "cause_target": self.cause_target or self.target,
             "why": self.why,
             "also": list(self.also),
             "text": self.text(),
@@ -63,11 +67,15 @@ def why(finding: Finding) -> str:
 def scaling_advice(findings: list[Finding]) -> list[ScalingAdvice]:
     """Per target with a signature that holds, in the order of the first finding of each: the
     highest-ranked blocking signature's fix, else scale out for a capacity signature, else the
-    pack's blind spot."""
+    pack's blind spot. A cause counts on the targets it covers as on its own (a gateway's on
+    the engines of its pool), and a finding it explains there is its consequence, not a second
+    cause: the engines behind a gateway gating on stale metrics are told to fix its scrape,
+    not their CPU side, as the pack's advice records say."""
     by_target: dict[str, list[Finding]] = {}
     for finding in findings:
-        if finding.instance.holds:
-            by_target.setdefault(finding.target, []).append(finding)
+        if finding.instance.holds and explainer(finding, findings) is None:
+            for target in dict.fromkeys((finding.target, *finding.covers)):
+                by_target.setdefault(target, []).append(finding)
     out = []
     for target, held in by_target.items():
         blocking = [f for f in held if f.sig.advice.blocks_scale_out]
@@ -88,6 +96,7 @@ def scaling_advice(findings: list[Finding]) -> list[ScalingAdvice]:
                 cause=lead.sig.alert,
                 why=why(lead),
                 also=others,
+                cause_target="" if lead.target == target else lead.target,
             )
         )
     return out

@@ -34,6 +34,7 @@ from exporter.diagnose.findings import (
     Roofline,
     explained_first,
     format_value,
+    mark_explained,
 )
 from exporter.diagnose.promql_eval import (
     NAME,
@@ -61,7 +62,10 @@ from exporter.signatures.definitions import RECORD_NAME, AlertRule, Evidence, Si
 from exporter.signatures.promql_text import matchers
 from exporter.signatures.signals import POD_LABELS, pool_labels, recording_rules
 from exporter.signatures.signals.dcgm_fields import QUANTITIES
+from exporter.signatures.signals.gateway_signals import engine_targets, pool_of
+from exporter.signatures.signals.signal_context import SignalContext
 from exporter.signatures.site import SiteConfig
+from exporter.signatures.slo.verdict_signals import is_gateway_signature
 
 ORDERED = frozenset({">", "<", ">=", "<="})
 
@@ -294,7 +298,36 @@ async def evaluate(
                 report.findings.append(finding)
         if not data and sig.alert not in report.not_evaluated:
             report.no_data.append(sig.alert)
+    await _covered_engines(backend, cfg, report.findings)
     report.findings = explained_first(sorted(report.findings, key=Finding.sort_key))
+    mark_explained(report.findings)
+
+
+async def _covered_engines(backend: Backend, cfg: SiteConfig, findings: list[Finding]) -> None:
+    """The engine targets each holding gateway finding covers: those of the pool its gateway
+    feeds (the gateway's pool labels and model, :func:`~exporter.signatures.signals.
+    gateway_signals.pool_of`), as the pack's holding records count a gateway's cause on them.
+    Where the engines cannot be read here, a gateway's finding covers none."""
+    gateways = [f for f in findings if f.instance.holds and is_gateway_signature(f.sig)]
+    if not gateways:
+        return
+    ctx = SignalContext(cfg)
+    query = engine_targets(ctx)
+    try:
+        engines = await backend.value(query, parse(query))
+    except (NeedsHistoryError, PromQLError):
+        return
+    if isinstance(engines, float):
+        return
+    pool = pool_of(ctx)
+    for finding in gateways:
+        mine = {label: finding.instance.get(label) for label in pool}
+        fed = (
+            target_name(cfg, labels)
+            for labels in (dict(s.labels) for s in engines)
+            if all(labels.get(label, "") == value for label, value in mine.items())
+        )
+        finding.covers = tuple(t for t in dict.fromkeys(fed) if t != finding.target)
 
 
 def _state(states: list[Sample], sig: Signature, rule: AlertRule, inst: Instance) -> str | None:

@@ -97,7 +97,13 @@ class EvidenceValue:
 
 @dataclass
 class Finding:
-    """A signature that holds or nearly holds for one instance."""
+    """A signature that holds or nearly holds for one instance.
+
+    ``covers`` are the other targets a cause holds on: a gateway's signature, on the engine
+    targets of the pool it feeds (as the pack's holding records count it). ``explained_by``
+    names the holding finding that explains this one on its target (:func:`explainer`), as
+    ``alert on target``.
+    """
 
     sig: Signature
     rule: AlertRule
@@ -105,6 +111,8 @@ class Finding:
     target: str
     evidence: list[EvidenceValue]
     state: str | None = None
+    covers: tuple[str, ...] = ()
+    explained_by: str | None = None
 
     @property
     def status(self) -> str:
@@ -143,6 +151,32 @@ def explained_first(findings: list[Finding]) -> list[Finding]:
         if effects and min(effects) < here:
             out.insert(min(effects), out.pop(here))
     return out
+
+
+def explainer(finding: Finding, findings: list[Finding]) -> Finding | None:
+    """The first holding finding of ``findings`` that explains ``finding`` where it holds:
+    one whose signature explains ``finding``'s alert (:attr:`~exporter.signatures.definitions.
+    Signature.explains`) and holds on its target, itself or among those it covers (a gateway
+    gating on stale endpoint metrics, on the engines whose GPUs it starves). ``None`` for a
+    finding that does not hold, or that nothing explains there."""
+    if not finding.instance.holds:
+        return None
+    for cause in findings:
+        if (
+            cause is not finding
+            and cause.instance.holds
+            and finding.sig.alert in cause.sig.explains
+            and finding.target in (cause.target, *cause.covers)
+        ):
+            return cause
+    return None
+
+
+def mark_explained(findings: list[Finding]) -> None:
+    """Set each finding's ``explained_by`` (:func:`explainer`)."""
+    for finding in findings:
+        cause = explainer(finding, findings)
+        finding.explained_by = None if cause is None else f"{cause.sig.alert} on {cause.target}"
 
 
 # The roofline figures diagnose shows, by key, and the signal of the pack each comes from.

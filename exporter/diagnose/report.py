@@ -264,6 +264,8 @@ def as_json(report: Report) -> dict[str, Any]:
                 "conditions": [c.as_json() for c in f.instance.conditions],
                 "for": duration(f.rule.for_seconds),
                 "alert_state": f.state,
+                "covers": list(f.covers),
+                "explained_by": f.explained_by,
                 "runbook_url": runbook_url(report.cfg, f.sig.alert),
             }
         )
@@ -337,6 +339,10 @@ def as_text(report: Report) -> str:
             f"   {summary}",
             f"   {description}",
         ]
+        if f.covers:
+            lines.append(f"   holds on the engines it feeds too: {', '.join(f.covers)}")
+        if f.explained_by:
+            lines.append(f"   a consequence of {f.explained_by}: its advice is that cause's")
         if f.evidence:
             evidence = "; ".join(f"{e.label} {e.text} {e.unit}".rstrip() for e in f.evidence)
             lines.append(f"   evidence: {evidence}")

@@ -165,9 +165,10 @@ def test_an_llm_d_fleet_starved_behind_its_gateway(
     tmp_path: Path, stack: Stack, exporter_process: Callable[..., ExporterProcess]
 ) -> None:
     """The pool's queue is the gateway's; the engine's own is empty, its GPU a fifth busy.
-    With an endpoint's metrics stale the gateway's cause ranks first and its advice is the
-    scrape; once the picker reads every endpoint, the starved GPUs are the verdict, on the
-    engine, with the gateway's queue as its own."""
+    With an endpoint's metrics stale the gateway's cause ranks first and its advice, on the
+    gateway and on the engine it feeds, is the scrape alone (the starved GPU its consequence);
+    once the picker reads every endpoint, the starved GPUs are the verdict, on the engine,
+    with the gateway's queue as its own."""
     site, files = rules(tmp_path, "fast")
     picker = Picker()
     gateway_engine = Moving(stack, picker.render)
@@ -197,15 +198,29 @@ def test_an_llm_d_fleet_starved_behind_its_gateway(
         expr = f'inference:bottleneck_signature:holding{{alertname="{alert}"}}'
         return lambda: bool(prometheus.query(expr))
 
-    wait_until(holds(STALE), 60, f"{STALE} holding in Prometheus")
+    def alerting(alert: str) -> Callable[[], bool]:
+        return lambda: bool(prometheus.query(f'ALERTS{{alertname="{alert}"}}'))
+
+    # the gateway's cause, and the starved GPU it explains (its alert pending or firing)
+    wait_until(lambda: holds(STALE)() and alerting(STARVED)(), 60, f"{STALE} holding and {STARVED}")
     report = diagnose(*pack)
     held = holding(report)
     assert held and held[0] == (STALE, address(gateway)), held
-    if (STARVED, address(model_server)) in held:  # the consequence, explained: below it
-        assert held.index((STALE, address(gateway))) < held.index((STARVED, address(model_server)))
+    # the consequence, explained: below its cause, on the engine the gateway's cause covers
+    assert held.index((STALE, address(gateway))) < held.index((STARVED, address(model_server)))
+    by_alert = {(f["alert"], f["target"]): f for f in report["findings"]}
+    assert by_alert[(STALE, address(gateway))]["covers"] == [address(model_server)]
+    starved = by_alert[(STARVED, address(model_server))]
+    assert starved["explained_by"] == f"{STALE} on {address(gateway)}", starved
     first = advice_for(report, address(gateway))
     assert first["action"] == "fix_gateway_scrape" and first["blocks_scale_out"], first
-    assert not [a for a in report["scaling_advice"] if a["action"] == "scale_out"], report
+    # the engine's advice is the gateway's scrape alone: no second fix for its starved GPU
+    engine_advice = advice_for(report, address(model_server))
+    assert engine_advice["action"] == "fix_gateway_scrape", engine_advice
+    assert engine_advice["cause"] == STALE and engine_advice["also"] == [], engine_advice
+    assert engine_advice["cause_target"] == address(gateway), engine_advice
+    actions = {a["action"] for a in report["scaling_advice"]}
+    assert actions == {"fix_gateway_scrape"}, report["scaling_advice"]
 
     picker.stale = 0  # the picker reads every endpoint again; the pool stays saturated
     wait_until(lambda: not holds(STALE)() and holds(STARVED)(), 40, f"{STARVED} alone")

@@ -9,7 +9,7 @@ from pathlib import Path
 from support.incident import Recorded, run_diagnose
 
 from exporter.diagnose.advice import scaling_advice
-from exporter.diagnose.findings import EvidenceValue, Finding, Instance
+from exporter.diagnose.findings import EvidenceValue, Finding, Instance, explainer
 from exporter.signatures import all_signatures, parse_config
 
 SIGS = {s.alert: s for s in all_signatures(parse_config({}))}
@@ -91,6 +91,44 @@ def test_refusals_are_capacity_but_never_lead_a_stall_or_a_gateway_cause() -> No
         "fix_monitoring: the pack reads no GPU utilisation for an engine generating 100 "
         "tokens/s: nothing to scale on until it can (InferenceGPUMetricsMissing)"
     )
+
+
+def test_engines_behind_a_stale_gateway_are_told_the_scrape_alone() -> None:
+    """The gateway's cause covers the engines of its pool (as the pack's holding records
+    count it): on them it is the advice, and the starved and underused GPUs it explains are
+    its consequence, neither a lead nor an "also". An engine of another pool, whose gateway
+    reads every endpoint, keeps its own starved GPU's fix."""
+    stale = finding("InferenceGatewayStaleEndpoints", "epp:1", stale="1", queued="57", util="40")
+    stale.covers = ("engine:1",)
+    starved = finding("InferenceGPUStarvedQueueGrowing", "engine:1", util="40", depth="57")
+    idle = finding("InferenceGPUUnderutilized", "engine:1")
+    other = finding("InferenceGPUStarvedQueueGrowing", "engine:2", util="30", depth="9")
+    findings = [stale, starved, idle, other]
+    gateway, engine, elsewhere = scaling_advice(findings)
+    assert (gateway.target, gateway.action, gateway.cause_target) == (
+        "epp:1",
+        "fix_gateway_scrape",
+        "",
+    )
+    assert (engine.target, engine.action, engine.cause) == (
+        "engine:1",
+        "fix_gateway_scrape",
+        "InferenceGatewayStaleEndpoints",
+    )
+    assert engine.blocks_scale_out and engine.also == (), engine
+    assert engine.as_json()["cause_target"] == "epp:1"
+    assert engine.text().endswith(
+        "new replicas would be gated the same way (InferenceGatewayStaleEndpoints on epp:1)"
+    )
+    assert (elsewhere.target, elsewhere.action) == ("engine:2", "fix_host_cpu")
+    assert explainer(starved, findings) is stale and explainer(idle, findings) is stale
+    assert explainer(other, findings) is None and explainer(stale, findings) is None
+    # the gateway's finding only nearly holds: the starved GPU is a cause again
+    stale.instance.holds = False
+    assert [(a.target, a.action) for a in scaling_advice(findings)] == [
+        ("engine:1", "fix_host_cpu"),
+        ("engine:2", "fix_host_cpu"),
+    ]
 
 
 # --- the command and the post-mortem, over a recorded incident (frontend-gil) ------------------

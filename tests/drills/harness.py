@@ -245,8 +245,8 @@ GATEWAY_SIGNALS = {
     "engine_advice_fix_gateway_scrape": (
         'max(inference:scaling_advice:info{pod="reference-0",advice="fix_gateway_scrape"})'
     ),
-    # what else the pack advises on the engine's pod (the starved GPU's fix, where its record
-    # holds beside the gateway's cause)
+    # what else the pack advises on the engine's pod: nothing (the starved GPU's fix is the
+    # gateway's consequence, left out of the advice while the gateway's cause held)
     "engine_advice_other": (
         'count(inference:scaling_advice:info{pod="reference-0",advice!="fix_gateway_scrape"})'
     ),

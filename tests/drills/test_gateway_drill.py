@@ -9,7 +9,9 @@ endpoint metrics go stale; it holds every request until its TTL evicts it, and n
 engine, whose GPU idles. ``InferenceGatewayStaleEndpoints`` must fire on the gateway's target
 before the deadline from its rule timings, page on the critical receiver with the gateway's
 stable ``dedup_key``, rank first in ``diagnose``, whose advice is ``fix_gateway_scrape`` with
-scaling out blocked; the pack's own scale-out gate is closed on the engine's pod by that cause.
+scaling out blocked, on the gateway and on the engine alike (nothing else: the starved GPU is
+its consequence); the pack's own scale-out gate is closed on the engine's pod by that cause,
+and its advice records say the scrape alone.
 """
 
 from __future__ import annotations
@@ -134,16 +136,28 @@ def check_diagnose(result: DrillResult) -> None:
     assert advice[0]["action"] == "fix_gateway_scrape" and advice[0]["blocks_scale_out"], advice
     assert "scaling out would not help" in advice[0]["text"], advice[0]["text"]
     assert not [a for a in advice if a["action"] == "scale_out"], advice
+    # the engine behind it: the scrape alone, the starved GPU (where it holds) its consequence
+    engine = [a for a in advice if a["target"] == ENGINE]
+    assert [(a["action"], a["cause"], a["also"]) for a in engine] == [
+        ("fix_gateway_scrape", STALE_ENDPOINTS, [])
+    ], advice
+    assert {a["action"] for a in advice} == {"fix_gateway_scrape"}, advice
+    explained = [f for f in findings if f["target"] == ENGINE and f["status"] == "holds"]
+    assert all(f["explained_by"] == f"{STALE_ENDPOINTS} on {GATEWAY}" for f in explained), [
+        (f["alert"], f["explained_by"]) for f in explained
+    ]
 
 
 def check_gate(result: DrillResult) -> None:
     """The pack's own verdict records: the engine's pod blocked from scaling out by the
-    gateway's cause, its advice and its pool's the scrape."""
+    gateway's cause, its advice and its pool's the scrape, and nothing else (the starved
+    GPU's fix_host_cpu is the gateway's consequence, not a second cause)."""
     s = result.signals
     assert s.get("scale_out_blocked") == 1, _explain(result)
     assert s.get("scale_out_eligible") == 0, _explain(result)
     assert s.get("pool_scale_out_eligible") == 0, _explain(result)
     assert s.get("engine_advice_fix_gateway_scrape") == 1, _explain(result)
+    assert not s.get("engine_advice_other"), _explain(result)
     # the share of the pool's pods where it holds: the engine's, and the gateway's where the
     # pack counts the gateway's target among the pool's
     assert (s.get("pool_advice_fix_gateway_scrape") or 0) >= 0.5, _explain(result)

@@ -12,7 +12,10 @@ them to advise; a new signature is in both without code of its own. A gateway's 
 targets of the pool it feeds (``gateway.join`` and ``model``): a gateway gating on stale
 metrics blocks scaling its engines out. A signature another explains
 (:attr:`~exporter.signatures.definitions.Signature.explains`) does not hold on a target where
-that one holds: the page names the cause, not its consequence.
+that one holds: the page names the cause, not its consequence. Nor does its advice stay while
+the one that explains it held within the hold (the starved GPUs behind a stale gateway held a
+minute before the gateway's staleness showed): the advice on the engines is the gateway's scrape
+alone, never a second fix for the consequence.
 
 A cause blocks scaling out for ``scaling.cause_hold`` after it last held (``max_over_time``),
 so the gate does not flap with a signature at its threshold.
@@ -194,8 +197,16 @@ def _holding_rule(
 class _Verdicts:
     """The expressions of one configuration."""
 
-    def __init__(self, cfg: SiteConfig) -> None:
+    def __init__(self, cfg: SiteConfig, signatures: Sequence[Signature]) -> None:
         self.ctx = SignalContext(cfg)
+        # Per alert of a target, the target signatures that explain it (a pool's are not: a
+        # pool signature's advice is written per pool).
+        self.explained = {
+            alert: causes
+            for alert, causes in explainers(
+                [s for s in signatures if not is_pool_signature(s)]
+            ).items()
+        }
         self.cfg = cfg
         self.scaling = cfg.scaling
         self.hold = format_duration(cfg.scaling.cause_hold * cfg.profile.time_scale)
@@ -246,8 +257,26 @@ class _Verdicts:
             f"or {self.target}\n0 * group {by(self.ctx.join)} ({self.pods()})"
         )
 
+    def advised(self, *matchers: str) -> str:
+        """Where the signatures of ``matchers`` held on a target within the hold, but those
+        that a signature that also held on the target within the hold explains: the cause's
+        advice, not its consequence's. The explained alerts are read apart, grouped by the
+        signatures that explain them, each group ``unless`` its causes held."""
+        by_causes: dict[tuple[str, ...], list[str]] = {}
+        for alert, causes in self.explained.items():
+            by_causes.setdefault(causes, []).append(alert)
+        if not by_causes:
+            return self.held(HOLDING, *matchers)
+        every = regex_alternatives(self.explained)
+        parts = [self.held(HOLDING, *matchers, f'alertname!~"{every}"')]
+        for causes, alerts in by_causes.items():
+            mine = self.held(HOLDING, *matchers, f'alertname=~"{regex_alternatives(alerts)}"')
+            cause = self.held(HOLDING, f'alertname=~"{regex_alternatives(causes)}"')
+            parts.append(f"(\n{mine}\nunless {self.target}\n{cause}\n)")
+        return "\nor\n".join(parts)
+
     def advice(self) -> str:
-        held = self.held(HOLDING, 'advice!="scale_out"')
+        held = self.advised('advice!="scale_out"')
         return (
             f"max {by((*self.ctx.join, 'advice', CAUSE))} (\n"
             f'label_replace(\n{held},\n"{CAUSE}", "$1", "alertname", "(.+)"\n)\n)'
@@ -312,16 +341,21 @@ class _Verdicts:
         if is_pool_signature(sig):
             return f"max {by(self.pool_labels)} (\n{self.held(POOL_HOLDING, mine)}\n)"
         count = POOL_PODS.name
+        held = self.held(HOLDING, mine)
+        causes = self.explained.get(sig.alert)
+        if causes:
+            cause = self.held(HOLDING, f'alertname=~"{regex_alternatives(causes)}"')
+            held = f"(\n{held}\nunless {self.target}\n{cause}\n)"
         return (
             f"count {by(self.pool_labels)} (\n{self.pods()}\nand {self.target}\n"
-            f"{self.held(HOLDING, mine)}\n)\n/ {self.pool}\n{count}"
+            f"{held}\n)\n/ {self.pool}\n{count}"
         )
 
 
 def verdict_rules(cfg: SiteConfig) -> list[RecordingRule]:
     """The holding, advice and gate records of the configuration, in evaluation order."""
-    v = _Verdicts(cfg)
     signatures = all_signatures(cfg)
+    v = _Verdicts(cfg, signatures)
     hold = format_duration(cfg.scaling.cause_hold * cfg.profile.time_scale)
 
     def rule(signal: Signal, expr: str, text: str, **labels: str) -> RecordingRule:
