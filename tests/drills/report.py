@@ -24,6 +24,7 @@ from drills.scenarios import (
     EXTERNAL_ENGINES,
     EXTERNAL_LOADS,
     EXTERNAL_SCENARIOS,
+    GATEWAY_SCENARIOS,
     LOAD,
     SCENARIOS,
     DisaggScenario,
@@ -412,6 +413,7 @@ def _section(
             "reference engine's flag.",
         ]
     lines += _disagg_results(disagg)
+    lines += _gateway_results(results)
     lines += [f"<!-- drills:end {key} -->", ""]
     return lines
 
@@ -760,6 +762,65 @@ def _disagg_text() -> list[str]:
         lines.append(f"- **{s.name}**: {s.why}.")
         if s.load_why:
             lines.append(f"  - load: {s.load_why}.")
+        for alert, reason in s.allowed.items():
+            lines.append(f"  - may also fire: `{alert}` - {reason}.")
+    return lines
+
+
+def _engine_advice(result: DrillResult) -> str:
+    """What the pack's advice records said on the engine's pod behind the gateway."""
+    g = result.signals.get
+    scrape, other = g("engine_advice_fix_gateway_scrape"), g("engine_advice_other")
+    if not scrape and not other:
+        return "-"
+    said = ["`fix_gateway_scrape`"] if scrape else []
+    if other:
+        said.append(f"{other:.0f} other!")
+    return " + ".join(said)
+
+
+def _gateway_row(scenario: Scenario, result: DrillResult | None) -> str:
+    injected = ", ".join(f"`{i}`" for i in scenario.injections) or "nothing"
+    expected = f"`{scenario.expected}`" if scenario.expected else "nothing fires"
+    if result is None:
+        return f"| {scenario.name} | {injected} | {expected} | not run | | | | | | | | |"
+    ok, to_fire = _outcome(scenario.expected, result)
+    g = result.signals.get
+    return (
+        f"| {scenario.name} | {injected} | {expected} | {ok} | {to_fire} | "
+        f"{_fmt_s(result.duration_s)} | {_also(scenario.expected, result)} | "
+        f"{_rank(scenario.expected, result)} | {_paged(result, scenario.expected)} | "
+        f"{_num(g('gateway_queue'), '%.0f')} (saturation {_num(g('gateway_saturation'), '%.2f')}"
+        f", shed {_num(g('gateway_shed_per_s'), '%.2f')}/s) | "
+        f"{_num(g('pool_gpu_util'), '%.2f')} | {_engine_advice(result)} |"
+    )
+
+
+def _gateway_results(results: Mapping[str, DrillResult]) -> list[str]:
+    """The gateway drill (``tests/drills/test_gateway_drill.py``): its row, what it measured
+    and why; its alert fires on the gateway's target, not the engine's."""
+    lines = [
+        "",
+        "### A gateway in front of the engine (llm-d's endpoint picker)",
+        "",
+        "The reference engine behind a stand-in llm-d endpoint picker (`exporter/lab/"
+        "gateway.py`: flow control, a saturation detector that fails closed on stale endpoint "
+        "metrics) with a sidecar of its own (`--engine.type llmd-epp`, scraped as the "
+        "gateway's pod); the load goes to the gateway. *Gateway* is its queue, its pool "
+        "saturation and the requests it shed per second when the alert fired; *pool GPU* the "
+        "mean GPU utilisation of the engines it feeds; *engine's advice* what the pack's "
+        "advice records said on the engine's pod.",
+        "",
+        "| scenario | injected | expected alert | fired? | time to fire | drill | also fired "
+        "| `diagnose` rank | PagerDuty | gateway | pool GPU | engine's advice |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [_gateway_row(s, results.get(s.name)) for s in GATEWAY_SCENARIOS]
+    lines += ["", *SIZING_HEAD]
+    lines += [_sizing_row(s.name, s, results.get(s.name)) for s in GATEWAY_SCENARIOS]
+    lines += ["", "Why each:", ""]
+    for s in GATEWAY_SCENARIOS:
+        lines.append(f"- **{s.name}**: {s.why}.")
         for alert, reason in s.allowed.items():
             lines.append(f"  - may also fire: `{alert}` - {reason}.")
     return lines

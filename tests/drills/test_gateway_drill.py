@@ -189,8 +189,12 @@ def check_gateway_drill(scenario: Scenario, result: DrillResult) -> None:
     ],
 )
 def test_gateway_drill(
-    scenario: Scenario, tmp_path_factory: pytest.TempPathFactory, drill_tools: None
+    scenario: Scenario,
+    tmp_path_factory: pytest.TempPathFactory,
+    drill_tools: None,
+    drill_results: dict[str, DrillResult],
 ) -> None:
     result = run_drill(scenario, tmp_path_factory.mktemp(f"drill-{scenario.name}"))
+    drill_results[scenario.name] = result  # the drill report's gateway section
     with noting_failure(result):
         check_gateway_drill(scenario, result)

@@ -13,11 +13,11 @@ import pytest
 from drills.calibrate import Calibration, Measured
 from drills.harness import AlertSeen, DisaggResult, DrillResult, Sized, layout, noting_failure
 from drills.report import Session, load, main, render, save
-from drills.scenarios import BY_NAME, DISAGG_BY_NAME, deadline
+from drills.scenarios import BY_NAME, DISAGG_BY_NAME, GATEWAY_BY_NAME, STALE_ENDPOINTS, deadline
 
 
 def _sized(name: str, *, factor: float = 1.0, disagg: bool = False) -> Sized:
-    scenario = DISAGG_BY_NAME[name] if disagg else BY_NAME[name]
+    scenario = DISAGG_BY_NAME[name] if disagg else {**BY_NAME, **GATEWAY_BY_NAME}[name]
     wait = deadline(scenario)
     one = Measured(1, 3, 256, 16, 0.045, 0.0028 * factor, 0.09, 1.0)
     cal = Calibration(one=one, tokenizer_s=0.0012, probe_tokens=840, took_s=6.5)
@@ -147,3 +147,67 @@ def test_a_failed_check_keeps_its_first_line_in_the_result() -> None:
     with pytest.raises(AssertionError), noting_failure(result):
         raise AssertionError("\n  share: 0.002\n  alerts: {}")
     assert result.failed == "share: 0.002"
+
+
+def _gateway(other_advice: float | None = None) -> DrillResult:
+    page = {
+        "alertname": STALE_ENDPOINTS,
+        "receiver": "pagerduty",
+        "body": {"event_action": "trigger", "dedup_key": "k", "payload": {"severity": "critical"}},
+    }
+    return DrillResult(
+        scenario="gateway-stale-endpoints",
+        expected=STALE_ENDPOINTS,
+        started="2026-12-05 12:00:00",
+        duration_s=90.6,
+        alerts={
+            STALE_ENDPOINTS: AlertSeen(pending_at=33.0, firing_at=63.1, severity="critical"),
+            "InferenceGPUStarvedQueueGrowing": AlertSeen(pending_at=63.1, severity="critical"),
+        },
+        pages=[page, page],
+        diagnose={
+            "findings": [
+                {"alert": STALE_ENDPOINTS, "status": "holds"},
+                {"alert": "InferenceGPUStarvedQueueGrowing", "status": "holds"},
+            ]
+        },
+        signals={
+            "gateway_queue": 54.0,
+            "gateway_saturation": 1.0,
+            "gateway_shed_per_s": 2.07,
+            "pool_gpu_util": 0.40,
+            "engine_advice_fix_gateway_scrape": 1.0,
+            "engine_advice_other": other_advice,
+        },
+        sized=_sized("gateway-stale-endpoints"),
+    )
+
+
+def test_the_gateway_drill_has_its_row_layout_and_deadline() -> None:
+    """The gateway drill's own section, in each speed's: when it fired against its deadline,
+    the gateway's queue and what the pack advised on the engine behind it; its sizing row
+    says the gateway's layout and its deadline's parts."""
+    session = _session()
+    session.results["gateway-stale-endpoints"] = _gateway()
+    natural = _section(render(session), "natural")
+    assert "### A gateway in front of the engine (llm-d's endpoint picker)" in natural
+    rows = [x for x in natural.splitlines() if x.startswith("| gateway-stale-endpoints |")]
+    matrix, sizing = rows
+    wait = deadline(GATEWAY_BY_NAME["gateway-stale-endpoints"])
+    assert (
+        f"| `stale-endpoints` | `{STALE_ENDPOINTS}` | yes | 63 s (by {wait.seconds:.0f} s) |"
+        in (matrix)
+    )
+    assert "| 91 s | - | 1 of 2 | pagerduty (critical), 2 events, dedup_key stable |" in matrix
+    assert "| 54 (saturation 1.00, shed 2.07/s) | 0.40 | `fix_gateway_scrape` |" in matrix
+    assert "a stand-in llm-d gateway and its sidecar, reference engine" in sizing
+    assert f"| {wait.seconds:.0f} s: {wait.how} |" in sizing
+    assert "- **gateway-stale-endpoints**: the gateway's reads" in natural
+    # a second advice on the engine's pod shows, and a drill that did not run says so
+    session.results["gateway-stale-endpoints"] = _gateway(other_advice=1.0)
+    assert "| `fix_gateway_scrape` + 1 other! |" in render(session)
+    del session.results["gateway-stale-endpoints"]
+    assert (
+        "| gateway-stale-endpoints | `stale-endpoints` | `InferenceGatewayStaleEndpoints` | not run |"
+        in (render(session))
+    )
