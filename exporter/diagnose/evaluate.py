@@ -298,7 +298,8 @@ async def evaluate(
                 report.findings.append(finding)
         if not data and sig.alert not in report.not_evaluated:
             report.no_data.append(sig.alert)
-    await _covered_engines(backend, cfg, report.findings)
+    if fixed_target is None:  # one target (--target): nothing else to cover
+        await _covered_engines(backend, cfg, report.findings)
     report.findings = explained_first(sorted(report.findings, key=Finding.sort_key))
     mark_explained(report.findings)
 
