@@ -182,7 +182,7 @@ def _cell(text: str) -> str:
 def _default(option: Option) -> str:
     if option.kind == "bool":
         return "on" if option.default else "off"
-    if option.default in (None, ""):
+    if option.default in (None, "", ()):
         return "none"
     return f"`{option.show(option.default)}`"
 

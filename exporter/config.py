@@ -325,7 +325,7 @@ def add_flag(parser: argparse.ArgumentParser, opt: Option, *, env: bool = True) 
             help=argparse.SUPPRESS,
         )
         return
-    default = "" if opt.default in (None, "") else f" (default: {opt.show(opt.default)})"
+    default = "" if opt.default in (None, "", ()) else f" (default: {opt.show(opt.default)})"
     parser.add_argument(
         f"--{opt.name}",
         dest=opt.dest,

@@ -1057,6 +1057,28 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "where the name came from (metrics, or the API path that said it).",
     ),
     MetricSpec(
+        "inference_engine_model_config_up",
+        "gauge",
+        "engine",
+        ("engine",),
+        "Whether the engine's model configurations answered on its HTTP API (--engine.api-url) "
+        "at the last try: 1, and the request-level series count each client request once, at "
+        "the model it entered; 0, and they count every model's requests, an ensemble's steps "
+        "again (nested time summed twice). Only engines whose API says which models are steps "
+        "of others (Triton), once asked.",
+        source="Triton GET /v2/models/<name>/config, asked when the endpoint's models change",
+    ),
+    MetricSpec(
+        "inference_engine_ensemble_step_info",
+        "gauge",
+        "engine",
+        ("engine", "ensemble", "model"),
+        "Constant 1 per model an ensemble composes (a step): its request time is nested in "
+        "the ensemble's, so inference_e2e_request_latency_seconds leaves it out; its queue time "
+        "is counted.",
+        source="Triton ensemble_scheduling.step[].model_name of each model configuration",
+    ),
+    MetricSpec(
         "inference_queue_depth_by_reason",
         "gauge",
         "engine",

@@ -191,6 +191,17 @@ def test_an_option_given_several_times_from_flags_env_and_file(tmp_path: Path) -
             {},
             "--engine.url: 'http://a:1/metrics' is given twice",
         ),
+        (
+            ["--engine.url", "http://a:8002/metrics", "--engine.url", "http://b:8002/metrics"],
+            {"INFERENCE_EXPORTER_ENGINE_API_URL": "http://a:8000"},
+            "--engine.api-url: 1 given for 2 --engine.url; give one per --engine.url, in the "
+            "same order",
+        ),
+        (
+            ["--engine.api-url", "a:8000"],
+            {},
+            "--engine.api-url: 'a:8000' is not an http:// or https:// URL with a host",
+        ),
     ],
 )
 def test_bad_repeated_values(argv: list[str], env: dict[str, str], message: str) -> None:

@@ -12,6 +12,9 @@ with several ``--engine.url``, every series also carries ``endpoint``)::
     inference_engine_info{engine,version,model,role}      1 per model of the last good poll
     inference_engine_model_info{engine,model,raw_model,origin}  1 per model: the engine's own
                                                           name for it and where it came from
+    inference_engine_model_config_up{engine}              Triton: its model configurations
+                                                          answered (which models are steps)
+    inference_engine_ensemble_step_info{engine,ensemble,model}  1 per step of each ensemble
     inference_queue_depth{engine,model,role},
     inference_queue_depth_by_reason{engine,model,role,reason},
     inference_queue_depth_by_stage{engine,model,role,stage}, inference_kv_transfer_seconds,
@@ -37,7 +40,16 @@ on its own (its own deadline, engine type, failures and last good snapshot); ``c
 serves the snapshots without waiting. When an endpoint's last success is older than three
 intervals its normalised series disappear rather than go stale. After each first success of
 an endpoint (and after it recovers or its engine changes) the engine's version endpoint is
-asked once, for ``inference_engine_info``.
+asked once, for ``inference_engine_info``. The engine's API (version, model, model
+configurations) is on ``--engine.api-url``, by default the metrics URL's host and port (port
+8000 where the metrics are on Triton's 8002).
+
+An engine whose API says which models are steps of others (Triton's ensembles:
+:class:`exporter.engines.spec.Composition`) is asked each model's configuration once when the
+endpoint comes up and again when its set of models changes; the request-level series then
+come from the models clients call (:func:`exporter.engines.models.entry_points`). When the
+API does not answer, every model counts as before, ``inference_engine_model_config_up`` is 0
+and the question is asked again a minute later.
 
 Several endpoints: each keeps its own ``inference_engine_up{engine,endpoint}`` and series
 (``endpoint`` is the URL's ``host:port``, plus the path when two URLs share one), so nothing
@@ -58,10 +70,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import aiohttp
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from exporter import metrics as m
 from exporter.backends.http import FetchError, FetchReason, fetch
@@ -77,8 +89,9 @@ from exporter.engines import (
     load_mapping,
     poll_keys,
 )
-from exporter.engines.models import FROM_METRICS
+from exporter.engines.models import FROM_METRICS, entry_points, metric_models
 from exporter.engines.snapshot import EngineSnapshot, Role
+from exporter.engines.spec import Composition
 from exporter.priority import SCRAPES
 
 log = logging.getLogger(__name__)
@@ -89,6 +102,12 @@ FOREIGN = frozenset({"inference_tokenizer_latency_seconds"})
 #: Every reason of inference_engine_poll_failures_total: the fetch's and the body's.
 REASONS: tuple[str, ...] = (*get_args(FetchReason), "parse", "unrecognised")
 MAX_VERSION_BODY = 1024 * 1024
+#: Triton's HTTP port where its metrics are on 8002 (its defaults).
+API_PORTS = {8002: 8000}
+#: Seconds before an API that did not say which models are steps is asked again.
+CONFIG_RETRY = 60.0
+#: Most model configurations asked per endpoint (a repository of hundreds is rare), and at once.
+MAX_CONFIGS, CONFIGS_AT_ONCE = 512, 8
 
 
 @dataclass
@@ -107,6 +126,14 @@ class Endpoint:
     model_wanted: bool = True
     # What the engine's API last called its model, and the path that said it.
     api_model: tuple[str, str] = ("", "")
+    # The engine's HTTP API (scheme://host:port[/prefix]): version, model, configurations.
+    api: str = ""
+    # The models the last configurations were asked for (None: ask at the next success),
+    # each ensemble's steps they gave (raw names; None: the API did not answer), when to
+    # ask again after no answer.
+    configs_for: frozenset[str] | None = None
+    ensembles: dict[str, tuple[str, ...]] | None = None
+    configs_retry_at: float = 0.0
 
 
 def endpoint_labels(urls: Sequence[str]) -> list[str]:
@@ -130,6 +157,23 @@ def endpoint_labels(urls: Sequence[str]) -> list[str]:
         if label in labels[:index]:
             raise ValueError(f"{urls[index]!r} is given twice")
     return labels
+
+
+def default_api(url: str) -> str:
+    """The engine's HTTP API for a metrics URL: same scheme and host, port 8000 where the
+    metrics are on 8002 (Triton's defaults), else the same port."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    port = parts.port
+    if port in API_PORTS:
+        netloc = f"{netloc.rsplit(':', 1)[0]}:{API_PORTS[port]}"
+    return urlunsplit((parts.scheme, netloc, "", "", ""))
+
+
+def api_url(base: str, path: str) -> str:
+    """``path`` (absolute) on the API at ``base`` (which may carry a path prefix)."""
+    parts = urlsplit(base)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + path, "", ""))
 
 
 def version_of(body: bytes, keys: Sequence[str]) -> str:
@@ -161,6 +205,7 @@ class EngineCollector(HttpPollingCollector):
         url: str,
         *,
         more_urls: Sequence[str] = (),
+        api_urls: Sequence[str] = (),
         poll_interval: float = EngineOptions.poll_interval,
         timeout: float = EngineOptions.timeout,
         max_body: int = EngineOptions.max_body,
@@ -174,9 +219,12 @@ class EngineCollector(HttpPollingCollector):
         self.role = role
         self.url = url
         urls = [url, *more_urls]
+        if api_urls and len(api_urls) != len(urls):
+            raise ValueError(f"{len(api_urls)} API URLs for {len(urls)} engine URLs")
+        apis = list(api_urls) or [default_api(u) for u in urls]
         self.endpoints = [
-            Endpoint(u, label, hub if i == 0 else EngineHub(configured=hub.configured))
-            for i, (u, label) in enumerate(zip(urls, endpoint_labels(urls), strict=True))
+            Endpoint(u, label, hub if i == 0 else EngineHub(configured=hub.configured), api=a)
+            for i, (u, label, a) in enumerate(zip(urls, endpoint_labels(urls), apis, strict=True))
         ]
         self.several = len(self.endpoints) > 1
         self.poll_interval = self.interval = poll_interval
@@ -222,6 +270,9 @@ class EngineCollector(HttpPollingCollector):
                 ep.api_model = await self._model(session, ep, snapshot.engine)
                 if ep.api_model[0]:
                     snapshot = await loop.run_in_executor(None, self._digest, result.body, ep)
+        spec = BY_ENGINE.get(snapshot.engine)
+        if spec is not None and spec.composition is not None:
+            snapshot = await self._entry_points(session, ep, snapshot, spec.composition)
         ep.dropped.update(snapshot.dropped)
         if snapshot.version:  # in the metrics themselves (Ray): current at every poll
             with ep.hub.lock:
@@ -262,13 +313,90 @@ class EngineCollector(HttpPollingCollector):
             ep.version_wanted = ep.model_wanted = True
         return snapshot
 
+    async def _entry_points(
+        self,
+        session: aiohttp.ClientSession,
+        ep: Endpoint,
+        snapshot: EngineSnapshot,
+        composition: Composition,
+    ) -> EngineSnapshot:
+        """``snapshot`` counting requests at the models clients call: the configurations are
+        asked when the endpoint's models change (and a minute after no answer)."""
+        models = metric_models(snapshot)
+        now = self._clock()
+        if models != ep.configs_for or (ep.ensembles is None and now >= ep.configs_retry_at):
+            ep.configs_for = models
+            ep.ensembles = await self._configs(session, ep, sorted(models), composition)
+            if ep.ensembles is None:
+                ep.configs_retry_at = now + CONFIG_RETRY
+        if not ep.ensembles:
+            return snapshot
+        steps = frozenset(step for names in ep.ensembles.values() for step in names)
+        return entry_points(snapshot, steps, composition.entry_only)
+
+    async def _configs(
+        self,
+        session: aiohttp.ClientSession,
+        ep: Endpoint,
+        models: list[str],
+        composition: Composition,
+    ) -> dict[str, tuple[str, ...]] | None:
+        """Each ensemble among ``models`` with its steps, from the models' configurations;
+        None when the API did not answer (logged once per outage). A model whose configuration
+        is missing (unloaded since the poll) composes nothing, unless none is there: then the
+        URL is not the engine's API."""
+        if len(models) > MAX_CONFIGS:
+            log.warning(
+                "%s serves %d models; only the first %d configurations are read",
+                ep.url,
+                len(models),
+                MAX_CONFIGS,
+            )
+            models = models[:MAX_CONFIGS]
+        gate = asyncio.Semaphore(CONFIGS_AT_ONCE)
+        missing: list[str] = []
+
+        async def one(model: str) -> tuple[str, ...] | None:
+            path = composition.path.format(model=quote(model, safe=""))
+            url = api_url(ep.api, path)
+            async with gate:
+                try:
+                    result = await fetch(
+                        session, url, timeout=self.timeout, max_bytes=MAX_VERSION_BODY
+                    )
+                except FetchError as err:
+                    if err.status in (400, 404):  # gone since the poll, or not a model
+                        missing.append(model)
+                        return ()
+                    log.debug("no model configuration from %s: %s", url, err)
+                    return None
+            try:
+                return composition.read(result.body)
+            except ValueError as err:
+                log.debug("%s: %s", url, err)
+                return None
+
+        # One first: a silent API costs one deadline, not one per model.
+        first = [await one(models[0])] if models else []
+        answers = first + list(await asyncio.gather(*(one(m) for m in models[1:])))
+        if any(answer is None for answer in answers) or (models and len(missing) == len(models)):
+            if ep.ensembles is not None or ep.configs_retry_at == 0.0:
+                log.warning(
+                    "no model configurations from %s (--engine.api-url): which models are "
+                    "ensemble steps is unknown, so request time counts every model's requests",
+                    ep.api,
+                )
+            return None
+        if ep.ensembles is None and ep.configs_retry_at:
+            log.info("model configurations from %s readable again", ep.api)
+        return {m: steps for m, steps in zip(models, answers, strict=True) if steps}
+
     async def _version(self, session: aiohttp.ClientSession, ep: Endpoint, engine: str) -> str:
         """The engine's version from its version endpoint, or ``""`` (none, or no answer)."""
         spec = BY_ENGINE.get(engine)
         if spec is None or spec.version.path is None:
             return ""
-        parts = urlsplit(ep.url)
-        url = urlunsplit((parts.scheme, parts.netloc, spec.version.path, "", ""))
+        url = api_url(ep.api, spec.version.path)
         try:
             result = await fetch(session, url, timeout=self.timeout, max_bytes=MAX_VERSION_BODY)
         except FetchError as err:
@@ -284,8 +412,7 @@ class EngineCollector(HttpPollingCollector):
         spec = BY_ENGINE.get(engine)
         if spec is None or spec.model is None:
             return "", ""
-        parts = urlsplit(ep.url)
-        url = urlunsplit((parts.scheme, parts.netloc, spec.model.path, "", ""))
+        url = api_url(ep.api, spec.model.path)
         try:
             result = await fetch(session, url, timeout=self.timeout, max_bytes=MAX_VERSION_BODY)
         except FetchError as err:
@@ -296,8 +423,9 @@ class EngineCollector(HttpPollingCollector):
 
     def _fail(self, ep: Endpoint, reason: str, message: str) -> None:
         ep.failures[reason] += 1
-        # The engine may come back as another version, serving another model.
+        # The engine may come back as another version, serving other models.
         ep.version_wanted = ep.model_wanted = True
+        ep.configs_for = None
         with ep.hub.lock:
             ep.hub.up = False
         text = f"{reason}: {message}"
@@ -314,6 +442,8 @@ class EngineCollector(HttpPollingCollector):
         dropped = m.counter("inference_engine_series_dropped_total", optional)
         info = m.gauge("inference_engine_info", optional)
         named = m.gauge("inference_engine_model_info", optional)
+        config_up = m.gauge("inference_engine_model_config_up", optional)
+        steps = m.gauge("inference_engine_ensemble_step_info", optional)
         now = self._clock()
         fresh: list[tuple[Endpoint, str, EngineSnapshot]] = []
         errors: list[str] = []
@@ -341,14 +471,38 @@ class EngineCollector(HttpPollingCollector):
                 for model in models:
                     raw, origin = snapshot.models.get(model, (model, FROM_METRICS))
                     named.add_metric([engine, model, raw, origin, *tail], 1.0)
+                self._composition(ep, engine, snapshot, tail=tail, config_up=config_up, steps=steps)
         out = Collection(
             metrics=[up, failures],
             success=not errors,
             error="; ".join(e for e in errors if e),
         )
-        out.metrics += [f for f in (ts, dropped, info, named) if f.samples]
+        out.metrics += [f for f in (ts, dropped, info, named, config_up, steps) if f.samples]
         out.metrics += self._families_of(fresh)
         return out
+
+    @staticmethod
+    def _composition(
+        ep: Endpoint,
+        engine: str,
+        snapshot: EngineSnapshot,
+        *,
+        tail: list[str],
+        config_up: GaugeMetricFamily,
+        steps: GaugeMetricFamily,
+    ) -> None:
+        """Whether the endpoint's model configurations answered, and each ensemble's steps
+        under the names its series carry (only once they were asked)."""
+        spec = BY_ENGINE.get(engine)
+        if spec is None or spec.composition is None or ep.configs_for is None:
+            return
+        ensembles = ep.ensembles
+        config_up.add_metric([engine, *tail], 0.0 if ensembles is None else 1.0)
+        names = {raw: name for name, (raw, _) in snapshot.models.items()}
+        for ensemble, models in sorted((ensembles or {}).items()):
+            for model in models:
+                labels = [engine, names.get(ensemble, ensemble), names.get(model, model)]
+                steps.add_metric([*labels, *tail], 1.0)
 
     def role_of(self, snapshot: EngineSnapshot) -> Role:
         """The endpoint's role: what its metrics say (SGLang's ``engine_type``), else
@@ -380,13 +534,19 @@ class EngineCollector(HttpPollingCollector):
 
 
 def check(settings: Settings) -> None:
-    """Cross-field checks at start-up: the URLs are distinct, the custom mapping is given and
-    valid."""
+    """Cross-field checks at start-up: the URLs are distinct, one API URL per engine URL
+    where given, the custom mapping is given and valid."""
     opts = section(EngineOptions, settings)
     try:
         endpoint_labels(opts.url)
     except ValueError as err:
         raise ConfigError("--engine.url", str(err)) from None
+    if opts.api_url and len(opts.api_url) != len(opts.url):
+        raise ConfigError(
+            "--engine.api-url",
+            f"{len(opts.api_url)} given for {len(opts.url)} --engine.url; give one per "
+            "--engine.url, in the same order",
+        )
     if opts.type == "custom" and opts.mapping_file is None:
         raise ConfigError("--engine.mapping-file", "required with --engine.type custom")
     if opts.mapping_file is not None:
@@ -403,6 +563,7 @@ def build(settings: Settings, shared: Shared) -> EngineCollector:
         shared.engine_hub,
         first,
         more_urls=more,
+        api_urls=opts.api_url,
         poll_interval=opts.poll_interval,
         timeout=opts.timeout,
         max_body=opts.max_body,

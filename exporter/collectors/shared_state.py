@@ -47,6 +47,19 @@ class EngineOptions:
         metavar="URL",
         multiple=True,
     )
+    api_url: tuple[str, ...] = flag(
+        "engine.api-url",
+        (),
+        "The engine's HTTP API, where its version, model names and model configurations are "
+        "asked (scheme, host and port, e.g. http://127.0.0.1:8000): one per --engine.url, in "
+        "the same order. Default: the metrics URL's host, port 8000 where the metrics are on "
+        "8002 (Triton), else the metrics URL's own port. Triton's model configurations say "
+        "which models are ensemble steps, so each client request counts once "
+        "(docs/engines.md).",
+        kind="url",
+        metavar="URL",
+        multiple=True,
+    )
     type: str = flag(
         "engine.type",
         "auto",

@@ -221,6 +221,8 @@ def mapping_tables() -> str:
         for name in NORMALISED:
             if name in rules:
                 out.append(f"| `{name}` | {_cell(rule_text(rules[name]))} |")
+        if spec.composition is not None and spec.composition.doc:
+            out += ["", spec.composition.doc]
         if spec.left_out:
             by_reason: dict[str, list[str]] = {}
             for metric, reason in spec.left_out:

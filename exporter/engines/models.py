@@ -86,3 +86,22 @@ def name_models(snapshot: EngineSnapshot, default: str = "", origin: str = "") -
 
 def _named(series: Series, model: str) -> Series:
     return replace(series, model=model)
+
+
+def metric_models(snapshot: EngineSnapshot) -> frozenset[str]:
+    """The engine's own names of the models its metrics name (not those its API gave)."""
+    return frozenset(raw for raw, origin in snapshot.models.values() if origin == FROM_METRICS)
+
+
+def entry_points(
+    snapshot: EngineSnapshot, steps: frozenset[str], entry_only: frozenset[str]
+) -> EngineSnapshot:
+    """``snapshot`` without the ``entry_only`` series of the models that are steps of another
+    (``steps``: the engine's own names, as :func:`metric_models` gives them): the request
+    time of a step is nested in its caller's, so the request-level names count each client
+    request once, at the model it entered. Every other series stays."""
+    nested = {name for name, (raw, _) in snapshot.models.items() if raw in steps}
+    if not nested:
+        return snapshot
+    kept = [s for s in snapshot.series if not (s.name in entry_only and s.model in nested)]
+    return replace(snapshot, series=kept)

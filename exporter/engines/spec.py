@@ -117,6 +117,26 @@ OPENAI_MODELS = ModelName()
 
 
 @dataclass(frozen=True)
+class Composition:
+    """Where an engine says which of its models are steps of another (Triton's ensembles),
+    which its metrics do not: a JSON document per model at ``path`` (``{model}`` is the model's
+    own name, quoted) on the engine's HTTP API, and ``read``, which gives the models that
+    document's model composes (``()`` for one that composes none; ValueError when the answer
+    is not such a document).
+
+    A model some other model composes is not where clients' requests enter: its request time
+    is nested in its caller's. The request-level names of ``entry_only`` then come from the
+    entry points alone (the models nothing composes), every other name from every model
+    (each step's queue is a wait of its own). ``doc`` says so in the engine's mapping.
+    """
+
+    path: str
+    read: Callable[[bytes], tuple[str, ...]]
+    entry_only: frozenset[str]
+    doc: str = ""
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     """Everything the sidecar knows of one engine, in the engine's own module.
 
@@ -137,7 +157,8 @@ class EngineSpec:
     others use; ``model`` is where the engine names its model when its metrics do not (None:
     it does not); ``version`` says where the engine tells its version; ``serving`` how it runs
     in a container (None: ``inject`` cannot recognise it); ``role`` where its metrics tell the
-    server's role in disaggregated serving (None: they do not, and ``--engine.role`` says it).
+    server's role in disaggregated serving (None: they do not, and ``--engine.role`` says it);
+    ``composition`` where its API says which models are steps of others (None: it does not).
 
     ``own_rules`` are the rules written in the engine's module when ``rules`` also holds the
     tables of the engines it ``reads_as`` (Dynamo's workers serve vLLM's, SGLang's and
@@ -163,6 +184,7 @@ class EngineSpec:
     version: Version = field(default_factory=Version)
     serving: Serving | None = None
     role: RoleLabel | None = None
+    composition: Composition | None = None
     own_rules: tuple[Rule, ...] | None = None
     reads_as: tuple[str, ...] = ()
     left_out: tuple[tuple[str, str], ...] = ()

@@ -15,12 +15,24 @@ timed), so ``rate(_sum) / rate(_count)`` is the mean latency. Compute time
 (``nv_inference_compute_*_duration_us``) is not mapped to prefill or decode: for an LLM it
 spans the whole generation. No token counters (TensorRT-LLM reports token counts as gauges
 per iteration), no tokenizer latency.
+
+An ensemble (TensorRT-LLM's ``ensemble`` of ``preprocessing``, ``tensorrt_llm`` and
+``postprocessing``) counts each client request once for itself and once more in every step
+it runs: the steps' request time is nested in the ensemble's. Nothing in the metrics says
+which models are steps; each model's configuration on Triton's HTTP API does
+(``GET /v2/models/<name>/config``: ``platform: "ensemble"`` and
+``ensemble_scheduling.step[].model_name``), read by :func:`ensemble_steps` through
+:data:`COMPOSITION`. The end-to-end latency then comes from the entry points alone, the queue
+time from every model.
 """
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from exporter.engines.rules import CounterPair, LabelMatcher, Product, Rule, Source, noted, rule
-from exporter.engines.spec import EngineSpec, Serving, Version
+from exporter.engines.spec import Composition, EngineSpec, Serving, Version
 
 PREFIX = "nv_inference_"
 # The TensorRT-LLM backend's own families (a server may show only those).
@@ -93,6 +105,58 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
+
+def ensemble_steps(body: bytes) -> tuple[str, ...]:
+    """The models a Triton model configuration (``GET /v2/models/<name>/config``) composes:
+    each ``ensemble_scheduling.step[].model_name`` of an ensemble, in order, without repeats;
+    ``()`` for any other model. ValueError when the answer is not a model configuration."""
+    try:
+        config: Any = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"not JSON ({err})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("name"), str):
+        raise ValueError("not a Triton model configuration (no 'name')")
+    scheduling = config.get("ensemble_scheduling")
+    if config.get("platform") != "ensemble" and not isinstance(scheduling, dict):
+        return ()
+    steps = scheduling.get("step") if isinstance(scheduling, dict) else None
+    if not isinstance(steps, list):
+        raise ValueError(f"ensemble {config['name']!r} has no ensemble_scheduling.step list")
+    names: list[str] = []
+    for step in steps:
+        name = step.get("model_name") if isinstance(step, dict) else None
+        if isinstance(name, str) and name.strip() and name.strip() not in names:
+            names.append(name.strip())
+    return tuple(names)
+
+
+#: The request-level names: time and count of whole client requests, nested in an ensemble.
+ENTRY_ONLY = frozenset({"inference_e2e_request_latency_seconds"})
+
+COMPOSITION = Composition(
+    path="/v2/models/{model}/config",
+    read=ensemble_steps,
+    entry_only=ENTRY_ONLY,
+    doc=(
+        "Ensembles: each model's configuration on Triton's HTTP API (`--engine.api-url`, by "
+        "default port 8000 of the metrics URL's host when the metrics are on 8002; "
+        "`GET /v2/models/<name>/config`, asked once when the endpoint comes up and again when "
+        "the set of models changes) says which models an ensemble composes "
+        "(`ensemble_scheduling.step[].model_name`). `inference_e2e_request_latency_seconds` "
+        "(time and count of requests) then comes from the entry points alone: the models no "
+        "ensemble composes (ensembles, BLS models, plain models), so each client request counts "
+        "once. `inference_queue_time_seconds` and `inference_queue_depth` still come from "
+        "every model: each step waits in its own queue (the ensemble's own stays near 0). "
+        "Where an ensemble runs steps in parallel, their queue times overlap and the sum is an "
+        "upper bound of the client's wait. A BLS model's calls to other models happen inside "
+        "its Python code: Triton's API cannot show them, so the models it calls count as entry "
+        "points unless an ensemble composes them (their request time is then counted twice), "
+        "and a model that clients call directly and an ensemble composes counts as a step. "
+        "When the API does not answer, every model counts, as before, and "
+        "`inference_engine_model_config_up` is 0."
+    ),
+)
+
 # Triton's Python and vLLM backends export their own families next to nv_inference_*: the
 # server is still Triton, so it is recognised before the engines it wraps.
 SPEC = EngineSpec(
@@ -111,4 +175,5 @@ SPEC = EngineSpec(
         frozenset({"nv_cpu_utilization", "nv_cpu_memory_used_bytes"}),
     ),
     serving=Serving(images=(r"tritonserver",), port=8002, port_flags=("--metrics-port",)),
+    composition=COMPOSITION,
 )

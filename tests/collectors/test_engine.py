@@ -18,7 +18,13 @@ from support.paths import FIXTURES as ALL_FIXTURES
 
 from exporter.backends.http import make_session
 from exporter.collectors.base import Collection
-from exporter.collectors.engine import EngineCollector, endpoint_labels, version_of
+from exporter.collectors.engine import (
+    EngineCollector,
+    api_url,
+    default_api,
+    endpoint_labels,
+    version_of,
+)
 from exporter.collectors.shared_state import EngineHub
 
 FIXTURES = ALL_FIXTURES / "engines"
@@ -564,3 +570,117 @@ async def test_the_gateway_s_queue_has_no_role(session: aiohttp.ClientSession) -
         # the picker itself is still of the role the flag gives
         info = {"engine": "llmd-epp", "model": gw["model"], "role": "decode", "version": ""}
         assert g("inference_engine_info", info) == 1
+
+
+# --- Triton's ensembles: request time at the entry points -------------------------------------
+
+TRITON_SCRAPE = FIXTURES / "triton-trtllm-ensemble-handwritten.txt"
+TRITON_CONFIGS = FIXTURES / "triton-trtllm-ensemble-configs-handwritten.json"
+ENTRY = ("ensemble", "tensorrt_llm_bls")
+STEPS = ("preprocessing", "tensorrt_llm", "postprocessing")
+
+
+def triton_configs() -> dict[str, object]:
+    configs: dict[str, object] = json.loads(TRITON_CONFIGS.read_text())
+    configs.pop("_source")
+    return configs
+
+
+def e2e_models(reg: CollectorRegistry) -> dict[str, float]:
+    return {
+        s.labels["model"]: s.value
+        for m in reg.collect()
+        for s in m.samples
+        if s.name == "inference_e2e_request_latency_seconds_sum"
+    }
+
+
+async def test_triton_counts_request_time_at_the_models_clients_call(
+    session: aiohttp.ClientSession,
+) -> None:
+    """The metrics on one port, the model configurations on another (Triton's 8002 and
+    8000): each configuration asked once, the steps' request time left out, their queue kept;
+    a silent API keeps every model's request time and says so, and is asked again later."""
+    clock = FakeClock(100.0)
+    async with (
+        FakeEngine(metrics_body=TRITON_SCRAPE.read_text()) as metrics,
+        FakeEngine(metrics_body="") as api,
+    ):
+        api.model_configs = triton_configs()
+        collector = make(metrics.url + "/metrics", clock, api_urls=[api.url])
+        await collector.tick(session)
+        await collector.tick(session)
+        reg, collection = scrape(collector)
+        assert collection.success
+        g = reg.get_sample_value
+        assert g("inference_engine_model_config_up", {"engine": "triton"}) == 1
+        assert e2e_models(reg) == pytest.approx({"ensemble": 3208.0, "tensorrt_llm_bls": 802.0})
+        queue = {"engine": "triton", "model": "tensorrt_llm", "role": "both"}
+        assert g("inference_queue_time_seconds_sum", queue) == pytest.approx(3000.0)
+        for step in STEPS:
+            labels = {"engine": "triton", "ensemble": "ensemble", "model": step}
+            assert g("inference_engine_ensemble_step_info", labels) == 1
+        asked = {path: n for path, n in api.requests.items() if path.startswith("/v2/models/")}
+        assert asked == {f"/v2/models/{m}/config": 1 for m in (*ENTRY, *STEPS)}
+        assert not [p for p in metrics.requests if p.startswith("/v2/models/")]
+
+        # a model loaded later: the configurations are asked again, once each
+        body = TRITON_SCRAPE.read_text()
+        for family, value in (("request_success", 1), ("pending_request_count", 0)):
+            last = f'nv_inference_{family}{{model="tensorrt_llm_bls",version="1"}}'
+            extra = f'nv_inference_{family}{{model="extra",version="1"}} {value}\n'
+            body = body.replace(last, extra + last)
+        metrics.metrics_body = body
+        await collector.tick(session)
+        assert api.requests["/v2/models/extra/config"] == 1  # answered 400: composes nothing
+        assert api.requests["/v2/models/ensemble/config"] == 2
+
+
+async def test_triton_without_its_api_counts_every_model_and_says_so(
+    session: aiohttp.ClientSession,
+) -> None:
+    clock = FakeClock(100.0)
+    async with FakeEngine(metrics_body=TRITON_SCRAPE.read_text()) as metrics:
+        silent = f"http://127.0.0.1:{unused_port()}"
+        collector = make(metrics.url + "/metrics", clock, api_urls=[silent])
+        await collector.tick(session)
+        reg, collection = scrape(collector)
+        assert collection.success  # the engine's series are there: only the split is unknown
+        assert reg.get_sample_value("inference_engine_model_config_up", {"engine": "triton"}) == 0
+        assert set(e2e_models(reg)) == {*ENTRY, *STEPS}
+        # the API comes up (here: the metrics server learns to answer): asked after a minute
+        metrics.model_configs = triton_configs()
+        collector.endpoints[0].api = metrics.url
+        await collector.tick(session)
+        assert not [p for p in metrics.requests if p.startswith("/v2/models/")]
+        clock.advance(61.0)
+        await collector.tick(session)
+        reg, _ = scrape(collector)
+        assert reg.get_sample_value("inference_engine_model_config_up", {"engine": "triton"}) == 1
+        assert set(e2e_models(reg)) == set(ENTRY)
+
+
+async def test_a_url_that_is_not_triton_s_api_is_no_answer(
+    session: aiohttp.ClientSession,
+) -> None:
+    """Every configuration missing (a server that answers 400 to them all) is not 'no
+    ensembles': the split stays unknown."""
+    async with FakeEngine(metrics_body=TRITON_SCRAPE.read_text()) as metrics:
+        collector = make(metrics.url + "/metrics")
+        await collector.tick(session)
+        reg, _ = scrape(collector)
+        assert reg.get_sample_value("inference_engine_model_config_up", {"engine": "triton"}) == 0
+        assert set(e2e_models(reg)) == {*ENTRY, *STEPS}
+
+
+def test_the_api_url_defaults_to_triton_s_http_port() -> None:
+    assert default_api("http://10.0.0.5:8002/metrics") == "http://10.0.0.5:8000"
+    assert default_api("http://[::1]:8002/metrics") == "http://[::1]:8000"
+    assert default_api("http://127.0.0.1:8000/metrics") == "http://127.0.0.1:8000"
+    assert default_api("https://vllm.svc/metrics") == "https://vllm.svc"
+    assert api_url("http://h:8000/triton/", "/v2/models/a%2Fb/config") == (
+        "http://h:8000/triton/v2/models/a%2Fb/config"
+    )
+    hub = EngineHub(configured="auto")
+    with pytest.raises(ValueError, match="2 API URLs for 1 engine URLs"):
+        EngineCollector(hub, "http://h:8002/metrics", api_urls=["http://h:1", "http://h:2"])

@@ -318,7 +318,12 @@ def test_a_cluster_on_dcgm_exporter_4_10(
 # --- a Triton serving five models -------------------------------------------------------------
 
 TRITON = FIXTURES / "engines" / "triton-trtllm-ensemble-handwritten.txt"
+TRITON_CONFIGS = FIXTURES / "engines" / "triton-trtllm-ensemble-configs-handwritten.json"
 FIVE = ("ensemble", "postprocessing", "preprocessing", "tensorrt_llm", "tensorrt_llm_bls")
+#: Where clients' requests enter: the ensemble and the BLS model (no ensemble composes them).
+ENTRY = ("ensemble", "tensorrt_llm_bls")
+#: What the clients wait: 3,000 s of queue in 4,010 s of requests (800 + 200 of about 4 s).
+CLIENT_SHARE = 3000.17 / (3208 + 802)
 
 
 def triton(t: float) -> str:
@@ -344,8 +349,12 @@ def test_a_triton_serving_five_models(
 ) -> None:
     """One series per model Triton serves, each named; the requests wait in tensorrt_llm's
     queue (3 of every 4 s) while the GPU is busy: the pod's verdict is queue wait, a capacity
-    limit, and the waiting model is tensorrt_llm alone."""
+    limit, and the waiting model is tensorrt_llm alone. Triton's API says which models are the
+    ensemble's steps, so the share is the clients' 75 %, not the 37 % of request time summed
+    over nested models."""
     engine = Moving(stack, triton)
+    configs = json.loads(TRITON_CONFIGS.read_text(encoding="utf-8"))
+    engine.server.engine.model_configs = {k: v for k, v in configs.items() if k != "_source"}
     sidecar = exporter_process(
         "--engine.url", engine.url + "/metrics", *SIDECAR_FLAGS, "--gpu.replay-file", str(TRACE)
     )
@@ -363,7 +372,8 @@ def test_a_triton_serving_five_models(
 
     assert models("inference_engine_info") == list(FIVE)
     assert models("inference_queue_time_seconds_count") == list(FIVE)
-    assert models("inference_e2e_request_latency_seconds_count") == list(FIVE)
+    assert models("inference_e2e_request_latency_seconds_count") == list(ENTRY)
+    assert [s.value for s in samples if s.name == "inference_engine_model_config_up"] == [1.0]
     assert not [s.name for s in samples if s.labels.get("model") == ""]
     depth = {s.labels["model"]: s.value for s in samples if s.name == "inference_queue_depth"}
     assert depth == {m: 12.0 if m == "tensorrt_llm" else 0.0 for m in FIVE}, depth
@@ -373,6 +383,8 @@ def test_a_triton_serving_five_models(
     )
     held = [alert for alert, _ in holding(report)]
     assert held and held[0] == QUEUE_WAIT, held
+    evidence = {e["key"]: e["value"] for e in report["findings"][0]["evidence"]}
+    assert evidence["share"] == pytest.approx(100 * CLIENT_SHARE, abs=2), evidence
     advice = report["scaling_advice"]
     assert advice and advice[0]["cause"] == QUEUE_WAIT and advice[0]["action"] == "scale_out", (
         advice

@@ -225,6 +225,9 @@ class FakeEngine:
         self.last_tokenize_request: Any = None
         #: The headers of the last request on any route.
         self.last_headers: dict[str, str] = {}
+        #: Triton's model configurations by model (``GET /v2/models/<name>/config``); a model
+        #: not there is answered as Triton answers an unknown one (400).
+        self.model_configs: dict[str, Any] = {}
         self._runner: web.AppRunner | None = None
         self._stopping: asyncio.Event | None = None
         self._port = 0
@@ -247,6 +250,7 @@ class FakeEngine:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/v1/tokenize", self._tokenize)
+        app.router.add_get("/v2/models/{name}/config", self._model_config)
         # Handlers end by themselves once _stopping is set; the short shutdown timeout only
         # cuts a write blocked on a client that stopped reading.
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
@@ -306,6 +310,15 @@ class FakeEngine:
         content = {"duplicate_families": DUPLICATE_FAMILIES, "nan_inf": NAN_INF}
         body = content.get(mode, self.metrics_body).encode()
         return await self._answer(request, mode, body, METRICS_CONTENT_TYPE)
+
+    async def _model_config(self, request: web.Request) -> web.StreamResponse:
+        self._record(request)
+        name = request.match_info["name"]
+        config = self.model_configs.get(name)
+        if config is None:
+            error = {"error": f"Request for unknown model: '{name}' is not found"}
+            return web.json_response(error, status=400)
+        return web.json_response(config)
 
     async def _tokenize(self, request: web.Request) -> web.StreamResponse:
         self._record(request)
