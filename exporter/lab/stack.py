@@ -488,12 +488,23 @@ class Stack:
 
     def _start_sidecar(self) -> None:
         cfg = self.cfg
+        # An engine whose API is not on its metrics port (Triton: 8000 and 8002 in production,
+        # two free ports here) is told where its API is, as a user deploying it would.
+        api, metrics = (
+            urllib.parse.urlsplit(self.engine_url),
+            urllib.parse.urlsplit(self.metrics_url),
+        )
+        api_args = (
+            ["--engine.api-url", f"{api.scheme}://{api.netloc}"]
+            if self.engine_url and api.netloc != metrics.netloc
+            else []
+        )
         self.sidecar_url = self._sidecar(
             "sidecar",
             self.metrics_url,
             self.model_dir,
             cfg.sidecar_port,
-            cfg.sidecar_args,
+            [*api_args, *cfg.sidecar_args],
             trace=cfg.trace,
         )
 

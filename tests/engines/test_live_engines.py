@@ -126,7 +126,8 @@ def test_triton_live_metrics_normalise_from_the_first_poll(triton: thirdparty.La
 
 
 def test_triton_through_the_sidecar(triton: thirdparty.Launched) -> None:
-    proc = _sidecar(triton.metrics_url)
+    # Its API on another port than its metrics, as Triton's 8000 and 8002.
+    proc = _sidecar(triton.metrics_url, "--engine.api-url", triton.api_url)
     try:
         up = {"engine": "triton"}
         proc.wait_for(lambda: _value(proc, "inference_engine_up", up) == 1)
@@ -156,6 +157,12 @@ def test_triton_through_the_sidecar(triton: thirdparty.Launched) -> None:
         assert _value(proc, "inference_engine_model_info", named) == 1
         _, _, body = proc.get("/metrics")
         assert 'model=""' not in body.decode()
+        # The API answered: its version (/v2) and the model's configuration (no ensemble, so
+        # nothing is a step and its request time stays).
+        assert _value(proc, "inference_engine_model_config_up", up) == 1
+        assert re.search(r'inference_engine_info\{[^}]*version="2\.\d+', body.decode())
+        assert "inference_engine_ensemble_step_info{" not in body.decode()
+        assert _value(proc, "inference_e2e_request_latency_seconds_count", tiny) is not None
     finally:
         proc.close()
 
