@@ -19,7 +19,10 @@ tests that run a node agent take their stand-ins from here.
     dcgm-exporter reads the GPUs and labels each with the pod the kubelet gave it; the sidecars
     run without NVML. Here dcgm-exporter is a stand-in (:class:`DcgmExporter`: the
     ``DCGM_FI_*`` fields the pack reads, in DCGM's units, from the replayed trace or NVML),
-    scraped with ``honor_labels`` as the GPU operator's ServiceMonitor does.
+    scraped with ``honor_labels`` as the GPU operator's ServiceMonitor does. dcgm-exporter
+    reports no peak figure, and the replayed GPU (the host's measured peaks) is no product of
+    the table the dcgm profile reads peaks from: the layout's site config gives its peaks
+    (``gpu_peaks``, :func:`dcgm_site_config`), as a site does for a product the table lacks.
 
 Each layout loads its own profile at ``fast``'s speed (:func:`rule_profile`: ``fast-node``,
 ``fast``, ``fast-dcgm``). grpc and protobuf (the ``node`` extra) are imported only when a
@@ -43,6 +46,7 @@ from typing import TYPE_CHECKING, Any, cast
 from exporter.backends.nvml_api import GPM_BASE_NAMES, NvmlApi, NvmlError
 from exporter.backends.podresources_client import SERVICE
 from exporter.backends.replay import ReplayApi, load_trace
+from exporter.hardware.gpus import peaks_of
 from exporter.lab.processes import (
     Child,
     LocalServer,
@@ -52,6 +56,7 @@ from exporter.lab.processes import (
     start_exporter,
     wait_until,
 )
+from exporter.signatures.params import PREFILL_PRECISION
 from exporter.signatures.site import Source, fast_profile
 
 if TYPE_CHECKING:
@@ -584,6 +589,45 @@ class DcgmExporter(MetricsServer):
         super().close()
         with contextlib.suppress(NvmlError):
             self.api.shutdown()
+
+
+def replayed_gpu_peaks(traces: Sequence[Path]) -> dict[str, dict[str, float]]:
+    """The site config's ``gpu_peaks`` of the GPUs ``traces`` replay: each product name (the
+    stand-in dcgm-exporter's ``modelName``) with the peaks its NVML facts give, the figures the
+    sidecar and the node agent export for it. The first trace's wins for a name."""
+    out: dict[str, dict[str, float]] = {}
+    for path in traces:
+        for gpu in load_trace(path).gpus:
+            peaks = peaks_of(gpu.name, gpu.facts)
+            figures: dict[str, float] = {}
+            if peaks.memory_bandwidth:
+                figures["memory_bandwidth_bytes_per_second"] = peaks.memory_bandwidth
+            flops = peaks.flops.get(PREFILL_PRECISION)
+            if flops:
+                figures[f"{PREFILL_PRECISION}_flops"] = flops
+            if figures:
+                out.setdefault(gpu.name, figures)
+    return out
+
+
+def dcgm_site_config(config: Path | None, traces: Sequence[Path], out: Path) -> Path | None:
+    """The dcgm layout's site config: ``config`` (a YAML mapping, or none) with the replayed
+    GPUs' peaks added under ``gpu_peaks`` (:func:`replayed_gpu_peaks`; a product the config
+    names keeps its figures), written to ``out``; ``config`` as it is where nothing is
+    replayed (real GPUs: the product table knows them)."""
+    import yaml  # noqa: PLC0415
+
+    peaks = replayed_gpu_peaks(traces)
+    if not peaks:
+        return config
+    data: dict[str, Any] = {}
+    if config is not None:
+        loaded = yaml.safe_load(config.read_text(encoding="utf-8"))
+        data = dict(loaded) if isinstance(loaded, dict) else {}
+    given = dict(data.get("gpu_peaks") or {})
+    data["gpu_peaks"] = {**peaks, **given}
+    out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return out
 
 
 # --- one node: its kubelet and its agent ---------------------------------------------------------

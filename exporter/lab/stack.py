@@ -51,7 +51,7 @@ import re
 import sys
 import urllib.parse
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -292,6 +292,14 @@ class Stack:
         layouts.rule_profile(cfg.layout)  # an unknown layout fails before anything starts
         if set(cfg.injections) & GATEWAY_INJECTIONS and not cfg.gateway:
             raise StackError("stale-endpoints is a gateway's injection: set StackConfig.gateway")
+        if cfg.layout == "dcgm":
+            # The replayed GPUs' peaks, which dcgm-exporter does not report, for Prometheus's
+            # rules and for whoever reads ``cfg.rules_config`` after (diagnose, the demo).
+            traces = [t for t in (cfg.trace, cfg.prefill_trace) if t is not None]
+            site = layouts.dcgm_site_config(
+                cfg.rules_config, traces, cfg.workdir / "site-config-dcgm.yaml"
+            )
+            self.cfg = cfg = replace(cfg, rules_config=site)
         if cfg.layout != "sidecar":
             self._start_nodes()
         if cfg.prefill_args is not None:

@@ -23,13 +23,14 @@ from exporter.signatures.definitions import (
     RecordingRule,
     Signature,
 )
-from exporter.signatures.params import PARAMS
+from exporter.signatures.params import PARAMS, PREFILL_PRECISION
 from exporter.signatures.promql_text import indent, num, printf_matchers
 from exporter.signatures.runbook_templates import template_path
 from exporter.signatures.signals import recording_rules
 from exporter.signatures.signals.target_signals import TARGET_INFO
 from exporter.signatures.site import (
     COST_HELP,
+    GPU_PEAK_HELP,
     PROFILES,
     SELECTOR_HELP,
     WINDOW_HELP,
@@ -505,6 +506,12 @@ def runbook_index(
         f"  currency: {cfg.cost.currency}  # {COST_HELP['currency']}",
         f"  # gpu_hour_price_by_product:  # {COST_HELP['gpu_hour_price_by_product']}",
         '  #   "NVIDIA H100 80GB HBM3": 3.9',
+        "gpu_peaks:  # none by default: the dcgm layout reads peaks from the product table",
+        "  # by dcgm-exporter's modelName (NVML's name); give those of a product it lacks",
+        '  # "NVIDIA RTX PRO 6000 Blackwell Server Edition":',
+        "  #   memory_bandwidth_bytes_per_second: 1.792e12  # "
+        + GPU_PEAK_HELP["memory_bandwidth_bytes_per_second"],
+        f"  #   {PREFILL_PRECISION}_flops: 5.0e14  # {GPU_PEAK_HELP[f'{PREFILL_PRECISION}_flops']}",
         "slo:  # docs/slo.md: objectives, their burn-rate alerts (the SRE workbook's by default)",
         f"  period: {format_duration(cfg.slo.period)}",
         "  objectives:",

@@ -34,6 +34,7 @@ field (``signatures.InferenceGPUStarvedQueueGrowing.utilization_below: must be .
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Mapping
@@ -46,7 +47,7 @@ import yaml
 from exporter.config import parse_duration
 from exporter.metrics import CLOCK_EVENT_BITS, UTILIZATION_BUCKETS
 from exporter.signatures import site_errors
-from exporter.signatures.params import PARAMS, Param, ParamValue
+from exporter.signatures.params import PARAMS, PREFILL_PRECISION, Param, ParamValue
 from exporter.signatures.promql_text import LABEL_NAME, split_matchers
 from exporter.signatures.site_errors import describe
 from exporter.signatures.slo_config import ScalingConfig, SloConfig, parse_scaling, parse_slo
@@ -284,6 +285,30 @@ COST_HELP = {
 
 
 @dataclass(frozen=True)
+class ProductPeaks:
+    """The peaks of one GPU product as the site gives them, by the name NVML gives it (and
+    dcgm-exporter's ``modelName``): for a product the table (:data:`exporter.hardware.gpus.
+    PRODUCTS`) lacks, or a figure the site knows better. The dcgm layout's roofline reads
+    them (dcgm-exporter reports no peak figure); the sidecar and the node agent read theirs
+    from NVML.
+
+    ``name`` is compared in any case and spacing; ``None``: the site does not give that figure.
+    """
+
+    name: str
+    memory_bandwidth: float | None = None  # bytes per second
+    flops: tuple[tuple[str, float], ...] = ()  # (precision, dense FLOP per second)
+
+
+GPU_PEAK_HELP = {
+    "memory_bandwidth_bytes_per_second": "theoretical peak HBM bandwidth, bytes per second",
+    f"{PREFILL_PRECISION}_flops": (
+        f"dense {PREFILL_PRECISION} tensor peak, FLOP per second (the prefill efficiency's)"
+    ),
+}
+
+
+@dataclass(frozen=True)
 class SiteConfig:
     """The validated configuration; windows and durations are unscaled seconds."""
 
@@ -300,6 +325,8 @@ class SiteConfig:
     slo: SloConfig = field(default_factory=SloConfig)
     #: When a backlog is capacity, for the scaling advice (:mod:`.slo_config`).
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
+    #: GPU products' peaks the site gives (:class:`ProductPeaks`), for the dcgm layout.
+    gpu_peaks: tuple[ProductPeaks, ...] = ()
 
     def with_profile(self, name: str) -> SiteConfig:
         """The same site settings under another profile (validated for it)."""
@@ -320,6 +347,7 @@ class SiteConfig:
             cost=self.cost,
             slo=self.slo,
             scaling=self.scaling,
+            gpu_peaks=self.gpu_peaks,
         )
 
     def window_seconds(self, name: str) -> float:
@@ -401,6 +429,7 @@ def parse_config(data: object, profile: str = "sidecar") -> SiteConfig:
             "cost",
             "slo",
             "scaling",
+            "gpu_peaks",
         ),
     )
     join_labels = _join_labels(root.get("join_labels", list(DEFAULT_JOIN_LABELS)))
@@ -415,6 +444,7 @@ def parse_config(data: object, profile: str = "sidecar") -> SiteConfig:
         cost=_cost(root.get("cost", {})),
         slo=parse_slo(root.get("slo")),
         scaling=parse_scaling(root.get("scaling")),
+        gpu_peaks=_gpu_peaks(root.get("gpu_peaks") or {}),
     )
     return cfg.with_profile(profile)
 
@@ -628,6 +658,43 @@ def _cost(value: object) -> Cost:
         seen.add(key)
         by_product.append((" ".join(name.split()), _price(raw, f"{where}.{name}")))
     return Cost(price, currency, tuple(by_product))
+
+
+def _gpu_peaks(value: object) -> tuple[ProductPeaks, ...]:
+    section = _mapping(value, "gpu_peaks")
+    out: list[ProductPeaks] = []
+    seen: set[str] = set()
+    for name, raw in section.items():
+        where = f"gpu_peaks.{name}"
+        key = " ".join(name.split()).lower()
+        if not key:
+            raise SignatureConfigError("gpu_peaks", "a product name must not be empty")
+        if key in seen:
+            raise SignatureConfigError(where, "is listed twice")
+        seen.add(key)
+        figures = _mapping(raw, where)
+        _known_keys(figures, where, tuple(GPU_PEAK_HELP))
+        if not figures:
+            raise SignatureConfigError(where, f"give at least one of {', '.join(GPU_PEAK_HELP)}")
+        peaks = {k: _peak(v, f"{where}.{k}") for k, v in figures.items()}
+        bandwidth = peaks.get("memory_bandwidth_bytes_per_second")
+        flops = tuple(
+            (k.removesuffix("_flops"), v) for k, v in peaks.items() if k.endswith("_flops")
+        )
+        out.append(ProductPeaks(" ".join(name.split()), bandwidth, flops))
+    return tuple(out)
+
+
+def _peak(value: object, where: str) -> float:
+    """A peak above 0. Also a string that is a number: YAML 1.1 (PyYAML) reads ``1.792e12``,
+    with no sign in its exponent, as a string, where YAML 1.2 and a reader see a number."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    number = _number(value, where)
+    if number <= 0:
+        raise SignatureConfigError(where, f"must be a peak above 0, got {value}")
+    return number
 
 
 def _signatures(value: object) -> dict[str, dict[str, ParamValue]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from support.chart import exporter_container, of_kind, render
 from support.paths import ROOT
@@ -28,12 +29,16 @@ from exporter.lab.layouts import (
     Pod,
     Target,
     agent_flags,
+    dcgm_site_config,
     kube_pod_info,
+    replayed_gpu_peaks,
     rule_profile,
     scrape_configs,
     sidecar_flags,
 )
 from exporter.lab.processes import find_binary, http_get
+from exporter.lab.refengine.gputrace import DEVICE_NAME, HostPeaks, write_trace
+from exporter.lab.stack import write_rules
 
 
 def _name(arg: str) -> str:
@@ -197,3 +202,108 @@ def test_dcgm_exporter_stand_in_serves_the_replayed_gpus_with_their_pod() -> Non
     # The profiling fields need two GPM samples (the second scrape's), ratios of 0 to 1.
     assert ("DCGM_FI_PROF_DRAM_ACTIVE", "1") not in first
     assert 0 < second[("DCGM_FI_PROF_DRAM_ACTIVE", "1")][1] < 1
+
+
+# The lab's engine pod as the dcgm layout's drills run it, its sidecar target's labels.
+SIDECAR_TARGET = 'namespace="demo",pod="reference-0",instance="127.0.0.1:10960",job="ibe"'
+MODEL = 'engine="vllm",model="reference",role="both"'
+# The reference engine's figures, constant (hand-written): 200 MB of weights, no live KV, a
+# decode step of 100 ms (0.5 s of inter-token latency in 5 s).
+ENGINE_SERIES = (
+    ("inference_exporter_build_info", 'version="0.1.0"', "1"),
+    ("inference_model_weight_bytes", MODEL, "200000000"),
+    ("inference_model_kv_cache_bytes_per_token", MODEL, "4096"),
+    ("inference_kv_cache_capacity_tokens", MODEL, "2048"),
+    ("inference_kv_cache_usage_ratio", MODEL, "0"),
+    ("inference_inter_token_latency_seconds_sum", MODEL, "0+0.5"),
+    ("inference_inter_token_latency_seconds_count", MODEL, "0+5"),
+)
+
+
+def _roofline_in_dcgm_layout(
+    tmp_path: Path, config: Path | None, expected: list[dict[str, Any]]
+) -> None:
+    """promtool over the stand-in dcgm-exporter's own exposition of a drill's replayed GPU
+    (the pod holding it) and the engine's figures, with the fast-dcgm rules of ``config``: the
+    decode roofline efficiency (in thousandths) at 60 s is ``expected``."""
+
+    trace = write_trace("starved", tmp_path / "trace.jsonl", HostPeaks(2e10, 1.024e11))
+    kubelet = Kubelet([Pod("demo", "reference-0", [Container("engine")])])
+    dcgm = DcgmExporter(ReplayApi(load_trace(trace)), kubelet)
+    try:
+        kubelet.give("demo", "reference-0", "engine", GPU_RESOURCE, dcgm.uuids)
+        text = http_get(dcgm.url + "/metrics")[1].decode()
+    finally:
+        dcgm.close()
+    series = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            # honor_labels keeps its pod; the scrape adds dcgm-exporter's instance and job
+            labels = {**sample.labels, "instance": "127.0.0.1:9400", "job": DCGM_JOB}
+            inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+            series.append((f"{sample.name}{{{inner}}}", f"{sample.value!r}x20"))
+    for name, labels, value in ENGINE_SERIES:
+        series.append((f"{name}{{{labels},{SIDECAR_TARGET}}}", f"{value}x20"))
+    rules = write_rules(tmp_path, rule_profile("dcgm"), config)
+    test = {
+        "rule_files": [str(p) for p in rules],
+        "evaluation_interval": "5s",
+        "tests": [
+            {
+                "interval": "5s",
+                "input_series": [{"series": s, "values": v} for s, v in series],
+                "promql_expr_test": [
+                    {
+                        "expr": "round(1000 * inference:decode_roofline_efficiency:ratio30s)",
+                        "eval_time": "60s",
+                        "exp_samples": expected,
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test), encoding="utf-8")
+    promtool = find_binary("promtool")
+    if promtool is None:
+        pytest.fail("promtool not found: run `make tools`")
+    out = subprocess.run(
+        [promtool, "test", "rules", str(tmp_path / "test.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_dcgm_layout_gives_its_rules_the_replayed_gpus_peaks(tmp_path: Path) -> None:
+    """dcgm-exporter reports no peak and the replayed GPU is no product of the table: without
+    the layout's site config (:func:`dcgm_site_config`) the dcgm drills' roofline records are
+    empty (the post-mortem's roofline plot had no point); with it, the host's peaks."""
+
+    trace = write_trace("starved", tmp_path / "t.jsonl", HostPeaks(2e10, 1.024e11))
+    # 64-bit bus at bandwidth / 16 MHz (1250), one 8.6 SM at matmul rate / 1024 MHz (100): the
+    # figures the sidecar and the node agent export for the replayed GPU (gputrace)
+    assert replayed_gpu_peaks([trace]) == {
+        DEVICE_NAME: {"memory_bandwidth_bytes_per_second": 2e10, "bf16_flops": 1.024e11}
+    }
+    drill = tmp_path / "drill.yaml"
+    drill.write_text(
+        "signatures:\n  InferenceDecodeOverheadBound:\n    efficiency_below: 0.17\n"
+        'gpu_peaks:\n  "NVIDIA H100 80GB HBM3":\n    bf16_flops: 9.0e14\n',
+        encoding="utf-8",
+    )
+    site = dcgm_site_config(drill, [trace], tmp_path / "site-dcgm.yaml")
+    assert site == tmp_path / "site-dcgm.yaml"
+    data = yaml.safe_load(site.read_text(encoding="utf-8"))
+    assert data["signatures"] == {"InferenceDecodeOverheadBound": {"efficiency_below": 0.17}}
+    assert set(data["gpu_peaks"]) == {DEVICE_NAME, "NVIDIA H100 80GB HBM3"}
+    # real GPUs (no trace): the drill's own config, as it is
+    assert dcgm_site_config(drill, [], tmp_path / "unused.yaml") == drill
+
+    (tmp_path / "without").mkdir()
+    (tmp_path / "with").mkdir()
+    # the drill's config alone: no peak, no roofline (the defect)
+    _roofline_in_dcgm_layout(tmp_path / "without", drill, [])
+    # the layout's: (200 MB / 2e10 B/s = 10 ms floor) / 100 ms step = 0.1
+    labels = f'{{{SIDECAR_TARGET},model="reference"}}'
+    _roofline_in_dcgm_layout(tmp_path / "with", site, [{"labels": labels, "value": 100}])

@@ -35,7 +35,7 @@ STARVED = "InferenceGPUStarvedQueueGrowing"
         (
             {"thresholds": {}},
             "thresholds: unknown key (known: runbook_url, join_labels, "
-            "selectors, dcgm, gateway, windows, signatures, cost, slo, scaling)",
+            "selectors, dcgm, gateway, windows, signatures, cost, slo, scaling, gpu_peaks)",
         ),
         (
             {"runbook_url": "https://wiki/runbooks"},
@@ -202,6 +202,28 @@ STARVED = "InferenceGPUStarvedQueueGrowing"
         (
             {"cost": {"gpu_hour_price_by_product": [3.9]}},
             "cost.gpu_hour_price_by_product: must be a mapping, got a list",
+        ),
+        (
+            {"gpu_peaks": {"NVIDIA RTX PRO 6000": {"memory_bandwidth": 1.8e12}}},
+            "gpu_peaks.NVIDIA RTX PRO 6000.memory_bandwidth: unknown key (known: "
+            "memory_bandwidth_bytes_per_second, bf16_flops)",
+        ),
+        (
+            {"gpu_peaks": {"NVIDIA RTX PRO 6000": {"bf16_flops": "fast"}}},
+            "gpu_peaks.NVIDIA RTX PRO 6000.bf16_flops: must be a number, got string 'fast'",
+        ),
+        (
+            {"gpu_peaks": {"NVIDIA RTX PRO 6000": {"bf16_flops": 0}}},
+            "gpu_peaks.NVIDIA RTX PRO 6000.bf16_flops: must be a peak above 0, got 0",
+        ),
+        (
+            {"gpu_peaks": {"NVIDIA RTX PRO 6000": {}}},
+            "gpu_peaks.NVIDIA RTX PRO 6000: give at least one of "
+            "memory_bandwidth_bytes_per_second, bf16_flops",
+        ),
+        (
+            {"gpu_peaks": {"NVIDIA L4": {"bf16_flops": 1e14}, "nvidia  l4": {"bf16_flops": 2e14}}},
+            "gpu_peaks.nvidia  l4: is listed twice",
         ),
     ],
 )
@@ -483,6 +505,33 @@ def test_cost_records_exist_only_with_a_price() -> None:
     assert cfg.cost.priced and cfg.cost.gpu_hour_price is None and cfg.cost.currency == "USD"
     assert cfg.cost.by_product == (("NVIDIA L4", 0.8),)
     assert not parse_config({}).cost.priced
+
+
+def test_gpu_peaks_name_products_the_dcgm_layout_reads_peaks_of() -> None:
+    """A site's peaks for a product (``gpu_peaks``) come before the product table's in the
+    dcgm layout (dcgm-exporter reports none); the other layouts read theirs from NVML."""
+    site = {
+        "gpu_peaks": {
+            " NVIDIA  RTX PRO 6000 ": {"memory_bandwidth_bytes_per_second": "1.792e12"},
+            "NVIDIA H100 80GB HBM3": {"bf16_flops": 9.0e14},
+        }
+    }
+    cfg = parse_config(site, "dcgm")
+    assert [(p.name, p.memory_bandwidth, p.flops) for p in cfg.gpu_peaks] == [
+        ("NVIDIA RTX PRO 6000", 1.792e12, ()),
+        ("NVIDIA H100 80GB HBM3", None, (("bf16", 9.0e14),)),
+    ]
+    rules = {r.record: r.expr for r in recording_rules(cfg)}
+    bandwidth = rules["inference:gpu_peak_memory_bandwidth_bytes_per_second:min"]
+    # the site's figure first, then the table's (an L4's the slowest)
+    assert bandwidth.index("1792000000000 * group") < bandwidth.index('"(?i)nvidia +l4"')
+    assert 'modelName=~"(?i)NVIDIA +RTX +PRO +6000"' in bandwidth
+    flops = rules["inference:gpu_peak_bf16_flops:min"]
+    # the site's H100 figure first: `or` keeps it for the H100s, the table's for the rest
+    assert flops.index("900000000000000 * group") < flops.index('"(?i)nvidia +h100 +80gb +hbm3')
+    for profile in ("sidecar", "node"):
+        other = {r.record: r.expr for r in recording_rules(parse_config(site, profile))}
+        assert other == {r.record: r.expr for r in recording_rules(parse_config({}, profile))}
 
 
 def test_a_bad_price_exits_2_in_one_line(

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from exporter.signatures import all_signatures as catalogue
-from exporter.signatures.signals import recording_rules
+from exporter.signatures.signals import cpu_signals, recording_rules
 from exporter.signatures.site import parse_config
 from support.paths import ROOT
 
@@ -50,9 +50,13 @@ PER_PROCESS = {
 def gpu_sourced_alerts() -> set[str]:
     """Alerts whose expression or evidence reads a record the node profile fills differently:
     those can no longer fire for a static target (no pod to give a GPU to)."""
+    cfg = parse_config({}, "node")
     side = {r.record: r.expr for r in recording_rules(parse_config({}, "sidecar"))}
-    node = {r.record: r.expr for r in recording_rules(parse_config({}, "node"))}
-    differ = {name for name in side if side[name] != node.get(name)}
+    node = {r.record: r.expr for r in recording_rules(cfg)}
+    # The node's CPU shares differ only by leaving out the node agents' own targets: a static
+    # target keeps them.
+    own_cpu = {s.record(cfg) for s in (cpu_signals.SOFTIRQ_SHARE, cpu_signals.SOFTIRQ_HOTTEST_CORE)}
+    differ = {name for name in side if side[name] != node.get(name)} - own_cpu
     out = set()
     for sig in catalogue(parse_config({}, "node")):
         for rule in sig.rules:

@@ -1,17 +1,29 @@
 """The sidecar's process and cpu collectors: the engine's busiest thread and the node's
-softirq load. One series per target, in every layout alike."""
+softirq load. One series per sidecar target.
+
+The softirq share is the node's: every sidecar reads the host's ``/proc/stat`` (a container
+sees it whole), so each inference pod on a node carries its node's share itself. In the
+``node`` layout the node agent reads the same file (its ``cpu`` collector, as the chart's
+DaemonSet runs it) under its own pod; that target serves no engine, and the softirq signals
+leave it out, so the alert names the inference pods of the node, never the agent."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from exporter.signatures.signals.signal import Rule, Signal
+from exporter.signatures.promql_text import on
+from exporter.signatures.signals.signal import ByLayout, Rule, Signal
 from exporter.signatures.signals.signal_groups import TARGET_GROUP
 
 if TYPE_CHECKING:
     from exporter.signatures.signals.signal_context import SignalContext
 
 SOFTIRQ = 'mode="softirq"'
+#: A node agent's own scrape target: the one that runs the ``podresources`` collector, which
+#: is off by default and on only in the node agent (the chart's DaemonSet); it reports whether
+#: the collector ran at every scrape, failed or not.
+AGENT = ("inference_scrape_collector_success", 'collector="podresources"')
 
 
 def _hottest_thread(ctx: SignalContext) -> str:
@@ -38,11 +50,29 @@ def _softirq_share(ctx: SignalContext) -> str:
     )
 
 
+def _without_agents(expr: Callable[[SignalContext], str]) -> Callable[[SignalContext], str]:
+    """``expr`` but for the node agents' own targets (the ``node`` layout)."""
+
+    def without(ctx: SignalContext) -> str:
+        agents = ctx.sidecar_series(*AGENT)
+        return f"(\n{expr(ctx)}\n)\nunless {on(ctx.join)}\n{agents}"
+
+    return without
+
+
+def _node_share(expr: Callable[[SignalContext], str], help_text: str) -> ByLayout:
+    """A share of the node's CPU, per sidecar target; in the node layout the node agent's own
+    reading of the same node is left out."""
+    rule = Rule(expr, help_text)
+    node = Rule(_without_agents(expr), f"{help_text}, per inference pod (not the node agent)")
+    return ByLayout(sidecar=rule, node=node, dcgm=rule)
+
+
 SOFTIRQ_SHARE = Signal(
     "inference:cpu_softirq:ratio{rate}",
     "ratio",
     TARGET_GROUP,
-    Rule(_softirq_share, "softirq share of all CPU time of the node"),
+    _node_share(_softirq_share, "softirq share of all CPU time of the node"),
     "node",
 )
 
@@ -56,6 +86,6 @@ SOFTIRQ_HOTTEST_CORE = Signal(
     "inference:cpu_softirq_hottest_core:mean{rate}",
     "ratio",
     TARGET_GROUP,
-    Rule(_softirq_hottest_core, "softirq share of the node's busiest core"),
+    _node_share(_softirq_hottest_core, "softirq share of the node's busiest core"),
     "busiest core",
 )

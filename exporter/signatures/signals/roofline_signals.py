@@ -4,7 +4,9 @@ budget and the workload shape. One series per target and ``model``.
 
 The GPU peaks are the sidecar's in the sidecar layout, the node agent's (by pod) in the node
 layout; dcgm-exporter reports none, so the dcgm layout takes the sidecar's where its nvml
-collector runs, else the product table's by dcgm-exporter's ``modelName``. The model facts
+collector runs, else the site config's (``gpu_peaks``) or the product table's by
+dcgm-exporter's ``modelName``: a product neither knows has no roofline in that
+layout. The model facts
 (``--model.path``) and the engine's figures are per GPU of the engine, so they set against one
 GPU's peak: the target's slowest GPU (``min``), which sets the pace of a tensor-parallel step.
 """
@@ -24,6 +26,7 @@ from exporter.signatures.signals.node_join import node_per_target
 from exporter.signatures.signals.signal import ByLayout, Rule, Signal
 from exporter.signatures.signals.signal_context import DECODES
 from exporter.signatures.signals.signal_groups import ROOFLINE_GROUP
+from exporter.signatures.site import ProductPeaks
 
 if TYPE_CHECKING:
     from exporter.signatures.signals.signal_context import SignalContext
@@ -74,21 +77,36 @@ def _node_peak(ctx: SignalContext, metric: str, *matchers: str) -> str:
     return node_per_target(ctx, "min", ctx.sidecar_series(metric, *matchers))
 
 
+def site_peaks(product: ProductPeaks) -> Peaks:
+    """A product's peaks as the site config gives them."""
+    return Peaks(product.memory_bandwidth, dict(product.flops), "the site config (gpu_peaks)")
+
+
 def product_peak(ctx: SignalContext, figure: Callable[[Peaks], float | None]) -> str:
-    """The slowest GPU of each target from dcgm-exporter's ``modelName`` and the product
-    table (:data:`exporter.hardware.gpus.PRODUCTS`, the sidecar's own fallback): one
-    constant per figure over the GPUs of the products that have it."""
-    names: dict[float, list[str]] = {}
+    """The slowest GPU of each target from dcgm-exporter's ``modelName``: the site config's
+    figure for the product (``gpu_peaks``), else the product table's
+    (:data:`exporter.hardware.gpus.PRODUCTS`, the sidecar's own fallback). One constant per
+    figure over the GPUs of the products that have it; the site's, listed first, win."""
+    keep = by((*ctx.cfg.dcgm.dcgm_labels, "UUID"))
+
+    def gpus(values: dict[float, list[str]]) -> list[str]:
+        return [
+            f"{num(value)} * group {keep} ({_dcgm_gpus(ctx, product_matcher(products))})"
+            for value, products in sorted(values.items())
+        ]
+
+    site: dict[float, list[str]] = {}
+    for product in ctx.cfg.gpu_peaks:
+        value = figure(site_peaks(product))
+        if value:
+            site.setdefault(value, []).append(product.name)
+    table: dict[float, list[str]] = {}
     for name in PRODUCTS:
         value = figure(peaks_of(name, GpuFacts()))
         if value:
-            names.setdefault(value, []).append(name)
-    keep = by((*ctx.cfg.dcgm.dcgm_labels, "UUID"))
-    gpus = [
-        f"{num(value)} * group {keep} ({_dcgm_gpus(ctx, product_matcher(products))})"
-        for value, products in sorted(names.items())
-    ]
-    return dcgm_per_target(ctx, "(\n" + "\nor\n".join(gpus) + "\n)", "min")
+            table.setdefault(value, []).append(name)
+    both = [*gpus(site), *gpus(table)]
+    return dcgm_per_target(ctx, "(\n" + "\nor\n".join(both) + "\n)", "min")
 
 
 def _dcgm_gpus(ctx: SignalContext, matcher: str) -> str:
