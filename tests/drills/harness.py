@@ -294,7 +294,7 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
             result.error = f"calibration: {err}"
             return _done(result, began, workdir)
         watch = drill_slo.SloWatch()
-        if scenario.engine == "reference":
+        if scenario.engine == "reference" and not scenario.gpu:  # the CPU matrix's
             _set_objectives(stack, scenario, result.sized, watch, workdir)
         load = _start_load(stack, sized, wait.seconds, workdir)
         t0 = time.monotonic()
@@ -524,7 +524,7 @@ def _observe(
         now = time.monotonic() - t0
         if now - sampled >= drill_slo.SAMPLE_S:
             sampled = now
-            watch.samples.append(drill_slo.sample(stack.query, now, scenario.expected, pool=False))
+            watch.samples.append(_slo_sample(stack, now, scenario.expected, pool=False))
         if restart is not None and now >= restart:
             stack.restart_engine()
             result.restarted_at = round(now, 1)
@@ -559,6 +559,19 @@ def _observe(
             if len(pages) >= PAGES_FOR_DEDUP:
                 return
         time.sleep(POLL_S)
+
+
+# How far back the drill reads the verdicts: every query of one look at one time, which the
+# rule evaluation before it has finished writing (a cause that begins to hold and the gate it
+# closes are then read from the same evaluation).
+LOOK_BACK_S = 1.0
+
+
+def _slo_sample(stack: Stack, now: float, signature: str | None, *, pool: bool) -> drill_slo.Sample:
+    at = time.time() - LOOK_BACK_S
+    return drill_slo.sample(
+        lambda expr: stack.query(expr, at), now - LOOK_BACK_S, signature, pool=pool
+    )
 
 
 def _evidence(stack: Stack, result: DrillResult) -> None:
@@ -785,7 +798,7 @@ def _follow(
     urls = {"prefill": stack.prefill_url, "decode": stack.engine_url}
     end = result.sized.deadline_s
     while (now := time.monotonic() - t0) < end:
-        watch.samples.append(drill_slo.sample(stack.query, now, scenario.signature, pool=True))
+        watch.samples.append(_slo_sample(stack, now, scenario.signature, pool=True))
         for role, url in urls.items():
             values = engine_values(url)
             if values is None:

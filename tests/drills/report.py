@@ -699,17 +699,18 @@ def _gates(samples: list[Any]) -> str:
     return f"open {pod} / {pool} of {len(samples)} looks"
 
 
-def _scale_out(watch: SloWatch, capacity: bool) -> str:
-    held = watch.held()
+def _scale_out(watch: SloWatch, capacity: bool, *, healthy: bool) -> str:
+    """Whether and when the pack advised scaling out (or opened a gate): while the drill's
+    cause held (the healthy drills: at all), and before it held."""
+    held = watch.samples if healthy else watch.held()
     during = watch.scale_out(held)
-    before = [s for s in watch.scale_out() if not s.cause_holds]
     if capacity:
         text = f"yes, from {during[0].at:.0f} s" if during else "NO"
     else:
-        text = f"NO: at {during[0].at:.0f} s while the cause held" if during else "never"
-        if during and not held:
-            text = "NO"
-    if before and not capacity:
+        when = "" if healthy else " while the cause held"
+        text = f"NO: at {during[0].at:.0f} s{when}" if during else "never"
+    before = [s for s in watch.scale_out() if not s.cause_holds]
+    if before and not capacity and not healthy:
         text += f" (before the cause held: from {before[0].at:.0f} s)"
     return text
 
@@ -730,7 +731,7 @@ def _slo_row(name: str, signature: str | None, result: DrillResult | DisaggResul
     pool = ", ".join(f"`{a}`" for a in watch.advised(held, pool=True)) or "-"
     return (
         f"| {name} | {objectives} | {_burn(watch)} | {fired} | {cause} | {pod}{scope} | {pool} | "
-        f"{_gates(held)} | {_scale_out(watch, name == CAPACITY_DRILL)} |"
+        f"{_gates(held)} | {_scale_out(watch, name == CAPACITY_DRILL, healthy=signature is None)} |"
     )
 
 
@@ -777,7 +778,8 @@ def _slo_text() -> list[str]:
         "config once it has sized its load and has Prometheus reload its rules, so the burn "
         "alert can fire a long window after the load starts. The disaggregated drills keep the "
         "shipped objective (which cannot fire within a drill) and record the advice only; the "
-        "third-party engines' drills record it for the report without the checks.",
+        "third-party engines' and the GPU drills record it without the checks (a KV cache or "
+        "HBM bandwidth at its limit on a busy GPU is capacity: `scale_out` is right there).",
         "",
         "The checks: no drill but the capacity one is advised to `scale_out`, per pod or for the "
         "pool, or opens either gate, while its own signature holds (the healthy drills: ever) - "

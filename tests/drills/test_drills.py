@@ -186,9 +186,10 @@ def check_postmortem(scenario: Scenario, result: DrillResult) -> None:
 def check_scaling(scenario: Scenario, result: DrillResult) -> None:
     """Issue 35: the reference engine's drills are advised to scale out only where the cause is
     capacity (queue-flood), and there with both gates open (:func:`drills.slo.check_advice`).
-    The third-party engines' drills record the advice for the report only: llama-server's
-    queue-flood is a capacity backlog the pack sees without a signature of its own."""
-    if scenario.engine != "reference":
+    The third-party engines' drills record the advice for the report only (llama-server's
+    queue-flood is a capacity backlog the pack sees without a signature of its own), and so do
+    the GPU drills: a KV cache or HBM bandwidth at their limit on a busy GPU are capacity."""
+    if scenario.engine != "reference" or scenario.gpu:
         return
     watch = SloWatch.from_json(result.slo)
     assert not watch.error, watch.error

@@ -209,3 +209,15 @@ def test_a_failed_check_keeps_its_first_line_in_the_result() -> None:
     with pytest.raises(AssertionError), noting_failure(result):
         raise AssertionError("\n  share: 0.002\n  alerts: {}")
     assert result.failed == "share: 0.002"
+
+
+def test_the_slo_row_of_a_healthy_drill_counts_every_look() -> None:
+    session = _session()
+    flood = session.results.pop("queue-flood")
+    flood.scenario, flood.expected = "healthy", None
+    session.results["healthy"] = flood
+    row = next(
+        line for line in render(session).splitlines() if line.startswith("| healthy | TTFT 100ms")
+    )
+    assert "| `none (no_capacity_backlog)`, `scale_out (capacity)` |" in row, row
+    assert row.endswith("| open 1 / 1 of 2 looks | NO: at 44 s |"), row
