@@ -585,6 +585,14 @@ _SIDECAR_READY = (
     "inference_engine_hottest_thread_cpu_ratio ",
 )
 _GPM_READY = ("inference_gpu_sm_active_ratio{",)
+# The node agent's families that must show under a holder before its exposition is taken: a
+# counter, the sampled histogram and the idle-energy counter, which the node profile's
+# utilisation-share and energy records read by pod.
+_HELD_FAMILIES = (
+    "inference_gpu_busy_seconds_total",
+    "inference_gpu_utilization_samples_count",
+    "inference_gpu_idle_energy_joules_total",
+)
 
 
 @dataclass(frozen=True)
@@ -679,11 +687,20 @@ def capture(workdir: Path, kind: str = "sidecar", args: Sequence[str] = ()) -> t
             with urllib.request.urlopen(request, timeout=10) as response:
                 text = response.read().decode()
             processes = (
-                # the agent: its GPUs' series filed under the pods holding them
-                re.search(r'^inference_gpu_busy_seconds_total\{[^}]*pod="', text, re.M)
+                # the agent: its GPUs' series filed under the pods holding them, in each
+                # family the node profile reads by pod
+                all(
+                    re.search(rf'^{family}\{{[^}}]*pod="[^"]+"', text, re.M)
+                    for family in _HELD_FAMILIES
+                )
                 if kind == "agent"
-                else re.search(r"^inference_engine_processes [2-9]", text, re.M)
-            ) is not None
+                else re.search(r"^inference_engine_processes [2-9]", text, re.M) is not None
+            ) and (
+                # the driver's utilisation samples counted (their shares read increases)
+                not spec.nvml
+                or re.search(r"^inference_gpu_utilization_samples_count\{.*\} [1-9]", text, re.M)
+                is not None
+            )
             ready = processes and all(marker in text for marker in spec.ready)
             if ready or time.monotonic() > deadline:
                 break

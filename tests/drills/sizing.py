@@ -58,6 +58,11 @@ MIN_RATE = 0.25  # requests a second below which requests are shortened (7 in 30
 MIN_OUTPUT = 16  # output tokens a request keeps at least
 MIN_PROMPT = 32  # prompt tokens a request keeps at least
 MAX_MODEL_LEN = 1024  # the reference engine's --max-model-len: prompt + output at most
+# The load's prompts are drawn words sized by an estimate of tokens per word: a prompt of P
+# tokens may come out a tenth longer. A request the engine's context cannot hold is refused
+# (HTTP 400), so a lengthened request leaves this much room (a fast quiet machine lengthened
+# queue-flood's to 256 + 767 tokens and the engine refused every one).
+PROMPT_SLACK = 0.25
 IN_FLIGHT_BUDGET = 256  # an overload's queue by its deadline at most (the load keeps 512)
 TOKENIZER_STEPS = 3.0  # the slow tokenizer: the probe takes this many decode steps
 TOKENIZER_CPU = 0.5  # ... and its thread at most this share of a core (probes and prompts)
@@ -191,11 +196,16 @@ def overload(
     return Load(rate=round(rate, 3), prompt_tokens=base.prompt_tokens, output_tokens=output)
 
 
+def _room(prompt: int) -> int:
+    """The longest output a request of a ``prompt``-token prompt may ask for."""
+    return MAX_MODEL_LEN - prompt - int(prompt * PROMPT_SLACK) - 1
+
+
 def _bounded(served: Any, output: int, prompt: int, deadline_s: float) -> int:
     """``output``, lengthened (to what the engine's context allows) while an overload's queue,
     growing by (OVERLOAD - 1) x ``served(o)`` a second, would pass IN_FLIGHT_BUDGET by the
     deadline."""
-    longest = MAX_MODEL_LEN - prompt - 1
+    longest = _room(prompt)
     while output < longest and (OVERLOAD - 1) * served(output) * deadline_s > IN_FLIGHT_BUDGET:
         output = min(longest, int(output * 1.25) + 1)
     return output
@@ -318,7 +328,7 @@ def _decode_pool(engine: Engine, base: Load, plan: Plan, admitted: int, deadline
     shaped = Engine(prefill, engine.step_one_s, engine.step_full_s, engine.full, prompt)
     output = max(MIN_OUTPUT, 1 + math.ceil((DECODE_TTFTS - 1) * prefill / step))
     output = _bounded(lambda o: shaped.served(admitted, o), output, prompt, deadline_s)
-    output = min(output, MAX_MODEL_LEN - prompt - 1)
+    output = min(output, _room(prompt))
     capacity = shaped.served(admitted, output)
     rate = OVERLOAD * capacity
     plan.served = capacity

@@ -89,10 +89,17 @@ DCGM_DEFAULTS = "dcgm-exporter-4.8-default-counters.csv"
 DCGM_DEFAULTS_4_10 = "dcgm-exporter-4.10-default-counters-handwritten.csv"
 #: Fields the dcgm profile reads that dcgm-exporter does not export by default: a counters
 #: file of one's own must add them (the clock-event reasons under either name, SM activity, a
-#: profiling field, under either generation's name).
+#: profiling field, under either generation's name; the NVLink profiling fields that
+#: InferenceInterconnectBound reads, in both the counter and the per-second form; the enforced
+#: power limit that names a throttle's cause).
 NOT_BY_DEFAULT = {
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND",
+    "DCGM_FI_PROF_NVLINK_TX_BYTES",
+    "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND",
     "DCGM_FI_PROF_SM_ACTIVE",
     "DCGM_FI_PROF_SM_UTIL_RATIO",
 }
