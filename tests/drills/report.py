@@ -762,9 +762,10 @@ def _slo_text() -> list[str]:
         "",
         "Each reference-engine drill runs with service-level objectives set so that its cause "
         "burns the budget, and a healthy run does not (`tests/drills/slo.py`): time to first "
-        "token and inter-token latency at the first bucket bound of vLLM's histograms (which "
-        "the reference engine exports; the pack refuses a threshold between two bounds) at or "
-        f"above {MARGIN:g}x what a healthy request sees at the drill's load, from its "
+        "token and inter-token latency at the first bucket bound of the engine's histograms "
+        "(the reference engine speaks vLLM's names with the instrumentation library's bounds, "
+        "which the objective names in `buckets:`; the pack refuses a threshold between two "
+        f"bounds) at or above {MARGIN:g}x what a healthy request sees at the drill's load, from its "
         "calibration: the first token after one sequence's prefill plus a decode step of the "
         "full batch, and the tokens a decode step of the batch the load keeps running apart "
         "(an overload drill: one sequence's). An objective fixed in milliseconds would burn "

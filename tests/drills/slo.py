@@ -8,9 +8,12 @@ one, the model worker 8x slower): an objective fixed in milliseconds would burn 
 on a slow machine and in none on a fast one. So each reference-engine drill sets its objectives
 from what it measured before its load (:mod:`drills.calibrate`), the way a team sets its
 objective from what the service does when it is well: time to first token and inter-token
-latency at the first bucket bound of the engine's histogram (vLLM's, which the reference engine
-exports; the pack refuses any other threshold) at or above :data:`MARGIN` times what a healthy
-request sees at the drill's load (:func:`healthy_estimate`). The target is
+latency at the first bucket bound of the engine's histogram at or above :data:`MARGIN` times
+what a healthy request sees at the drill's load (:func:`healthy_estimate`). The reference engine
+speaks vLLM's metric names with the instrumentation library's buckets
+(:mod:`exporter.instrument`), finer than vLLM's own: the objective names them (``buckets:``,
+as a site does for an engine started with its own bounds), and the pack refuses a threshold off
+them. The target is
 :data:`TARGET`, and one burn-rate alert (:data:`BURN_ALERT`) fires when more than half of the
 requests (:data:`BURN_RATE` x the budget) miss it over both its windows: the SRE workbook's
 shape (a long window and a short one a quarter of it) at the drill's scale, since the workbook's
@@ -36,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from exporter.instrument import ITL_BUCKETS, TTFT_BUCKETS
 from exporter.signatures.slo.burn_alerts import ALERT_NAMES
 from exporter.signatures.slo.verdict_signals import (
     ADVICE,
@@ -45,15 +49,16 @@ from exporter.signatures.slo.verdict_signals import (
     POOL_ELIGIBLE,
     POOL_HOLDING,
 )
-from exporter.signatures.slo_buckets import known_bounds
 from exporter.signatures.slo_config import human_seconds
 
 #: The drill whose cause is capacity: offered load beyond what the engine serves, its GPU busy,
 #: nothing wrong with the host. The only drill the pack may advise to scale out.
 CAPACITY_DRILL = "queue-flood"
 SCALE_OUT = "scale_out"
-#: The engine whose histograms the reference engine exports (its names and buckets are vLLM's).
+#: The engine the sidecar sees in the reference engine (vLLM's metric names), and the bounds of
+#: its histograms (the instrumentation library's, not vLLM's own).
 ENGINE = "vllm"
+BOUNDS = {"ttft": TTFT_BUCKETS, "itl": ITL_BUCKETS}
 #: A threshold at least this many times what a healthy request sees at the drill's load.
 MARGIN = 1.5
 #: The objectives' target, and the burn rate the alert fires above: ``BURN_RATE * (1 - TARGET)``
@@ -95,6 +100,8 @@ class Objectives:
             "    - name: drill",
             f"      model: {model}",
             f"      engines: [{ENGINE}]",
+            "      buckets:",
+            *(f"        {k}: [{', '.join(f'{b:g}' for b in v)}]" for k, v in BOUNDS.items()),
             f"      ttft: {human_seconds(self.ttft_s)} @ {100 * TARGET:g}%",
             f"      itl: {human_seconds(self.itl_s)} @ {100 * TARGET:g}%",
         ]
@@ -135,10 +142,8 @@ def healthy_estimate(cal: Mapping[str, Any], keep_up: float) -> tuple[float, flo
 def choose(cal: Mapping[str, Any], keep_up: float) -> Objectives:
     """The objectives of a drill whose calibration is ``cal``."""
     ttft, itl = healthy_estimate(cal, keep_up)
-    ttft_bounds, itl_bounds = known_bounds(ENGINE, "ttft"), known_bounds(ENGINE, "itl")
-    assert ttft_bounds and itl_bounds  # the pack knows vLLM's (slo_buckets)
-    chosen_ttft = bound_at_least(MARGIN * ttft, ttft_bounds)
-    chosen_itl = bound_at_least(MARGIN * itl, itl_bounds)
+    chosen_ttft = bound_at_least(MARGIN * ttft, BOUNDS["ttft"])
+    chosen_itl = bound_at_least(MARGIN * itl, BOUNDS["itl"])
     how = (
         f"a healthy request here: first token {human_seconds(round(ttft, 4))}, "
         f"tokens {human_seconds(round(itl, 4))} apart; the first bucket bounds at or above "

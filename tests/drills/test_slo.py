@@ -11,6 +11,7 @@ import pytest
 import yaml
 from drills.scenarios import CPU_SITE_CONFIG
 from drills.slo import (
+    BOUNDS,
     BURN_ALERTS,
     CAPACITY_DRILL,
     MARGIN,
@@ -24,9 +25,10 @@ from drills.slo import (
 )
 
 from exporter.lab.refengine import DEFAULT_MODEL_NAME
+from exporter.lab.refengine.vllm_metrics import ITL_BUCKETS, TTFT_BUCKETS
 from exporter.signatures.render import alerts_yaml, recording_rules_yaml
 from exporter.signatures.site import parse_config
-from exporter.signatures.slo_buckets import known_bounds, le_label
+from exporter.signatures.slo_buckets import le_label
 
 # Calibrations as drills measured them (tests/drills/calibrate.py's JSON), hand-written from
 # the healthy drill at the engine's own speed and with the worker 8x slower, and an overload
@@ -58,8 +60,8 @@ def test_objectives_are_bounds_above_the_margin(cal: dict[str, Any]) -> None:
     chosen = choose(cal, keep_up)
     ttft, itl = healthy_estimate(cal, keep_up)
     for value, estimate, sli in ((chosen.ttft_s, ttft, "ttft"), (chosen.itl_s, itl, "itl")):
-        bounds = known_bounds("vllm", sli)
-        assert bounds is not None and value in bounds
+        bounds = BOUNDS[sli]
+        assert value in bounds
         assert value >= MARGIN * estimate
         below = [b for b in bounds if b < value]
         assert not below or below[-1] < MARGIN * estimate  # the first such bound
@@ -77,6 +79,8 @@ def test_the_pack_takes_the_objectives_with_its_burn_alert() -> None:
     assert slo.ttft is not None and slo.ttft.threshold == chosen.ttft_s
     assert slo.itl is not None and slo.itl.threshold == chosen.itl_s
     assert slo.ttft.target == 0.95
+    # the bounds the reference engine exports (its histograms'), named in the objective
+    assert slo.buckets == {"ttft": TTFT_BUCKETS, "itl": ITL_BUCKETS} == BOUNDS
     alerts = yaml.safe_load(alerts_yaml(cfg))
     burns = [
         rule
@@ -98,7 +102,9 @@ def test_a_threshold_off_the_bounds_is_refused() -> None:
     """What makes the drill pick bounds: the pack refuses a threshold between two."""
     from exporter.signatures.site_errors import SignatureConfigError  # noqa: PLC0415
 
-    text = choose(SLOW, 0.3).site_config(DEFAULT_MODEL_NAME).replace("ttft: 1s", "ttft: 900ms")
+    chosen = choose(SLOW, 0.3)
+    assert chosen.ttft_s == 1.0
+    text = chosen.site_config(DEFAULT_MODEL_NAME).replace("ttft: 1s @", "ttft: 900ms @")
     with pytest.raises(SignatureConfigError, match="900ms is not a bucket bound"):
         parse_config(yaml.safe_load(text), "fast-node")
 
