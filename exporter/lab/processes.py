@@ -11,6 +11,7 @@ deadline (a child that exits early fails the wait with its log's tail) and is st
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import re
@@ -338,6 +339,11 @@ class Server:
         has. Rule groups whose rules are unchanged keep their state (pending alerts stay
         pending); :class:`StackError` when the reload fails or takes longer than ``timeout``."""
         before = self._last_config_time()
+        # The time Prometheus reports has whole seconds: a reload in the second of the last
+        # would look like none.
+        with contextlib.suppress(ValueError):
+            last = datetime.datetime.fromisoformat(before.replace("Z", "+00:00")).timestamp()
+            time.sleep(max(0.0, last + 1.05 - time.time()))
         self.child.proc.send_signal(signal.SIGHUP)
         wait_until(
             lambda: self._last_config_time() not in ("", before),

@@ -197,11 +197,17 @@ class SloWatch:
         return [s for s in self.samples if s.cause_holds]
 
     def max_burn(self) -> dict[str, float]:
-        """The highest burn rate seen per objective and window."""
+        """The highest burn rate seen per objective and window, once the window holds only the
+        load: the objectives' records start as the load does, and their first base rates (and
+        so a long window's first minute) reach back into the calibration's closed loop of a
+        full batch, which a cold-start guard keeps from paging but a maximum would show."""
         out: dict[str, float] = {}
         for s in self.samples:
             for key, value in s.burn.items():
-                if math.isfinite(value):
+                window = key.rsplit(" ", 1)[-1]
+                seconds = float(window[:-1]) * (60.0 if window.endswith("m") else 1.0)
+                clean = seconds + (SHORT_S if seconds > SHORT_S else 0.0)
+                if math.isfinite(value) and s.at >= clean:
                     out[key] = max(out.get(key, value), value)
         return out
 

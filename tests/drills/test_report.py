@@ -53,7 +53,7 @@ def _flood(factor: float = 1.0, *, ranked_second: bool = False) -> DrillResult:
         samples=[
             Sample(2.0, False, ["none (no_capacity_backlog)"], ["none (no_capacity_backlog)"],
                    0.0, 0.0, {"ttft 1m": 0.5, "ttft 15s": 2.0}),
-            Sample(44.0, True, ["scale_out (capacity)"], ["scale_out (capacity)"], 1.0, 1.0,
+            Sample(84.0, True, ["scale_out (capacity)"], ["scale_out (capacity)"], 1.0, 1.0,
                    {"ttft 1m": 17.5, "ttft 15s": 20.0, "itl 1m": 1.0}),
         ],
     )  # fmt: skip
@@ -136,7 +136,7 @@ def test_the_slo_row_says_objectives_burn_cause_advice_and_gates() -> None:
         in row
     )
     assert "| `scale_out (capacity)` (1 of 2 looks) | `scale_out (capacity)` |" in row
-    assert "| open 1 / 1 of 1 looks | yes, from 44 s |" in row
+    assert "| open 1 / 1 of 1 looks | yes, from 84 s |" in row
 
 
 def test_the_slo_row_of_another_drill_says_when_it_scaled_out() -> None:
@@ -149,17 +149,17 @@ def test_the_slo_row_of_another_drill_says_when_it_scaled_out() -> None:
         for line in render(session).splitlines()
         if line.startswith("| tokenizer-slow | TTFT 100ms")
     )
-    assert row.endswith("| NO: at 44 s while the cause held |"), row
+    assert row.endswith("| NO: at 84 s while the cause held |"), row
     flood.slo["samples"][1]["cause_holds"] = False
     flood.slo["samples"].append(
-        {**flood.slo["samples"][0], "at": 50.0, "cause_holds": True, "burn": {}}
+        {**flood.slo["samples"][0], "at": 90.0, "cause_holds": True, "burn": {}}
     )
     row = next(
         line
         for line in render(session).splitlines()
         if line.startswith("| tokenizer-slow | TTFT 100ms")
     )
-    assert row.endswith("| closed (1 looks) | never (before the cause held: from 44 s) |"), row
+    assert row.endswith("| closed (1 looks) | never (before the cause held: from 84 s) |"), row
 
 
 def test_a_busy_machine_is_called_shared() -> None:
@@ -220,4 +220,4 @@ def test_the_slo_row_of_a_healthy_drill_counts_every_look() -> None:
         line for line in render(session).splitlines() if line.startswith("| healthy | TTFT 100ms")
     )
     assert "| `none (no_capacity_backlog)`, `scale_out (capacity)` |" in row, row
-    assert row.endswith("| open 1 / 1 of 2 looks | NO: at 44 s |"), row
+    assert row.endswith("| open 1 / 1 of 2 looks | NO: at 84 s |"), row

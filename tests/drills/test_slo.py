@@ -115,7 +115,7 @@ def _s(at: float, holds: bool, pod: list[str], pool: list[str], gates: float | N
 
 GOOD_CAPACITY = [
     _s(2, False, ["none (no_capacity_backlog)"], ["none (no_capacity_backlog)"], 0.0),
-    _s(40, True, ["scale_out (capacity)"], ["scale_out (capacity)"], 1.0),
+    _s(80, True, ["scale_out (capacity)"], ["scale_out (capacity)"], 1.0),
 ]
 
 
@@ -161,10 +161,15 @@ def test_healthy_drills_never_scale_out() -> None:
 def test_watch_round_trip_and_burn() -> None:
     watch = SloWatch(objectives="TTFT 1s", how="h", samples=GOOD_CAPACITY)
     again = SloWatch.from_json(json.loads(json.dumps(watch.to_json())))
-    assert [s.at for s in again.samples] == [2, 40]
+    assert [s.at for s in again.samples] == [2, 80]
     assert again.samples[1].pod_advice == ["scale_out (capacity)"]
     assert math.isnan(again.samples[0].burn["ttft 15s"])
-    assert again.max_burn() == {"ttft 1m": 3.0}  # NaN (no request in the window) left out
+    # NaN (no request in the window) left out, and the 1m window before it held only the load
+    assert again.max_burn() == {"ttft 1m": 3.0}
+    early = SloWatch(samples=[Sample(10, False, [], [], 0, 0, {"ttft 1m": 18.0, "ttft 15s": 9.0})])
+    assert early.max_burn() == {}
+    late = [Sample(20, False, [], [], 0, 0, {"ttft 1m": 18.0, "ttft 15s": 9.0})]
+    assert SloWatch(samples=late).max_burn() == {"ttft 15s": 9.0}
     assert again.advised(again.samples, pool=False)[0] in {
         "none (no_capacity_backlog)",
         "scale_out (capacity)",
