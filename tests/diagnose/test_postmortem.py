@@ -12,9 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -29,9 +27,10 @@ from support.incident import (
     SCRAPE_S,
     START,
     Recorded,
+    run_diagnose,
     serve,
 )
-from support.paths import ROOT, TRACE
+from support.paths import TRACE
 from support.process import ExporterProcess
 
 from exporter.diagnose.timeline import PANELS
@@ -42,24 +41,7 @@ PROG = "inference-bottleneck-exporter diagnose"
 ORDER = list(SCENARIOS["frontend-gil"].order)
 
 
-def diagnose(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "diagnose", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        check=False,
-    )
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
-    rec = serve(parse_config({}), tmp_path_factory.mktemp("incident"))
-    try:
-        yield rec
-    finally:
-        rec.server.stop()
+diagnose = run_diagnose
 
 
 def render(rec: Recorded, out: Path) -> str:

@@ -4,14 +4,9 @@ hold and what each declares (``Signature.advice``)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from support.incident import Recorded, serve
-from support.paths import ROOT
+from support.incident import Recorded, run_diagnose
 
 from exporter.diagnose.advice import scaling_advice
 from exporter.diagnose.findings import EvidenceValue, Finding, Instance
@@ -101,24 +96,7 @@ def test_refusals_are_capacity_but_never_lead_a_stall_or_a_gateway_cause() -> No
 # --- the command and the post-mortem, over a recorded incident (frontend-gil) ------------------
 
 
-def diagnose(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "diagnose", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        check=False,
-    )
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
-    rec = serve(parse_config({}), tmp_path_factory.mktemp("incident"))
-    try:
-        yield rec
-    finally:
-        rec.server.stop()
+diagnose = run_diagnose
 
 
 def test_diagnose_prints_the_advice(recorded: Recorded, tmp_path: Path) -> None:

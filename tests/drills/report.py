@@ -135,8 +135,8 @@ A drill runs the whole pipeline on one machine and injects one real bottleneck i
 inference server: the reference engine (`exporter/lab/refengine/`: a random-weight transformer in
 torch, a byte-level BPE tokenizer, continuous batching, vLLM's API and metric names) under an
 open-loop load, the sidecar polling it, what reads the GPU in the drill's layout (the chart's
-default `node`: a node agent beside the NVML-less sidecar; one drill each in the `sidecar` and
-`dcgm` layouts; the layout column says which), Prometheus with that layout's rule profile at
+default `node`: a node agent beside the NVML-less sidecar; the softirq drills in the `sidecar`
+layout; the layout column says which), Prometheus with that layout's rule profile at
 `fast` speed (`fast-node`, `fast`, `fast-dcgm`: windows and `for` scaled by 1/10; scrapes and
 rule evaluations every 2 s), and Alertmanager with the pack's
 own `alertmanager.yaml`, paging a local PagerDuty Events v2 capture endpoint (only its URL, the

@@ -22,6 +22,8 @@ busiest-core record.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,7 @@ from exporter.signatures.signals import (
 )
 from exporter.signatures.signals.signal import Signal
 from exporter.signatures.site import SiteConfig
+from support.paths import ROOT
 from support.promstack import backfill
 
 # 2026-03-02 03:00:00 UTC: a night page.
@@ -251,3 +254,15 @@ def serve(cfg: SiteConfig, tmp: Path, scenario: Scenario = SCENARIOS["frontend-g
         timeout=60,
     )
     return Recorded(server, START + MINUTES * 60)
+
+
+def run_diagnose(*args: str) -> subprocess.CompletedProcess[str]:
+    """``inference-bottleneck-exporter diagnose`` with ``args``, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "diagnose", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )

@@ -54,13 +54,13 @@ def _sidecar_held_down(ctx: SignalContext, metric: str) -> str:
     return f"max {ctx.by_gpu} (\n{held_down(ctx, ctx.sidecar_series(metric))}\n)"
 
 
-def _held_down(metric: str, what: str) -> ByLayout:
-    """A power reading of the GPUs held down, in the sidecar and node layouts (dcgm-exporter
-    has none: the caller's ``dcgm``)."""
+def _held_down(metric: str, what: str, dcgm: Rule | None = None) -> ByLayout:
+    """A power reading of the GPUs held down, in the sidecar and node layouts; ``dcgm`` is the
+    dcgm layout's where dcgm-exporter has the reading."""
     return ByLayout(
         sidecar=Rule(lambda ctx: _sidecar_held_down(ctx, metric), what),
         node=Rule(lambda ctx: node_held_down(ctx, metric), what + " (the node agent's)"),
-        dcgm=None,
+        dcgm=dcgm,
     )
 
 
@@ -72,10 +72,10 @@ POWER_DRAW = Signal(
     "inference_gpu:power_watts:max",
     "watts",
     GPU_STATE_GROUP,
-    ByLayout(
-        sidecar=_held_down(_POWER, "board power draw (W) of throttled GPUs").sidecar,
-        node=_held_down(_POWER, "board power draw (W) of throttled GPUs").node,
-        dcgm=Rule(
+    _held_down(
+        _POWER,
+        "board power draw (W) of throttled GPUs",
+        Rule(
             lambda ctx: _dcgm_held_down(ctx, dcgm_fields.POWER),
             "power draw of the GPUs whose clocks are held down (DCGM_FI_DEV_POWER_USAGE, "
             "DCGM_FI_DEV_BOARD_POWER_WATTS from dcgm-exporter 4.9; W)",
@@ -88,10 +88,10 @@ POWER_LIMIT = Signal(
     "inference_gpu:power_limit_watts:max",
     "watts",
     GPU_STATE_GROUP,
-    ByLayout(
-        sidecar=_held_down(_LIMIT, "the power limit (W) throttled GPUs enforce").sidecar,
-        node=_held_down(_LIMIT, "the power limit (W) throttled GPUs enforce").node,
-        dcgm=Rule(
+    _held_down(
+        _LIMIT,
+        "the power limit (W) throttled GPUs enforce",
+        Rule(
             lambda ctx: _dcgm_held_down(ctx, dcgm_fields.POWER_LIMIT),
             "the power limit the GPUs whose clocks are held down enforce "
             "(DCGM_FI_DEV_ENFORCED_POWER_LIMIT, W; not in dcgm-exporter's default counters)",
