@@ -52,7 +52,7 @@ from drills.slo import (
     CAPACITY_DRILL,
     KINDS,
     LONG_S,
-    MARGIN,
+    MARGINS,
     SHORT_S,
     TARGET,
     SloWatch,
@@ -765,7 +765,8 @@ def _slo_text() -> list[str]:
         "token and inter-token latency at the first bucket bound of the engine's histograms "
         "(the reference engine speaks vLLM's names with the instrumentation library's bounds, "
         "which the objective names in `buckets:`; the pack refuses a threshold between two "
-        f"bounds) at or above {MARGIN:g}x what a healthy request sees at the drill's load, from its "
+        f"bounds) at or above {MARGINS['ttft']:g}x and {MARGINS['itl']:g}x what a healthy request "
+        "sees at the drill's load, from its "
         "calibration: the first token after one sequence's prefill plus a decode step of the "
         "full batch, and the tokens a decode step of the batch the load keeps running apart "
         "(an overload drill: one sequence's). An objective fixed in milliseconds would burn "

@@ -31,7 +31,7 @@ from drills.scenarios import (
     Scenario,
     deadline,
 )
-from drills.slo import BURN_ALERTS, SloWatch, check_advice
+from drills.slo import BURN_ALERTS, SloWatch, beside, check_advice
 
 from exporter.diagnose.timeline import PANELS
 from exporter.signatures.render import runbook_url
@@ -81,6 +81,7 @@ def check_fired(scenario: Scenario, result: DrillResult) -> None:
     assert expected in fired, (
         f"{expected} did not fire within {result.sized.deadline_s:.0f}s"
         f" ({result.sized.deadline_how}){_explain(result)}"
+        + beside(scenario.name, expected, SloWatch.from_json(result.slo).samples)
     )
     # The objectives' burn-rate alerts may fire beside the signature: its cause burns them.
     unexpected = sorted(set(fired) - {expected} - set(scenario.allowed) - BURN_ALERTS)
