@@ -11,6 +11,7 @@ deadline (a child that exits early fails the wait with its log's tail) and is st
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import re
@@ -332,6 +333,32 @@ class Server:
         if status != 200:
             raise StackError(f"{self.child.name} {path}: HTTP {status}: {body[:200]!r}")
         return json.loads(body)
+
+    def reload(self, timeout: float = 30.0) -> None:
+        """Prometheus: load the configuration and rule files again (SIGHUP), and wait until it
+        has. Rule groups whose rules are unchanged keep their state (pending alerts stay
+        pending); :class:`StackError` when the reload fails or takes longer than ``timeout``."""
+        before = self._last_config_time()
+        # The time Prometheus reports has whole seconds: a reload in the second of the last
+        # would look like none.
+        with contextlib.suppress(ValueError):
+            last = datetime.datetime.fromisoformat(before.replace("Z", "+00:00")).timestamp()
+            time.sleep(max(0.0, last + 1.05 - time.time()))
+        self.child.proc.send_signal(signal.SIGHUP)
+        wait_until(
+            lambda: self._last_config_time() not in ("", before),
+            timeout,
+            "the reload of its configuration",
+            child=self.child,
+        )
+
+    def _last_config_time(self) -> str:
+        """When Prometheus last loaded its configuration successfully ("" while it failed)."""
+        try:
+            info = self.get_json("/api/v1/status/runtimeinfo")["data"]
+        except StackError:
+            return ""
+        return str(info["lastConfigTime"]) if info.get("reloadConfigSuccess") else ""
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         """An instant query's result vector; :class:`StackError` for any other result type."""

@@ -588,6 +588,15 @@ class Stack:
         server = start_prometheus(cfg.workdir, config, port=cfg.prometheus_port)
         self.prometheus_url = self._keep(server)
 
+    def reload_rules(self, config: Path, timeout: float = 30.0) -> None:
+        """Rewrite the rule files from the site config ``config`` and have Prometheus load them,
+        waiting until it has: a drill sets objectives from what it measured once the stack runs.
+        Rules whose text is unchanged keep their state (pending alerts stay pending);
+        ``cfg.rules_config`` names the new file for whoever reads the rules next."""
+        self.cfg.rules_config = config
+        write_rules(self.cfg.workdir, layouts.rule_profile(self.cfg.layout), config)
+        Server(self.child("prometheus"), self.prometheus_url).reload(timeout)
+
     def _keep(self, server: Server) -> str:
         self.children.append(server.child)
         return server.url
@@ -619,8 +628,11 @@ class Stack:
         alerts: list[dict[str, Any]] = json.loads(body)["data"]["alerts"]
         return alerts
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        url = self.prometheus_url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """An instant query's result, now or ``at`` (a Unix time: several queries that must
+        see one rule evaluation's results ask at one time a moment back)."""
+        params = {"query": expr, **({"time": f"{at:.3f}"} if at is not None else {})}
+        url = self.prometheus_url + "/api/v1/query?" + urllib.parse.urlencode(params)
         status, body = http_get(url)
         if status != 200:
             return []

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from drills import slo as drill_slo
 from drills.calibrate import (
     CAL_OUTPUT_TOKENS,
     Calibration,
@@ -56,7 +57,7 @@ from drills.scenarios import (
     Scenario,
     deadline,
 )
-from drills.sizing import Plan, plan
+from drills.sizing import KEEP_UP, Plan, plan
 from drills.timing import PAGES_S
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -66,7 +67,7 @@ from exporter.lab.processes import child_pythonpath, http_get, stop_process
 from exporter.lab.refengine import DEFAULT_MODEL_NAME, hostpeak
 from exporter.lab.refengine.cli import auto_threads
 from exporter.lab.refengine.gputrace import HostPeaks, measure_host, write_trace
-from exporter.lab.stack import JOB, TARGET_LABELS, Stack, StackConfig
+from exporter.lab.stack import JOB, TARGET_LABELS, Stack, StackConfig, StackError
 from exporter.signatures.site import parse_config
 
 POLL_S = 1.0
@@ -177,6 +178,7 @@ class AlertSeen:
     firing_at: float | None = None
     severity: str = ""
     description: str = ""
+    summary: str = ""  # as the alert fired (a burn-rate page names its cause here)
 
 
 @dataclass
@@ -199,6 +201,7 @@ class DrillResult:
     restarted_at: float | None = None  # when the engine was killed and started again
     sized: Sized = field(default_factory=Sized)
     failed: str = ""  # the first line of the drill's failed check (empty: its checks held)
+    slo: dict[str, Any] = field(default_factory=dict)  # drills.slo.SloWatch, as JSON
 
     def fired(self) -> dict[str, float]:
         return {a: s.firing_at for a, s in self.alerts.items() if s.firing_at is not None}
@@ -325,13 +328,17 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
         except (CalibrationError, ValueError, OSError) as err:
             result.error = f"calibration: {err}"
             return _done(result, began, workdir)
+        watch = drill_slo.SloWatch()
+        if scenario.engine == "reference" and not scenario.gpu:  # the CPU matrix's
+            _set_objectives(stack, scenario, result.sized, watch, workdir)
         load = _start_load(stack, sized, wait.seconds, workdir)
         t0 = time.monotonic()
         try:
-            _observe(stack, scenario, result, t0)
+            _observe(stack, scenario, result, t0, watch)
             if result.diagnose is None and not result.diagnose_error:
                 _evidence(stack, result)
         finally:
+            result.slo = watch.to_json()
             result.load = _stop_load(load, workdir / "load.json")
             if device != "cpu":
                 _keep_gpu_evidence(stack, workdir)
@@ -346,6 +353,26 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
                     for p in stack.capture.snapshot()
                 ]
     return _done(result, began, workdir)
+
+
+def _set_objectives(
+    stack: Stack, scenario: Scenario, sized: Sized, watch: drill_slo.SloWatch, workdir: Path
+) -> None:
+    """The drill's objectives from its calibration (:mod:`drills.slo`) in its site config, and
+    Prometheus's rules reloaded with them. Where that fails the drill runs on without them and
+    ``watch.error`` says why (its checks of the advice still run)."""
+    assert sized.calibration is not None
+    keep_up = KEEP_UP if scenario.sizing == KEEP_UP_DRILL else 0.0
+    objectives = drill_slo.choose(sized.calibration, keep_up)
+    watch.objectives, watch.how = objectives.text(), objectives.how
+    config = workdir / "site-config-slo.yaml"
+    config.write_text(
+        objectives.site_config(DEFAULT_MODEL_NAME, scenario.site_config()), encoding="utf-8"
+    )
+    try:
+        stack.reload_rules(config)
+    except (StackError, OSError) as err:
+        watch.error = f"the rules with the objectives did not load: {err}"
 
 
 def _done(result: DrillResult | DisaggResult, began: float, workdir: Path) -> Any:
@@ -519,13 +546,20 @@ def _stop_load(proc: subprocess.Popen[bytes], summary: Path) -> dict[str, Any] |
     return loaded
 
 
-def _observe(stack: Stack, scenario: Scenario, result: DrillResult, t0: float) -> None:
+def _observe(
+    stack: Stack, scenario: Scenario, result: DrillResult, t0: float, watch: drill_slo.SloWatch
+) -> None:
     """Until the deadline; once the expected alert fires, until its page and the repeat came
-    (at most PAGES_S after it fired, or after ``diagnose`` when that took longer)."""
+    (at most PAGES_S after it fired, or after ``diagnose`` when that took longer). The burn
+    and the advice every :data:`drills.slo.SAMPLE_S` meanwhile (``watch``)."""
     end = t0 + result.sized.deadline_s
     restart = scenario.restart_at_s
+    sampled = -drill_slo.SAMPLE_S
     while time.monotonic() < end:
         now = time.monotonic() - t0
+        if now - sampled >= drill_slo.SAMPLE_S:
+            sampled = now
+            watch.samples.append(_slo_sample(stack, now, scenario.expected, pool=False))
         if restart is not None and now >= restart:
             stack.restart_engine()
             result.restarted_at = round(now, 1)
@@ -539,6 +573,7 @@ def _observe(stack: Stack, scenario: Scenario, result: DrillResult, t0: float) -
             if alert["state"] == "firing" and seen.firing_at is None:
                 seen.firing_at = round(now, 1)
                 seen.description = alert.get("annotations", {}).get("description", "")
+                seen.summary = alert.get("annotations", {}).get("summary", "")
         for child in stack.children:
             if not child.alive():
                 result.error = f"{child.name} exited: {child.log_tail(5)}"
@@ -559,6 +594,19 @@ def _observe(stack: Stack, scenario: Scenario, result: DrillResult, t0: float) -
             if len(pages) >= PAGES_FOR_DEDUP:
                 return
         time.sleep(POLL_S)
+
+
+# How far back the drill reads the verdicts: every query of one look at one time, which the
+# rule evaluation before it has finished writing (a cause that begins to hold and the gate it
+# closes are then read from the same evaluation).
+LOOK_BACK_S = 1.0
+
+
+def _slo_sample(stack: Stack, now: float, signature: str | None, *, pool: bool) -> drill_slo.Sample:
+    at = time.time() - LOOK_BACK_S
+    return drill_slo.sample(
+        lambda expr: stack.query(expr, at), now - LOOK_BACK_S, signature, pool=pool
+    )
 
 
 def _evidence(stack: Stack, result: DrillResult) -> None:
@@ -679,6 +727,7 @@ class DisaggResult:
     missed_polls: int = 0  # engine polls that failed (each a sample missing)
     sized: Sized = field(default_factory=Sized)
     failed: str = ""  # the first line of the drill's failed check (empty: its checks held)
+    slo: dict[str, Any] = field(default_factory=dict)  # drills.slo.SloWatch, as JSON
 
     def fired(self) -> dict[str, float]:
         return {a: s.firing_at for a, s in self.alerts.items() if s.firing_at is not None}
@@ -764,20 +813,29 @@ def run_disagg_drill(scenario: DisaggScenario, workdir: Path) -> DisaggResult:
             return _done(result, began, workdir)
         load = _start_load(stack, sized, wait.seconds, workdir)
         t0 = time.monotonic()
+        watch = drill_slo.SloWatch()
         try:
-            _follow(stack, scenario, result, t0)
+            _follow(stack, scenario, result, t0, watch)
             if not result.error and result.diagnose is None and not result.diagnose_error:
                 _pool_evidence(stack, result)
         finally:
+            result.slo = watch.to_json()
             result.load = _stop_load(load, workdir / "load.json")
             result.pages = _pages(stack, t0)
     return _done(result, began, workdir)
 
 
-def _follow(stack: Stack, scenario: DisaggScenario, result: DisaggResult, t0: float) -> None:
+def _follow(
+    stack: Stack,
+    scenario: DisaggScenario,
+    result: DisaggResult,
+    t0: float,
+    watch: drill_slo.SloWatch,
+) -> None:
     urls = {"prefill": stack.prefill_url, "decode": stack.engine_url}
     end = result.sized.deadline_s
     while (now := time.monotonic() - t0) < end:
+        watch.samples.append(_slo_sample(stack, now, scenario.signature, pool=True))
         for role, url in urls.items():
             values = engine_values(url)
             if values is None:
@@ -796,6 +854,7 @@ def _follow(stack: Stack, scenario: DisaggScenario, result: DisaggResult, t0: fl
             if alert["state"] == "firing" and seen.firing_at is None:
                 seen.firing_at = round(now, 1)
                 seen.description = alert.get("annotations", {}).get("description", "")
+                seen.summary = alert.get("annotations", {}).get("summary", "")
         for child in stack.children:
             if not child.alive():
                 result.error = f"{child.name} exited: {child.log_tail(5)}"

@@ -24,6 +24,7 @@ from drills.scenarios import (
     DisaggScenario,
     deadline,
 )
+from drills.slo import SloWatch, check_advice
 
 from exporter.signatures.render import runbook_url
 from exporter.signatures.site import load_config
@@ -198,8 +199,11 @@ def check_disagg(scenario: DisaggScenario, result: DisaggResult) -> None:
     check_transfers(result)
     CHECKS[scenario.name](scenario, result)
     if scenario.signature is None:
+        check_advice(scenario.name, None, SloWatch.from_json(result.slo))
         return
     check_fired(scenario, result)
+    # Issue 35: a pool cause (the KV link, the pools' balance) is never advised to scale out.
+    check_advice(scenario.name, scenario.signature, SloWatch.from_json(result.slo))
     check_page(scenario, result)
     check_diagnose(scenario, result)
     check_postmortem(scenario, result)

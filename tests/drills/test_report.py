@@ -14,6 +14,7 @@ from drills.calibrate import Calibration, Measured
 from drills.harness import AlertSeen, DisaggResult, DrillResult, Sized, layout, noting_failure
 from drills.report import Session, load, main, render, save
 from drills.scenarios import BY_NAME, DISAGG_BY_NAME, GATEWAY_BY_NAME, STALE_ENDPOINTS, deadline
+from drills.slo import Sample, SloWatch
 
 
 def _sized(name: str, *, factor: float = 1.0, disagg: bool = False) -> Sized:
@@ -45,14 +46,35 @@ def _flood(factor: float = 1.0, *, ranked_second: bool = False) -> DrillResult:
     ]
     if ranked_second:
         findings.reverse()
+    burn = "InferenceTTFTBudgetBurn"
+    watch = SloWatch(
+        objectives="TTFT 100ms, ITL 10ms @ 95%",
+        how="...",
+        samples=[
+            Sample(2.0, False, ["none (no_capacity_backlog)"], ["none (no_capacity_backlog)"],
+                   0.0, 0.0, {"ttft 1m": 0.5, "ttft 15s": 2.0}),
+            Sample(84.0, True, ["scale_out (capacity)"], ["scale_out (capacity)"], 1.0, 1.0,
+                   {"ttft 1m": 17.5, "ttft 15s": 20.0, "itl 1m": 1.0}),
+        ],
+    )  # fmt: skip
     return DrillResult(
         scenario="queue-flood",
         expected=expected,
         started="2026-12-05 12:00:00",
         duration_s=151.0,
-        alerts={expected: AlertSeen(pending_at=40.0, firing_at=71.0, severity="warning")},
+        alerts={
+            expected: AlertSeen(pending_at=40.0, firing_at=71.0, severity="warning"),
+            burn: AlertSeen(
+                pending_at=62.0,
+                firing_at=62.0,
+                severity="warning",
+                summary="TTFT budget of m (drill) burning at 17.5x over 1m — cause: "
+                "InferenceQueueWaitDominatesLatency on 1 of 1 pod",
+            ),
+        },
         diagnose={"findings": findings},
         sized=_sized("queue-flood", factor=factor),
+        slo=watch.to_json(),
     )
 
 
@@ -84,8 +106,9 @@ def test_a_drill_row_says_layout_measured_capacity_deadline_and_rank() -> None:
     page = render(_session())
     natural = _section(page, "natural")
     flood = [line for line in natural.splitlines() if line.startswith("| queue-flood |")]
-    matrix, sizing, _signals = flood
+    matrix, sizing, _signals, objectives = flood
     assert "| yes | 71 s (by " in matrix
+    assert "| TTFT 100ms, ITL 10ms @ 95% |" in objectives
     assert "| 1 of 2 |" in matrix
     assert "one host: reference engine (1 of 16 slots)" in sizing
     assert "step 2.8 ms (1)" in sizing and "tokenizer 1.2 ms (840 tokens)" in sizing
@@ -96,8 +119,47 @@ def test_a_drill_row_says_layout_measured_capacity_deadline_and_rank() -> None:
     assert "load average as each drill calibrated: 3.4 to 3.4 (median 3.4" in natural
     assert "shared with other work" not in natural  # 3.4 on 2 CPUs
     healthy_pool = [line for line in natural.splitlines() if line.startswith("| healthy-disagg |")]
-    assert len(healthy_pool) == 2 and "prefill + decode" in healthy_pool[1]
+    assert len(healthy_pool) == 3 and "prefill + decode" in healthy_pool[2]
+    assert "not recorded" in healthy_pool[0]  # a result without the advice read
     assert "Not run yet" in _section(page, "slow-8x")
+
+
+def test_the_slo_row_says_objectives_burn_cause_advice_and_gates() -> None:
+    row = next(
+        line
+        for line in render(_session()).splitlines()
+        if line.startswith("| queue-flood | TTFT 100ms")
+    )
+    assert "| TTFT 17.5x / 20.0x; ITL 1.0x / -x |" in row
+    assert (
+        "| `InferenceTTFTBudgetBurn` (62 s) | InferenceQueueWaitDominatesLatency on 1 of 1 pod |"
+        in row
+    )
+    assert "| `scale_out (capacity)` (1 of 2 looks) | `scale_out (capacity)` |" in row
+    assert "| open 1 / 1 of 1 looks | yes, from 84 s |" in row
+
+
+def test_the_slo_row_of_another_drill_says_when_it_scaled_out() -> None:
+    session = _session()
+    flood = session.results.pop("queue-flood")
+    flood.scenario = "tokenizer-slow"
+    session.results["tokenizer-slow"] = flood
+    row = next(
+        line
+        for line in render(session).splitlines()
+        if line.startswith("| tokenizer-slow | TTFT 100ms")
+    )
+    assert row.endswith("| NO: at 84 s while the cause held |"), row
+    flood.slo["samples"][1]["cause_holds"] = False
+    flood.slo["samples"].append(
+        {**flood.slo["samples"][0], "at": 90.0, "cause_holds": True, "burn": {}}
+    )
+    row = next(
+        line
+        for line in render(session).splitlines()
+        if line.startswith("| tokenizer-slow | TTFT 100ms")
+    )
+    assert row.endswith("| closed (1 looks) | never (before the cause held: from 84 s) |"), row
 
 
 def test_a_busy_machine_is_called_shared() -> None:
@@ -211,3 +273,15 @@ def test_the_gateway_drill_has_its_row_layout_and_deadline() -> None:
         "| gateway-stale-endpoints | `stale-endpoints` | `InferenceGatewayStaleEndpoints` | not run |"
         in (render(session))
     )
+
+
+def test_the_slo_row_of_a_healthy_drill_counts_every_look() -> None:
+    session = _session()
+    flood = session.results.pop("queue-flood")
+    flood.scenario, flood.expected = "healthy", None
+    session.results["healthy"] = flood
+    row = next(
+        line for line in render(session).splitlines() if line.startswith("| healthy | TTFT 100ms")
+    )
+    assert "| `none (no_capacity_backlog)`, `scale_out (capacity)` |" in row, row
+    assert row.endswith("| open 1 / 1 of 2 looks | NO: at 84 s |"), row

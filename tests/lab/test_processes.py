@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
 from exporter.lab import processes
 
@@ -123,3 +124,26 @@ def test_a_signal_during_a_teardown_waits_for_it_to_finish() -> None:
         assert seen == [signal.SIGTERM]
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_prometheus_reloads_its_rules(tmp_path: Path) -> None:
+    """A drill rewrites its rule files once it has measured its engine (its objectives) and has
+    Prometheus load them: the new rules answer, and the old one is gone."""
+    rules = tmp_path / "rules.yaml"
+
+    def write(record: str) -> None:
+        group = {"name": "g", "interval": "1s", "rules": [{"record": record, "expr": "vector(1)"}]}
+        rules.write_text(yaml.safe_dump({"groups": [group]}), encoding="utf-8")
+
+    write("before_reload")
+    server = processes.start_prometheus(tmp_path, {"rule_files": [str(rules)]})
+    try:
+        write("after_reload")
+        server.reload(timeout=20)
+        loaded = server.get_json("/api/v1/rules")["data"]["groups"]
+        assert [r["name"] for g in loaded for r in g["rules"]] == ["after_reload"]
+        rules.write_text("groups: [{name: g, rules: [{record: x, expr: 'sum('}]}]\n", "utf-8")
+        with pytest.raises(processes.StackError, match="reload"):
+            server.reload(timeout=3)  # a broken rule file: Prometheus keeps the old rules
+    finally:
+        server.stop()

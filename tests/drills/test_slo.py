@@ -1,0 +1,264 @@
+"""The drills' objectives and the checks of the advice (drills.slo), without a drill: what the
+objectives are from a calibration, that the pack takes them, and what the checks pass and fail."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import yaml
+from drills.scenarios import CPU_SITE_CONFIG
+from drills.slo import (
+    BOUNDS,
+    BURN_ALERTS,
+    CAPACITY_DRILL,
+    MARGINS,
+    Sample,
+    SloWatch,
+    beside,
+    bound_at_least,
+    check_advice,
+    choose,
+    healthy_estimate,
+    sample,
+)
+
+from exporter.lab.refengine import DEFAULT_MODEL_NAME
+from exporter.lab.refengine.vllm_metrics import ITL_BUCKETS, TTFT_BUCKETS
+from exporter.signatures.render import alerts_yaml, recording_rules_yaml
+from exporter.signatures.site import parse_config
+from exporter.signatures.slo_buckets import le_label
+
+# Calibrations as drills measured them (tests/drills/calibrate.py's JSON), hand-written from
+# the healthy drill at the engine's own speed and with the worker 8x slower, and an overload
+# drill (no full batch).
+NATURAL = {"one": {"ttft_s": 0.041, "tpot_s": 0.006, "e2e_s": 0.14}, "full": {"tpot_s": 0.084}}
+SLOW = {"one": {"ttft_s": 0.391, "tpot_s": 0.031, "e2e_s": 0.9}, "full": {"tpot_s": 0.240}}
+OVERLOAD = {"one": {"ttft_s": 0.045, "tpot_s": 0.003, "e2e_s": 0.1}, "full": None}
+
+
+def test_bound_at_least() -> None:
+    bounds = (0.1, 0.25, 0.5)
+    assert bound_at_least(0.1, bounds) == 0.1
+    assert bound_at_least(0.11, bounds) == 0.25
+    assert bound_at_least(0.05, bounds) == 0.1
+    assert bound_at_least(9.0, bounds) == 0.5
+
+
+def test_healthy_estimate_keep_up_and_overload() -> None:
+    ttft, itl = healthy_estimate(NATURAL, 0.3)
+    assert ttft == pytest.approx(0.041 + 0.084)
+    assert itl == pytest.approx(0.006 + 0.3 * (0.084 - 0.006))
+    ttft, itl = healthy_estimate(OVERLOAD, 0.0)
+    assert (ttft, itl) == (pytest.approx(0.048), pytest.approx(0.003))
+
+
+@pytest.mark.parametrize("cal", [NATURAL, SLOW, OVERLOAD], ids=["natural", "slow", "overload"])
+def test_objectives_are_bounds_above_the_margin(cal: dict[str, Any]) -> None:
+    keep_up = 0.3 if cal.get("full") else 0.0
+    chosen = choose(cal, keep_up)
+    ttft, itl = healthy_estimate(cal, keep_up)
+    for value, estimate, sli in ((chosen.ttft_s, ttft, "ttft"), (chosen.itl_s, itl, "itl")):
+        bounds = BOUNDS[sli]
+        assert value in bounds
+        assert value >= MARGINS[sli] * estimate
+        below = [b for b in bounds if b < value]
+        assert not below or below[-1] < MARGINS[sli] * estimate  # the first such bound
+
+
+def test_a_fast_quiet_healthy_run_stays_well_inside_its_objectives() -> None:
+    """The healthy drill on a fast, quiet machine (2026-12-05 14:18, natural speed, load 0.7):
+        calibrated one sequence's first token at 13.1 ms and steps of 1.5 ms (one) and 8.2 ms (the
+        full batch); under its load the median first token came at 38.1 ms (p99 77.3 ms), tokens
+        1.9 ms apart (p99 5.7 ms). 1.5x chose 50 ms, where the 1m TTFT burn reached 4x (a fifth of
+        the requests over it). The margins put its median at about half the threshold (the burn alert
+    needs more than half the requests over it) and its p90 (44.4 ms) well under."""
+    cal = {
+        "one": {"ttft_s": 0.0131, "tpot_s": 0.00153, "e2e_s": 0.036},
+        "full": {"tpot_s": 0.0082},
+    }
+    chosen = choose(cal, 0.3)
+    assert chosen.ttft_s == 0.075
+    assert chosen.itl_s == 0.0075 and chosen.itl_s >= 0.0057
+    assert 0.0381 / chosen.ttft_s < 0.55 and 0.0444 / chosen.ttft_s < 0.6
+    assert 0.0019 / chosen.itl_s < 0.3
+
+
+def test_the_pack_takes_the_objectives_with_its_burn_alert() -> None:
+    """The site config parses (thresholds on vLLM's bucket bounds: the pack refuses others)
+    and its fast rules hold the drill's objectives and the one burn alert at 1m/15s."""
+    chosen = choose(SLOW, 0.3)
+    text = chosen.site_config(DEFAULT_MODEL_NAME, CPU_SITE_CONFIG)
+    cfg = parse_config(yaml.safe_load(text), "fast-node")
+    assert cfg.ratio("InferenceDecodeOverheadBound", "efficiency_below") == 0.17
+    (slo,) = cfg.slo.objectives
+    assert slo.model == DEFAULT_MODEL_NAME and slo.engines == ("vllm",)
+    assert slo.ttft is not None and slo.ttft.threshold == chosen.ttft_s
+    assert slo.itl is not None and slo.itl.threshold == chosen.itl_s
+    assert slo.ttft.target == 0.95
+    # the bounds the reference engine exports (its histograms'), named in the objective
+    assert slo.buckets == {"ttft": TTFT_BUCKETS, "itl": ITL_BUCKETS} == BOUNDS
+    alerts = yaml.safe_load(alerts_yaml(cfg))
+    burns = [
+        rule
+        for group in alerts["groups"]
+        for rule in group["rules"]
+        if rule.get("alert") in BURN_ALERTS
+    ]
+    assert {r["alert"] for r in burns} == {"InferenceTTFTBudgetBurn", "InferenceITLBudgetBurn"}
+    for rule in burns:
+        assert rule["labels"]["long_window"] == "1m"
+        assert rule["labels"]["short_window"] == "15s"
+        assert "> 10\n" in rule["expr"]
+    records = recording_rules_yaml(cfg)
+    assert f'le="{le_label(chosen.ttft_s)}"' in records  # the TTFT histogram's bucket
+    assert f'le="{le_label(chosen.itl_s)}"' in records
+
+
+def test_a_threshold_off_the_bounds_is_refused() -> None:
+    """What makes the drill pick bounds: the pack refuses a threshold between two."""
+    from exporter.signatures.site_errors import SignatureConfigError  # noqa: PLC0415
+
+    chosen = choose(SLOW, 0.3)
+    assert chosen.ttft_s == 2.0  # 3x (391 ms + 240 ms): the bound above 1.89 s
+    text = chosen.site_config(DEFAULT_MODEL_NAME).replace("ttft: 2s @", "ttft: 1800ms @")
+    with pytest.raises(SignatureConfigError, match=r"1\.8s is not a bucket bound"):
+        parse_config(yaml.safe_load(text), "fast-node")
+
+
+def _s(at: float, holds: bool, pod: list[str], pool: list[str], gates: float | None) -> Sample:
+    return Sample(at, holds, pod, pool, gates, gates, {"ttft 1m": 3.0, "ttft 15s": math.nan})
+
+
+GOOD_CAPACITY = [
+    _s(2, False, ["none (no_capacity_backlog)"], ["none (no_capacity_backlog)"], 0.0),
+    _s(80, True, ["scale_out (capacity)"], ["scale_out (capacity)"], 1.0),
+]
+
+
+def test_capacity_drill_needs_scale_out_with_gates_open_while_its_cause_holds() -> None:
+    check_advice(
+        CAPACITY_DRILL, "InferenceQueueWaitDominatesLatency", SloWatch(samples=GOOD_CAPACITY)
+    )
+    closed = [_s(40, True, ["scale_out (capacity)"], ["scale_out (capacity)"], 0.0)]
+    with pytest.raises(AssertionError, match="never advised scale_out"):
+        check_advice(CAPACITY_DRILL, "X", SloWatch(samples=closed))
+    before = [_s(10, False, ["scale_out (capacity)"], ["scale_out (capacity)"], 1.0)]
+    with pytest.raises(AssertionError, match="never held"):
+        check_advice(CAPACITY_DRILL, "X", SloWatch(samples=before))
+
+
+def test_a_capacity_failure_names_what_held_beside_its_cause() -> None:
+    """A queue-flood run whose gates a softirq from outside the drill kept closed: the message
+    says which signature held, in how many looks, what the pack advised, and where it came from;
+    the assertion itself is as strict."""
+    q, softirq = "InferenceQueueWaitDominatesLatency", "InferenceSoftirqCPUHigh"
+    closed = [
+        replace(
+            _s(at, True, ["fix_softirq (InferenceSoftirqCPUHigh)"], ["fix_softirq (x)"], 0.0),
+            holding=[q, softirq] if at < 44 else [q],
+        )
+        for at in (40, 42, 44)
+    ]
+    with pytest.raises(AssertionError) as err:
+        check_advice(CAPACITY_DRILL, q, SloWatch(samples=closed))
+    text = str(err.value)
+    assert f"beside {q} held {softirq} in 2 of 3 looks" in text
+    assert "the pack advised fix_softirq (InferenceSoftirqCPUHigh), fix_softirq (x)" in text
+    assert "closes the scale-out gate" in text and "another drill" in text
+    # the same when the cause never held (it did not reach its `for`): every look is read
+    never = [replace(s, cause_holds=False) for s in closed]
+    with pytest.raises(AssertionError, match=f"(?s)never held.*{softirq} in 2 of 3 looks"):
+        check_advice(CAPACITY_DRILL, q, SloWatch(samples=never))
+    # another drill's message names what held without the capacity drill's reading
+    other = beside("tokenizer-slow", "T", closed)
+    assert f"{softirq} in 2 of 3 looks" in other and "scale-out gate" not in other
+    assert "no other signature held in 1 looks" in beside(CAPACITY_DRILL, q, closed[2:])
+    assert beside(CAPACITY_DRILL, q, []) == ""
+
+
+def test_other_drills_never_scale_out_while_their_cause_holds() -> None:
+    # Before the cause held, a backlog on busy GPUs is capacity as far as the pack sees.
+    fine = [
+        _s(10, False, ["scale_out (capacity)"], ["scale_out (capacity)"], 1.0),
+        _s(60, True, ["rebalance_pools (InferenceDecodePoolShort)"], ["rebalance_pools (x)"], 0.0),
+    ]
+    check_advice("decode-pool-short", "InferenceDecodePoolShort", SloWatch(samples=fine))
+    advised = [*fine, _s(62, True, ["scale_out (capacity)"], ["none (no_capacity_backlog)"], 0.0)]
+    with pytest.raises(AssertionError, match="advised to scale out while"):
+        check_advice("decode-pool-short", "InferenceDecodePoolShort", SloWatch(samples=advised))
+    gate = [*fine, _s(64, True, ["fix_tokenizer (T)"], ["fix_tokenizer (T)"], 1.0)]
+    with pytest.raises(AssertionError, match="advised to scale out while"):
+        check_advice("tokenizer-slow", "T", SloWatch(samples=gate))
+    with pytest.raises(AssertionError, match="never held"):
+        check_advice("tokenizer-slow", "T", SloWatch(samples=fine[:1]))
+    with pytest.raises(AssertionError, match="never read"):
+        check_advice("softirq", "S", SloWatch())
+
+
+def test_healthy_drills_never_scale_out() -> None:
+    quiet = [_s(t, False, ["none (no_capacity_backlog)"], ["none (no_capacity_backlog)"], 0.0)
+             for t in (2, 4)]  # fmt: skip
+    check_advice("healthy", None, SloWatch(samples=quiet))
+    with pytest.raises(AssertionError, match="nothing injected"):
+        check_advice("healthy", None, SloWatch(samples=[*quiet, _s(6, False, [], [], 1.0)]))
+
+
+def test_watch_round_trip_and_burn() -> None:
+    watch = SloWatch(objectives="TTFT 1s", how="h", samples=GOOD_CAPACITY)
+    again = SloWatch.from_json(json.loads(json.dumps(watch.to_json())))
+    assert [s.at for s in again.samples] == [2, 80]
+    assert again.samples[1].pod_advice == ["scale_out (capacity)"]
+    assert math.isnan(again.samples[0].burn["ttft 15s"])
+    # NaN (no request in the window) left out, and the 1m window before it held only the load
+    assert again.max_burn() == {"ttft 1m": 3.0}
+    early = SloWatch(samples=[Sample(10, False, [], [], 0, 0, {"ttft 1m": 18.0, "ttft 15s": 9.0})])
+    assert early.max_burn() == {}
+    late = [Sample(20, False, [], [], 0, 0, {"ttft 1m": 18.0, "ttft 15s": 9.0})]
+    assert SloWatch(samples=late).max_burn() == {"ttft 15s": 9.0}
+    assert again.advised(again.samples, pool=False)[0] in {
+        "none (no_capacity_backlog)",
+        "scale_out (capacity)",
+    }
+    assert SloWatch.from_json(None) == SloWatch()
+
+
+def test_sample_reads_the_records() -> None:
+    """One look through a stand-in of Prometheus's instant query."""
+
+    def row(value: float, **labels: str) -> dict[str, Any]:
+        return {"metric": labels, "value": [0, str(value)]}
+
+    answers = {
+        'inference:bottleneck_signature:holding{alertname="A"}': [row(1, alertname="A")],
+        "inference:scaling_advice:info": [row(1, advice="fix_host_cpu", cause="A")],
+        "inference_pool:scaling_advice:ratio": [
+            row(1, advice="fix_host_cpu", cause="A"),
+            row(0, advice="scale_out", cause="capacity"),
+        ],
+        "inference:scale_out_eligible:bool": [row(0)],
+        "inference:bottleneck_signature:holding": [row(1, alertname="A")],
+        "inference_pool:bottleneck_signature:holding": [row(1, alertname="P")],
+        "inference_pool:scale_out_eligible:bool": [],
+        '{__name__=~"inference_pool:slo_.+_burn_rate:ratio.+",slo="drill"}': [
+            row(12.5, __name__="inference_pool:slo_ttft_burn_rate:ratio1m"),
+            row(0, __name__="inference_pool:slo_itl_burn_rate:ratio15s"),
+            # a second pool's (disaggregated fleets): the worst pool's is kept
+            row(3.0, __name__="inference_pool:slo_ttft_burn_rate:ratio1m"),
+        ],
+    }
+    got = sample(lambda q: answers.get(q, []), 12.34, "A", pool=False)
+    assert got == Sample(
+        12.3,
+        True,
+        ["fix_host_cpu (A)"],
+        ["fix_host_cpu (A)"],
+        0.0,
+        None,
+        {"ttft 1m": 12.5, "itl 15s": 0.0},
+        ["A", "P"],
+    )
+    assert not sample(lambda q: answers.get(q, []), 1, "B", pool=True).cause_holds
