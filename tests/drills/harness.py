@@ -365,10 +365,12 @@ def _set_objectives(
     keep_up = KEEP_UP if scenario.sizing == KEEP_UP_DRILL else 0.0
     objectives = drill_slo.choose(sized.calibration, keep_up)
     watch.objectives, watch.how = objectives.text(), objectives.how
+    # On the site config the stack's rules were written from (the scenario's, plus what its
+    # layout adds: the dcgm layout's GPU peaks), so reloading with objectives keeps the rest.
+    current = stack.cfg.rules_config
+    base = current.read_text("utf-8") if current is not None else scenario.site_config()
     config = workdir / "site-config-slo.yaml"
-    config.write_text(
-        objectives.site_config(DEFAULT_MODEL_NAME, scenario.site_config()), encoding="utf-8"
-    )
+    config.write_text(objectives.site_config(DEFAULT_MODEL_NAME, base), encoding="utf-8")
     try:
         stack.reload_rules(config)
     except (StackError, OSError) as err:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
-from drills.scenarios import CPU_SITE_CONFIG
+from drills.harness import Sized, _set_objectives
+from drills.scenarios import BY_NAME, CPU_SITE_CONFIG
 from drills.slo import (
     BOUNDS,
     BURN_ALERTS,
@@ -262,3 +265,44 @@ def test_sample_reads_the_records() -> None:
         ["A", "P"],
     )
     assert not sample(lambda q: answers.get(q, []), 1, "B", pool=True).cause_holds
+
+
+class _ReloadingStack:
+    """What ``_set_objectives`` needs of a stack: its config and a reload that keeps the file."""
+
+    def __init__(self, rules_config: Path | None) -> None:
+        self.cfg = SimpleNamespace(rules_config=rules_config)
+        self.loaded: list[str] = []
+
+    def reload_rules(self, config: Path) -> None:
+        self.cfg.rules_config = config
+        self.loaded.append(config.read_text("utf-8"))
+
+
+def test_objectives_keep_what_the_layout_added_to_the_site_config(tmp_path: Path) -> None:
+    """frontend-gil in the dcgm layout: the layout adds the replayed GPU's peaks to the site
+    config; reloading the rules with the objectives must keep them (a fresh-clone CI run lost
+    them there, and the post-mortem's roofline had no point)."""
+    scenario = BY_NAME["frontend-gil"]
+    layout_config = tmp_path / "site-config-dcgm.yaml"
+    layout_config.write_text(
+        scenario.site_config()
+        + "gpu_peaks:\n  Replayed GPU:\n    memory_bandwidth_bytes_per_second: 1.8e10\n"
+        "    bf16_flops: 1.7e11\n",
+        "utf-8",
+    )
+    stack = _ReloadingStack(layout_config)
+    sized = Sized(slowdown=1.0, calibration=NATURAL, plan={}, deadline_s=1.0)
+    watch = SloWatch()
+    _set_objectives(stack, scenario, sized, watch, tmp_path)  # type: ignore[arg-type]
+    assert not watch.error
+    (loaded,) = stack.loaded
+    config = parse_config(yaml.safe_load(loaded), profile="dcgm")
+    assert config.slo is not None and config.slo.objectives
+    assert [(p.name, p.memory_bandwidth) for p in config.gpu_peaks] == [("Replayed GPU", 1.8e10)]
+    site = yaml.safe_load(loaded)
+    assert site["signatures"] == yaml.safe_load(scenario.site_config())["signatures"]
+    # a stack without a site config of its own gets the scenario's
+    bare = _ReloadingStack(None)
+    _set_objectives(bare, scenario, sized, SloWatch(), tmp_path)  # type: ignore[arg-type]
+    assert "gpu_peaks" not in yaml.safe_load(bare.loaded[0])
