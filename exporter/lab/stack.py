@@ -367,7 +367,6 @@ class Stack:
         self.metrics_url = self.engine_url + "/metrics"
 
     def _engine(self, name: str, args: Sequence[str], model_dir: Path, port: int) -> str:
-        cfg = self.cfg
         cmd = [
             sys.executable,
             "-m",
@@ -378,15 +377,20 @@ class Stack:
             str(model_dir),
             *args,
         ]
-        engine = spawn(name, cmd, cfg.workdir)
-        self.children.append(engine)
+        return self._spawn_listening(name, cmd)
+
+    def _spawn_listening(self, name: str, cmd: list[str]) -> str:
+        """Start ``cmd`` as child ``name`` and return its URL once its log says where it listens
+        (the reference engine's and the stand-in gateway's 'listening on' line)."""
+        child = spawn(name, cmd, self.cfg.workdir)
+        self.children.append(child)
         wait_until(
-            lambda: log_match(engine, ENGINE_LISTEN) is not None,
-            cfg.start_timeout,
+            lambda: log_match(child, ENGINE_LISTEN) is not None,
+            self.cfg.start_timeout,
             "'listening on' line",
-            child=engine,
+            child=child,
         )
-        match = log_match(engine, ENGINE_LISTEN)
+        match = log_match(child, ENGINE_LISTEN)
         assert match is not None
         return f"http://{match.group(1)}:{match.group(2)}"
 
@@ -413,17 +417,7 @@ class Stack:
             ],
             *cfg.gateway_args,
         ]
-        gateway = spawn("gateway", cmd, cfg.workdir)
-        self.children.append(gateway)
-        wait_until(
-            lambda: log_match(gateway, ENGINE_LISTEN) is not None,
-            cfg.start_timeout,
-            "'listening on' line",
-            child=gateway,
-        )
-        match = log_match(gateway, ENGINE_LISTEN)
-        assert match is not None
-        self.gateway_url = f"http://{match.group(1)}:{match.group(2)}"
+        self.gateway_url = self._spawn_listening("gateway", cmd)
         sidecar, self.gateway_sidecar_url = start_exporter(
             "sidecar-gateway",
             [
