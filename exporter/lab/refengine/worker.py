@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.lab.refengine.inject import hold_gil
+
 log = logging.getLogger("exporter.lab.refengine.worker")
 
 IDLE_WAIT_S = 0.5
@@ -458,8 +460,6 @@ def step_overhead(cpu_seconds: float) -> None:
     the shape of per-step host work an engine does between kernels (scheduling, building the
     batch's inputs, sampling parameters, detokenising) when it is not overlapped with the
     device. CPU time, not wall time: under contention it stretches as the step's compute does."""
-    from exporter.lab.refengine.inject import hold_gil  # noqa: PLC0415
-
     hold_gil("decode-overhead: the host prepares the next step", cpu_seconds)
 
 
