@@ -24,7 +24,7 @@ from drills.scenarios import (
     DisaggScenario,
     deadline,
 )
-from drills.slo import SloWatch, check_advice
+from drills.slo import SloWatch, check_advice, check_burn
 
 from exporter.signatures.render import runbook_url
 from exporter.signatures.site import load_config
@@ -198,12 +198,16 @@ def check_disagg(scenario: DisaggScenario, result: DisaggResult) -> None:
     assert result.load is not None and result.load["completed"] > 0, result.load
     check_transfers(result)
     CHECKS[scenario.name](scenario, result)
+    watch = SloWatch.from_json(result.slo)
     if scenario.signature is None:
-        check_advice(scenario.name, None, SloWatch.from_json(result.slo))
+        check_advice(scenario.name, None, watch)
+        check_burn(scenario.name, None, watch)
         return
     check_fired(scenario, result)
-    # Issue 35: a pool cause (the KV link, the pools' balance) is never advised to scale out.
-    check_advice(scenario.name, scenario.signature, SloWatch.from_json(result.slo))
+    # Issue 35: a pool cause (the KV link, the pools' balance) is never advised to scale out,
+    # and burns the pair's objectives (drills.slo).
+    check_advice(scenario.name, scenario.signature, watch)
+    check_burn(scenario.name, scenario.signature, watch)
     check_page(scenario, result)
     check_diagnose(scenario, result)
     check_postmortem(scenario, result)
