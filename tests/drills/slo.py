@@ -17,7 +17,13 @@ estimate (1.8 on the fastest, quietest runs, where the stack's own work is large
 13 ms prefill), its inter-token latency at 0.1 to 0.6 times. The burn alert fires when more
 than half of the requests miss (below): the healthy median must stay under the threshold on
 any machine, so the margin covers the worst ratio seen with room (1.8 of 3), and a cause that
-holds the median above it still burns. The reference engine
+holds the median above it still burns. A cause that adds a known time to each request
+(:attr:`drills.sizing.Plan.adds`: tokenizer-slow's tokenization and wait behind the probes,
+kv-transfer-slow's transfer) may add less than that margin: the objective it slows then lies at
+the bucket bound between a healthy request and one so delayed (:func:`cause_bound`), so that the
+cause alone passes it. The disaggregated pair's first token has the wider
+:data:`DISAGG_MARGINS`. :func:`check_burn` checks that each injected cause burns (but those of
+:data:`NO_FLOOR`) and that a healthy drill does not. The reference engine
 speaks vLLM's metric names with the instrumentation library's buckets
 (:mod:`exporter.instrument`), finer than vLLM's own: the objective names them (``buckets:``,
 as a site does for an engine started with its own bounds), and the pack refuses a threshold off
