@@ -356,19 +356,35 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
 
 
 def _set_objectives(
-    stack: Stack, scenario: Scenario, sized: Sized, watch: drill_slo.SloWatch, workdir: Path
+    stack: Stack,
+    scenario: Scenario | DisaggScenario,
+    sized: Sized,
+    watch: drill_slo.SloWatch,
+    workdir: Path,
 ) -> None:
-    """The drill's objectives from its calibration (:mod:`drills.slo`) in its site config, and
-    Prometheus's rules reloaded with them. Where that fails the drill runs on without them and
+    """The drill's objectives from its calibration and what its injection adds to a request
+    (:mod:`drills.slo`, :attr:`drills.sizing.Plan.adds`) in its site config, and Prometheus's
+    rules reloaded with them. Where that fails the drill runs on without them and
     ``watch.error`` says why (its checks of the advice still run)."""
     assert sized.calibration is not None
     keep_up = KEEP_UP if scenario.sizing == KEEP_UP_DRILL else 0.0
-    objectives = drill_slo.choose(sized.calibration, keep_up)
+    disagg = isinstance(scenario, DisaggScenario)
+    objectives = drill_slo.choose(
+        sized.calibration,
+        keep_up,
+        adds=(sized.plan or {}).get("adds") or {},
+        margins=drill_slo.DISAGG_MARGINS if disagg else drill_slo.MARGINS,
+    )
     watch.objectives, watch.how = objectives.text(), objectives.how
     # On the site config the stack's rules were written from (the scenario's, plus what its
     # layout adds: the dcgm layout's GPU peaks), so reloading with objectives keeps the rest.
     current = stack.cfg.rules_config
-    base = current.read_text("utf-8") if current is not None else scenario.site_config()
+    if current is not None:
+        base = current.read_text("utf-8")
+    elif isinstance(scenario, DisaggScenario):
+        base = DISAGG_SITE_CONFIG
+    else:
+        base = scenario.site_config()
     config = workdir / "site-config-slo.yaml"
     config.write_text(objectives.site_config(DEFAULT_MODEL_NAME, base), encoding="utf-8")
     try:
@@ -813,9 +829,10 @@ def run_disagg_drill(scenario: DisaggScenario, workdir: Path) -> DisaggResult:
         except (CalibrationError, ValueError, OSError) as err:
             result.error = f"calibration: {err}"
             return _done(result, began, workdir)
+        watch = drill_slo.SloWatch()
+        _set_objectives(stack, scenario, result.sized, watch, workdir)
         load = _start_load(stack, sized, wait.seconds, workdir)
         t0 = time.monotonic()
-        watch = drill_slo.SloWatch()
         try:
             _follow(stack, scenario, result, t0, watch)
             if not result.error and result.diagnose is None and not result.diagnose_error:

@@ -45,15 +45,19 @@ from drills.sizing import (
     OVERLOAD,
     TOKENIZER_CPU,
     TOKENIZER_STEPS,
+    TOKENIZER_TTFTS,
 )
 from drills.slo import (
     BURN_ALERT,
     BURN_ALERTS,
+    BURN_FLOOR,
     BURN_RATE,
     CAPACITY_DRILL,
+    DISAGG_MARGINS,
     KINDS,
     LONG_S,
     MARGINS,
+    NO_FLOOR,
     SHORT_S,
     TARGET,
     SloWatch,
@@ -462,7 +466,8 @@ def _sizing_text() -> list[str]:
         f"lengthened where the queue would pass {IN_FLIGHT_BUDGET} requests before the "
         "deadline;",
         f"- `tokenizer-slow`: the probe takes {TOKENIZER_STEPS:g} decode steps of the full "
-        f"batch, the longest (`--tokenizer-slow-us-per-token`; the tokenizer's thread at most "
+        f"batch, the longest, and a prompt at least {TOKENIZER_TTFTS:g} healthy first tokens "
+        f"(`--tokenizer-slow-us-per-token`; the tokenizer's thread at most "
         f"{TOKENIZER_CPU:g} of a core); `frontend-gil`: pre-processing of {GIL_CORES:g} cores "
         f"at the load's rate; `decode-overhead`: host work of {OVERHEAD_STEPS:g} decode steps "
         f"of {OVERHEAD_BATCH} sequences, at a rate that keeps about {OVERHEAD_BATCH} running; "
@@ -780,10 +785,25 @@ def _slo_text() -> list[str]:
         "long window of history before they can fire, longer than a drill. The objectives need "
         "the calibration, which needs the running stack: the drill writes them into its site "
         "config once it has sized its load and has Prometheus reload its rules, so the burn "
-        "alert can fire a long window after the load starts. The disaggregated drills keep the "
-        "shipped objective (which cannot fire within a drill) and record the advice only; the "
-        "third-party engines' and the GPU drills record it without the checks (a KV cache or "
-        "HBM bandwidth at its limit on a busy GPU is capacity: `scale_out` is right there).",
+        "alert can fire a long window after the load starts. Where the drill's cause adds a "
+        "known time to a request (tokenizer-slow: the prompt's tokenization and the wait "
+        "behind the probes, its injection sized to add at least "
+        f"{TOKENIZER_TTFTS:g} healthy first tokens where the tokenizer thread's "
+        f"{TOKENIZER_CPU:g} of a core allows; kv-transfer-slow: the cache's transfer), the "
+        "objective it slows lies instead at the bucket bound between a healthy request and "
+        "one so delayed (the first at or above the middle of the two), where that is lower: "
+        "the cause alone passes it. The disaggregated drills set theirs the same way, with "
+        f"{DISAGG_MARGINS['ttft']:g}x on the pair's first token (healthy-disagg's median came "
+        "out at up to 2.8x its estimate, its p99 at 4.6x); the third-party engines' and the "
+        "GPU drills record the advice without objectives or checks (a KV cache or HBM "
+        "bandwidth at its limit on a busy GPU is capacity: `scale_out` is right there).",
+        "",
+        f"The burn checks: an injected drill's cause burns its budget - some objective's burn "
+        f"rate above {BURN_FLOOR:g} at a look from the first at which its signature held "
+        "(either window, once it holds only the load) - and a healthy drill's burn over the "
+        f"long window stays under {BURN_FLOOR:g} at every look. Exempt, with the reason: "
+        + "; ".join(f"{name}: {why}" for name, why in NO_FLOOR.items())
+        + ".",
         "",
         "The checks: no drill but the capacity one is advised to `scale_out`, per pod or for the "
         "pool, or opens either gate, while its own signature holds (the healthy drills: ever) - "

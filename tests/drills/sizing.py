@@ -31,7 +31,9 @@ How each kind of drill uses them:
   load generator's bound on open requests would then stop its growth);
 - **injection sizes**, each relative to the step it competes with: the slow tokenizer takes
   :data:`TOKENIZER_STEPS` decode steps of the full batch (the longest step) for the sidecar's
-  probe;
+  probe, and at least :data:`TOKENIZER_TTFTS` healthy first tokens for a request's prompt
+  (so that the drill's objective on the first token can lie between the two: drills.slo),
+  its thread busy :data:`TOKENIZER_CPU` of a core at most;
   the decode overhead is :data:`OVERHEAD_STEPS` decode steps of the :data:`OVERHEAD_BATCH`
   sequences its load keeps running; the front-end's pre-processing offers
   :data:`GIL_CORES` cores of work at the load's rate; a slow KV link takes
@@ -66,6 +68,7 @@ PROMPT_SLACK = 0.25
 IN_FLIGHT_BUDGET = 256  # an overload's queue by its deadline at most (the load keeps 512)
 TOKENIZER_STEPS = 3.0  # the slow tokenizer: the probe takes this many decode steps
 TOKENIZER_CPU = 0.5  # ... and its thread at most this share of a core (probes and prompts)
+TOKENIZER_TTFTS = 2.0  # ... and a prompt this many healthy first tokens, where that allows
 OVERHEAD_STEPS = 6.0  # decode-overhead: host work of this many decode steps
 OVERHEAD_BATCH = 2  # ... of this batch, which its load keeps running
 GIL_CORES = 1.5  # frontend-gil: pre-processing offered, in cores of CPU time
@@ -128,6 +131,10 @@ class Plan:
     sizes: dict[str, float] = field(default_factory=dict)
     served: float = 0.0  # requests/s the engine serves for these requests, as sized against
     how: list[str] = field(default_factory=list)
+    # What the injection adds to a request's latency, per objective (drills.slo's kinds: "ttft",
+    # "itl"), in seconds: the drill's objective for that kind lies between a healthy request
+    # and one delayed so much (drills.slo.choose).
+    adds: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -261,18 +268,31 @@ def _tokenizer(engine: Engine, cal: Calibration, plan: Plan) -> None:
     # stays below it at any batch the load keeps, and the drill's own streams (which the
     # one-sequence calibration did not carry) lengthen the steps toward it.
     step = engine.step_full_s
-    probe_s = TOKENIZER_STEPS * step
-    per_token = probe_s / cal.probe_tokens
+    # What a healthy request's first token takes (drills.slo.healthy_estimate): the prompt's
+    # tokenization should add TOKENIZER_TTFTS of it, so that the drill's objective on the
+    # first token can lie between a healthy request and a tokenized one (the cause alone
+    # burns it), where the thread's share allows.
+    healthy = engine.prefill_s + step
+    per_token = max(
+        TOKENIZER_STEPS * step / cal.probe_tokens,
+        TOKENIZER_TTFTS * healthy / max(1, load.prompt_tokens),
+    )
     # The tokenizer's thread: one probe a second and every request's prompt.
     cpu = (cal.probe_tokens / PROBE_INTERVAL_S + load.rate * load.prompt_tokens) * per_token
     if cpu > TOKENIZER_CPU:
         per_token *= TOKENIZER_CPU / cpu
-        probe_s = per_token * cal.probe_tokens
+    probe_s = per_token * cal.probe_tokens
+    prompt_s = per_token * load.prompt_tokens
+    # A request waits for the probe it arrives during: half of one, as often as one runs.
+    waits_s = min(1.0, probe_s / PROBE_INTERVAL_S) * probe_s / 2.0
     plan.sizes["tokenizer_slow_us_per_token"] = round(per_token * 1e6, 1)
+    plan.adds["ttft"] = round(prompt_s + waits_s, 4)
     plan.how.append(
         f"decode step {1000 * step:.1f} ms at the full batch: the slow tokenizer takes "
         f"{1000 * probe_s:.0f} ms for the probe's {cal.probe_tokens} tokens "
-        f"({probe_s / step:.1f} steps; the fast one {_ms(cal.tokenizer_s)})"
+        f"({probe_s / step:.1f} steps; the fast one {_ms(cal.tokenizer_s)}) and "
+        f"{1000 * prompt_s:.0f} ms for a prompt ({prompt_s / healthy:.1f}x a healthy first "
+        f"token, {1000 * healthy:.0f} ms), {1000 * waits_s:.0f} ms more behind the probes"
     )
 
 
@@ -302,6 +322,7 @@ def _kv_transfer(engine: Engine, base: Load, cal: Calibration, plan: Plan) -> No
     transfer = KV_TTFTS * engine.prefill_s
     mib_s = cal.kv_bytes / transfer / 2**20
     plan.sizes["kv_link_mib_s"] = round(mib_s, 3)
+    plan.adds["ttft"] = round(transfer, 4)  # the decode server's first token waits for it
     load = keep_up(engine, base, plan)
     # A request reading its cache counts as waiting (vLLM's and the reference engine's queue):
     # each one a scrape sees is a moment's queue of 1, and a queue of 1 that grew, on a starved

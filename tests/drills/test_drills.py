@@ -31,7 +31,7 @@ from drills.scenarios import (
     Scenario,
     deadline,
 )
-from drills.slo import BURN_ALERTS, SloWatch, beside, check_advice
+from drills.slo import BURN_ALERTS, SloWatch, beside, check_advice, check_burn
 
 from exporter.diagnose.timeline import PANELS
 from exporter.signatures.render import runbook_url
@@ -195,6 +195,7 @@ def check_scaling(scenario: Scenario, result: DrillResult) -> None:
     watch = SloWatch.from_json(result.slo)
     assert not watch.error, watch.error
     check_advice(scenario.name, scenario.expected, watch)
+    check_burn(scenario.name, scenario.expected, watch)
 
 
 def run_and_check(scenario: Scenario, workdir: Path, results: dict[str, DrillResult]) -> None:
