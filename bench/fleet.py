@@ -925,6 +925,17 @@ def raw_read(api: Api, selectors: Sequence[str]) -> int:
     return total
 
 
+def _rule_key(seen: list[str], group: str, name: str) -> str:
+    """``group/name``, and ``group/name#n`` for the n-th rule after the first of that name in
+    the group; ``seen`` holds the keys given so far and gets this one."""
+    key = f"{group}/{name}"
+    count = sum(1 for k in seen if k == key or k.startswith(key + "#"))
+    if count:
+        key += f"#{count}"
+    seen.append(key)
+    return key
+
+
 def rule_costs(api: Api, rules: Sequence[Path], repeat: int = 3) -> dict[str, dict[str, float]]:
     """Each rule's expression as an instant query with ``stats=all``: the samples it reads
     (deterministic, whatever else the machine runs), the series it returns (what a record
@@ -933,10 +944,7 @@ def rule_costs(api: Api, rules: Sequence[Path], repeat: int = 3) -> dict[str, di
     for path in rules:
         for group in yaml.safe_load(path.read_text())["groups"]:
             for rule in group["rules"]:
-                name = rule.get("record") or rule.get("alert")
-                key = f"{group['name']}/{name}"
-                if key in out:
-                    key += f"#{sum(1 for k in out if k.startswith(key))}"
+                key = _rule_key(list(out), group["name"], rule.get("record") or rule.get("alert"))
                 best, samples, series = math.inf, 0.0, 0.0
                 for _ in range(repeat):
                     data = api.get("/api/v1/query", query=rule["expr"], stats="all")["data"]
@@ -972,11 +980,13 @@ def _poll(api: Api, proc: psutil.Process, sample: Sample) -> None:
         stamp = stamps.get(stamp_head, 0.0)
         if stamp > 0:
             sample.groups.setdefault(_group_of(head), {})[stamp] = seconds
+    seen: list[str] = []
     for group in api.get("/api/v1/rules")["data"]["groups"]:
         sample.intervals[group["name"]] = float(group.get("interval", 0.0))
         for rule in group["rules"]:
-            name = rule.get("name", "")
-            key = f"{group['name']}/{name}"
+            # Rules of a group that share a name (the verdicts' holding records) are told apart
+            # as rule_costs tells them: by their order in the group.
+            key = _rule_key(seen, group["name"], rule.get("name", ""))
             sample.rules.setdefault(key, {})[rule["lastEvaluation"]] = rule["evaluationTime"]
     sample.rss_mib.append(proc.memory_info().rss / MIB)
 
@@ -1684,6 +1694,36 @@ def report_groups(scales: Sequence[dict[str, Any]]) -> None:
         print(_row(cells))
 
 
+def report_rules(scales: Sequence[dict[str, Any]], top: int = 10) -> None:
+    """The costliest rules: each rule's median evaluation time in the window (Prometheus's
+    own ``evaluationTime``), the first run's ``top`` and the ``top`` of every other run, side by
+    side, with the samples each reads (its instant query's statistics)."""
+    runs = [sc for sc in scales if not sc.get("pool_models") and sc.get("rules_ms")]
+    if not runs:
+        return
+    keys: list[str] = []
+    for sc in runs:
+        keys += [k for k in list(sc["rules_ms"])[:top] if k not in keys]
+    keys.sort(key=lambda k: -max(sc["rules_ms"].get(k, 0.0) for sc in runs))
+    print()
+    print(f"The {top} costliest rules of each run, median evaluation time, ms (samples read):")
+    print()
+    head = ["rule"] + [f"{_name(sc)}, {sc['gpus']:,} GPUs" for sc in runs]
+    print(_row(head))
+    print("|" + "---|" * len(head))
+    for key in keys:
+        cells = [f"`{key}`"]
+        for sc in runs:
+            ms = sc["rules_ms"].get(key)
+            samples = sc.get("rule_costs", {}).get(key, {}).get("samples")
+            read = f" ({samples:,.0f})" if samples is not None else ""
+            cells.append("-" if ms is None else f"{ms:,.1f}{read}")
+        print(_row(cells))
+    cells = ["all rules (sum of medians)"]
+    cells += [f"{sum(sc['rules_ms'].values()):,.0f}" for sc in runs]
+    print(_row(cells))
+
+
 def report_pools(scales: Sequence[dict[str, Any]]) -> None:
     """The disaggregated fleets with and without the pool family."""
     runs = [sc for sc in scales if sc.get("pool_models")]
@@ -1725,6 +1765,7 @@ def report(args: argparse.Namespace) -> int:
             sc.setdefault("evaluation_interval_s", data.get("evaluation_interval_s", 30.0))
         report_layouts(scales)
         report_groups(scales)
+        report_rules(scales)
         report_pools(scales)
         return 0
     groups = sorted({g for scale in scales for g in scale["groups"]})

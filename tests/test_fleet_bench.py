@@ -222,3 +222,83 @@ def test_a_query_prometheus_does_not_answer_costs_one_figure_not_the_run() -> No
     # anything but an unanswered query is a bug in the benchmark: it still stops the run
     with pytest.raises(KeyError):
         fleet._or_default(failed, "q", lambda: {"present": 1.0}["missing"], 0.0)
+
+
+class _FakeApi:
+    """Hand-written: a Prometheus that answers /api/v1/rules and an instant query with stats
+    for a pack whose group has two records of one name (as the verdicts' holding records)."""
+
+    def __init__(self, groups: list[dict[str, object]]) -> None:
+        self.groups = groups
+
+    def text(self, path: str) -> str:
+        assert path == "/metrics"
+        return ""
+
+    def get(self, path: str, **params: str) -> object:
+        if path == "/api/v1/rules":
+            return {"data": {"groups": self.groups}}
+        assert path == "/api/v1/query"
+        return {
+            "data": {
+                "result": [],
+                "stats": {
+                    "timings": {"evalTotalTime": 0.001},
+                    "samples": {"totalQueryableSamples": len(params["query"])},
+                },
+            }
+        }
+
+
+def test_rules_of_one_name_are_timed_apart_and_keyed_as_their_costs(tmp_path: Path) -> None:
+    pack = {
+        "groups": [
+            {
+                "name": "g",
+                "rules": [
+                    {"record": "a:holding", "expr": "x", "labels": {"alertname": "A"}},
+                    {"record": "a:holding", "expr": "yy", "labels": {"alertname": "B"}},
+                    {"record": "a:holding_more", "expr": "zzz"},
+                    {"record": "a:holding", "expr": "wwww", "labels": {"alertname": "C"}},
+                ],
+            },
+            {"name": "h", "rules": [{"record": "a:holding", "expr": "v"}]},
+        ]
+    }
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(pack))
+    served = [
+        {
+            "name": g["name"],
+            "interval": 15,
+            "rules": [
+                {"name": r["record"], "lastEvaluation": "t0", "evaluationTime": 0.01 * (i + 1)}
+                for i, r in enumerate(g["rules"])
+            ],
+        }
+        for g in pack["groups"]
+    ]
+    api = _FakeApi(served)
+    sample = fleet.Sample()
+
+    class _Proc:
+        def memory_info(self) -> object:
+            return type("M", (), {"rss": 0})()
+
+    fleet._poll(api, _Proc(), sample)
+    timed = {key: values["t0"] for key, values in sample.rules.items()}
+    assert timed == {
+        "g/a:holding": 0.01,
+        "g/a:holding#1": 0.02,
+        "g/a:holding_more": 0.03,
+        "g/a:holding#2": 0.04,
+        "h/a:holding": 0.01,
+    }
+    costs = fleet.rule_costs(api, [path], repeat=1)
+    assert set(costs) == set(timed)
+    # each key names the rule whose expression it measured (samples: the expression's length)
+    assert [costs[k]["samples"] for k in ("g/a:holding", "g/a:holding#1", "g/a:holding#2")] == [
+        1,
+        2,
+        4,
+    ]
