@@ -34,13 +34,14 @@ engine writes its model's Hugging Face description to ``<workdir>/model`` (``--m
 and the sidecar reads it (``--model.path``), as a sidecar reads the served model's mounted
 directory, so the model's roofline facts are the real model's.
 Prometheus and Alertmanager are optional (``prometheus``, ``alertmanager`` or Debian's
-``prometheus-alertmanager`` on ``PATH``). The rules are generated from the signature catalogue
-(the layout's profile at ``fast``'s speed: windows and ``for`` scaled by 1/10); Alertmanager
-runs the pack's own
-configuration (``alertmanager_yaml``) with three changes only: the PagerDuty URL points at the
-local capture endpoint, the routing keys are files in the work directory, and group_wait,
-group_interval and repeat_interval are shortened (``--am-timing``) so that a drill sees a
-page and its repeat within seconds. No torch is imported here.
+``prometheus-alertmanager`` on ``PATH``); with ``prometheus_later`` Prometheus starts only when
+the caller says (:meth:`Stack.start_prometheus`), after what it must not see. The rules are
+generated from the signature catalogue (the layout's profile at ``fast``'s speed: windows and
+``for`` scaled by 1/10); Alertmanager runs the pack's own configuration (``alertmanager_yaml``)
+with three changes only: the PagerDuty URL points at the local capture endpoint, the routing
+keys are files in the work directory, and group_wait, group_interval and repeat_interval are
+shortened (``--am-timing``) so that a drill sees a page and its repeat within seconds. No torch
+is imported here.
 """
 
 from __future__ import annotations
@@ -187,6 +188,9 @@ class StackConfig:
     engine_args: Sequence[str] = ()
     trace: Path | None = None  # None: real NVML
     prometheus: bool = True
+    # Prometheus only once the caller calls Stack.start_prometheus (a drill that calibrates its
+    # engine first, so the pack never reads the calibration's traffic in its windows).
+    prometheus_later: bool = False
     alertmanager: bool = True
     interval: float = 2.0  # scrape and rule evaluation
     probe_interval: str = "1s"  # the sidecar's shortest: medians of 30 probes in a 30 s window
@@ -324,6 +328,15 @@ class Stack:
             self._start_gateway()
         if self.alertmanager_bin:
             self._start_alertmanager()
+        if self.prometheus_bin and not cfg.prometheus_later:
+            self._start_prometheus()
+
+    def start_prometheus(self) -> None:
+        """Start Prometheus where ``cfg.prometheus_later`` held it back, with the rules of
+        ``cfg.rules_config`` as it names them now (:meth:`reload_rules` before this records
+        the site config only)."""
+        if not self.cfg.prometheus_later or self.prometheus_url:
+            raise StackError("Prometheus starts with the stack unless prometheus_later is set")
         if self.prometheus_bin:
             self._start_prometheus()
 
@@ -588,6 +601,8 @@ class Stack:
         Rules whose text is unchanged keep their state (pending alerts stay pending);
         ``cfg.rules_config`` names the new file for whoever reads the rules next."""
         self.cfg.rules_config = config
+        if self.cfg.prometheus_later and not self.prometheus_url:
+            return  # Prometheus loads them when it starts (start_prometheus)
         write_rules(self.cfg.workdir, layouts.rule_profile(self.cfg.layout), config)
         Server(self.child("prometheus"), self.prometheus_url).reload(timeout)
 

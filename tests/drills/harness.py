@@ -6,7 +6,8 @@ zero, or an admission cap that is the injection itself), the sidecar, what reads
 (replaying the scenario's GPU trace, or NVML on a GPU machine: the node agent, the sidecar
 itself or dcgm-exporter), Prometheus with the layout's fast rules and Alertmanager with the pack's
 configuration paging a local PagerDuty capture. Then it measures what the engine serves on
-this machine (:mod:`drills.calibrate`, a few seconds, while Prometheus already scrapes), sizes
+this machine (:mod:`drills.calibrate`, a few seconds, while Prometheus already scrapes; a
+gateway drill starts Prometheus after it, :func:`_watch_after_calibration`), sizes
 its load and its injection from that (:mod:`drills.sizing`; the injection's sizes through the
 engine's ``POST /lab/injection``), and starts the load. It polls Prometheus's alerts every
 second and stops when the expected alert has fired, has paged twice (a repeat, to compare
@@ -242,6 +243,9 @@ GATEWAY_SIGNALS = {
         " - sum(inference_gateway:queue_depth:sum)"
     ),
     "engine_own_queue": 'sum(inference_queue_depth{pod="reference-0"})',
+    # the most requests the engine ran while Prometheus watched: none (the load stops at the
+    # gateway; the calibration before Prometheus started)
+    "engine_ran": 'max(max_over_time(inference_requests_running{pod="reference-0"}[1h]))',
     "scale_out_blocked": 'max(inference:scale_out_blocked:flag{pod="reference-0"})',
     "scale_out_eligible": 'max(inference:scale_out_eligible:bool{pod="reference-0"})',
     "pool_scale_out_eligible": "max(inference_pool:scale_out_eligible:bool)",
@@ -318,6 +322,7 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
         rules_config=rules_config,
         engine=scenario.engine,
         gateway=scenario.gateway,
+        prometheus_later=scenario.gateway,
     )
     began = time.monotonic()
     with Stack(cfg) as stack:
@@ -331,6 +336,12 @@ def run_drill(scenario: Scenario, workdir: Path, *, device: str = "cpu") -> Dril
         watch = drill_slo.SloWatch()
         if scenario.engine == "reference" and not scenario.gpu:  # the CPU matrix's
             _set_objectives(stack, scenario, result.sized, watch, workdir)
+        if cfg.prometheus_later:
+            try:
+                _watch_after_calibration(stack)
+            except (StackError, OSError) as err:
+                result.error = f"prometheus: {err}"
+                return _done(result, began, workdir)
         load = _start_load(stack, sized, wait.seconds, workdir)
         t0 = time.monotonic()
         try:
@@ -391,6 +402,47 @@ def _set_objectives(
         stack.reload_rules(config)
     except (StackError, OSError) as err:
         watch.error = f"the rules with the objectives did not load: {err}"
+
+
+# How long a drill whose Prometheus starts after the calibration waits for the engine's sidecar
+# to see the calibration's last request finish (it polls the engine every second).
+IDLE_WAIT_S = 15.0
+
+
+def _watch_after_calibration(stack: Stack) -> None:
+    """Start Prometheus once the engine's sidecar reports no request running: the pack then
+    never reads the calibration's traffic. A gateway drill needs this: none of its load reaches
+    the engine, so whatever the pack finds on the engine besides the gateway's cause came from
+    the calibration, and a signature the calibration's full batch trips in the first evaluation
+    after the cold-start guard opens stays in the engine's advice for the cause hold (8x slower:
+    the decode-overhead signature, a 16-sequence burst read against the replayed roofline, held
+    at 29 s and stayed in the advice until 59 s, as the gateway's alert fired at 60 s)."""
+    deadline_at = time.monotonic() + IDLE_WAIT_S
+    while _exposed(stack.sidecar_url, "inference_requests_running") != 0.0:
+        if time.monotonic() > deadline_at:
+            raise StackError(
+                f"the engine's sidecar still reports requests running {IDLE_WAIT_S:g} s after "
+                "the calibration"
+            )
+        time.sleep(POLL_S / 4)
+    stack.start_prometheus()
+
+
+def _exposed(url: str, name: str) -> float | None:
+    """The sum of ``name``'s samples in the exposition at ``url`` (None: no answer, or none)."""
+    try:
+        status, body = http_get(url + "/metrics", 5)
+    except OSError:
+        return None
+    if status != 200:
+        return None
+    values = [
+        float(sample.value)
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+        if sample.name == name
+    ]
+    return sum(values) if values else None
 
 
 def _done(result: DrillResult | DisaggResult, began: float, workdir: Path) -> Any:

@@ -4,14 +4,15 @@ the engine's metrics break (:data:`drills.scenarios.GATEWAY_SCENARIOS`).
 The same harness as the CPU matrix (:func:`drills.harness.run_drill`, the default node layout
 and its fast rules): the stack with the gateway in front of the engine (its own sidecar,
 ``--engine.type llmd-epp``, scraped as ``drill/gateway-0``), the calibration against the engine
-itself, a load that keeps well within what the engine serves sent to the gateway. The gateway's
-endpoint metrics go stale; it holds every request until its TTL evicts it, and none reaches the
-engine, whose GPU idles. ``InferenceGatewayStaleEndpoints`` must fire on the gateway's target
-before the deadline from its rule timings, page on the critical receiver with the gateway's
-stable ``dedup_key``, rank first in ``diagnose``, whose advice is ``fix_gateway_scrape`` with
-scaling out blocked, on the gateway and on the engine alike (nothing else: the starved GPU is
-its consequence); the pack's own scale-out gate is closed on the engine's pod by that cause,
-and its advice records say the scrape alone.
+itself before Prometheus starts (the pack reads none of it), a load that keeps well within what
+the engine serves sent to the gateway. The gateway's endpoint metrics go stale; it holds every
+request until its TTL evicts it, and none reaches the engine, whose GPU idles.
+``InferenceGatewayStaleEndpoints`` must fire on the gateway's target before the deadline from its
+rule timings, page on the critical receiver with the gateway's stable ``dedup_key``, rank first
+in ``diagnose``, whose advice is ``fix_gateway_scrape`` with scaling out blocked, on the gateway
+and on the engine alike (nothing else: the starved GPU is its consequence); the pack's own
+scale-out gate is closed on the engine's pod by that cause, and its advice records say the
+scrape alone.
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ def _explain(result: DrillResult) -> str:
         name: f"pending {seen.pending_at}s, firing {seen.firing_at}s"
         for name, seen in result.alerts.items()
     }
+    samples = result.slo.get("samples") or [{}]
     return (
         f"\n  alerts: {alerts}\n  signals: {result.signals}\n  load: {result.load}"
+        f"\n  advice (every pod, last look): {samples[-1].get('pod_advice', '-')}"
         f"\n  error: {result.error or '-'}\n  logs: {result.workdir}"
     )
 
@@ -71,6 +74,10 @@ def check_held(result: DrillResult) -> None:
     assert (s.get("gateway_queue") or 0) >= 1, _explain(result)
     assert not s.get("gateway_dispatched"), _explain(result)
     assert not s.get("engine_own_queue"), _explain(result)
+    # Nothing ran on the engine while Prometheus watched: the load stopped at the gateway, and
+    # the calibration before Prometheus started (its full batch, read by the pack, left a
+    # second advice on the engine at 8x slower).
+    assert s.get("engine_ran") == 0, _explain(result)
     assert s.get("engine_share_less_gateway_queue") == 0, _explain(result)
     assert (s.get("pool_gpu_util") or 1.0) < 0.5, _explain(result)
     load = result.load

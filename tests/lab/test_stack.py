@@ -3,6 +3,7 @@ layout's profile at ``fast``'s speed."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -12,10 +13,14 @@ from support.paths import ROOT
 
 from exporter.config import parse_duration
 from exporter.lab.layouts import Target, rule_profile, scrape_configs
+from exporter.lab.processes import http_get
 from exporter.lab.stack import (
     PREFILL_TARGET_LABELS,
     TARGET_LABELS,
     AmTiming,
+    Stack,
+    StackConfig,
+    StackError,
     alertmanager_config,
     find_binary,
     prometheus_config,
@@ -135,3 +140,35 @@ def test_a_disaggregated_pair_is_scraped_as_two_pods(tmp_path: Path) -> None:
     (job,) = yaml.safe_load(path.read_text())["scrape_configs"]
     pods = {c["targets"][0]: c["labels"]["pod"] for c in job["static_configs"]}
     assert pods == {"127.0.0.1:10960": "reference-0", "127.0.0.1:10961": "reference-prefill-0"}
+
+
+def test_prometheus_later_starts_when_told_with_the_rules_recorded_before(tmp_path: Path) -> None:
+    """A drill that calibrates its engine before Prometheus starts (the gateway drill): the
+    objectives' site config recorded before the start is what Prometheus loads."""
+    site = tmp_path / "site.yaml"
+    site.write_text("signatures:\n  InferenceHBMBandwidthSaturated:\n    for: 5m\n")
+    stack = Stack(
+        StackConfig(tmp_path, layout="sidecar", alertmanager=False, prometheus_later=True)
+    )
+    stack.sidecar_url = "http://127.0.0.1:9/metrics"  # nothing listens: a target down
+    try:
+        stack.reload_rules(site)  # before the start: recorded, nothing to reload
+        assert not stack.prometheus_url and not (tmp_path / "alerts.yaml").exists()
+        stack.start_prometheus()
+        status, body = http_get(stack.prometheus_url + "/api/v1/rules?type=alert")
+        assert status == 200
+        durations = {
+            rule["name"]: rule["duration"]
+            for group in json.loads(body)["data"]["groups"]
+            for rule in group["rules"]
+        }
+        assert durations["InferenceHBMBandwidthSaturated"] == 30  # the site's 5m at 1/10
+        with pytest.raises(StackError, match="prometheus_later"):
+            stack.start_prometheus()  # once only
+    finally:
+        stack.stop()
+
+
+def test_prometheus_starts_with_the_stack_unless_held_back(tmp_path: Path) -> None:
+    with pytest.raises(StackError, match="prometheus_later"):
+        Stack(StackConfig(tmp_path, alertmanager=False)).start_prometheus()

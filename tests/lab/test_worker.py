@@ -319,3 +319,33 @@ def test_a_cache_of_the_wrong_size_is_refused() -> None:
         assert "needs" in str(err)
     else:
         raise AssertionError("import_kv accepted 10 bytes for 3 positions")
+
+
+class _Sent:
+    """The front-end's end of the pipe: what the worker sends."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, worker.StepOutput]] = []
+
+    def send(self, message: tuple[str, worker.StepOutput]) -> None:
+        self.messages.append(message)
+
+
+def test_an_abort_that_empties_the_batch_reports_the_idle_state() -> None:
+    """The engine's running and KV-cache gauges follow the worker's step reports; a client that
+    drops its last open requests leaves no step to report them gone, so the abort does (the
+    gateway drill's engine read 16 running and its KV cache 17 % used for its whole run after
+    the calibration's closed loop dropped its open requests)."""
+    s = scheduler()
+    conn = _Sent()
+    s.add(Request("a", (1, 2, 3), 50, 1.0, 1), 0.0)
+    s.add(Request("b", (1, 2, 3), 50, 1.0, 1), 0.0)
+    with torch.inference_mode():
+        step = s.step()
+    assert step.running == 2 and step.kv_usage > 0
+    assert worker._handle(conn, s, ("abort", "a"))
+    assert conn.messages == []  # "b" still runs: its next step reports
+    assert worker._handle(conn, s, ("abort", "b"))
+    ((kind, state),) = conn.messages
+    assert kind == "step" and not state.tokens and not state.finished
+    assert (state.running, state.waiting, state.kv_usage) == (0, 0, 0.0)

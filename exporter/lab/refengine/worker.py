@@ -637,12 +637,35 @@ def _loop(conn: Any, scheduler: Scheduler, registry: Any) -> None:
         conn.send(("step", out))
 
 
+def _state(scheduler: Scheduler, finished: dict[str, Finished] | None = None) -> StepOutput:
+    """The scheduler's state as a step's report, with no step run (``finished``: requests it
+    refused): the front-end's gauges follow these reports."""
+    now = time.monotonic()
+    st = scheduler.state
+    return StepOutput(
+        at=now,
+        tokens=[],
+        first={},
+        finished=finished or {},
+        waiting=len(st.waiting),
+        running=len(st.running),
+        kv_usage=1.0 - st.free_blocks / st.total_blocks,
+        preemptions=st.preemptions,
+        step_seconds=0.0,
+    )
+
+
 def _handle(conn: Any, scheduler: Scheduler, msg: tuple[Any, ...]) -> bool:
     """Apply one message from the front-end; False on ``stop``."""
     if msg[0] == "stop":
         return False
     if msg[0] == "abort":
         scheduler.abort(msg[1])
+        # An abort that leaves nothing to run leaves no step to report it: say so now, or the
+        # engine's running and KV-cache gauges keep the last step's values while it idles
+        # (the clients of a closed loop that stops drop their open requests).
+        if not scheduler.busy:
+            conn.send(("step", _state(scheduler)))
     elif msg[0] == "tune":
         scheduler.decode_overhead_s = max(0.0, float(msg[1]["decode_overhead_ms"])) / 1000.0
     elif msg[0] == "add":
@@ -650,25 +673,6 @@ def _handle(conn: Any, scheduler: Scheduler, msg: tuple[Any, ...]) -> bool:
         error = scheduler.add(req, time.monotonic())
         if error is not None:
             now = time.monotonic()
-            st = scheduler.state
-            conn.send(
-                (
-                    "step",
-                    StepOutput(
-                        at=now,
-                        tokens=[],
-                        first={},
-                        finished={
-                            req.request_id: Finished(
-                                f"error: {error}", now, now, now, now, len(req.prompt), 0
-                            )
-                        },
-                        waiting=len(st.waiting),
-                        running=len(st.running),
-                        kv_usage=1.0 - st.free_blocks / st.total_blocks,
-                        preemptions=st.preemptions,
-                        step_seconds=0.0,
-                    ),
-                )
-            )
+            refused = Finished(f"error: {error}", now, now, now, now, len(req.prompt), 0)
+            conn.send(("step", _state(scheduler, {req.request_id: refused})))
     return True
