@@ -108,6 +108,20 @@ def test_a_gateway_on_stale_metrics_ranks_before_the_gpus_it_starves() -> None:
     assert explained_first([starved]) == [starved]
 
 
+def test_a_slow_kv_link_ranks_before_the_starved_gpu_waiting_on_it() -> None:
+    """A disaggregated pool whose KV link holds back its first tokens (warning, pending) and a
+    decode pod whose GPU starves with a request waiting for its cache (critical, just over):
+    severity would rank the consequence first (the 8x-slowed kv-transfer-slow drill's diagnose
+    did); the link is the cause. A starved GPU with no link cause keeps its rank."""
+    starved = _finding(STARVED, 0.2, "pending")
+    link = _finding("InferenceKVTransferBound", 0.5, "firing")
+    ranked = sorted([link, starved], key=Finding.sort_key)
+    assert ranked == [starved, link]
+    assert explained_first(ranked) == [link, starved]
+    failing = _finding("InferenceKVTransferFailing", 0.5, "firing")
+    assert explained_first(sorted([failing, starved], key=Finding.sort_key))[0] is starved
+
+
 def test_missing_dcgm_inputs_are_named_with_every_name_looked_for() -> None:
     """dcgm profile: a quantity with no series under any name is listed; one under 4.10's name
     is not; the other profiles list nothing."""

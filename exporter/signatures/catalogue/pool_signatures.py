@@ -83,6 +83,9 @@ def kv_transfer_bound(ctx: Context) -> Signature:
                 "while the decode pool has room: the link between the pools is the limit"
             ),
         ),
+        # The pools' GPUs wait on the link: a decode pod's starved GPU with a request waiting
+        # for its cache is the link's consequence (diagnose ranks the link first).
+        explains=("InferenceGPUStarvedQueueGrowing",),
     )
 
 
