@@ -1549,6 +1549,12 @@ def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _print_head(head: Sequence[str]) -> None:
+    """A Markdown table's head row and the line under it."""
+    print(_row(head))
+    print("|" + "---|" * len(head))
+
+
 def _rules_cores(sc: dict[str, Any]) -> float:
     """Cores Prometheus spent evaluating its rule groups (its CPU profile); NaN without one."""
     profile = sc.get("cpu_profile", {})
@@ -1567,8 +1573,7 @@ def report_layouts(scales: Sequence[dict[str, Any]]) -> None:
     head = ["layout", "pack", "records every", "GPUs per pod", "GPUs", "pods", "agents"]
     head += ["series", "per GPU", "recorded", "RSS MiB", "CPU cores", "rules' cores"]
     head += ["rules' share", "all groups ms"]
-    print(_row(head))
-    print("|" + "---|" * len(head))
+    _print_head(head)
     for sc in runs:
         row = [
             sc["layout"],
@@ -1655,8 +1660,7 @@ def report_groups(scales: Sequence[dict[str, Any]]) -> None:
     print()
     print("Median (max) evaluation time, ms, and as % of the group's interval:")
     print()
-    print(_row(head))
-    print("|" + "---|" * len(head))
+    _print_head(head)
     for g in groups:
         cells = [f"`{g}`"]
         for sc in runs:
@@ -1682,8 +1686,7 @@ def report_groups(scales: Sequence[dict[str, Any]]) -> None:
     print("Each group's rules as instant queries after the window, fastest of each, ms, and as")
     print("% of the group's interval:")
     print()
-    print(_row(head))
-    print("|" + "---|" * len(head))
+    _print_head(head)
     for g in groups:
         cells = [f"`{g}`"]
         for sc in runs:
@@ -1709,8 +1712,7 @@ def report_rules(scales: Sequence[dict[str, Any]], top: int = 10) -> None:
     print(f"The {top} costliest rules of each run, median evaluation time, ms (samples read):")
     print()
     head = ["rule"] + [f"{_name(sc)}, {sc['gpus']:,} GPUs" for sc in runs]
-    print(_row(head))
-    print("|" + "---|" * len(head))
+    _print_head(head)
     for key in keys:
         cells = [f"`{key}`"]
         for sc in runs:
@@ -1733,8 +1735,7 @@ def report_pools(scales: Sequence[dict[str, Any]]) -> None:
     head = ["pods per model", "pods", "pack", "pools", "recorded", "RSS MiB"]
     head += ["`records.pool` ms", "pool alerts ms", "`signatures` ms", "all groups ms"]
     print()
-    print(_row(head))
-    print("|" + "---|" * len(head))
+    _print_head(head)
     for sc in runs:
         alerts = sum(
             ms for key, ms in sc["rules_ms"].items() if key.split("/", 1)[1] in pool_alerts
@@ -1771,8 +1772,7 @@ def report(args: argparse.Namespace) -> int:
     groups = sorted({g for scale in scales for g in scale["groups"]})
     head = ["GPUs", "pods", "raw series", "recorded", "recorded / raw read", "RSS MiB", "CPU"]
     head += [f"`{g}` ms" for g in groups]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
+    _print_head(head)
     for sc in scales:
         row = [
             f"{sc['gpus']:,}",
