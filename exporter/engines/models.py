@@ -99,9 +99,13 @@ def entry_points(
     """``snapshot`` without the ``entry_only`` series of the models that are steps of another
     (``steps``: the engine's own names, as :func:`metric_models` gives them): the request
     time of a step is nested in its caller's, so the request-level names count each client
-    request once, at the model it entered. Every other series stays."""
+    request once, at the model it entered. A name that no entry point has still comes from
+    the steps (a Triton ensemble that is not decoupled has no first-response histogram while
+    its decoupled step does: that step's is then the only one there is). Every other series
+    stays."""
     nested = {name for name, (raw, _) in snapshot.models.items() if raw in steps}
     if not nested:
         return snapshot
-    kept = [s for s in snapshot.series if not (s.name in entry_only and s.model in nested)]
+    at_entry = {s.name for s in snapshot.series if s.name in entry_only and s.model not in nested}
+    kept = [s for s in snapshot.series if not (s.name in at_entry and s.model in nested)]
     return replace(snapshot, series=kept)

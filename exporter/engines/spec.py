@@ -126,8 +126,9 @@ class Composition:
 
     A model some other model composes is not where clients' requests enter: its request time
     is nested in its caller's. The request-level names of ``entry_only`` then come from the
-    entry points alone (the models nothing composes), every other name from every model
-    (each step's queue is a wait of its own). ``doc`` says so in the engine's mapping.
+    entry points alone (the models nothing composes) wherever an entry point has them, every
+    other name from every model (each step's queue is a wait of its own). ``doc`` says so in
+    the engine's mapping.
     """
 
     path: str

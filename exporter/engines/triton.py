@@ -22,8 +22,8 @@ it runs: the steps' request time is nested in the ensemble's. Nothing in the met
 which models are steps; each model's configuration on Triton's HTTP API does
 (``GET /v2/models/<name>/config``: ``platform: "ensemble"`` and
 ``ensemble_scheduling.step[].model_name``), read by :func:`ensemble_steps` through
-:data:`COMPOSITION`. The end-to-end latency then comes from the entry points alone, the queue
-time from every model.
+:data:`COMPOSITION`. The end-to-end latency and the time to first token then come from the
+entry points alone, the queue time from every model.
 """
 
 from __future__ import annotations
@@ -131,7 +131,12 @@ def ensemble_steps(body: bytes) -> tuple[str, ...]:
 
 
 #: The request-level names: time and count of whole client requests, nested in an ensemble.
-ENTRY_ONLY = frozenset({"inference_e2e_request_latency_seconds"})
+#: A decoupled ensemble and its decoupled step each report a first-response histogram (Triton's
+#: qa/L0_metrics ensemble test checks both): the step's first response is nested in the
+#: ensemble's, so time to first token counts the ensemble's alone.
+ENTRY_ONLY = frozenset(
+    {"inference_e2e_request_latency_seconds", "inference_time_to_first_token_seconds"}
+)
 
 COMPOSITION = Composition(
     path="/v2/models/{model}/config",
@@ -143,10 +148,14 @@ COMPOSITION = Composition(
         "`GET /v2/models/<name>/config`, asked once when the endpoint comes up and again when "
         "the set of models changes) says which models an ensemble composes "
         "(`ensemble_scheduling.step[].model_name`). `inference_e2e_request_latency_seconds` "
-        "(time and count of requests) then comes from the entry points alone: the models no "
+        "(time and count of requests) and `inference_time_to_first_token_seconds` (a decoupled "
+        "ensemble and its decoupled step each report a first-response histogram, the step's "
+        "nested in the ensemble's) then come from the entry points alone: the models no "
         "ensemble composes (ensembles, BLS models, plain models), so each client request counts "
-        "once. `inference_queue_time_seconds` and `inference_queue_depth` still come from "
-        "every model: each step waits in its own queue (the ensemble's own stays near 0). "
+        "once; where no entry point reports first responses (an ensemble that is not "
+        "decoupled), its steps' still count. `inference_queue_time_seconds` and "
+        "`inference_queue_depth` still come from every model: each step waits in its own "
+        "queue (the ensemble's own stays near 0). "
         "Where an ensemble runs steps in parallel, their queue times overlap and the sum is an "
         "upper bound of the client's wait. A BLS model's calls to other models happen inside "
         "its Python code: Triton's API cannot show them, so the models it calls count as entry "
