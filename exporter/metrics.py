@@ -1475,7 +1475,7 @@ class SeriesBudget:
 
 
 SERIES_BUDGET = SeriesBudget(
-    per_gpu=67, per_engine=193, per_engine_process=1, per_sidecar=55, max_labels=10
+    per_gpu=68, per_engine=193, per_engine_process=1, per_sidecar=56, max_labels=10
 )
 # The labels Prometheus adds to every series of a target found through the chart's PodMonitor.
 POD_MONITOR_TARGET_LABELS = ("namespace", "pod", "container", "endpoint", "instance", "job")
