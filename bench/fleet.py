@@ -133,7 +133,8 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
 _GPU = re.compile(r'\bgpu="(\d+)"')
 _UUID = re.compile(r'uuid="(GPU-[^"]+)"')
 # Gauges that hold still in a real sidecar: identities, limits, capacities, start times, how
-# many pods hold a GPU (a count: moved by 10 %, a GPU of one pod would read as shared).
+# many pods hold a GPU (a count: moved by 10 %, a GPU of one pod would read as shared), a bit
+# mask (moved, its bits would read as other reasons).
 _CONSTANT = (
     "_info",
     "_gpu_pods",
@@ -143,6 +144,7 @@ _CONSTANT = (
     "_cpu_online",
     "_probe_tokens",
     "_processes",
+    "_throttle_reasons",
 )
 
 

@@ -46,6 +46,10 @@ CLOCK_EVENT_BITS: dict[str, int] = {
     "hw_power_brake": 0x80,
     "display_clock_setting": 0x100,
 }
+#: The reasons that throttle a GPU (hardware and thermal slowdowns, not power caps or idling):
+#: the bits ``inference_gpu_clock_throttle_reasons`` keeps, and the throttling alert's default.
+THROTTLE_REASONS: tuple[str, ...] = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
+THROTTLE_MASK = sum(CLOCK_EVENT_BITS[name] for name in THROTTLE_REASONS)
 
 
 @dataclass(frozen=True)
@@ -452,6 +456,19 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "1 while the clock event (throttle) reason is active, 0 otherwise.",
         source="nvmlDeviceGetCurrentClocksEventReasons (older drivers: "
         "nvmlDeviceGetCurrentClocksThrottleReasons)",
+        gpus=_GPU_ONLY,
+    ),
+    MetricSpec(
+        "inference_gpu_clock_throttle_reasons",
+        "gauge",
+        "nvml",
+        GPU_LABELS,
+        "Bit mask of the active clock event reasons that throttle: hw_slowdown 0x8, "
+        "sw_thermal 0x20, hw_thermal 0x40, hw_power_brake 0x80 (nvml.h's bits); 0 while none "
+        "is. The same readings as inference_gpu_clock_event_active in one series per GPU, so "
+        "a rule finds the throttled GPUs with > 0 without reading every reason's series.",
+        source="nvmlDeviceGetCurrentClocksEventReasons (older drivers: "
+        "nvmlDeviceGetCurrentClocksThrottleReasons), masked",
         gpus=_GPU_ONLY,
     ),
     MetricSpec(
@@ -878,9 +895,20 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "cpu",
         ("mode",),
         "CPU time of the node summed over all CPUs, by mode; softirq share = "
-        "rate(mode=softirq) / sum(rate(all modes)).",
+        "rate(mode=softirq) / rate(inference_cpu_all_modes_seconds_total).",
         unit="seconds",
         source="<procfs>/stat 'cpu' line (USER_HZ)",
+    ),
+    MetricSpec(
+        "inference_cpu_all_modes_seconds_total",
+        "counter",
+        "cpu",
+        (),
+        "CPU time of the node summed over all CPUs and all modes of "
+        "inference_cpu_seconds_total (its sum, in one series): the softirq share's "
+        "denominator without reading every mode's series.",
+        unit="seconds",
+        source="<procfs>/stat 'cpu' line (USER_HZ), the modes summed",
     ),
     MetricSpec(
         "inference_cpu_softirq_hottest_core_ratio",
@@ -1447,7 +1475,7 @@ class SeriesBudget:
 
 
 SERIES_BUDGET = SeriesBudget(
-    per_gpu=67, per_engine=193, per_engine_process=1, per_sidecar=55, max_labels=10
+    per_gpu=68, per_engine=193, per_engine_process=1, per_sidecar=56, max_labels=10
 )
 # The labels Prometheus adds to every series of a target found through the chart's PodMonitor.
 POD_MONITOR_TARGET_LABELS = ("namespace", "pod", "container", "endpoint", "instance", "job")

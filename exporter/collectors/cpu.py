@@ -4,6 +4,8 @@ Emits (see ``docs/metrics.md``)::
 
     inference_cpu_seconds_total{mode}            user, nice, system, idle, iowait, irq,
                                                  softirq, steal; summed over all CPUs
+    inference_cpu_all_modes_seconds_total        the modes above summed (the softirq share's
+                                                 denominator in one series)
     inference_cpu_softirq_hottest_core_ratio     softirq share of the busiest softirq core
                                                  over the last window (>= min_window)
     inference_cpu_online                         number of online CPUs
@@ -125,9 +127,11 @@ class CpuCollector(Collector):
         seconds = m.counter("inference_cpu_seconds_total")
         for mode, value in stat.aggregate.by_mode().items():
             seconds.add_metric([mode], value)
+        all_modes = m.counter("inference_cpu_all_modes_seconds_total")
+        all_modes.add_metric([], stat.aggregate.total)
         online = m.gauge("inference_cpu_online")
         online.add_metric([], len(stat.per_cpu))
-        families: list[Metric] = [seconds, online]
+        families: list[Metric] = [seconds, all_modes, online]
         baseline = self._window.push(now, stat.per_cpu)
         ratio = None if baseline is None else hottest_softirq_ratio(baseline[1], stat.per_cpu)
         if ratio is not None:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from exporter.backends.gpu_reader import GpuReading
 from exporter.collectors import nvml_links as links
 from exporter.collectors.nvml_state import GpuState
-from exporter.metrics import CLOCK_EVENT_BITS
+from exporter.metrics import CLOCK_EVENT_BITS, THROTTLE_MASK
 
 MIB = 1024 * 1024
 KIB = 1024
@@ -115,7 +115,8 @@ class Field:
     """One row: ``metric`` from ``source`` in ``unit``; where the source is absent,
     ``fallback`` (another source and its unit) instead. ``only_with``: the row gives a series
     only while that source is present. ``label``: a fixed value of the catalogue's extra label.
-    ``bits``: the source is a bit mask, one series per bit, labelled by its name. ``each``: the
+    ``bits``: the source is a bit mask, one series per bit, labelled by its name. ``mask``: the
+    source is a bit mask, one series of its bits in ``mask``. ``each``: the
     source maps label values (a string, or a tuple for several labels) to values, one series
     per entry."""
 
@@ -126,6 +127,7 @@ class Field:
     only_with: Source | None = None
     label: str | None = None
     bits: Mapping[str, int] = field(default_factory=dict)
+    mask: int | None = None
     each: bool = False
 
     def samples(self, state: GpuState, latest: GpuReading) -> Iterator[tuple[list[str], float]]:
@@ -144,6 +146,8 @@ class Field:
         if self.bits:
             for name, bit in self.bits.items():
                 yield [name], 1.0 if int(raw) & bit else 0.0
+        elif self.mask is not None:
+            yield [], float(int(raw) & self.mask)
         else:
             yield ([] if self.label is None else [self.label]), unit.base(raw)
 
@@ -159,6 +163,7 @@ FIELDS: tuple[Field, ...] = (
     ),
     Field("inference_gpu_energy_joules_total", reading("energy_mj"), MILLI),
     Field("inference_gpu_clock_event_active", reading("clock_events"), bits=CLOCK_EVENT_BITS),
+    Field("inference_gpu_clock_throttle_reasons", reading("clock_events"), mask=THROTTLE_MASK),
     Field("inference_gpu_utilization_ratio", kept("latest_util")),
     Field("inference_gpu_memory_bandwidth_utilization_ratio", gpm("dram_bw_util"), PERCENT),
     Field("inference_gpu_memory_busy_ratio", reading("mem_busy_pct"), PERCENT),

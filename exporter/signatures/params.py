@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from exporter.engines import SPECS
+from exporter.metrics import THROTTLE_REASONS
 
 ParamKind = Literal["ratio", "number", "factor", "duration", "bucket", "xids", "names", "reasons"]
 ParamValue = float | tuple[int, ...] | tuple[str, ...]
@@ -293,7 +294,7 @@ PARAMS: dict[str, tuple[Param, ...]] = {
         Param(
             "reasons",
             "reasons",
-            ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"),
+            THROTTLE_REASONS,
             "clock event reasons that count: hardware and thermal slowdowns, not power caps "
             "or idle clocks",
         ),

@@ -42,6 +42,9 @@ def test_two_cpu() -> None:
     for mode, seconds in expected_seconds.items():
         assert registry.get_sample_value("inference_cpu_seconds_total", {"mode": mode}) == seconds
     assert registry.get_sample_value("inference_cpu_seconds_total", {"mode": "guest"}) is None
+    # The modes' sum in one series, for the softirq share's denominator.
+    all_modes = registry.get_sample_value("inference_cpu_all_modes_seconds_total")
+    assert all_modes == pytest.approx(sum(expected_seconds.values()))
     assert registry.get_sample_value("inference_cpu_online") == 2.0
 
     expected_softirqs = {
@@ -67,6 +70,7 @@ def test_family_names_and_types() -> None:
     collection = CpuCollector(FIXTURES / "two-cpu", clk_tck=100).collect()
     assert {(f.name, f.type) for f in collection.metrics} == {
         ("inference_cpu_seconds", "counter"),
+        ("inference_cpu_all_modes_seconds", "counter"),
         ("inference_cpu_online", "gauge"),
         ("inference_softirqs", "counter"),
     }

@@ -193,6 +193,9 @@ def test_first_read_exposes_every_field_in_base_units(collector: NvmlCollector) 
     assert g("inference_gpu_clock_event_active", lab(0, reason="hw_thermal")) == 1
     assert g("inference_gpu_clock_event_active", lab(0, reason="gpu_idle")) == 0
     assert g("inference_gpu_clock_event_active", lab(1, reason="gpu_idle")) == 1
+    # The throttling reasons' bits only: hw_thermal (0x40) counts, power_cap and idle do not.
+    assert g("inference_gpu_clock_throttle_reasons", lab(0)) == 0x40
+    assert g("inference_gpu_clock_throttle_reasons", lab(1)) == 0
     # GPM needs two samples: nothing yet
     assert g("inference_gpu_memory_bandwidth_utilization_ratio", lab(0)) is None
     # GPU 1 has no GPM: PCIe from nvmlDeviceGetPcieThroughput, KiB/s -> bytes/s

@@ -204,6 +204,7 @@ def _sidecar_scrape(t: float, k: float) -> dict[Labels, float]:
         lab("inference_gpu_busy_seconds_total", **gpu[1]): 0.6 * t,
         lab("inference_cpu_seconds_total", mode="softirq"): 2 * t,
         lab("inference_cpu_seconds_total", mode="idle"): 38 * t,
+        lab("inference_cpu_all_modes_seconds_total"): 40 * t,
         lab("inference_queue_depth", engine="vllm", model="m"): 2 + 0.5 * k,
         lab("inference_requests_running", engine="vllm", model="m"): 4,
         lab("inference_generation_tokens_total", engine="vllm", model="m"): 100 * t,

@@ -89,7 +89,13 @@ from exporter.diagnose.promql_syntax import (
     source,
 )
 from exporter.lab.processes import start_prometheus
-from exporter.metrics import BY_NAME, TOKENIZER_BUCKETS, UTILIZATION_BUCKETS
+from exporter.metrics import (
+    BY_NAME,
+    CLOCK_EVENT_BITS,
+    THROTTLE_REASONS,
+    TOKENIZER_BUCKETS,
+    UTILIZATION_BUCKETS,
+)
 from exporter.metrics import counter as counter_family
 from exporter.metrics import gauge as gauge_family
 from exporter.metrics import histogram as histogram_family
@@ -229,6 +235,7 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
     if s.shows("cpu", k):
         for mode, share in (("softirq", s.softirq), ("user", 0.3), ("idle", 0.68 - s.softirq)):
             out["inference_cpu_seconds_total"][(mode,)] = 16 * share * up
+        out["inference_cpu_all_modes_seconds_total"][()] = 16 * 0.98 * up
         out["inference_cpu_softirq_hottest_core_ratio"][()] = s.softirq_core
         out["inference_engine_hottest_thread_cpu_ratio"][()] = s.thread
     out["inference_nvml_up"][()] = float(s.nvml)
@@ -278,9 +285,13 @@ def page(s: Sidecar, times: list[float], k: int) -> PageValues:
             engine_processes = s.engine_processes[i % len(s.engine_processes)]
             out["inference_gpu_processes"][(*key, "engine")] = float(engine_processes)
             out["inference_gpu_processes"][(*key, "other")] = float(s.other_processes)
+        mask = 0
         for reason in ("hw_slowdown", "sw_thermal", "sw_power_cap"):
             active = float(i == 0 and reason in s.clock_events)
             out["inference_gpu_clock_event_active"][(*key, reason)] = active
+            if active and reason in THROTTLE_REASONS:
+                mask |= CLOCK_EVENT_BITS[reason]
+        out["inference_gpu_clock_throttle_reasons"][key] = float(mask)
     for x in s.xids:
         count = x.counts(k)
         if count is not None and s.shows(f"gpu{x.gpu}", k):

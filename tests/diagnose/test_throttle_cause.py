@@ -35,6 +35,9 @@ def _page(power: float, thermal: bool, smoothing: bool, limit: float, default: f
             lines.append(
                 f'inference_gpu_clock_event_active{{{key},reason="{reason}"}} {int(active)}'
             )
+        # the same readings' throttling bits: hw_slowdown 0x8, sw_thermal 0x20
+        mask = (8 if throttled else 0) + (32 if throttled and thermal else 0)
+        lines.append(f"inference_gpu_clock_throttle_reasons{{{key}}} {mask}")
         lines += [
             f"inference_gpu_temperature_celsius{{{key}}} {86 if thermal else 64}",
             f"inference_gpu_sm_clock_hertz{{{key}}} 1.41e9",

@@ -142,6 +142,7 @@ SIGNALS: tuple[Declaration, ...] = (
     gpu_signals.DCGM_XID_CHANGED,
     gpu_signals.XID_NEW,
     gpu_signals.DCGM_CLOCK_REASONS,
+    gpu_signals.THROTTLE_REASON_MASK,
     gpu_signals.CLOCK_EVENTS,
     gpu_signals.TEMPERATURE,
     gpu_signals.SM_CLOCK,

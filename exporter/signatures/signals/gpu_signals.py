@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from exporter.metrics import CLOCK_EVENT_BITS, GPU_LABELS
+from exporter.metrics import CLOCK_EVENT_BITS, GPU_LABELS, THROTTLE_REASONS
 from exporter.signatures.promql_text import by, num, on, regex_alternatives, selector
 from exporter.signatures.signals import dcgm_fields
 from exporter.signatures.signals.dcgm_fields import dcgm_quantity
@@ -517,19 +517,68 @@ def _throttled(ctx: SignalContext) -> str:
     return ctx.sidecar_series("inference_gpu_clock_event_active", f'reason=~"{reasons}"')
 
 
+def _from_mask(ctx: SignalContext) -> bool:
+    """Whether the reasons that count are all in ``inference_gpu_clock_throttle_reasons``
+    (the default): then the throttled GPUs come from that one series per GPU, not from the
+    6 or more ``inference_gpu_clock_event_active`` series of each GPU's reasons."""
+    return set(ctx.cfg.names(THROTTLED, "reasons")) <= set(THROTTLE_REASONS)
+
+
+_MASK = "inference_gpu_clock_throttle_reasons"
+
+
+def _decoded(ctx: SignalContext, mask: str) -> str:
+    """One series per GPU and active counted reason, out of the reasons bitmask ``mask``."""
+    reasons = ctx.cfg.names(THROTTLED, "reasons")
+    return "\nor\n".join(
+        f"label_replace(floor({mask} / {CLOCK_EVENT_BITS[name]}) "
+        f'% 2 == 1, "reason", "{name}", "", "")'
+        for name in reasons
+    )
+
+
+def _throttle_mask_sidecar(ctx: SignalContext) -> str:
+    return f"max {by((*ctx.join, *GPU_LABELS))} ({ctx.sidecar_series(_MASK)} > 0)"
+
+
+#: The throttling reasons' bitmask of each GPU that has one active; absent otherwise. Read
+#: once per GPU, so the clock event record decodes the reasons of the few throttled GPUs.
+THROTTLE_REASON_MASK = Signal(
+    "inference_gpu:clock_throttle_reasons:max",
+    "count",
+    GPU_STATE_GROUP,
+    ByLayout(
+        sidecar=Rule(
+            _throttle_mask_sidecar,
+            "bitmask of the active throttling clock event reasons per GPU while any is "
+            "active (inference_gpu_clock_throttle_reasons); absent otherwise",
+        ),
+        node=Rule(
+            lambda ctx: node_per_gpu(ctx, f"{ctx.sidecar_series(_MASK)} > 0"),
+            "bitmask of the active throttling clock event reasons per GPU while any is "
+            "active (the node agent's inference_gpu_clock_throttle_reasons); absent otherwise",
+        ),
+        dcgm=None,
+    ),
+)
+
+
 def _clock_events_sidecar(ctx: SignalContext) -> str:
+    if _from_mask(ctx):
+        return _decoded(ctx, ctx.name(THROTTLE_REASON_MASK))
     by_reason = by((*ctx.join, *GPU_LABELS, "reason"))
     return f"max {by_reason} ({_throttled(ctx)} > 0)"
 
 
+def _clock_events_node(ctx: SignalContext) -> str:
+    if _from_mask(ctx):
+        return _decoded(ctx, ctx.name(THROTTLE_REASON_MASK))
+    return node_per_gpu(ctx, f"{_throttled(ctx)} > 0", keep=("reason",))
+
+
 def _clock_events_dcgm(ctx: SignalContext) -> str:
     """One series per GPU and active clock event reason, out of the reasons bitmask."""
-    reasons = ctx.cfg.names(THROTTLED, "reasons")
-    return "\nor\n".join(
-        f"label_replace(floor({ctx.name(DCGM_CLOCK_REASONS)} / {CLOCK_EVENT_BITS[name]}) "
-        f'% 2 == 1, "reason", "{name}", "", "")'
-        for name in reasons
-    )
+    return _decoded(ctx, ctx.name(DCGM_CLOCK_REASONS))
 
 
 #: 1 per GPU and reason while a clock event reason holds its clocks down; absent otherwise.
@@ -545,7 +594,7 @@ CLOCK_EVENTS = Signal(
             "zero per GPU and reason)",
         ),
         node=Rule(
-            lambda ctx: node_per_gpu(ctx, f"{_throttled(ctx)} > 0", keep=("reason",)),
+            _clock_events_node,
             "1 per GPU and reason while a hardware or thermal clock event reason holds the "
             "clocks down (the node agent's); absent otherwise",
         ),
