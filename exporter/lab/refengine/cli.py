@@ -307,6 +307,9 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         tok,
         worker_cfg,
     )
+    node_cpus = inject.pin_engine(injections)  # before the worker is spawned: it inherits it
+    if node_cpus:
+        log.info("softirq: the engine runs on CPU %d, the flood's core", node_cpus[-1])
     try:
         await frontend.start()
     except WorkerGoneError as err:
@@ -336,6 +339,7 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         contention_procs=args.contention_procs,
         softirq_target=args.softirq_target,
         softirq_max_rate=args.softirq_max_rate,
+        cpus=node_cpus,
     )
     if injections:
         log.info("injected: %s", ", ".join(sorted(injections)))

@@ -243,9 +243,14 @@ class Helpers:
         contention_procs: int = 0,
         softirq_target: float = 0.15,
         softirq_max_rate: float = 100000.0,
+        cpus: Sequence[int] = (),
     ) -> Helpers:
+        """``cpus``: the node's CPUs the helpers run on (:func:`pin_engine`'s answer, where the
+        engine pinned itself to one of them); by default the caller's own."""
         duration = min(max(duration, 1.0), MAX_DURATION_S)
         common = ["--parent", str(os.getpid()), "--duration", f"{duration:g}"]
+        if cpus:
+            common += ["--cpus", ",".join(str(c) for c in cpus)]
         cmds: list[list[str]] = []
         if "cpu-contention" in injections:
             count = contention_procs or min(MAX_BURNERS, BURNERS_PER_CPU * len(usable_cpus()))
@@ -285,6 +290,22 @@ class Helpers:
 
 def usable_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
+
+
+def pin_engine(injections: frozenset[str]) -> list[int]:
+    """With ``softirq`` injected, pin every thread of this process to the core the flood pins
+    itself to (the last usable CPU), before the model worker is spawned (it inherits the
+    affinity): the flood's softirq work then takes CPU time from the engine where it runs, as a
+    NIC's interrupts do on the core that serves. The node's CPUs before (for the helpers, which
+    must keep the whole node), or an empty list where nothing was pinned."""
+    if "softirq" not in injections:
+        return []
+    node = usable_cpus()
+    core = {node[-1]}
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            os.sched_setaffinity(int(task.name), core)
+    return node
 
 
 def _parent_alive(parent: int) -> bool:
@@ -406,7 +427,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=0.15, help="softirq share of the node")
     parser.add_argument("--core-cap", type=float, default=0.9, help="at most this of the core")
     parser.add_argument("--max-rate", type=float, default=100000.0, help="sends per second")
+    parser.add_argument(
+        "--cpus", default="", help="run on these CPUs (comma-separated; default: the parent's)"
+    )
     args = parser.parse_args(argv)
+    if args.cpus:
+        try:
+            cpus = {int(c) for c in args.cpus.split(",")}
+        except ValueError:
+            parser.error(f"--cpus: not a list of CPU numbers: {args.cpus!r}")
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, cpus)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     _die_with_parent(args.parent)
     duration = min(max(args.duration, 0.0), MAX_DURATION_S)
