@@ -81,9 +81,6 @@ def parser() -> argparse.ArgumentParser:
         help="cpu-contention: busy processes (0: 4 per usable CPU, at most 128)",
     )
     p.add_argument(
-        "--softirq-target", type=float, default=0.15, help="softirq: share of the node's CPU"
-    )
-    p.add_argument(
         "--softirq-max-rate", type=float, default=100000.0, help="softirq: most sends per second"
     )
     p.add_argument("--h2d-stall-mib", type=int, default=4096, help="h2d-stall: MiB per copy")
@@ -121,6 +118,13 @@ def parser() -> argparse.ArgumentParser:
         default=1.0,
         help="every forward pass of the model worker takes this many times as long (the rest "
         "a wait, as a slower accelerator's kernels: no more host CPU); 1: its own speed",
+    )
+    p.add_argument(
+        "--worker-slowdown-wall",
+        action="store_true",
+        help="--worker-slowdown multiplies a pass's wall time on a CPU, not its CPU time: the "
+        "moments the host holds the worker's core are slowed too (a step bound by its "
+        "launching thread)",
     )
     p.add_argument(
         "--worker-nice",
@@ -291,6 +295,7 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         decode_overhead_ms=args.decode_overhead_ms if "decode-overhead" in injections else 0.0,
         model_dir=str(Path(args.model_dir).resolve()) if args.model_dir else "",
         slowdown=args.worker_slowdown,
+        slowdown_wall=args.worker_slowdown_wall,
     )
     frontend = Frontend(
         FrontendConfig(
@@ -340,6 +345,9 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         softirq_target=args.softirq_target,
         softirq_max_rate=args.softirq_max_rate,
         cpus=node_cpus,
+    )
+    frontend.on_resize = lambda sizes: (
+        helpers.retarget(sizes["softirq_target"]) if "softirq_target" in sizes else None
     )
     if injections:
         log.info("injected: %s", ", ".join(sorted(injections)))

@@ -151,6 +151,14 @@ INJECTION_SIZES: dict[str, Size] = {
     "kv_link_mib_s": Size(
         "kv-transfer-slow", 4.0, 0.0, 100_000.0, "kv-transfer-slow: the link's MiB/s", True
     ),
+    "softirq_target": Size(
+        "softirq",
+        0.15,
+        0.0,
+        0.95,
+        "softirq: the share of the node's CPU time the flood keeps in softirq (0: no flood; "
+        "a new size restarts the flood)",
+    ),
 }
 
 
@@ -233,6 +241,9 @@ class Helpers:
     """The helper processes of one engine; :meth:`stop` ends them all."""
 
     procs: list[subprocess.Popen[bytes]]
+    # The softirq flood's command but its target (None: softirq not injected), and its process.
+    flood_cmd: list[str] | None = None
+    flood: subprocess.Popen[bytes] | None = None
 
     @classmethod
     def start(
@@ -255,37 +266,48 @@ class Helpers:
         if "cpu-contention" in injections:
             count = contention_procs or min(MAX_BURNERS, BURNERS_PER_CPU * len(usable_cpus()))
             cmds += [["burn", *common] for _ in range(count)]
+        procs = [_spawn(cmd) for cmd in cmds]
+        helpers = cls(procs)
         if "softirq" in injections:
-            cmds.append(
-                [
-                    "softirq",
-                    *common,
-                    "--target",
-                    f"{softirq_target:g}",
-                    "--max-rate",
-                    f"{softirq_max_rate:g}",
-                ]
-            )
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "exporter.lab.refengine.inject", *cmd],
-                stdin=subprocess.DEVNULL,
-            )
-            for cmd in cmds
-        ]
-        return cls(procs)
+            helpers.flood_cmd = ["softirq", *common, "--max-rate", f"{softirq_max_rate:g}"]
+            helpers.retarget(softirq_target)
+        return helpers
+
+    def retarget(self, target: float) -> None:
+        """The softirq flood keeps ``target`` of the node in softirq from now: the running one
+        stops, a new one starts where ``target`` is above 0 (a drill starts the engine with
+        none, measures the healthy engine, then floods: ``POST /lab/injection``)."""
+        if self.flood_cmd is None:
+            return
+        if self.flood is not None:
+            _end([self.flood])
+            self.procs.remove(self.flood)
+            self.flood = None
+        if target > 0:
+            self.flood = _spawn([*self.flood_cmd, "--target", f"{target:g}"])
+            self.procs.append(self.flood)
 
     def stop(self, timeout: float = 3.0) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        deadline = time.monotonic() + timeout
-        for proc in self.procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        _end(self.procs, timeout)
+
+
+def _spawn(cmd: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "exporter.lab.refengine.inject", *cmd], stdin=subprocess.DEVNULL
+    )
+
+
+def _end(procs: Sequence[subprocess.Popen[bytes]], timeout: float = 3.0) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def usable_cpus() -> list[int]:
