@@ -201,9 +201,8 @@ SCENARIOS: tuple[Scenario, ...] = (
             "times the threshold, on the core the engine runs on; it starts once the drill "
             "has measured the engine without it"
         ),
-        # No flood until the drill sizes it (its objectives come from the engine without);
-        # at 8x the flooded core's moments slow the model worker's passes too (docs/slo.md).
-        engine_args=("--softirq-target", "0", "--worker-slowdown-wall"),
+        # No flood until the drill sizes it: its objectives come from the engine without.
+        engine_args=("--softirq-target", "0"),
     ),
     # GPU-only: the same harness on a real GPU (bench/gpu/run.sh), NVML instead of a replay.
     Scenario(

@@ -83,6 +83,21 @@ DISAGG_MARGINS = {"ttft": 5.0, "itl": 2.0}
 #: An injected drill's cause burns its budget: some objective's burn rate above this at a look
 #: once the drill's own signature held; a healthy drill's long-window burn stays under it.
 BURN_FLOOR = 1.0
+#: Injected drills whose cause does not burn an objective a healthy run keeps when the model
+#: worker is slowed (``DRILL_SLOWDOWN`` above 1), and why: their burn is reported there, and
+#: checked at the engine's own speed only.
+SLOW_NO_FLOOR = {
+    "softirq": (
+        "the flood keeps 30 % of the engine's core in softirq (15 % of 2 CPUs); at the "
+        "engine's speed, under the load's 384 tokens/s, that burns the healthy margins "
+        "(2026-12-05 22:53: median first token 71.8 ms and gaps of 7.2 ms on estimates of "
+        "26.3 and 4.6 ms, burn 4.5 and 8.0 over 1m), but 8x slower the load that keeps up is "
+        "a fifteenth of that in tokens (0.27/s of 97) and the flood only delays the worker's "
+        "CPU share of each pass: median first token 332 ms on an estimate of 423 ms and gaps "
+        "of 29.5 ms, under objectives of 1.5 s and 150 ms (burn 0 and 0.17 over 1m, 22:51); "
+        "with the worker's wait scaled by each pass's wall time, 471 ms on 461 (22:39)"
+    ),
+}
 #: The objectives' target, and the burn rate the alert fires above: ``BURN_RATE * (1 - TARGET)``
 #: of the requests missing the threshold, more than half of them.
 TARGET = 0.95
@@ -427,10 +442,11 @@ def check_advice(name: str, signature: str | None, watch: SloWatch) -> None:
 LONG = f"{LONG_S / 60:g}m"
 
 
-def check_burn(name: str, signature: str | None, watch: SloWatch) -> None:
+def check_burn(name: str, signature: str | None, watch: SloWatch, *, slowdown: float = 1.0) -> None:
     """Issue 35: an injected drill's cause burns its budget - some objective's burn rate above
     :data:`BURN_FLOOR` at a look from the first at which its signature held (either window,
-    once it holds only the load) - and a healthy drill's does not: each objective's burn over the long window under the floor at
+    once it holds only the load; with the worker slowed, ``slowdown`` above 1, but those of
+    :data:`SLOW_NO_FLOOR`) - and a healthy drill's does not: each objective's burn over the long window under the floor at
     every look (the short window at 8x holds four requests, one late one a burn of 5, and the
     burn alert needs both)."""
     assert not watch.error, f"{name}: {watch.error}"
@@ -442,6 +458,8 @@ def check_burn(name: str, signature: str | None, watch: SloWatch) -> None:
         assert not over, (
             f"{name} (nothing injected) burned its budget: {over} ({watch.objectives}; {watch.how})"
         )
+        return
+    if slowdown > 1.0 and name in SLOW_NO_FLOOR:
         return
     since = watch.since_cause()
     assert since, f"{name}: {signature} never held while the burn was read"

@@ -200,7 +200,6 @@ def test_injections_are_resized_while_the_engine_runs(tmp_path: Path) -> None:
             "injections": ["decode-overhead"],
             "sizes": {"decode_overhead_ms": 0.0},
             "worker_slowdown": 1.0,
-            "worker_slowdown_wall": False,
         }
         for bad, reason in (
             ({"decode_overhead_ms": -1}, "must be from 0 to 10000"),

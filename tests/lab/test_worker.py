@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
@@ -247,37 +246,6 @@ def test_slowdown_waits_its_factor_of_every_forward_pass(monkeypatch: pytest.Mon
     # The decode overhead's 30 ms of host work come before the pass and are not slowed.
     assert cpu[1] >= 0.030
     assert waits[1] <= 4 * (cpu[1] - 0.030)
-
-
-@pytest.mark.parametrize("wall", [False, True])
-def test_a_wall_clock_slowdown_slows_the_moments_the_pass_was_held_off_its_core(
-    monkeypatch: pytest.MonkeyPatch, wall: bool
-) -> None:
-    """--worker-slowdown-wall (the softirq drill): a pass the host held off its core for a
-    while (here: 50 ms blocked inside the prefill, no CPU) waits its factor of that too; by
-    default only the pass's CPU work is slowed."""
-    waits: list[float] = []
-    monkeypatch.setattr(worker.time, "sleep", waits.append)
-    cfg = WorkerConfig(
-        vocab_size=VOCAB, eos_id=0, max_model_len=64, max_num_seqs=4, block_size=4, slowdown=5.0,
-        slowdown_wall=wall,
-    )  # fmt: skip
-    s = Scheduler(cfg, small())
-    prefill = s.model.prefill
-
-    def held(*args: object) -> object:
-        threading.Event().wait(0.05)  # off the core: wall time, no CPU time
-        return prefill(*args)
-
-    monkeypatch.setattr(s.model, "prefill", held)
-    s.add(Request("a", (1, 2, 3), 4, 0.0, 1), 0.0)
-    with torch.inference_mode():
-        s.step()
-    assert len(waits) == 1
-    if wall:
-        assert waits[0] >= 4 * 0.05
-    else:
-        assert waits[0] < 4 * 0.05 / 2
 
 
 def test_no_slowdown_never_waits(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -120,13 +120,6 @@ def parser() -> argparse.ArgumentParser:
         "a wait, as a slower accelerator's kernels: no more host CPU); 1: its own speed",
     )
     p.add_argument(
-        "--worker-slowdown-wall",
-        action="store_true",
-        help="--worker-slowdown multiplies a pass's wall time on a CPU, not its CPU time: the "
-        "moments the host holds the worker's core are slowed too (a step bound by its "
-        "launching thread)",
-    )
-    p.add_argument(
         "--worker-nice",
         type=int,
         default=-1,
@@ -295,7 +288,6 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         decode_overhead_ms=args.decode_overhead_ms if "decode-overhead" in injections else 0.0,
         model_dir=str(Path(args.model_dir).resolve()) if args.model_dir else "",
         slowdown=args.worker_slowdown,
-        slowdown_wall=args.worker_slowdown_wall,
     )
     frontend = Frontend(
         FrontendConfig(

@@ -42,7 +42,8 @@
 ===================  ======================================================================
 
 Sizes. The injections that have a size (:data:`INJECTION_SIZES`: the tokenizer's time per
-token, the front-end's CPU per request and per chunk, the decode overhead, the KV link's rate)
+token, the front-end's CPU per request and per chunk, the decode overhead, the KV link's rate,
+the softirq flood's share of the node)
 take it from their flag at start-up, and ``POST /lab/injection`` with a JSON object of new
 sizes changes them while the engine runs (``GET`` shows them): a drill starts the engine
 with an injection of size zero, measures what the engine serves on this machine, and sizes
@@ -65,7 +66,13 @@ a NIC whose interrupts all land on one core - and paces itself: every half secon
 the node's CPU time - three times the signature's 5 % - without taking more than 90 % of its
 own core (on a large node the busiest core then crosses the signature's 50 % instead), and
 never sends more than ``--softirq-max-rate`` datagrams per second (default 100,000).
-Without ``UDP_SEGMENT`` (kernels before 4.18) it sends plain 1400-byte datagrams.
+Without ``UDP_SEGMENT`` (kernels before 4.18) it sends plain 1400-byte datagrams. The engine
+pins itself (every thread, and the model worker it spawns) to the same core
+(:func:`pin_engine`), so the flood's softirq work takes CPU time where the engine runs; the
+helpers get the node's CPUs back (``--cpus``). The target is a size (``softirq_target``): an
+engine started with ``--softirq-target 0`` runs no flood until ``POST /lab/injection`` sets one,
+and a new target restarts the flood (:meth:`Helpers.retarget`), so a drill measures the engine
+without it first.
 """
 
 from __future__ import annotations

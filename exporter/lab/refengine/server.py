@@ -325,7 +325,6 @@ class Frontend:
                 if size.injection in self.cfg.injections
             },
             "worker_slowdown": float(self.worker_cfg.slowdown),
-            "worker_slowdown_wall": self.worker_cfg.slowdown_wall,
         }
 
     def resize(self, changes: Mapping[str, object]) -> None:

@@ -25,10 +25,7 @@ long: after each prefill and each batched decode pass (with its sampling) the wo
 ``slowdown - 1`` times the work the pass did (on a CPU its CPU time per torch thread, on a GPU
 its time). It stands in for a slower accelerator, whose kernels take longer without taking
 more of the host's CPU; the decode-overhead's host work is not slowed, nor are the moments a
-busy host's neighbours hold the worker's core. With ``slowdown_wall``
-(``--worker-slowdown-wall``) a CPU pass is measured by its wall time too, so a pass the host
-interrupted is slowed with its interruptions: a step bound by the thread that launches it,
-whose delays the device waits out (the softirq drill's engine, docs/slo.md).
+busy host's neighbours hold the worker's core.
 
 Messages (tuples over a :func:`multiprocessing.Pipe`)::
 
@@ -99,9 +96,6 @@ class WorkerConfig:
     decode_overhead_ms: float = 0.0  # >0: CPU work on the step path before every decode step
     model_dir: str = ""  # write config.json and the safetensors index here at start-up
     slowdown: float = 1.0  # >1: every forward pass takes this many times as long (a wait)
-    # The slowdown multiplies the pass's wall time on a CPU too: the moments the host holds the
-    # worker's core then last ``slowdown`` times as long (the softirq drill: docs/slo.md).
-    slowdown_wall: bool = False
 
 
 @dataclass(frozen=True)
@@ -339,8 +333,8 @@ class Scheduler:
     def _clock(self) -> float:
         """What a forward pass's work is measured by: on a CPU the worker's CPU time per
         torch thread (its compute, not the moments a busy host's neighbours hold the core),
-        on a GPU (or with ``slowdown_wall``) the wall clock."""
-        if self.cfg.slowdown_wall or str(self.model.device).startswith("cuda"):
+        on a GPU the wall clock."""
+        if str(self.model.device).startswith("cuda"):
             return time.monotonic()
         return time.process_time() / max(1, self.cfg.threads)
 
