@@ -482,6 +482,7 @@ def _size(stack: Stack, scenario: Scenario | DisaggScenario, sized: Sized) -> Lo
         admitted=scenario.admitted,
         full=scenario.full,
         deadline_s=sized.deadline_s,
+        cpus=len(os.sched_getaffinity(0)) if reference else 0,
     )
     sized.plan = chosen.to_json()
     if chosen.sizes:

@@ -54,6 +54,10 @@ from typing import Any
 from drills.calibrate import Calibration
 from drills.scenarios import Load
 
+# The softirq flood's share of the node's CPU time (three times the signature's 5 %) and the
+# most of its own core it takes (exporter.lab.refengine.inject's --target and --core-cap).
+SOFTIRQ_TARGET = 0.15
+SOFTIRQ_CORE_CAP = 0.9
 KEEP_UP = 0.3  # a keep-up load: at most this share of what the full batch serves
 OVERLOAD = 3.0  # an overload: this many times what the admitted sequences serve
 MIN_RATE = 0.25  # requests a second below which requests are shortened (7 in 30 s)
@@ -227,10 +231,12 @@ def plan(
     admitted: int,
     full: int,
     deadline_s: float,
+    cpus: int = 0,
 ) -> Plan:
     """The drill's plan: ``kind`` (:data:`KEEP_UP_DRILL` or :data:`OVERLOAD_DRILL`), the
     injections it sizes, its base load, its calibration, the sequences its engine admits, its
-    full batch and its deadline."""
+    full batch and its deadline; ``cpus``: the node's CPUs where the reference engine runs the
+    softirq flood (it starts it once sized), 0 where something else runs it."""
     engine = Engine.of(cal, full)
     out = Plan(load=base)
     if "decode-overhead" in injections:
@@ -249,6 +255,8 @@ def plan(
         out.load = keep_up(engine, base, out)
     if "tokenizer-slow" in injections:
         _tokenizer(engine, cal, out)
+    if "softirq" in injections and cpus:
+        _softirq(out, cpus)
     if "frontend-gil" in injections:
         ms = GIL_CORES * 1000.0 / out.load.rate
         out.sizes["gil_request_ms"] = round(ms, 1)
@@ -258,6 +266,19 @@ def plan(
             f"{out.load.rate:g}/s, and 2 ms per streamed chunk"
         )
     return out
+
+
+def _softirq(plan: Plan, cpus: int) -> None:
+    """The flood starts after the calibration, at :data:`SOFTIRQ_TARGET` of the node: the
+    drill's objectives come from the engine without it (drills.slo's margins, as a healthy
+    drill's). The engine runs on the flood's core (``exporter.lab.refengine.inject.pin_engine``),
+    of which the flood keeps that share times the node's CPUs in softirq (at most its cap)."""
+    share = min(SOFTIRQ_CORE_CAP, SOFTIRQ_TARGET * cpus)
+    plan.sizes["softirq_target"] = SOFTIRQ_TARGET
+    plan.how.append(
+        f"once calibrated, the flood keeps {SOFTIRQ_TARGET:.0%} of the node's {cpus} CPUs in "
+        f"softirq: {share:.0%} of the core the engine runs on"
+    )
 
 
 def _tokenizer(engine: Engine, cal: Calibration, plan: Plan) -> None:

@@ -195,7 +195,7 @@ def check_scaling(scenario: Scenario, result: DrillResult) -> None:
     watch = SloWatch.from_json(result.slo)
     assert not watch.error, watch.error
     check_advice(scenario.name, scenario.expected, watch)
-    check_burn(scenario.name, scenario.expected, watch)
+    check_burn(scenario.name, scenario.expected, watch, slowdown=result.sized.slowdown)
 
 
 def run_and_check(scenario: Scenario, workdir: Path, results: dict[str, DrillResult]) -> None:

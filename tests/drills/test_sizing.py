@@ -40,6 +40,8 @@ from drills.sizing import (
     OVERHEAD_STEPS,
     OVERLOAD,
     PROBE_INTERVAL_S,
+    SOFTIRQ_CORE_CAP,
+    SOFTIRQ_TARGET,
     TOKENIZER_CPU,
     TOKENIZER_STEPS,
     TOKENIZER_TTFTS,
@@ -115,6 +117,23 @@ def test_a_fast_engine_gets_a_flood_too() -> None:
     load = got.load  # type: ignore[attr-defined]
     assert engine.served(1, 192) > 2.0
     assert load.rate >= OVERLOAD * engine.served(1, load.output_tokens) * 0.99
+
+
+@pytest.mark.parametrize("cpus", [2, 4, 16])
+def test_softirq_floods_only_once_the_engine_is_measured(cpus: int) -> None:
+    """Issue 35: the reference engine starts without the flood (its calibration, and so the
+    drill's objectives, are the engine's own) and the plan starts it at its target; the
+    objectives are a healthy drill's margins. The third-party engines' helpers flood from
+    their start: nothing to size."""
+    s = BY_NAME["softirq"]
+    assert s.engine_args[:2] == ("--softirq-target", "0")
+    kw = {"admitted": s.admitted, "full": s.full, "deadline_s": deadline(s).seconds}
+    got = plan(s.sizing, s.injections, s.load, NATURAL, cpus=cpus, **kw)  # type: ignore[arg-type]
+    assert got.sizes == {"softirq_target": SOFTIRQ_TARGET} and got.adds == {}
+    share = min(SOFTIRQ_CORE_CAP, SOFTIRQ_TARGET * cpus)
+    assert f"{share:.0%} of the core the engine runs on" in got.how[-1]
+    other = plan(s.sizing, s.injections, s.load, NATURAL, **kw)  # type: ignore[arg-type]
+    assert other.sizes == {} and other.adds == {}
 
 
 @pytest.mark.parametrize("cal", [NATURAL, SLOW], ids=["natural", "slow"])

@@ -22,7 +22,7 @@ from drills.slo import (
     CAPACITY_DRILL,
     DISAGG_MARGINS,
     MARGINS,
-    NO_FLOOR,
+    SLOW_NO_FLOOR,
     Sample,
     SloWatch,
     beside,
@@ -403,9 +403,13 @@ def test_an_injected_drill_must_burn_its_budget_once_its_cause_holds() -> None:
         check_burn(
             "x", "X", SloWatch("TTFT 1s", error="the rules with the objectives did not load")
         )
-    # the drills the floor exempts say why
-    assert NO_FLOOR.get("softirq")
-    check_burn("softirq", "InferenceSoftirqCPUHigh", watch(early, cool))
+    # softirq's flood burns at the engine's speed; 8x slower it is exempt, and says why
+    with pytest.raises(AssertionError, match="did not burn the budget"):
+        check_burn("softirq", "InferenceSoftirqCPUHigh", watch(early, cool))
+    assert set(SLOW_NO_FLOOR) == {"softirq"} and "8x" in SLOW_NO_FLOOR["softirq"]
+    check_burn("softirq", "InferenceSoftirqCPUHigh", watch(early, cool), slowdown=8.0)
+    with pytest.raises(AssertionError, match="did not burn the budget"):
+        check_burn("tokenizer-slow", "X", watch(early, cool), slowdown=8.0)
 
 
 def test_a_healthy_drill_must_not_burn_its_long_window() -> None:

@@ -231,3 +231,64 @@ def test_slow_tokenizer_takes_at_least_its_size_per_token() -> None:
     took = time.thread_time() - began
     assert ids == tok.encode(text)
     assert took >= len(ids) * 0.002
+
+
+_PIN = """
+import json, os, sys, threading, time
+from exporter.lab.refengine import inject
+ev = threading.Event()
+before = threading.Thread(target=ev.wait)  # a thread that runs before the pinning
+before.start()
+node = inject.pin_engine(frozenset(sys.argv[1].split(",")) - {""})
+tasks = {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}
+helpers = inject.Helpers.start(frozenset({"cpu-contention"}), duration=30, contention_procs=1,
+                               cpus=node)
+time.sleep(1.5)  # the burner sets its affinity as it starts
+burner = sorted(os.sched_getaffinity(helpers.procs[0].pid))
+helpers.stop()
+ev.set()
+before.join()
+print(json.dumps({"node": node, "tasks": tasks, "burner": burner}))
+"""
+
+
+@pytest.mark.parametrize("injections", ["softirq", "cpu-contention,queue-flood"])
+def test_softirq_pins_the_engine_to_the_flood_core_and_not_its_helpers(injections: str) -> None:
+    """Issue 35: with softirq injected every thread of the engine (those started before too)
+    runs on the flood's core, the last usable CPU, which the model worker inherits; the helpers
+    keep the node's CPUs. Without it nothing is pinned."""
+    import json  # noqa: PLC0415
+
+    mine = sorted(os.sched_getaffinity(0))
+    out = subprocess.run(
+        [sys.executable, "-c", _PIN, injections], capture_output=True, timeout=60, check=True
+    )
+    got = json.loads(out.stdout)
+    assert len(got["tasks"]) >= 2  # the main thread and the one started before
+    if injections == "softirq":
+        assert got["node"] == mine
+        assert all(cpus == [mine[-1]] for cpus in got["tasks"].values()), got
+    else:
+        assert got["node"] == []
+        assert all(cpus == mine for cpus in got["tasks"].values()), got
+    assert got["burner"] == mine
+
+
+def test_helper_cpus_must_be_numbers() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exporter.lab.refengine.inject",
+            "burn",
+            "--parent",
+            "1",
+            "--cpus",
+            "0,x",
+        ],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert b"--cpus" in proc.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -221,6 +222,49 @@ def test_injections_are_resized_while_the_engine_runs(tmp_path: Path) -> None:
         eng.stop()
 
 
+def _floods(pid: int) -> list[str]:
+    """The command lines of ``pid``'s softirq flood helpers."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            cmd = (proc / "cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid and "softirq" in cmd[1:4]:
+            found.append(" ".join(cmd))
+    return found
+
+
+def _wait_floods(pid: int, count: int) -> list[str]:
+    deadline = time.monotonic() + 10
+    while len(found := _floods(pid)) != count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
+def test_the_softirq_flood_starts_when_sized(tmp_path: Path) -> None:
+    """Issue 35: an engine started with the flood at size zero runs none until
+    POST /lab/injection sizes it (a drill measures the engine first), a new size restarts it
+    at that target, and zero stops it."""
+    eng = Engine(tmp_path / "engine.log", "--inject", "softirq", "--softirq-target", "0")
+    try:
+        got = json.loads(eng.request("GET", "/lab/injection")[1])
+        assert got["sizes"] == {"softirq_target": 0.0}
+        assert _floods(eng.proc.pid) == []
+        for target in (0.05, 0.04):
+            status, body = eng.request("POST", "/lab/injection", {"softirq_target": target})
+            assert status == 200, body
+            floods = _wait_floods(eng.proc.pid, 1)
+            assert len(floods) == 1 and f"--target {target:g}" in floods[0], floods
+        assert eng.request("POST", "/lab/injection", {"softirq_target": 0})[0] == 200
+        assert _wait_floods(eng.proc.pid, 0) == []
+    finally:
+        eng.stop()
+
+
 def test_sigterm_stops_engine_and_worker(tmp_path: Path) -> None:
     eng = Engine(tmp_path / "engine.log")
     took = eng.stop()
@@ -236,6 +280,7 @@ def test_sigterm_stops_engine_and_worker(tmp_path: Path) -> None:
         (["--max-num-seqs", "0"], 2, "--max-num-seqs: must be at least 1"),
         (["--worker-slowdown", "0.5"], 2, "--worker-slowdown: must be from 1 to 100"),
         (["--kv-link-mib-s", "0"], 2, "--kv-link-mib-s: must be above 0 and at most 100000"),
+        (["--softirq-target", "1"], 2, "--softirq-target: must be from 0 to 0.95"),
         (["--inject", "h2d-stall", "--device", "cpu"], 1, "h2d-stall needs a CUDA device"),
         (
             ["--inject", "hbm-saturation,h2d-stall", "--device", "cpu"],

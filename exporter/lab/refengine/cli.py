@@ -81,9 +81,6 @@ def parser() -> argparse.ArgumentParser:
         help="cpu-contention: busy processes (0: 4 per usable CPU, at most 128)",
     )
     p.add_argument(
-        "--softirq-target", type=float, default=0.15, help="softirq: share of the node's CPU"
-    )
-    p.add_argument(
         "--softirq-max-rate", type=float, default=100000.0, help="softirq: most sends per second"
     )
     p.add_argument("--h2d-stall-mib", type=int, default=4096, help="h2d-stall: MiB per copy")
@@ -307,6 +304,9 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         tok,
         worker_cfg,
     )
+    node_cpus = inject.pin_engine(injections)  # before the worker is spawned: it inherits it
+    if node_cpus:
+        log.info("softirq: the engine runs on CPU %d, the flood's core", node_cpus[-1])
     try:
         await frontend.start()
     except WorkerGoneError as err:
@@ -336,6 +336,10 @@ async def _run(args: argparse.Namespace, injections: frozenset[str], duration: f
         contention_procs=args.contention_procs,
         softirq_target=args.softirq_target,
         softirq_max_rate=args.softirq_max_rate,
+        cpus=node_cpus,
+    )
+    frontend.on_resize = lambda sizes: (
+        helpers.retarget(sizes["softirq_target"]) if "softirq_target" in sizes else None
     )
     if injections:
         log.info("injected: %s", ", ".join(sorted(injections)))

@@ -42,7 +42,8 @@
 ===================  ======================================================================
 
 Sizes. The injections that have a size (:data:`INJECTION_SIZES`: the tokenizer's time per
-token, the front-end's CPU per request and per chunk, the decode overhead, the KV link's rate)
+token, the front-end's CPU per request and per chunk, the decode overhead, the KV link's rate,
+the softirq flood's share of the node)
 take it from their flag at start-up, and ``POST /lab/injection`` with a JSON object of new
 sizes changes them while the engine runs (``GET`` shows them): a drill starts the engine
 with an injection of size zero, measures what the engine serves on this machine, and sizes
@@ -65,7 +66,13 @@ a NIC whose interrupts all land on one core - and paces itself: every half secon
 the node's CPU time - three times the signature's 5 % - without taking more than 90 % of its
 own core (on a large node the busiest core then crosses the signature's 50 % instead), and
 never sends more than ``--softirq-max-rate`` datagrams per second (default 100,000).
-Without ``UDP_SEGMENT`` (kernels before 4.18) it sends plain 1400-byte datagrams.
+Without ``UDP_SEGMENT`` (kernels before 4.18) it sends plain 1400-byte datagrams. The engine
+pins itself (every thread, and the model worker it spawns) to the same core
+(:func:`pin_engine`), so the flood's softirq work takes CPU time where the engine runs; the
+helpers get the node's CPUs back (``--cpus``). The target is a size (``softirq_target``): an
+engine started with ``--softirq-target 0`` runs no flood until ``POST /lab/injection`` sets one,
+and a new target restarts the flood (:meth:`Helpers.retarget`), so a drill measures the engine
+without it first.
 """
 
 from __future__ import annotations
@@ -151,6 +158,14 @@ INJECTION_SIZES: dict[str, Size] = {
     "kv_link_mib_s": Size(
         "kv-transfer-slow", 4.0, 0.0, 100_000.0, "kv-transfer-slow: the link's MiB/s", True
     ),
+    "softirq_target": Size(
+        "softirq",
+        0.15,
+        0.0,
+        0.95,
+        "softirq: the share of the node's CPU time the flood keeps in softirq (0: no flood; "
+        "a new size restarts the flood)",
+    ),
 }
 
 
@@ -233,6 +248,9 @@ class Helpers:
     """The helper processes of one engine; :meth:`stop` ends them all."""
 
     procs: list[subprocess.Popen[bytes]]
+    # The softirq flood's command but its target (None: softirq not injected), and its process.
+    flood_cmd: list[str] | None = None
+    flood: subprocess.Popen[bytes] | None = None
 
     @classmethod
     def start(
@@ -243,48 +261,80 @@ class Helpers:
         contention_procs: int = 0,
         softirq_target: float = 0.15,
         softirq_max_rate: float = 100000.0,
+        cpus: Sequence[int] = (),
     ) -> Helpers:
+        """``cpus``: the node's CPUs the helpers run on (:func:`pin_engine`'s answer, where the
+        engine pinned itself to one of them); by default the caller's own."""
         duration = min(max(duration, 1.0), MAX_DURATION_S)
         common = ["--parent", str(os.getpid()), "--duration", f"{duration:g}"]
+        if cpus:
+            common += ["--cpus", ",".join(str(c) for c in cpus)]
         cmds: list[list[str]] = []
         if "cpu-contention" in injections:
             count = contention_procs or min(MAX_BURNERS, BURNERS_PER_CPU * len(usable_cpus()))
             cmds += [["burn", *common] for _ in range(count)]
+        procs = [_spawn(cmd) for cmd in cmds]
+        helpers = cls(procs)
         if "softirq" in injections:
-            cmds.append(
-                [
-                    "softirq",
-                    *common,
-                    "--target",
-                    f"{softirq_target:g}",
-                    "--max-rate",
-                    f"{softirq_max_rate:g}",
-                ]
-            )
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "exporter.lab.refengine.inject", *cmd],
-                stdin=subprocess.DEVNULL,
-            )
-            for cmd in cmds
-        ]
-        return cls(procs)
+            helpers.flood_cmd = ["softirq", *common, "--max-rate", f"{softirq_max_rate:g}"]
+            helpers.retarget(softirq_target)
+        return helpers
+
+    def retarget(self, target: float) -> None:
+        """The softirq flood keeps ``target`` of the node in softirq from now: the running one
+        stops, a new one starts where ``target`` is above 0 (a drill starts the engine with
+        none, measures the healthy engine, then floods: ``POST /lab/injection``)."""
+        if self.flood_cmd is None:
+            return
+        if self.flood is not None:
+            _end([self.flood])
+            self.procs.remove(self.flood)
+            self.flood = None
+        if target > 0:
+            self.flood = _spawn([*self.flood_cmd, "--target", f"{target:g}"])
+            self.procs.append(self.flood)
 
     def stop(self, timeout: float = 3.0) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        deadline = time.monotonic() + timeout
-        for proc in self.procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        _end(self.procs, timeout)
+
+
+def _spawn(cmd: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "exporter.lab.refengine.inject", *cmd], stdin=subprocess.DEVNULL
+    )
+
+
+def _end(procs: Sequence[subprocess.Popen[bytes]], timeout: float = 3.0) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def usable_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
+
+
+def pin_engine(injections: frozenset[str]) -> list[int]:
+    """With ``softirq`` injected, pin every thread of this process to the core the flood pins
+    itself to (the last usable CPU), before the model worker is spawned (it inherits the
+    affinity): the flood's softirq work then takes CPU time from the engine where it runs, as a
+    NIC's interrupts do on the core that serves. The node's CPUs before (for the helpers, which
+    must keep the whole node), or an empty list where nothing was pinned."""
+    if "softirq" not in injections:
+        return []
+    node = usable_cpus()
+    core = {node[-1]}
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            os.sched_setaffinity(int(task.name), core)
+    return node
 
 
 def _parent_alive(parent: int) -> bool:
@@ -406,7 +456,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=0.15, help="softirq share of the node")
     parser.add_argument("--core-cap", type=float, default=0.9, help="at most this of the core")
     parser.add_argument("--max-rate", type=float, default=100000.0, help="sends per second")
+    parser.add_argument(
+        "--cpus", default="", help="run on these CPUs (comma-separated; default: the parent's)"
+    )
     args = parser.parse_args(argv)
+    if args.cpus:
+        try:
+            cpus = {int(c) for c in args.cpus.split(",")}
+        except ValueError:
+            parser.error(f"--cpus: not a list of CPU numbers: {args.cpus!r}")
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, cpus)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     _die_with_parent(args.parent)
     duration = min(max(args.duration, 0.0), MAX_DURATION_S)

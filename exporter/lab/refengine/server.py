@@ -53,7 +53,7 @@ import multiprocessing
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,6 +135,9 @@ class Frontend:
         self._tok_pool = (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer") if slow else None
         )
+        # Called with the sizes a POST /lab/injection changed (the helper processes' owner:
+        # a new softirq_target restarts the flood).
+        self.on_resize: Callable[[Mapping[str, float]], None] | None = None
         self.kv_server: kv_transfer.KVServer | None = None
         self._kv_pool: ThreadPoolExecutor | None = None
         self._http: Any = None
@@ -332,6 +335,8 @@ class Frontend:
         self.sizes.update(checked)
         if self.kv_server is not None:
             self.kv_server.rate = self.kv_rate
+        if checked and self.on_resize is not None:
+            self.on_resize(checked)
         if checked:
             log.info(
                 "injection sizes: %s", ", ".join(f"{k} {v:g}" for k, v in sorted(checked.items()))
