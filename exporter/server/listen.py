@@ -59,13 +59,19 @@ async def start_site(
 
 async def wait_for_stop_signal(tick_s: float = 1.0) -> None:
     """Return on the first SIGTERM or SIGINT; meanwhile, every ``tick_s``, write the repeat
-    summaries of the log that are due (:func:`exporter.logs.tick`)."""
+    summaries of the log that are due (:func:`exporter.logs.tick`). The loop's handlers go
+    with it: afterwards Ctrl-C raises KeyboardInterrupt again, as before the wait."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), tick_s)
-        except TimeoutError:
-            logs.tick()
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), tick_s)
+            except TimeoutError:
+                logs.tick()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
