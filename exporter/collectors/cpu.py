@@ -125,10 +125,11 @@ class CpuCollector(Collector):
 
     def _stat_metrics(self, stat: CpuStat, now: float) -> list[Metric]:
         seconds = m.counter("inference_cpu_seconds_total")
-        for mode, value in stat.aggregate.by_mode().items():
+        by_mode = stat.aggregate.by_mode()
+        for mode, value in by_mode.items():
             seconds.add_metric([mode], value)
         all_modes = m.counter("inference_cpu_all_modes_seconds_total")
-        all_modes.add_metric([], stat.aggregate.total)
+        all_modes.add_metric([], sum(by_mode.values()))
         online = m.gauge("inference_cpu_online")
         online.add_metric([], len(stat.per_cpu))
         families: list[Metric] = [seconds, all_modes, online]

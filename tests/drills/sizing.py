@@ -54,10 +54,11 @@ from typing import Any
 from drills.calibrate import Calibration
 from drills.scenarios import Load
 
-# The softirq flood's share of the node's CPU time (three times the signature's 5 %) and the
-# most of its own core it takes (exporter.lab.refengine.inject's --target and --core-cap).
-SOFTIRQ_TARGET = 0.15
-SOFTIRQ_CORE_CAP = 0.9
+from exporter.lab.refengine.inject import INJECTION_SIZES, SOFTIRQ_CORE_CAP
+
+# The softirq flood's share of the node's CPU time (three times the signature's 5 %: the
+# engine's default) and the most of its own core it takes.
+SOFTIRQ_TARGET = INJECTION_SIZES["softirq_target"].default
 KEEP_UP = 0.3  # a keep-up load: at most this share of what the full batch serves
 OVERLOAD = 3.0  # an overload: this many times what the admitted sequences serve
 MIN_RATE = 0.25  # requests a second below which requests are shortened (7 in 30 s)

@@ -133,6 +133,9 @@ class Size:
         return ""
 
 
+#: The most of its own core the softirq flood takes (``--core-cap``).
+SOFTIRQ_CORE_CAP = 0.9
+
 INJECTION_SIZES: dict[str, Size] = {
     "tokenizer_slow_us_per_token": Size(
         "tokenizer-slow",
@@ -454,7 +457,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, required=True, help="exit when this PID is gone")
     parser.add_argument("--duration", type=float, default=DEFAULT_DURATION_S)
     parser.add_argument("--target", type=float, default=0.15, help="softirq share of the node")
-    parser.add_argument("--core-cap", type=float, default=0.9, help="at most this of the core")
+    parser.add_argument(
+        "--core-cap", type=float, default=SOFTIRQ_CORE_CAP, help="at most this of the core"
+    )
     parser.add_argument("--max-rate", type=float, default=100000.0, help="sends per second")
     parser.add_argument(
         "--cpus", default="", help="run on these CPUs (comma-separated; default: the parent's)"
