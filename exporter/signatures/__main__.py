@@ -51,7 +51,7 @@ def profile_files(cfg: SiteConfig, out: Path) -> dict[Path, str]:
 def runbook_files(cfg: SiteConfig, out: Path) -> dict[Path, str]:
     signatures = all_signatures(cfg)
     burns = slo_alerts(cfg, every_kind=True)
-    files = {out / f"{sig.alert}.md": runbook_markdown(cfg, sig) for sig in signatures}
+    files = {out / f"{sig.alert}.md": runbook_markdown(cfg, sig, signatures) for sig in signatures}
     files.update({out / f"{burn.alert}.md": slo_runbook_markdown(cfg, burn) for burn in burns})
     files[out / "README.md"] = runbook_index(cfg, signatures, burns)
     return files

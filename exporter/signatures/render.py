@@ -38,7 +38,7 @@ from exporter.signatures.site import (
 )
 from exporter.signatures.slo.burn_alerts import SLO_ALERT_GROUP, SLO_FAMILY, SloAlert, slo_alerts
 from exporter.signatures.slo.slo_signals import slo_rules
-from exporter.signatures.slo.verdict_signals import verdict_rules
+from exporter.signatures.slo.verdict_signals import is_pool_signature, verdict_rules
 from exporter.signatures.slo_config import SCALING_HELP
 
 GENERATOR = "python -m exporter.signatures"
@@ -283,8 +283,52 @@ def _scaling_line(sig: Signature) -> str:
     )
 
 
-def runbook_markdown(cfg: SiteConfig, sig: Signature) -> str:
-    """One runbook page (``docs/runbooks/<Alert>.md``)."""
+def _links(alerts: Iterable[str]) -> str:
+    return ", ".join(f"[{alert}]({alert}.md)" for alert in alerts)
+
+
+def _cause_lines(sig: Signature, catalogue: Sequence[Signature]) -> list[str]:
+    """What the signature explains and what explains it (:attr:`Signature.explains`)."""
+    out: list[str] = []
+    pool = is_pool_signature(sig)
+    kinds = {other.alert: is_pool_signature(other) for other in catalogue}
+    if sig.explains:
+        alike = all(kinds.get(alert) == pool for alert in sig.explains)
+        records = (
+            ", and the holding records and the scaling advice name this cause alone (the "
+            "consequence's advice stays out while this one held within `scaling.cause_hold`)"
+            if alike
+            else " (this one's advice is written per pool, theirs per pod)"
+        )
+        out += [
+            "",
+            f"**Explains:** {_links(sig.explains)}. Where this one holds beside one of them, "
+            f"that one is its consequence: `diagnose` ranks this one first{records}. Both "
+            "alerts fire.",
+        ]
+    causes = [other for other in catalogue if sig.alert in other.explains]
+    targets = [c.alert for c in causes if is_pool_signature(c) == pool]
+    pools = [c.alert for c in causes if is_pool_signature(c) != pool]
+    if targets:
+        out += [
+            "",
+            f"**Explained by:** {_links(targets)}. Where one of them holds beside this one, "
+            "this one is its consequence: fix that cause first; `diagnose` ranks this one "
+            "below it, and the holding records and the scaling advice name that cause alone.",
+        ]
+    if pools:
+        out += [
+            "",
+            f"**Explained by the pool's:** {_links(pools)}. Where one of them holds on this "
+            "one's pool, this one is its consequence: fix that cause first; `diagnose` ranks "
+            "this one below it (the pool's advice is written per pool, this one's per pod).",
+        ]
+    return out
+
+
+def runbook_markdown(cfg: SiteConfig, sig: Signature, catalogue: Sequence[Signature]) -> str:
+    """One runbook page (``docs/runbooks/<Alert>.md``); ``catalogue``: every signature, for
+    what explains this one."""
     side = {r.record: r for r in recording_rules(cfg.with_profile("sidecar"))}
     dcgm = {r.record: r for r in recording_rules(cfg.with_profile("dcgm"))}
     severities = ", ".join(sig.severities)
@@ -301,6 +345,7 @@ def runbook_markdown(cfg: SiteConfig, sig: Signature) -> str:
         sig.runbook.meaning,
         "",
         _scaling_line(sig),
+        *_cause_lines(sig, catalogue),
         "",
         "## When it fires",
         "",

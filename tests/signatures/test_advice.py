@@ -8,11 +8,13 @@ the signature's own numbers, so the sentence may only name evidence the signatur
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import get_args
 
 import pytest
 
 from exporter.signatures import all_signatures, parse_config
+from exporter.signatures.__main__ import runbook_files
 from exporter.signatures.definitions import ANNOTATION_PLACEHOLDER, Advice, AdviceAction
 from exporter.signatures.slo.verdict_signals import (
     explainers,
@@ -99,12 +101,37 @@ def test_an_explained_signature_is_left_out_where_its_cause_holds_in_one_pass() 
     sigs = all_signatures(cfg)
     explained = explainers(sigs)
     assert explained["InferenceRequestsRejected"] == ("InferenceGatewayStaleEndpoints",)
+    assert explained["InferenceDecodeOverheadBound"] == ("InferenceSoftirqCPUHigh",)
     holding = [r for r in verdict_rules(cfg) if r.record.endswith(":bottleneck_signature:holding")]
     assert len(holding) == len(sigs)
-    gateway = next(s for s in sigs if s.alert == "InferenceGatewayStaleEndpoints")
+    causes = [s for s in sigs if s.explains and not is_pool_signature(s)]
+    assert {c.alert for c in causes} == {
+        "InferenceGatewayStaleEndpoints",
+        "InferenceSoftirqCPUHigh",
+    }
     for rule in holding:
         assert ":bottleneck_signature:holding" not in rule.expr, rule.labels
         alert = dict(rule.labels)["alertname"]
-        assert (gateway.rules[0].expr in rule.expr) == (
-            alert in explained or alert == gateway.alert
-        ), alert
+        for cause in causes:
+            assert (cause.rules[0].expr in rule.expr) == (
+                alert in cause.explains or alert == cause.alert
+            ), (alert, cause.alert)
+
+
+def test_the_runbooks_say_what_explains_what() -> None:
+    """Each runbook names the signatures it explains and those that explain it; a pool's cause
+    of a pod's signature only ranks first in ``diagnose`` (the advice is per pool)."""
+    cfg = parse_config({}, "sidecar")
+    pages = {p.stem: text for p, text in runbook_files(cfg, Path("runbooks")).items()}
+    link = "[InferenceDecodeOverheadBound](InferenceDecodeOverheadBound.md)"
+    assert f"**Explains:** {link}. " in pages["InferenceSoftirqCPUHigh"]
+    assert "name this cause alone" in pages["InferenceSoftirqCPUHigh"]
+    cause = "[InferenceSoftirqCPUHigh](InferenceSoftirqCPUHigh.md)"
+    assert f"**Explained by:** {cause}. " in pages["InferenceDecodeOverheadBound"]
+    starved = pages["InferenceGPUStarvedQueueGrowing"]
+    assert "**Explained by:** [InferenceGatewayStaleEndpoints]" in starved
+    assert "**Explained by the pool's:** [InferenceKVTransferBound]" in starved
+    kv = pages["InferenceKVTransferBound"]
+    assert "written per pool" in kv and "name this cause alone" not in kv
+    for alert in ("InferenceEngineStalled", "InferenceTokenizerSlowerThanDecode"):
+        assert "**Explain" not in pages[alert], alert

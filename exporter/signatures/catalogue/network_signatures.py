@@ -57,4 +57,7 @@ def softirq_cpu_high(ctx: Context) -> Signature:
                 "interrupt handling starves the threads that feed the GPU"
             ),
         ),
+        # The interrupts take the host's CPU between decode steps: the steps stretch far above
+        # their HBM floor with the bus idle, which the decode-overhead signature reports.
+        explains=("InferenceDecodeOverheadBound",),
     )
