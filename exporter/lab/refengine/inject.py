@@ -456,7 +456,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("kind", choices=("burn", "softirq"))
     parser.add_argument("--parent", type=int, required=True, help="exit when this PID is gone")
     parser.add_argument("--duration", type=float, default=DEFAULT_DURATION_S)
-    parser.add_argument("--target", type=float, default=0.15, help="softirq share of the node")
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=INJECTION_SIZES["softirq_target"].default,
+        help="softirq share of the node",
+    )
     parser.add_argument(
         "--core-cap", type=float, default=SOFTIRQ_CORE_CAP, help="at most this of the core"
     )
