@@ -9,15 +9,20 @@ on a slow machine and in none on a fast one. So each reference-engine drill sets
 from what it measured before its load (:mod:`drills.calibrate`), the way a team sets its
 objective from what the service does when it is well: time to first token and inter-token
 latency at the first bucket bound of the engine's histogram at or above :data:`MARGINS` times
-what a healthy request sees at the drill's load (:func:`healthy_estimate`): 3x for the first
+what a healthy request sees at the drill's load (:func:`healthy_estimate`): 5x for the first
 token, 2x between tokens. The estimate is the calibration's, taken before the load; under the
 load, the objectives' rules and the load generator's streams share the machine's cores with the
-engine, and a healthy drill's median time to first token came out at 0.6 to 1.8 times its
-estimate (1.8 on the fastest, quietest runs, where the stack's own work is largest beside a
-13 ms prefill), its inter-token latency at 0.1 to 0.6 times. The burn alert fires when more
-than half of the requests miss (below): the healthy median must stay under the threshold on
-any machine, so the margin covers the worst ratio seen with room (1.8 of 3), and a cause that
-holds the median above it still burns. A cause that adds a known time to each request
+engine, and a healthy drill's median time to first token came out at 0.6 to 2.7 times its
+estimate (higher on the fastest, quietest runs, where the stack's own work is largest beside a
+13 ms prefill, and on a slow day's CI machine), its inter-token latency at 0.1 to 0.6 times.
+The healthy drill must keep its budget (:func:`check_burn`: its burn over the long window under
+:data:`BURN_FLOOR`, fewer than 5 % of the requests over the threshold), so the margin covers the
+load's 95th percentile, not its median: at 3x (the margin until 2026-12-06) the healthy drill
+burned 1.4 and 1.008 in two runs on one machine (its 90th percentile 136 ms on an estimate of
+36.7 ms, 3.7x; its 95th at about 100 ms on 30.7 ms, 3.3x) and 0.1 to 1.3 in earlier checks.
+5x is the disaggregated pair's margin (:data:`DISAGG_MARGINS`); the causes the first token's
+objective catches hold every request far above it (burn 20x, all of them over, at 3x), and the
+softirq flood, which slows the first token least, burns the gap between tokens too. A cause that adds a known time to each request
 (:attr:`drills.sizing.Plan.adds`: tokenizer-slow's tokenization and wait behind the probes,
 kv-transfer-slow's transfer) may add less than that margin: the objective it slows then lies at
 the bucket bound between a healthy request and one so delayed (:func:`cause_bound`), so that the
@@ -75,7 +80,7 @@ ENGINE = "vllm"
 BOUNDS = {"ttft": TTFT_BUCKETS, "itl": ITL_BUCKETS}
 #: A threshold at least this many times what a healthy request sees at the drill's load, per
 #: objective (the module's docstring says why these).
-MARGINS = {"ttft": 3.0, "itl": 2.0}
+MARGINS = {"ttft": 5.0, "itl": 2.0}
 #: The disaggregated pair's margins: its calibration predicts the pair's first token (a remote
 #: prefill, then the cache's transfer) less well, and healthy-disagg's median first token came
 #: out at up to 2.8x the estimate, its p99 at 4.6x; 5x keeps its p95 under the objective.
