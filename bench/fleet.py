@@ -107,7 +107,7 @@ from support.synthetic import write_synthetic_trace  # noqa: E402
 
 from exporter.lab.layouts import AGENT_COLLECTORS, DCGM_JOB  # noqa: E402
 from exporter.lab.processes import stop_process  # noqa: E402
-from exporter.signatures.signals.signal_groups import POOL_GROUP, RECORD_GROUPS  # noqa: E402
+from exporter.signatures.signals.signal_groups import POOL_GROUP  # noqa: E402
 
 SCRAPE_INTERVAL_S = 15
 EVALUATION_INTERVAL_S = 30
@@ -1055,10 +1055,17 @@ def chart_record_interval() -> str:
     return str(values["prometheusRule"].get("recordInterval") or "")
 
 
+#: The groups the chart's ``recordInterval`` times: every group whose name starts so (its
+#: template's test), the signals' record groups and the SLO and verdict records with them.
+RECORD_GROUP_PREFIX = "inference.records"
+
+
 def with_record_interval(pack: Pack, interval: str, workdir: Path) -> Pack:
     """``pack`` as the chart installs it with ``recordInterval: interval``: its record groups
-    (``inference.records*``) evaluated every ``interval`` (copies in ``workdir``); ``pack``
-    itself where ``interval`` is empty."""
+    (``inference.records*``, the SLO and verdict records included) evaluated every
+    ``interval`` (copies in ``workdir``); ``pack`` itself where ``interval`` is empty. (Until
+    2026-12-06 only the signals' groups were timed: the SLO and verdict records stayed at the
+    global interval, unlike the chart.)"""
     if not interval:
         return pack
     label = f"{pack.label}-records{interval}"
@@ -1068,7 +1075,8 @@ def with_record_interval(pack: Pack, interval: str, workdir: Path) -> Pack:
     for path in pack.files:
         doc = yaml.safe_load(path.read_text())
         groups = [
-            {"interval": interval, **g} if g["name"] in RECORD_GROUPS else g for g in doc["groups"]
+            {"interval": interval, **g} if g["name"].startswith(RECORD_GROUP_PREFIX) else g
+            for g in doc["groups"]
         ]
         (out / path.name).write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
         files.append(out / path.name)

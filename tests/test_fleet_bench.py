@@ -16,6 +16,8 @@ import pytest
 import yaml
 from support.paths import ROOT
 
+from exporter.signatures.signals.signal_groups import RECORD_GROUPS
+
 
 def _load() -> ModuleType:
     spec = importlib.util.spec_from_file_location("fleet_bench", ROOT / "bench" / "fleet.py")
@@ -172,8 +174,18 @@ def test_pack_with_a_record_interval_times_only_the_record_groups(tmp_path: Path
         new = yaml.safe_load(after.read_text())["groups"]
         assert [g["rules"] for g in new] == [g["rules"] for g in old]
         for group in new:
-            records = group["name"] in fleet.RECORD_GROUPS
+            records = group["name"].startswith("inference.records")
             assert group.get("interval") == ("1m" if records else None), group["name"]
+    # as the chart's template times them: the SLO and verdict records too, not the alerts
+    timed_names = {
+        g["name"]
+        for path in timed.files
+        for g in yaml.safe_load(path.read_text())["groups"]
+        if g.get("interval") == "1m"
+    }
+    assert set(RECORD_GROUPS) < timed_names
+    assert {"inference.records.slo", "inference.records.verdicts"} < timed_names
+    assert not timed_names & {"inference.signatures", "inference.meta", "inference.slo"}
     # the default is what the chart installs: every group at the global interval
     assert yaml.safe_load(fleet.CHART_VALUES.read_text())["prometheusRule"]["recordInterval"] == ""
     assert fleet.chart_record_interval() == ""
