@@ -432,10 +432,33 @@ def _uuid_of(owner: int, k: int) -> str:
     return f"GPU-{owner:08x}-{k:04x}-4{owner % 4096:03x}-8000-{k:012x}"
 
 
-def pod_body(template: Template, pod: PodIdentity) -> Body:
+#: What the simulated engines' waiting queues show (``--state``). ``healthy``: none waits (a fleet
+#: that keeps up; no signature holds). ``starved``: the captured fixture's 7 waiting requests,
+#: moving +-10 % with every gauge, beside the replayed GPUs' utilisation under 60 %: every pod
+#: starved with a queue, and half of them growing at any time - InferenceGPUStarvedQueueGrowing
+#: pending on half the fleet, its annotations' queries run for each such pod every evaluation
+#: (the only state until 2026-12-06, whose docstring called the fleet healthy).
+STATES = ("healthy", "starved")
+_QUEUE_DEPTH = "inference_queue_depth{"
+
+
+def pod_body(template: Template, pod: PodIdentity, state: str = "healthy") -> Body:
     """A sidecar's exposition: the template's GPUs cut to the pod's, with its own UUIDs (none
-    where the sidecar runs without NVML) and its model."""
+    where the sidecar runs without NVML) and its model; its engine's waiting queue as
+    ``state`` has it (:data:`STATES`)."""
     uuids = {old: _uuid_of(pod.index, k) for k, old in enumerate(template.uuids())}
+    if state not in STATES:
+        raise ValueError(f"unknown fleet state {state!r}: one of {', '.join(STATES)}")
+    if state == "healthy":
+        template = Template(
+            [
+                replace(e, value=0.0, kind="flag")
+                if isinstance(e, Line) and e.head.startswith(_QUEUE_DEPTH)
+                else e
+                for e in template.lines
+            ],
+            template.age_s,
+        )
 
     def rewrite(line: Line) -> str | None:
         if line.gpu is not None and line.gpu >= pod.gpus:
@@ -756,12 +779,14 @@ class Scenario:
     mix: str = "default"
     pool_models: int = 0  # > 0: a disaggregated fleet (pool_fleet) instead of ``gpus``
     pods_per_model: int = 0
+    state: str = "healthy"  # what the engines' queues show (STATES)
 
     @property
     def name(self) -> str:
+        suffix = "" if self.state == "healthy" else f"-{self.state}"
         if self.pool_models:
-            return f"pool-{self.pool_models}x{self.pods_per_model}"
-        return f"{self.layout}-{self.gpus}-mix{self.mix}"
+            return f"pool-{self.pool_models}x{self.pods_per_model}{suffix}"
+        return f"{self.layout}-{self.gpus}-mix{self.mix}{suffix}"
 
     def pods(self) -> list[PodIdentity]:
         if self.pool_models:
@@ -784,6 +809,8 @@ class Scenario:
             str(self.pool_models),
             "--pods-per-model",
             str(self.pods_per_model),
+            "--state",
+            self.state,
         ]
 
 
@@ -804,7 +831,9 @@ def _templates(args: argparse.Namespace, workdir: Path) -> dict[str, Template]:
 
 def serve(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="fleet-capture-"))
-    scenario = Scenario(args.gpus, args.layout, args.mix, args.pool_models, args.pods_per_model)
+    scenario = Scenario(
+        args.gpus, args.layout, args.mix, args.pool_models, args.pods_per_model, args.state
+    )
     templates = _templates(args, workdir)
     pods, agents = scenario.pods(), scenario.agents()
     sidecar = "sidecar-nonvml" if scenario.layout in ("node", "dcgm") else "sidecar"
@@ -814,7 +843,11 @@ def serve(args: argparse.Namespace) -> int:
         per_node = [node_body(templates["agent"], node) for node in agents]
     bodies = {
         "pods": [
-            pod_body(templates[sidecar if pod.template == "sidecar" else pod.template], pod)
+            pod_body(
+                templates[sidecar if pod.template == "sidecar" else pod.template],
+                pod,
+                scenario.state,
+            )
             for pod in pods
         ],
         "nodes": per_node,
@@ -1375,6 +1408,7 @@ def _results(inst: Instance, cost_repeat: int) -> dict[str, Any]:
     fleet_series = sidecar_series + agent_series
     return {
         "scenario": sc.name,
+        "state": sc.state,
         "layout": sc.layout,
         "mix": sc.mix,
         "pool_models": sc.pool_models,
@@ -1444,14 +1478,23 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
             with_record_interval(pack, interval, workdir) for interval in args.record_interval
         )
     out: list[list[tuple[Scenario, list[Pack]]]] = [
-        [(Scenario(gpus, layout, mix), packs[layout]) for layout in args.layout for mix in args.mix]
+        [
+            (Scenario(gpus, layout, mix, state=args.state), packs[layout])
+            for layout in args.layout
+            for mix in args.mix
+        ]
         for gpus in args.gpus
     ]
     if args.pool_pods_per_model:
         without = without_family(sidecar, "pool", POOL_GROUP, workdir)
         pools = [
             (
-                Scenario(layout="sidecar", pool_models=args.pool_models, pods_per_model=n),
+                Scenario(
+                    layout="sidecar",
+                    pool_models=args.pool_models,
+                    pods_per_model=n,
+                    state=args.state,
+                ),
                 [
                     with_record_interval(p, args.record_interval[0], workdir)
                     for p in (sidecar, without)
@@ -1897,6 +1940,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p_run.add_argument("--label", default="", help="a name for this run in the results file")
     p_run.add_argument(
+        "--state",
+        choices=STATES,
+        default="healthy",
+        help="the fleet's engines: healthy (no request waits, no signature holds) or starved "
+        "(the captured 7 waiting requests beside GPUs under 60 %%: the starved-queue signature "
+        "pending on half the pods, as every run before 2026-12-06 measured)",
+    )
+    p_run.add_argument(
         "--prometheus", default="prometheus", help="the Prometheus binary (default: on PATH)"
     )
     p_serve = sub.add_parser("serve", help="only the simulator")
@@ -1905,6 +1956,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_serve.add_argument("--mix", choices=sorted(MIXES), default="default")
     p_serve.add_argument("--pool-models", type=int, default=0)
     p_serve.add_argument("--pods-per-model", type=int, default=0)
+    p_serve.add_argument("--state", choices=STATES, default="healthy")
     p_serve.add_argument("--port", type=int, required=True)
     p_serve.add_argument("--targets", required=True, help="file_sd target file to write")
     p_serve.add_argument("--node-targets", help="file_sd target file of the node agents")

@@ -144,6 +144,37 @@ def test_disaggregated_fleet_has_both_roles_per_model() -> None:
     assert 'model="org/model-00"' in body and 'model="x"' not in body
 
 
+def test_a_healthy_fleet_has_no_waiting_requests_and_a_starved_one_the_captured_ones() -> None:
+    """The captured fixture's 7 waiting requests beside GPUs under 60 % made every pod starved
+    with a queue (the starved-queue signature pending on half a 10,000-GPU fleet, its
+    annotations' queries run for each pod): a healthy fleet, the default, has none waiting."""
+    template = fleet.Template.parse(
+        "# TYPE inference_queue_depth gauge\n"
+        'inference_queue_depth{engine="vllm",model="x"} 7\n'
+        "# TYPE inference_requests_running gauge\n"
+        'inference_requests_running{engine="vllm",model="x"} 12\n',
+        10.0,
+    )
+    (pod,) = fleet.fleet(1, "1")
+
+    def values(state: str, t: float) -> dict[str, float]:
+        body = fleet.pod_body(template, pod, state).render(t).decode()
+        return {line.split("{")[0]: float(line.split()[-1]) for line in body.splitlines()
+                if line and not line.startswith("#")}  # fmt: skip
+
+    for t in (0.0, 100.0, 300.0):
+        healthy, starved = values("healthy", t), values("starved", t)
+        assert healthy["inference_queue_depth"] == 0.0
+        assert 6.3 <= starved["inference_queue_depth"] <= 7.7
+        assert healthy["inference_requests_running"] == starved["inference_requests_running"]
+    assert values("starved", 0.0) != values("starved", 300.0)  # the captured queue moves
+    with pytest.raises(ValueError, match="unknown fleet state"):
+        fleet.pod_body(template, pod, "busy")
+    assert fleet.Scenario(800, "node", state="starved").name == "node-800-mixdefault-starved"
+    assert fleet.Scenario(800, "node").name == "node-800-mixdefault"
+    assert fleet.Scenario(800, "node", state="starved").args()[-2:] == ["--state", "starved"]
+
+
 def test_pack_without_the_pool_family_drops_only_it(tmp_path: Path) -> None:
     full = fleet.pack_of(fleet.RULES)
     without = fleet.without_family(full, "pool", fleet.POOL_GROUP, tmp_path)
@@ -201,8 +232,10 @@ def test_a_batch_measures_every_pack_of_a_layout_at_every_record_interval(tmp_pa
         pack=[fleet._layout_pack(f"node={fleet.RULES / 'node'}")],
         pool_pods_per_model=[],
         pool_models=8,
+        state="healthy",
     )
     (batch,) = fleet.batches(args, tmp_path)
+    assert {scenario.state for scenario, _ in batch} == {"healthy"}
     measured = {
         (scenario.layout, pack.label, pack.record_interval)
         for scenario, packs in batch
