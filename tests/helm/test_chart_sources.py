@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import helm_python as helm
 import pytest
 import yaml
 from support.chart import CHART, ROOT, of_kind, render
@@ -58,12 +59,14 @@ def test_profiles_hold_recording_and_alerting_rules() -> None:
         assert {"recording_rules.yaml", "alerts.yaml"} <= {p.name for p in directory.glob("*.yaml")}
 
 
-def timed(groups: list[dict[str, Any]], interval: str) -> list[dict[str, Any]]:
-    """``groups`` with the record groups at ``interval`` (the chart's recordInterval)."""
-    return [
-        {**g, "interval": interval} if interval and g["name"].startswith("inference.records") else g
-        for g in groups
-    ]
+def timed(groups: list[dict[str, Any]], records: str, alerts: str = "") -> list[dict[str, Any]]:
+    """``groups`` with the record groups at ``records`` (the chart's recordInterval) and the
+    alert groups at ``alerts`` (its alertInterval); an empty one leaves them untimed."""
+    out = []
+    for g in groups:
+        interval = records if g["name"].startswith("inference.records") else alerts
+        out.append({**g, "interval": interval} if interval else g)
+    return out
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
@@ -77,6 +80,11 @@ def test_prometheus_rule_equals_alert_rules(profile: str) -> None:
     (rule,) = of_kind(render(values), "PrometheusRule")
     interval = "" if profile == "fast" else "1m"
     assert rule["spec"]["groups"] == timed(source_groups(PROFILES[profile]), interval)
+    # with alertInterval too, the alert groups at theirs
+    values = {"prometheusRule": {"profile": profile, "recordInterval": "1m", "alertInterval": "2m"}}
+    (rule,) = of_kind(render(values), "PrometheusRule")
+    alerts = "" if profile == "fast" else "2m"
+    assert rule["spec"]["groups"] == timed(source_groups(PROFILES[profile]), interval, alerts)
 
 
 def test_record_groups_take_their_own_interval_and_alerts_the_global_one() -> None:
@@ -91,6 +99,28 @@ def test_record_groups_take_their_own_interval_and_alerts_the_global_one() -> No
     assert {name for name, value in intervals.items() if value == "2m"} == records
     assert intervals["inference.signatures"] is None
     assert intervals["inference.meta"] is None
+
+
+def test_alert_groups_take_the_alert_interval_and_records_keep_theirs() -> None:
+    source = yaml.safe_load((PROFILES["sidecar"] / "alerts.yaml").read_text())
+    alerts = {group["name"] for group in source["groups"]}
+    assert {"inference.signatures", "inference.meta", "inference.slo"} <= alerts
+    # alone: the alert groups at it, the record groups at the global interval
+    (rule,) = of_kind(render({"prometheusRule": {"alertInterval": "1m"}}), "PrometheusRule")
+    intervals = {g["name"]: g.get("interval") for g in rule["spec"]["groups"]}
+    assert {name for name, value in intervals.items() if value == "1m"} == alerts
+    assert all(v is None for name, v in intervals.items() if name not in alerts)
+    # with recordInterval, each kind of group at its own
+    values = {"prometheusRule": {"alertInterval": "1m", "recordInterval": "2m"}}
+    (rule,) = of_kind(render(values), "PrometheusRule")
+    intervals = {g["name"]: g.get("interval") for g in rule["spec"]["groups"]}
+    assert {name for name, value in intervals.items() if value == "1m"} == alerts
+    assert {name for name, value in intervals.items() if value == "2m"} == set(intervals) - alerts
+
+
+def test_a_malformed_alert_interval_is_refused() -> None:
+    with pytest.raises(helm.HelmError, match="alertInterval"):
+        render({"prometheusRule": {"alertInterval": "every minute"}})
 
 
 @pytest.mark.parametrize(
