@@ -442,23 +442,30 @@ STATES = ("healthy", "starved")
 _QUEUE_DEPTH = "inference_queue_depth{"
 
 
-def pod_body(template: Template, pod: PodIdentity, state: str = "healthy") -> Body:
-    """A sidecar's exposition: the template's GPUs cut to the pod's, with its own UUIDs (none
-    where the sidecar runs without NVML) and its model; its engine's waiting queue as
-    ``state`` has it (:data:`STATES`)."""
-    uuids = {old: _uuid_of(pod.index, k) for k, old in enumerate(template.uuids())}
+def in_state(template: Template, state: str) -> Template:
+    """A sidecar's template with its engine's waiting queue as ``state`` has it
+    (:data:`STATES`): none waiting where healthy, the captured queue where starved. Once per
+    template, not per pod."""
     if state not in STATES:
         raise ValueError(f"unknown fleet state {state!r}: one of {', '.join(STATES)}")
-    if state == "healthy":
-        template = Template(
-            [
-                replace(e, value=0.0, kind="flag")
-                if isinstance(e, Line) and e.head.startswith(_QUEUE_DEPTH)
-                else e
-                for e in template.lines
-            ],
-            template.age_s,
-        )
+    if state == "starved":
+        return template
+    return Template(
+        [
+            replace(e, value=0.0, kind="flag")
+            if isinstance(e, Line) and e.head.startswith(_QUEUE_DEPTH)
+            else e
+            for e in template.lines
+        ],
+        template.age_s,
+    )
+
+
+def pod_body(template: Template, pod: PodIdentity) -> Body:
+    """A sidecar's exposition: the template's GPUs cut to the pod's, with its own UUIDs (none
+    where the sidecar runs without NVML) and its model (the template already in the fleet's
+    state: :func:`in_state`)."""
+    uuids = {old: _uuid_of(pod.index, k) for k, old in enumerate(template.uuids())}
 
     def rewrite(line: Line) -> str | None:
         if line.gpu is not None and line.gpu >= pod.gpus:
@@ -841,13 +848,11 @@ def serve(args: argparse.Namespace) -> int:
         per_node = [dcgm_body(dcgm_template(), node) for node in agents]
     else:
         per_node = [node_body(templates["agent"], node) for node in agents]
+    names = {sidecar if pod.template == "sidecar" else pod.template for pod in pods}
+    stated = {name: in_state(templates[name], scenario.state) for name in names}
     bodies = {
         "pods": [
-            pod_body(
-                templates[sidecar if pod.template == "sidecar" else pod.template],
-                pod,
-                scenario.state,
-            )
+            pod_body(stated[sidecar if pod.template == "sidecar" else pod.template], pod)
             for pod in pods
         ],
         "nodes": per_node,
@@ -1046,6 +1051,7 @@ class Pack:
     label: str
     files: tuple[Path, ...]
     record_interval: str = ""  # the record groups' own interval; "": the global one
+    alert_interval: str = ""  # the alert groups' own interval; "": the global one
 
 
 def pack_of(directory: Path) -> Pack:
@@ -1088,32 +1094,42 @@ def chart_record_interval() -> str:
     return str(values["prometheusRule"].get("recordInterval") or "")
 
 
+def chart_alert_interval() -> str:
+    """The alert groups' evaluation interval the chart installs (``prometheusRule.
+    alertInterval``; empty: Prometheus' global one)."""
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    return str(values["prometheusRule"].get("alertInterval") or "")
+
+
 #: The groups the chart's ``recordInterval`` times: every group whose name starts so (its
 #: template's test), the signals' record groups and the SLO and verdict records with them.
+#: Every other group is an alert group, which its ``alertInterval`` times.
 RECORD_GROUP_PREFIX = "inference.records"
 
 
-def with_record_interval(pack: Pack, interval: str, workdir: Path) -> Pack:
-    """``pack`` as the chart installs it with ``recordInterval: interval``: its record groups
-    (``inference.records*``, the SLO and verdict records included) evaluated every
-    ``interval`` (copies in ``workdir``); ``pack`` itself where ``interval`` is empty. (Until
-    2026-12-06 only the signals' groups were timed: the SLO and verdict records stayed at the
-    global interval, unlike the chart.)"""
-    if not interval:
+def with_intervals(pack: Pack, records: str, workdir: Path, alerts: str = "") -> Pack:
+    """``pack`` as the chart installs it with ``recordInterval: records`` and ``alertInterval:
+    alerts``: its record groups (``inference.records*``, the SLO and verdict records included)
+    evaluated every ``records``, its alert groups every ``alerts`` (copies in ``workdir``); an
+    empty one leaves its groups at the global interval, and ``pack`` itself is returned where
+    both are. (Until 2026-12-06 only the signals' groups were timed: the SLO and verdict
+    records stayed at the global interval, unlike the chart.)"""
+    if not records and not alerts:
         return pack
-    label = f"{pack.label}-records{interval}"
+    label = pack.label + (f"-records{records}" if records else "")
+    label += f"-alerts{alerts}" if alerts else ""
     out = workdir / label
     out.mkdir(parents=True, exist_ok=True)
     files = []
     for path in pack.files:
         doc = yaml.safe_load(path.read_text())
-        groups = [
-            {"interval": interval, **g} if g["name"].startswith(RECORD_GROUP_PREFIX) else g
-            for g in doc["groups"]
-        ]
+        groups = []
+        for g in doc["groups"]:
+            interval = records if g["name"].startswith(RECORD_GROUP_PREFIX) else alerts
+            groups.append({"interval": interval, **g} if interval else g)
         (out / path.name).write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
         files.append(out / path.name)
-    return Pack(label, tuple(files), interval)
+    return Pack(label, tuple(files), records, alerts)
 
 
 @dataclass
@@ -1415,6 +1431,7 @@ def _results(inst: Instance, cost_repeat: int) -> dict[str, Any]:
         "pods_per_model": sc.pods_per_model,
         "pack": inst.pack.label,
         "record_interval": inst.pack.record_interval,
+        "alert_interval": inst.pack.alert_interval,
         "gpus": gpus,
         "pods": pods,
         "node_agents": len(sc.agents()),
@@ -1475,7 +1492,8 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
         )
         seen.append(given.label)
         packs.setdefault(layout, []).extend(
-            with_record_interval(pack, interval, workdir) for interval in args.record_interval
+            with_intervals(pack, interval, workdir, args.alert_interval)
+            for interval in args.record_interval
         )
     out: list[list[tuple[Scenario, list[Pack]]]] = [
         [
@@ -1496,7 +1514,7 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
                     state=args.state,
                 ),
                 [
-                    with_record_interval(p, args.record_interval[0], workdir)
+                    with_intervals(p, args.record_interval[0], workdir, args.alert_interval)
                     for p in (sidecar, without)
                 ],
             )
@@ -1568,6 +1586,7 @@ def run(args: argparse.Namespace) -> int:
         "scrape_interval_s": SCRAPE_INTERVAL_S,
         "evaluation_interval_s": args.evaluation_interval,
         "record_intervals": args.record_interval,
+        "alert_interval": args.alert_interval,
         "prometheus_memory_limit": args.prometheus_memory_limit,
         "warmup_min": args.warmup,
         "measure_min": args.measure,
@@ -1616,14 +1635,16 @@ def _rules_cores(sc: dict[str, Any]) -> float:
 
 def _name(sc: dict[str, Any]) -> str:
     interval = sc.get("record_interval") or "global"
-    return f"{sc['layout']} ({sc['pack']}, records {interval})"
+    alerts = sc.get("alert_interval") or "global"
+    return f"{sc['layout']} ({sc['pack']}, records {interval}, alerts {alerts})"
 
 
 def report_layouts(scales: Sequence[dict[str, Any]]) -> None:
     """The sidecar and node layouts side by side, and the node layout's ratios (each node pack
     against the sidecar pack at the same size, mix and record interval)."""
     runs = [sc for sc in scales if not sc.get("pool_models")]
-    head = ["layout", "pack", "records every", "GPUs per pod", "GPUs", "pods", "agents"]
+    head = ["layout", "pack", "records every", "alerts every", "GPUs per pod", "GPUs", "pods"]
+    head += ["agents"]
     head += ["series", "per GPU", "recorded", "RSS MiB", "CPU cores", "rules' cores"]
     head += ["rules' share", "all groups ms"]
     _print_head(head)
@@ -1632,6 +1653,7 @@ def report_layouts(scales: Sequence[dict[str, Any]]) -> None:
             sc["layout"],
             f"`{sc['pack']}`",
             sc.get("record_interval") or "(global)",
+            sc.get("alert_interval") or "(global)",
             sc["mix"],
             f"{sc['gpus']:,}",
             f"{sc['pods']:,}",
@@ -1651,7 +1673,7 @@ def report_layouts(scales: Sequence[dict[str, Any]]) -> None:
     for sc in runs:
         if sc["layout"] != "node":
             continue
-        same = ("gpus", "mix", "record_interval")
+        same = ("gpus", "mix", "record_interval", "alert_interval")
         base = next(
             (
                 b
@@ -1923,6 +1945,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "measured side by side",
     )
     p_run.add_argument(
+        "--alert-interval",
+        default=None,
+        metavar="DURATION",
+        help="the alert groups' evaluation interval, as the chart's prometheusRule."
+        f"alertInterval sets it (default: the chart's, {chart_alert_interval() or 'none'}); "
+        "'' for none (the global one)",
+    )
+    p_run.add_argument(
         "--pack",
         nargs="+",
         default=[],
@@ -1982,6 +2012,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.record_interval = [chart_record_interval()]
         if any(i and not re.fullmatch(r"([0-9]+(ms|s|m|h))+", i) for i in args.record_interval):
             print("fleet: --record-interval must be a duration (1m, 30s) or ''", file=sys.stderr)
+            return 2
+        if args.alert_interval is None:
+            args.alert_interval = chart_alert_interval()
+        if args.alert_interval and not re.fullmatch(r"([0-9]+(ms|s|m|h))+", args.alert_interval):
+            print("fleet: --alert-interval must be a duration (1m, 30s) or ''", file=sys.stderr)
             return 2
         return run(args)
     if args.command == "report":

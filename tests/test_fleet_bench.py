@@ -158,7 +158,7 @@ def test_a_healthy_fleet_has_no_waiting_requests_and_a_starved_one_the_captured_
     (pod,) = fleet.fleet(1, "1")
 
     def values(state: str, t: float) -> dict[str, float]:
-        body = fleet.pod_body(template, pod, state).render(t).decode()
+        body = fleet.pod_body(fleet.in_state(template, state), pod).render(t).decode()
         return {line.split("{")[0]: float(line.split()[-1]) for line in body.splitlines()
                 if line and not line.startswith("#")}  # fmt: skip
 
@@ -169,7 +169,7 @@ def test_a_healthy_fleet_has_no_waiting_requests_and_a_starved_one_the_captured_
         assert healthy["inference_requests_running"] == starved["inference_requests_running"]
     assert values("starved", 0.0) != values("starved", 300.0)  # the captured queue moves
     with pytest.raises(ValueError, match="unknown fleet state"):
-        fleet.pod_body(template, pod, "busy")
+        fleet.in_state(template, "busy")
     assert fleet.Scenario(800, "node", state="starved").name == "node-800-mixdefault-starved"
     assert fleet.Scenario(800, "node").name == "node-800-mixdefault"
     assert fleet.Scenario(800, "node", state="starved").args()[-2:] == ["--state", "starved"]
@@ -198,8 +198,8 @@ def test_pack_without_the_pool_family_drops_only_it(tmp_path: Path) -> None:
 
 def test_pack_with_a_record_interval_times_only_the_record_groups(tmp_path: Path) -> None:
     full = fleet.pack_of(fleet.RULES / "node")
-    assert fleet.with_record_interval(full, "", tmp_path) is full
-    timed = fleet.with_record_interval(full, "1m", tmp_path)
+    assert fleet.with_intervals(full, "", tmp_path) is full
+    timed = fleet.with_intervals(full, "1m", tmp_path)
     for before, after in zip(full.files, timed.files, strict=True):
         old = yaml.safe_load(before.read_text())["groups"]
         new = yaml.safe_load(after.read_text())["groups"]
@@ -222,6 +222,36 @@ def test_pack_with_a_record_interval_times_only_the_record_groups(tmp_path: Path
     assert fleet.chart_record_interval() == ""
 
 
+def test_pack_with_an_alert_interval_times_the_alert_groups(tmp_path: Path) -> None:
+    full = fleet.pack_of(fleet.RULES / "node")
+    both = fleet.with_intervals(full, "1m", tmp_path, "2m")
+    alone = fleet.with_intervals(full, "", tmp_path, "2m")
+    assert (both.label, both.record_interval, both.alert_interval) == (
+        "node-records1m-alerts2m",
+        "1m",
+        "2m",
+    )
+    assert (alone.label, alone.record_interval, alone.alert_interval) == ("node-alerts2m", "", "2m")
+    for pack, records in ((both, "1m"), (alone, None)):
+        for before, after in zip(full.files, pack.files, strict=True):
+            old = yaml.safe_load(before.read_text())["groups"]
+            new = yaml.safe_load(after.read_text())["groups"]
+            assert [g["rules"] for g in new] == [g["rules"] for g in old]
+            for group in new:
+                is_record = group["name"].startswith("inference.records")
+                assert group.get("interval") == (records if is_record else "2m"), group["name"]
+    # every alert group of the pack, as the chart's template times them
+    timed_names = {
+        g["name"]
+        for path in alone.files
+        for g in yaml.safe_load(path.read_text())["groups"]
+        if g.get("interval") == "2m"
+    }
+    assert timed_names == {"inference.signatures", "inference.meta", "inference.slo"}
+    assert yaml.safe_load(fleet.CHART_VALUES.read_text())["prometheusRule"]["alertInterval"] == ""
+    assert fleet.chart_alert_interval() == ""
+
+
 def test_a_batch_measures_every_pack_of_a_layout_at_every_record_interval(tmp_path: Path) -> None:
     args = fleet.argparse.Namespace(
         rules=fleet.RULES,
@@ -229,6 +259,7 @@ def test_a_batch_measures_every_pack_of_a_layout_at_every_record_interval(tmp_pa
         layout=["sidecar", "node"],
         mix=["1"],
         record_interval=["1m", ""],
+        alert_interval="",
         pack=[fleet._layout_pack(f"node={fleet.RULES / 'node'}")],
         pool_pods_per_model=[],
         pool_models=8,
@@ -347,3 +378,13 @@ def test_rules_of_one_name_are_timed_apart_and_keyed_as_their_costs(tmp_path: Pa
         2,
         4,
     ]
+
+
+@pytest.mark.parametrize("flag", ["--record-interval", "--alert-interval"])
+def test_a_malformed_interval_exits_2_with_one_line(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert fleet.main(["run", "--gpus", "16", flag, "every minute"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"fleet: {flag} must be a duration" in err
