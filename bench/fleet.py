@@ -1641,7 +1641,7 @@ def _name(sc: dict[str, Any]) -> str:
 
 def report_layouts(scales: Sequence[dict[str, Any]]) -> None:
     """The sidecar and node layouts side by side, and the node layout's ratios (each node pack
-    against the sidecar pack at the same size, mix and record interval)."""
+    against the sidecar pack at the same size, mix and record and alert intervals)."""
     runs = [sc for sc in scales if not sc.get("pool_models")]
     head = ["layout", "pack", "records every", "alerts every", "GPUs per pod", "GPUs", "pods"]
     head += ["agents"]
