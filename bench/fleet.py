@@ -1087,18 +1087,20 @@ def without_family(pack: Pack, family: str, group: str, workdir: Path) -> Pack:
     return Pack(label, tuple(files))
 
 
-def chart_record_interval() -> str:
-    """The record groups' evaluation interval the chart installs (``prometheusRule.
-    recordInterval``; empty: Prometheus' global one)."""
+def _chart_interval(key: str) -> str:
+    """``prometheusRule.<key>`` as the chart installs it; empty: Prometheus' global one."""
     values = yaml.safe_load(CHART_VALUES.read_text())
-    return str(values["prometheusRule"].get("recordInterval") or "")
+    return str(values["prometheusRule"].get(key) or "")
+
+
+def chart_record_interval() -> str:
+    """The record groups' evaluation interval the chart installs (``recordInterval``)."""
+    return _chart_interval("recordInterval")
 
 
 def chart_alert_interval() -> str:
-    """The alert groups' evaluation interval the chart installs (``prometheusRule.
-    alertInterval``; empty: Prometheus' global one)."""
-    values = yaml.safe_load(CHART_VALUES.read_text())
-    return str(values["prometheusRule"].get("alertInterval") or "")
+    """The alert groups' evaluation interval the chart installs (``alertInterval``)."""
+    return _chart_interval("alertInterval")
 
 
 #: The groups the chart's ``recordInterval`` times: every group whose name starts so (its

@@ -196,24 +196,26 @@ def test_pack_without_the_pool_family_drops_only_it(tmp_path: Path) -> None:
             assert kept == before[name]
 
 
-def test_pack_with_a_record_interval_times_only_the_record_groups(tmp_path: Path) -> None:
-    full = fleet.pack_of(fleet.RULES / "node")
-    assert fleet.with_intervals(full, "", tmp_path) is full
-    timed = fleet.with_intervals(full, "1m", tmp_path)
+def group_intervals(full: fleet.Pack, timed: fleet.Pack) -> dict[str, str | None]:
+    """Each group of ``timed`` by name, with its interval (None: the global one), after
+    checking that it holds the same rules as ``full``'s, file by file."""
+    intervals: dict[str, str | None] = {}
     for before, after in zip(full.files, timed.files, strict=True):
         old = yaml.safe_load(before.read_text())["groups"]
         new = yaml.safe_load(after.read_text())["groups"]
         assert [g["rules"] for g in new] == [g["rules"] for g in old]
-        for group in new:
-            records = group["name"].startswith("inference.records")
-            assert group.get("interval") == ("1m" if records else None), group["name"]
+        intervals.update((g["name"], g.get("interval")) for g in new)
+    return intervals
+
+
+def test_pack_with_a_record_interval_times_only_the_record_groups(tmp_path: Path) -> None:
+    full = fleet.pack_of(fleet.RULES / "node")
+    assert fleet.with_intervals(full, "", tmp_path) is full
+    intervals = group_intervals(full, fleet.with_intervals(full, "1m", tmp_path))
+    for name, interval in intervals.items():
+        assert interval == ("1m" if name.startswith("inference.records") else None), name
     # as the chart's template times them: the SLO and verdict records too, not the alerts
-    timed_names = {
-        g["name"]
-        for path in timed.files
-        for g in yaml.safe_load(path.read_text())["groups"]
-        if g.get("interval") == "1m"
-    }
+    timed_names = {name for name, interval in intervals.items() if interval == "1m"}
     assert set(RECORD_GROUPS) < timed_names
     assert {"inference.records.slo", "inference.records.verdicts"} < timed_names
     assert not timed_names & {"inference.signatures", "inference.meta", "inference.slo"}
@@ -233,20 +235,11 @@ def test_pack_with_an_alert_interval_times_the_alert_groups(tmp_path: Path) -> N
     )
     assert (alone.label, alone.record_interval, alone.alert_interval) == ("node-alerts2m", "", "2m")
     for pack, records in ((both, "1m"), (alone, None)):
-        for before, after in zip(full.files, pack.files, strict=True):
-            old = yaml.safe_load(before.read_text())["groups"]
-            new = yaml.safe_load(after.read_text())["groups"]
-            assert [g["rules"] for g in new] == [g["rules"] for g in old]
-            for group in new:
-                is_record = group["name"].startswith("inference.records")
-                assert group.get("interval") == (records if is_record else "2m"), group["name"]
+        for name, interval in group_intervals(full, pack).items():
+            assert interval == (records if name.startswith("inference.records") else "2m"), name
     # every alert group of the pack, as the chart's template times them
-    timed_names = {
-        g["name"]
-        for path in alone.files
-        for g in yaml.safe_load(path.read_text())["groups"]
-        if g.get("interval") == "2m"
-    }
+    intervals = group_intervals(full, alone)
+    timed_names = {name for name, interval in intervals.items() if interval == "2m"}
     assert timed_names == {"inference.signatures", "inference.meta", "inference.slo"}
     assert yaml.safe_load(fleet.CHART_VALUES.read_text())["prometheusRule"]["alertInterval"] == ""
     assert fleet.chart_alert_interval() == ""

@@ -87,10 +87,15 @@ def test_prometheus_rule_equals_alert_rules(profile: str) -> None:
     assert rule["spec"]["groups"] == timed(source_groups(PROFILES[profile]), interval, alerts)
 
 
-def test_record_groups_take_their_own_interval_and_alerts_the_global_one() -> None:
-    values = {"prometheusRule": {"recordInterval": "2m"}}
+def rendered_intervals(values: dict[str, Any]) -> dict[str, str | None]:
+    """Each group of the PrometheusRule the chart renders with ``values``, by name, with its
+    interval (None: Prometheus' global one)."""
     (rule,) = of_kind(render(values), "PrometheusRule")
-    intervals = {g["name"]: g.get("interval") for g in rule["spec"]["groups"]}
+    return {g["name"]: g.get("interval") for g in rule["spec"]["groups"]}
+
+
+def test_record_groups_take_their_own_interval_and_alerts_the_global_one() -> None:
+    intervals = rendered_intervals({"prometheusRule": {"recordInterval": "2m"}})
     # the template knows them by their prefix: every record group (the signals' and the SLO
     # and verdict groups), no other
     source = yaml.safe_load((PROFILES["sidecar"] / "recording_rules.yaml").read_text())
@@ -106,14 +111,13 @@ def test_alert_groups_take_the_alert_interval_and_records_keep_theirs() -> None:
     alerts = {group["name"] for group in source["groups"]}
     assert {"inference.signatures", "inference.meta", "inference.slo"} <= alerts
     # alone: the alert groups at it, the record groups at the global interval
-    (rule,) = of_kind(render({"prometheusRule": {"alertInterval": "1m"}}), "PrometheusRule")
-    intervals = {g["name"]: g.get("interval") for g in rule["spec"]["groups"]}
+    intervals = rendered_intervals({"prometheusRule": {"alertInterval": "1m"}})
     assert {name for name, value in intervals.items() if value == "1m"} == alerts
     assert all(v is None for name, v in intervals.items() if name not in alerts)
     # with recordInterval, each kind of group at its own
-    values = {"prometheusRule": {"alertInterval": "1m", "recordInterval": "2m"}}
-    (rule,) = of_kind(render(values), "PrometheusRule")
-    intervals = {g["name"]: g.get("interval") for g in rule["spec"]["groups"]}
+    intervals = rendered_intervals(
+        {"prometheusRule": {"alertInterval": "1m", "recordInterval": "2m"}}
+    )
     assert {name for name, value in intervals.items() if value == "1m"} == alerts
     assert {name for name, value in intervals.items() if value == "2m"} == set(intervals) - alerts
 
