@@ -1115,7 +1115,8 @@ def with_intervals(pack: Pack, records: str, workdir: Path, alerts: str = "") ->
     evaluated every ``records``, its alert groups every ``alerts`` (copies in ``workdir``); an
     empty one leaves its groups at the global interval, and ``pack`` itself is returned where
     both are. (Until 2026-12-06 only the signals' groups were timed: the SLO and verdict
-    records stayed at the global interval, unlike the chart.)"""
+    records stayed at the global interval, unlike the chart.) A group generated with an interval
+    of its own (the SLO budget's) keeps it, as in the chart."""
     if not records and not alerts:
         return pack
     label = pack.label + (f"-records{records}" if records else "")

@@ -37,6 +37,7 @@ from exporter.signatures.site import (
     SiteConfig,
 )
 from exporter.signatures.slo.burn_alerts import SLO_ALERT_GROUP, SLO_FAMILY, SloAlert, slo_alerts
+from exporter.signatures.slo.slo_signals import group_intervals as slo_group_intervals
 from exporter.signatures.slo.slo_signals import slo_rules
 from exporter.signatures.slo.verdict_signals import is_pool_signature, verdict_rules
 from exporter.signatures.slo_config import SCALING_HELP
@@ -86,10 +87,14 @@ def recording_rules_yaml(cfg: SiteConfig) -> str:
     out = _header(cfg.profile.name, "Recording rules")
     out.append("groups:")
     group = None
+    intervals = slo_group_intervals(cfg)
     for rule in pack_recording_rules(cfg):
         if rule.group != group:
             group = rule.group
-            out += [f"  - name: {group}", "    rules:"]
+            out.append(f"  - name: {group}")
+            if group in intervals:
+                out.append(f"    interval: {format_duration(intervals[group])}")
+            out.append("    rules:")
         out.append(f"      # {rule.help}")
         out.append(f"      - record: {rule.record}")
         out += _block("expr", rule.expr, "        ")

@@ -15,6 +15,7 @@ from support.chart import chart_tool as load_chart_tool
 
 import exporter
 from exporter.signatures.signals.signal_groups import RECORD_GROUPS
+from exporter.signatures.slo.slo_signals import BUDGET_GROUP as BUDGET
 
 chart_tool = load_chart_tool()
 SCENARIOS_PAGERDUTY = {
@@ -61,11 +62,12 @@ def test_profiles_hold_recording_and_alerting_rules() -> None:
 
 def timed(groups: list[dict[str, Any]], records: str, alerts: str = "") -> list[dict[str, Any]]:
     """``groups`` with the record groups at ``records`` (the chart's recordInterval) and the
-    alert groups at ``alerts`` (its alertInterval); an empty one leaves them untimed."""
+    alert groups at ``alerts`` (its alertInterval); an empty one leaves them untimed, and a
+    group generated with an interval of its own (the SLO budget's) keeps it."""
     out = []
     for g in groups:
         interval = records if g["name"].startswith("inference.records") else alerts
-        out.append({**g, "interval": interval} if interval else g)
+        out.append({**g, "interval": interval} if interval and "interval" not in g else g)
     return out
 
 
@@ -97,11 +99,12 @@ def rendered_intervals(values: dict[str, Any]) -> dict[str, str | None]:
 def test_record_groups_take_their_own_interval_and_alerts_the_global_one() -> None:
     intervals = rendered_intervals({"prometheusRule": {"recordInterval": "2m"}})
     # the template knows them by their prefix: every record group (the signals' and the SLO
-    # and verdict groups), no other
+    # and verdict groups), no other; the SLO budget's group keeps its own
     source = yaml.safe_load((PROFILES["sidecar"] / "recording_rules.yaml").read_text())
     records = {group["name"] for group in source["groups"]}
     assert set(RECORD_GROUPS) < records
-    assert {name for name, value in intervals.items() if value == "2m"} == records
+    assert {name for name, value in intervals.items() if value == "2m"} == records - {BUDGET}
+    assert intervals[BUDGET] == "2m30s"
     assert intervals["inference.signatures"] is None
     assert intervals["inference.meta"] is None
 
@@ -113,13 +116,16 @@ def test_alert_groups_take_the_alert_interval_and_records_keep_theirs() -> None:
     # alone: the alert groups at it, the record groups at the global interval
     intervals = rendered_intervals({"prometheusRule": {"alertInterval": "1m"}})
     assert {name for name, value in intervals.items() if value == "1m"} == alerts
-    assert all(v is None for name, v in intervals.items() if name not in alerts)
+    assert all(v is None for name, v in intervals.items() if name not in alerts | {BUDGET})
     # with recordInterval, each kind of group at its own
     intervals = rendered_intervals(
         {"prometheusRule": {"alertInterval": "1m", "recordInterval": "2m"}}
     )
     assert {name for name, value in intervals.items() if value == "1m"} == alerts
-    assert {name for name, value in intervals.items() if value == "2m"} == set(intervals) - alerts
+    assert {name for name, value in intervals.items() if value == "2m"} == set(
+        intervals
+    ) - alerts - {BUDGET}
+    assert intervals[BUDGET] == "2m30s"
 
 
 def test_a_malformed_alert_interval_is_refused() -> None:

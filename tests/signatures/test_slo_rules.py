@@ -136,3 +136,33 @@ def test_the_cause_and_advice_suites_run_with_the_whole_pack() -> None:
                 families.update(re.findall(r'signature="(\w+)"', sample["labels"]))
     assert families >= {"cpu", "queue", "network", "memory", "gpu", "roofline", "pool", "meta"}
     assert exprs
+
+
+@pytest.mark.parametrize("profile", ["sidecar", "node", "dcgm", "fast"])
+def test_the_budget_over_the_period_runs_in_its_own_group_less_often(profile: str) -> None:
+    """The budget's range read over the whole period (28 days of the base records) is the
+    costliest read of the pack once Prometheus holds the period (``bench/slo_windows.py``): it
+    runs in a group of its own every 2m30s (scaled in the fast profile), often enough that an
+    instant query within Prometheus's 5-minute lookback always finds it; every other SLO
+    record stays in ``inference.records.slo`` at the global interval, and no alert reads the
+    budget (it would see it minutes late)."""
+    pack = RULES if profile == "sidecar" else RULES / profile
+    groups = _load(pack / "recording_rules.yaml")["groups"]
+    names = [g["name"] for g in groups]
+    budget = groups[names.index("inference.records.slo.budget")]
+    slo = groups[names.index("inference.records.slo")]
+    assert names.index("inference.records.slo.budget") == names.index("inference.records.slo") + 1
+    scale = 0.1 if profile == "fast" else 1.0
+    assert parse_duration(budget["interval"]) == 150 * scale
+    assert "interval" not in slo
+    period = format_duration(28 * 86400 * scale)
+    assert [r["record"] for r in budget["rules"]] == [
+        f"inference_pool:slo_{kind}_budget_remaining:ratio{period}"
+        for kind in ("ttft", "availability")
+    ]
+    for rule in budget["rules"]:
+        assert f"[{period}]" in rule["expr"]
+    for rule in slo["rules"]:
+        assert f"[{period}]" not in rule["expr"], rule["record"]
+    alerts = (pack / "alerts.yaml").read_text(encoding="utf-8")
+    assert "budget_remaining" not in alerts

@@ -20,8 +20,13 @@ not name a pod, and ``model``), with the objective's name as the ``slo`` label:
     per objective and pool instead of every pod's buckets over days.
 ``inference_pool:slo_<sli>_budget_remaining:ratio<period>``
     the share of the period's budget left (below 0: overspent), from the base records over the
-    period (40,320 samples per objective and pool for 28 days at a 1m interval: a range read,
-    far cheaper than a subquery's 8,064 evaluations).
+    period: a range read of 161,280 samples per objective and pool for 28 days at a 15 s
+    interval (far cheaper than a subquery's evaluations, and still the costliest read of the
+    pack once Prometheus holds the period: 0.4 s an evaluation for 20 pools, ``docs/scale.md``).
+    It is evaluated in a group of its own, :data:`BUDGET_GROUP`, every
+    :func:`budget_interval_seconds` (2m30s: half of Prometheus's 5-minute lookback, so an
+    instant query always finds it), whatever the global interval; no alert reads it (the
+    dashboards, ``diagnose``).
 ``inference_pool:slo_goodput:ratio<base>``, ``inference_pool:slo_goodput:rate<base>``
     where an objective sets both time to first token and inter-token latency: the share (and
     requests per second) of requests that met both, at least. Histograms count each
@@ -65,6 +70,12 @@ from exporter.signatures.slo_config import SliKind, Slo
 
 #: The rule group of the SLO records: per objective and pool, after the pools' records.
 SLO_GROUP = "inference.records.slo"
+#: The rule group of the budget left over the period: the period's range read (28 days of the
+#: base records) at its own, longer interval (:func:`budget_interval_seconds`).
+BUDGET_GROUP = "inference.records.slo.budget"
+#: How often the budget group runs (seconds, before the time scale): half of the 5-minute
+#: lookback of Prometheus and vmalert, so the record is never too old for an instant query.
+BUDGET_INTERVAL_S = 150.0
 #: The label that names the objective (``slo.objectives[].name``).
 SLO_LABEL = "slo"
 #: The gateway's outcomes that are the service's failures (not the client's cancellations).
@@ -91,6 +102,16 @@ def period_seconds(cfg: SiteConfig) -> float:
     return cfg.slo.period * cfg.profile.time_scale
 
 
+def budget_interval_seconds(cfg: SiteConfig) -> float:
+    """The budget group's interval (seconds, after the time scale)."""
+    return BUDGET_INTERVAL_S * cfg.profile.time_scale
+
+
+def group_intervals(cfg: SiteConfig) -> dict[str, float]:
+    """The record groups that run at their own interval (seconds), whatever the global one."""
+    return {BUDGET_GROUP: budget_interval_seconds(cfg)} if kinds(cfg) else {}
+
+
 def kinds(cfg: SiteConfig) -> tuple[SliKind, ...]:
     """The objectives some entry sets, in the order of their records."""
     return tuple(k for k in ("ttft", "itl", "e2e", "availability") if cfg.slo.has(k))
@@ -106,12 +127,13 @@ class SloFamily:
     name: str
     unit: Unit
     title: str
+    group: str = SLO_GROUP
 
     def at(self, kind: str, seconds: float | None = None) -> Signal:
         """The signal of ``kind`` over ``seconds`` (already scaled; ``None``: no window)."""
         window = "" if seconds is None else format_duration(seconds)
         name = self.name.replace("{sli}", kind).replace("{window}", window)
-        return Signal(name, self.unit, SLO_GROUP, Rule(lambda _ctx: name, self.title), self.title)
+        return Signal(name, self.unit, self.group, Rule(lambda _ctx: name, self.title), self.title)
 
 
 GOOD = SloFamily("inference_pool:slo_{sli}_good:rate{window}", "count", "good events/s")
@@ -120,7 +142,10 @@ OBJECTIVE = SloFamily("inference_pool:slo_{sli}_objective:ratio", "ratio", "obje
 SLI = SloFamily("inference_pool:slo_{sli}_sli:ratio{window}", "ratio", "SLI")
 BURN_RATE = SloFamily("inference_pool:slo_{sli}_burn_rate:ratio{window}", "count", "burn rate")
 BUDGET_REMAINING = SloFamily(
-    "inference_pool:slo_{sli}_budget_remaining:ratio{window}", "ratio", "error budget left"
+    "inference_pool:slo_{sli}_budget_remaining:ratio{window}",
+    "ratio",
+    "error budget left",
+    BUDGET_GROUP,
 )
 GOODPUT = SloFamily("inference_pool:slo_goodput:ratio{window}", "ratio", "goodput")
 GOODPUT_RATE = SloFamily(
@@ -314,20 +339,25 @@ def _window_rules(ctx: SignalContext, kind: SliKind) -> list[RecordingRule]:
                 group=SLO_GROUP,
             ),
         ]
-    period = period_seconds(cfg)
-    span = format_duration(period)
-    rules.append(
-        RecordingRule(
-            BUDGET_REMAINING.at(kind, period).name,
-            f"1 - (\n1 - sum_over_time({good}[{span}])\n/ {match}\n"
-            f"(sum_over_time({total}[{span}]) > 0)\n)\n"
-            f"/ on ({SLO_LABEL}) group_left ()\n(1 - {objective})",
-            f"share of the {kind} error budget of the last {span} left (below 0: overspent)",
-            window=0.0,
-            group=SLO_GROUP,
-        )
-    )
     return rules
+
+
+def _budget_rule(ctx: SignalContext, kind: SliKind) -> RecordingRule:
+    cfg = ctx.cfg
+    match = on(slo_labels(cfg))
+    base = base_seconds(cfg)
+    good, total = GOOD.at(kind, base).name, TOTAL.at(kind, base).name
+    objective = OBJECTIVE.at(kind).name
+    span = format_duration(period_seconds(cfg))
+    return RecordingRule(
+        BUDGET_REMAINING.at(kind, period_seconds(cfg)).name,
+        f"1 - (\n1 - sum_over_time({good}[{span}])\n/ {match}\n"
+        f"(sum_over_time({total}[{span}]) > 0)\n)\n"
+        f"/ on ({SLO_LABEL}) group_left ()\n(1 - {objective})",
+        f"share of the {kind} error budget of the last {span} left (below 0: overspent)",
+        window=0.0,
+        group=BUDGET_GROUP,
+    )
 
 
 def _goodput_rules(ctx: SignalContext) -> list[RecordingRule]:
@@ -364,4 +394,5 @@ def slo_rules(cfg: SiteConfig) -> list[RecordingRule]:
         rules += _objective_rules(ctx, kind, base)
     for kind in kinds(cfg):
         rules += _window_rules(ctx, kind)
-    return rules + _goodput_rules(ctx)
+    rules += _goodput_rules(ctx)
+    return rules + [_budget_rule(ctx, kind) for kind in kinds(cfg)]
