@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 from support.fakeengine import FakeEngine, FakeEngineThread
+from support.global_interval import at_global_interval
 from support.paths import FIXTURES, TRACE
 from support.process import ExporterProcess
 
@@ -188,8 +189,12 @@ def start_prometheus(workdir: Path, exporter: str) -> Server:
             "evaluation_interval": "1s",
         },
         "rule_files": [
-            str(RULES / "recording_rules.yaml"),
-            str(RULES / "alerts.yaml"),
+            *map(
+                str,
+                at_global_interval(
+                    [RULES / "recording_rules.yaml", RULES / "alerts.yaml"], workdir / "rules"
+                ),
+            ),
             str(workdir / "e2e-alert.yaml"),
         ],
         "scrape_configs": [

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 from support.dashboards import DASHBOARDS, PanelQuery, collect_queries, grafana_regex, load_boards
+from support.global_interval import at_global_interval
 from support.paths import FIXTURES, ROOT
 from support.process import ExporterProcess
 
@@ -256,7 +257,9 @@ def layouts(
             rules = ROOT / "alert_rules" / ("" if layout == "sidecar" else layout)
             config = fleet.prometheus_config(
                 workdir / "targets.json",
-                [rules / "recording_rules.yaml", rules / "alerts.yaml"],
+                at_global_interval(
+                    [rules / "recording_rules.yaml", rules / "alerts.yaml"], workdir / "rules"
+                ),
                 workdir / "nodes.json" if layout != "sidecar" else None,
             )
             config["global"] = {

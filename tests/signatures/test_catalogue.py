@@ -140,8 +140,10 @@ def test_rendered_records_parse_and_are_named_level_metric_operation(profile: st
         "inference.records.energy",
         "inference.records.pool",
         "inference.records.gateway",
-        # Per objective and pool; then which signatures hold, the scaling advice, its gate.
+        # Per objective and pool (the period's budget every 2m30s, a group of its own); then
+        # which signatures hold, the scaling advice, its gate.
         "inference.records.slo",
+        "inference.records.slo.budget",
         "inference.records.verdicts",
     ]
     rules = [rule for group in data["groups"] for rule in group["rules"]]
