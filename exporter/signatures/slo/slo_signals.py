@@ -22,7 +22,8 @@ not name a pod, and ``model``), with the objective's name as the ``slo`` label:
     the share of the period's budget left (below 0: overspent), from the base records over the
     period: a range read of 161,280 samples per objective and pool for 28 days at a 15 s
     interval (far cheaper than a subquery's evaluations, and still the costliest read of the
-    pack once Prometheus holds the period: 0.4 s an evaluation for 20 pools, ``docs/scale.md``).
+    pack once Prometheus holds the period: 0.4-0.5 s an evaluation of each record for 20
+    pools, ``docs/scale.md``).
     It is evaluated in a group of its own, :data:`BUDGET_GROUP`, every
     :func:`budget_interval_seconds` (2m30s: half of Prometheus's 5-minute lookback, so an
     instant query always finds it), whatever the global interval; no alert reads it (the
