@@ -439,6 +439,7 @@ def _start_triton_once(
     )
     url = f"http://127.0.0.1:{http}"
     ready = f"{url}/v2/health/ready" if "--no-model" in args else f"{url}/v2/models/tiny/ready"
+    metrics_url = f"http://127.0.0.1:{metrics}/metrics"
     try:
         wait_until(
             lambda: http_get(ready, 2)[0] == 200,
@@ -446,10 +447,15 @@ def _start_triton_once(
             "model ready",
             child=child,
         )
+        # Triton starts its metrics service after the HTTP one: ready for inference is not yet
+        # ready to be scraped (a test of the server without a model read it refused once).
+        wait_until(
+            lambda: http_get(metrics_url, 2)[0] == 200, timeout, "metrics served", child=child
+        )
     except StackError:
         child.stop()
         raise
-    return Launched([child], url, f"http://127.0.0.1:{metrics}/metrics")
+    return Launched([child], url, metrics_url)
 
 
 #: What each third-party engine does for an injection made through its own configuration:
