@@ -4,32 +4,19 @@ the layout it claims to measure. Its numbers are not tested; its Prometheus runs
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
-import sys
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
-from support.paths import ROOT
+from support.paths import bench_script
 
 from exporter.signatures.signals.signal_groups import RECORD_GROUPS
 from exporter.signatures.slo.slo_signals import BUDGET_GROUP as BUDGET
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fleet_bench", ROOT / "bench" / "fleet.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fleet = _load()
+fleet = bench_script("fleet", "fleet_bench")
 
 # Hand-written: a node agent's exposition cut to what the tests read (the GPUs' busy seconds
 # filed under their holders, the attribution the podresources collector writes for a node of

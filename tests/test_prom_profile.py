@@ -9,26 +9,11 @@ the format, the split against stacks chosen to hit each rule.
 from __future__ import annotations
 
 import gzip
-import importlib.util
-import sys
-from types import ModuleType
 
 import pytest
-from support.paths import ROOT
+from support.paths import bench_script
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "prom_profile", ROOT / "bench" / "prom_profile.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-prom_profile = _load()
+prom_profile = bench_script("prom_profile", "prom_profile")
 
 
 def _varint(value: int) -> bytes:

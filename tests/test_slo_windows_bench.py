@@ -8,34 +8,19 @@ run, not from here.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
-from support.paths import ROOT
+from support.paths import ROOT, bench_script
 
 from exporter.signatures.slo.slo_signals import BUDGET_GROUP, SLO_GROUP
 
 NODE = ROOT / "alert_rules" / "node"
 
 
-def _load() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location(
-        "slo_windows_bench", ROOT / "bench" / "slo_windows.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
+bench = bench_script("slo_windows", "slo_windows_bench")
 
 
 def _merged(tmp_path: Path) -> Path:
@@ -54,7 +39,7 @@ def test_a_pack_is_its_slo_groups_at_their_intervals() -> None:
     pack = bench.load_pack("node", NODE, 15.0)
     intervals = {rule.group: rule.interval_s for rule in pack.rules}
     assert intervals == {SLO_GROUP: 15.0, BUDGET_GROUP: 150.0}
-    bases = bench.base_series(pack, NODE)
+    bases = bench.base_series(NODE)
     assert {name for name, _, _ in bases} == {
         f"inference_pool:slo_{kind}_{what}:rate5m"
         for kind in ("ttft", "availability")

@@ -15,7 +15,6 @@ which signatures it cannot see and why, and agree with the sidecar layout on the
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import math
 import subprocess
@@ -25,13 +24,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from support.dashboards import DASHBOARDS, PanelQuery, collect_queries, grafana_regex, load_boards
 from support.global_interval import at_global_interval
-from support.paths import FIXTURES, ROOT
+from support.paths import FIXTURES, ROOT, bench_script
 from support.process import ExporterProcess
 
 from exporter.diagnose.evaluate import NO_GPUS, diagnose_target, gpu_readers
@@ -43,17 +41,7 @@ from exporter.signatures import all_signatures
 from exporter.signatures.signals.cpu_signals import SOFTIRQ_HOTTEST_CORE
 from exporter.signatures.site import SiteConfig, parse_config
 
-
-def _load_fleet() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fleet_layouts", ROOT / "bench" / "fleet.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fleet = _load_fleet()
+fleet = bench_script("fleet", "fleet_layouts")
 
 LAYOUTS = ("sidecar", "node", "dcgm")
 # 16 GPUs: an 8-GPU pod holding node 0; pods of 4, 2, 1 and 1 GPUs sharing node 1.

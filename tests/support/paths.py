@@ -12,10 +12,8 @@ FIXTURES = ROOT / "tests" / "fixtures"
 TRACE = ROOT / "exporter" / "data" / "replay-2gpu-synthetic.jsonl"
 
 
-def build_tool(name: str) -> ModuleType:
-    """Import ``build-tools/NAME.py`` (a build step, not part of the package) as a module."""
-    path = ROOT / "build-tools" / f"{name}.py"
-    module_name = f"build_tools_{name}"
+def _module(path: Path, module_name: str) -> ModuleType:
+    """``path`` imported as ``module_name`` (once: a second call returns the first module)."""
     if module_name in sys.modules:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -24,3 +22,16 @@ def build_tool(name: str) -> ModuleType:
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def build_tool(name: str) -> ModuleType:
+    """Import ``build-tools/NAME.py`` (a build step, not part of the package) as a module."""
+    return _module(ROOT / "build-tools" / f"{name}.py", f"build_tools_{name}")
+
+
+def bench_script(name: str, module_name: str) -> ModuleType:
+    """Import ``bench/NAME.py`` (a benchmark, not part of the package) as ``module_name``,
+    with ``bench/`` importable as its scripts expect (``import common``)."""
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
+    return _module(ROOT / "bench" / f"{name}.py", module_name)
