@@ -5,11 +5,11 @@
 period's history of the SLO base records (``inference_pool:slo_<sli>_good:rate5m`` and
 ``..._total:rate5m``, one series per objective and pool, a sample every ``--step`` seconds over
 the period and a margin) into a TSDB with ``promtool tsdb create-blocks-from openmetrics``,
-starts Prometheus on it with no scrape and no rule, and times each rule of the SLO groups of
-each pack as an instant query at the end of the history (median of ``--repeat``, after one
-warm-up): what one evaluation of the rule costs then. Per group it adds the rules up and
-multiplies by the group's evaluations per minute (its own ``interval``, else
-``--evaluation-interval``): the CPU the group takes a minute, one core's worth.
+starts Prometheus on it (the lab's, with no scrape and no rule), and times each rule of the
+SLO groups of each pack as an instant query at the end of the history (median of
+``--repeat``, after one warm-up): what one evaluation of the rule costs then. Per group it
+adds the rules up and multiplies by the group's evaluations per minute (its own ``interval``,
+else ``--evaluation-interval``): the CPU the group takes a minute, one core's worth.
 
     python bench/slo_windows.py [--pools 20] [--step 15] [--evaluation-interval 15] \\
         [--pack LABEL=DIR ...]          # default: node=alert_rules/node
@@ -40,6 +40,7 @@ import common as c
 import yaml
 
 from exporter.config import format_duration, parse_duration
+from exporter.lab import processes
 
 DAY = 86400
 #: The SLO record groups (``exporter/signatures/slo/slo_signals.py``).
@@ -79,7 +80,7 @@ def load_pack(label: str, directory: Path, default_interval_s: float) -> Pack:
     return Pack(label, tuple(rules))
 
 
-def base_series(pack: Pack, directory: Path) -> list[tuple[str, list[str], dict[str, str]]]:
+def base_series(directory: Path) -> list[tuple[str, list[str], dict[str, str]]]:
     """Each base record: its name, the labels it is summed by, its static labels."""
     doc = yaml.safe_load((directory / "recording_rules.yaml").read_text())
     out = []
@@ -166,44 +167,21 @@ def measure(base: str, packs: Sequence[Pack], repeat: int, at: float) -> dict[st
     return out
 
 
-def _ready(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{base}/-/ready", timeout=2) as response:
-            response.read()
-        return True
-    except OSError:
-        return False
-
-
-def _run_prometheus(  # noqa: PLR0917
-    binary: str, work: Path, log: Path, packs: Sequence[Pack], repeat: int, step_s: int
+def _timed_on_history(
+    work: Path, packs: Sequence[Pack], repeat: int, step_s: int
 ) -> dict[str, Any]:
     """Prometheus over ``work``'s TSDB, no scrape, no rule: every pack's rules timed on it."""
-    (work / "prometheus.yml").write_text("global: {}\n")
-    port = c.free_port()
-    with log.open("wb") as out:
-        prom = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={work / 'prometheus.yml'}",
-                f"--storage.tsdb.path={work / 'tsdb'}",
-                "--storage.tsdb.retention.time=400d",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    server = processes.start_prometheus(
+        work,
+        {"global": {}},
+        args=("--log.level=warn", "--storage.tsdb.retention.time=400d"),
+        data=work / "tsdb",
+        timeout=120.0,
+    )
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while not _ready(base):
-            if prom.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace").splitlines()[-5:]
-                raise RuntimeError("Prometheus did not start: " + " / ".join(tail))
-            time.sleep(0.5)
-        return measure(base, packs, repeat, END_S - step_s)
+        return measure(server.url, packs, repeat, END_S - step_s)
     finally:
-        c.stop_process(prom)
+        server.stop()
 
 
 def _pack_arg(text: str) -> tuple[str, Path]:
@@ -223,7 +201,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--pack", type=_pack_arg, action="append", default=[])
-    parser.add_argument("--prometheus", default="prometheus")
     args = parser.parse_args(argv)
     specs = args.pack or [("node", c.ROOT / "alert_rules" / "node")]
     try:
@@ -234,9 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="slo-windows-"))
     try:
         om = work / "history.om"
-        written = write_openmetrics(
-            om, base_series(packs[0], specs[0][1]), args.pools, args.days, args.step
-        )
+        written = write_openmetrics(om, base_series(specs[0][1]), args.pools, args.days, args.step)
         subprocess.run(
             [
                 shutil.which("promtool") or "promtool",
@@ -251,8 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stdout=subprocess.DEVNULL,
         )
         om.unlink()
-        log = work / "prometheus.log"
-        result = _run_prometheus(args.prometheus, work, log, packs, args.repeat, args.step)
+        result = _timed_on_history(work, packs, args.repeat, args.step)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report = {

@@ -349,9 +349,10 @@ def _budget_rule(ctx: SignalContext, kind: SliKind) -> RecordingRule:
     base = base_seconds(cfg)
     good, total = GOOD.at(kind, base).name, TOTAL.at(kind, base).name
     objective = OBJECTIVE.at(kind).name
-    span = format_duration(period_seconds(cfg))
+    period = period_seconds(cfg)
+    span = format_duration(period)
     return RecordingRule(
-        BUDGET_REMAINING.at(kind, period_seconds(cfg)).name,
+        BUDGET_REMAINING.at(kind, period).name,
         f"1 - (\n1 - sum_over_time({good}[{span}])\n/ {match}\n"
         f"(sum_over_time({total}[{span}]) > 0)\n)\n"
         f"/ on ({SLO_LABEL}) group_left ()\n(1 - {objective})",
