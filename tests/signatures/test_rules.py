@@ -378,3 +378,23 @@ def test_a_config_one_profile_refuses_exits_2_in_one_line(
     assert err.count("\n") == 1
     assert err.startswith(f"python -m exporter.signatures: error: {site}: dcgm.join: ")
     assert not (tmp_path / "out").exists()
+
+
+def test_any_member_zero_is_filtered_before_the_aggregation() -> None:
+    """Where any series of a group is 0: ``min by (...) (x == 0)`` in every pack, never
+    ``min by (...) (x) == 0``: the same groups and values, but the aggregation hashes only the
+    failing series instead of every collector's, GPU's or target's (the collectors' series are
+    the costliest alert input at 10,000 GPUs; docs/scale.md). The alerts' promtool suites
+    check both the firing and the silent cases of each such alert."""
+    late = re.compile(r"min by \([^()]*\) \([^()]*(?:\{[^{}]*\})?\)\s*==\s*0")
+    early = re.compile(r"min by \([^()]*\) \([^()]*(?:\{[^{}]*\})? == 0\)")
+    seen = 0
+    for path in GENERATED:
+        for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]:
+            for rule in group["rules"]:
+                assert not late.search(rule["expr"]), (path, rule.get("alert") or rule["record"])
+                seen += len(early.findall(rule["expr"]))
+    # InferenceExporterDown, InferenceCollectorFailing, InferenceEngineMetricsDown,
+    # InferenceNVMLUnavailable, InferenceGPUMetricsMissing and InferenceGPULost, in the alerts
+    # and again in the verdicts' holding records, in every profile that has them
+    assert seen >= 6 * 2 * 3
