@@ -1051,7 +1051,7 @@ class Pack:
     label: str
     files: tuple[Path, ...]
     record_interval: str = ""  # the record groups' own interval; "": the global one
-    alert_interval: str = ""  # the alert groups' own interval; "": the global one
+    alert_interval: str = ""  # the alert groups' own interval; "": the global one; NO_ALERTS
 
 
 def pack_of(directory: Path) -> Pack:
@@ -1107,6 +1107,9 @@ def chart_alert_interval() -> str:
 #: template's test), the signals' record groups and the SLO and verdict records with them.
 #: Every other group is an alert group, which its ``alertInterval`` times.
 RECORD_GROUP_PREFIX = "inference.records"
+#: ``--alert-interval off``: the pack without its alert groups, what the records alone cost
+#: (a measurement, not a configuration the chart installs).
+NO_ALERTS = "off"
 
 
 def with_intervals(pack: Pack, records: str, workdir: Path, alerts: str = "") -> Pack:
@@ -1116,11 +1119,12 @@ def with_intervals(pack: Pack, records: str, workdir: Path, alerts: str = "") ->
     empty one leaves its groups at the global interval, and ``pack`` itself is returned where
     both are. (Until 2026-12-06 only the signals' groups were timed: the SLO and verdict
     records stayed at the global interval, unlike the chart.) A group generated with an interval
-    of its own (the SLO budget's) keeps it, as in the chart."""
+    of its own (the SLO budget's) keeps it, as in the chart. ``alerts`` = :data:`NO_ALERTS`
+    leaves the alert groups out: what the records alone cost."""
     if not records and not alerts:
         return pack
     label = pack.label + (f"-records{records}" if records else "")
-    label += f"-alerts{alerts}" if alerts else ""
+    label += "-no-alerts" if alerts == NO_ALERTS else (f"-alerts{alerts}" if alerts else "")
     out = workdir / label
     out.mkdir(parents=True, exist_ok=True)
     files = []
@@ -1128,7 +1132,10 @@ def with_intervals(pack: Pack, records: str, workdir: Path, alerts: str = "") ->
         doc = yaml.safe_load(path.read_text())
         groups = []
         for g in doc["groups"]:
-            interval = records if g["name"].startswith(RECORD_GROUP_PREFIX) else alerts
+            is_record = g["name"].startswith(RECORD_GROUP_PREFIX)
+            if alerts == NO_ALERTS and not is_record:
+                continue
+            interval = records if is_record else alerts
             groups.append({"interval": interval, **g} if interval else g)
         (out / path.name).write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
         files.append(out / path.name)
@@ -1495,8 +1502,9 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
         )
         seen.append(given.label)
         packs.setdefault(layout, []).extend(
-            with_intervals(pack, interval, workdir, args.alert_interval)
+            with_intervals(pack, interval, workdir, alerts)
             for interval in args.record_interval
+            for alerts in args.alert_interval
         )
     out: list[list[tuple[Scenario, list[Pack]]]] = [
         [
@@ -1517,7 +1525,7 @@ def batches(args: argparse.Namespace, workdir: Path) -> list[list[tuple[Scenario
                     state=args.state,
                 ),
                 [
-                    with_intervals(p, args.record_interval[0], workdir, args.alert_interval)
+                    with_intervals(p, args.record_interval[0], workdir, args.alert_interval[0])
                     for p in (sidecar, without)
                 ],
             )
@@ -1589,7 +1597,7 @@ def run(args: argparse.Namespace) -> int:
         "scrape_interval_s": SCRAPE_INTERVAL_S,
         "evaluation_interval_s": args.evaluation_interval,
         "record_intervals": args.record_interval,
-        "alert_interval": args.alert_interval,
+        "alert_intervals": args.alert_interval,
         "prometheus_memory_limit": args.prometheus_memory_limit,
         "warmup_min": args.warmup,
         "measure_min": args.measure,
@@ -1636,9 +1644,14 @@ def _rules_cores(sc: dict[str, Any]) -> float:
     return profile["rules"] / profile["seconds"] if profile.get("seconds") else math.nan
 
 
+def _alerts_every(sc: dict[str, Any], default: str) -> str:
+    alerts = str(sc.get("alert_interval") or default)
+    return "none (records only)" if alerts == NO_ALERTS else alerts
+
+
 def _name(sc: dict[str, Any]) -> str:
     interval = sc.get("record_interval") or "global"
-    alerts = sc.get("alert_interval") or "global"
+    alerts = _alerts_every(sc, "global")
     return f"{sc['layout']} ({sc['pack']}, records {interval}, alerts {alerts})"
 
 
@@ -1656,7 +1669,7 @@ def report_layouts(scales: Sequence[dict[str, Any]]) -> None:
             sc["layout"],
             f"`{sc['pack']}`",
             sc.get("record_interval") or "(global)",
-            sc.get("alert_interval") or "(global)",
+            _alerts_every(sc, "(global)"),
             sc["mix"],
             f"{sc['gpus']:,}",
             f"{sc['pods']:,}",
@@ -1949,11 +1962,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p_run.add_argument(
         "--alert-interval",
+        nargs="+",
         default=None,
         metavar="DURATION",
         help="the alert groups' evaluation interval, as the chart's prometheusRule."
         f"alertInterval sets it (default: the chart's, {chart_alert_interval() or 'none'}); "
-        "'' for none (the global one)",
+        f"'' for none (the global one); '{NO_ALERTS}' for no alert group at all (what the "
+        "records alone cost); several are measured side by side, each at every record interval",
     )
     p_run.add_argument(
         "--pack",
@@ -2017,9 +2032,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("fleet: --record-interval must be a duration (1m, 30s) or ''", file=sys.stderr)
             return 2
         if args.alert_interval is None:
-            args.alert_interval = chart_alert_interval()
-        if args.alert_interval and not re.fullmatch(r"([0-9]+(ms|s|m|h))+", args.alert_interval):
-            print("fleet: --alert-interval must be a duration (1m, 30s) or ''", file=sys.stderr)
+            args.alert_interval = [chart_alert_interval()]
+        if any(
+            i and i != NO_ALERTS and not re.fullmatch(r"([0-9]+(ms|s|m|h))+", i)
+            for i in args.alert_interval
+        ):
+            print(
+                f"fleet: --alert-interval must be a duration (1m, 30s), '' or {NO_ALERTS}",
+                file=sys.stderr,
+            )
             return 2
         return run(args)
     if args.command == "report":

@@ -238,6 +238,62 @@ def test_pack_with_an_alert_interval_times_the_alert_groups(tmp_path: Path) -> N
     assert fleet.chart_alert_interval() == ""
 
 
+def test_a_pack_without_alerts_keeps_every_record_group_and_no_alert_group(
+    tmp_path: Path,
+) -> None:
+    full = fleet.pack_of(fleet.RULES / "node")
+    floor = fleet.with_intervals(full, "1m", tmp_path, fleet.NO_ALERTS)
+    assert (floor.label, floor.record_interval, floor.alert_interval) == (
+        "node-records1m-no-alerts",
+        "1m",
+        fleet.NO_ALERTS,
+    )
+    kept, all_groups = {}, {}
+    for before, after in zip(full.files, floor.files, strict=True):
+        all_groups.update((g["name"], g) for g in yaml.safe_load(before.read_text())["groups"])
+        kept.update((g["name"], g) for g in yaml.safe_load(after.read_text())["groups"])
+    records = {n for n in all_groups if n.startswith(fleet.RECORD_GROUP_PREFIX)}
+    assert set(kept) == records and len(records) < len(all_groups)
+    for name, group in kept.items():
+        assert group["rules"] == all_groups[name]["rules"]
+        assert group["interval"] == ("2m30s" if name == BUDGET else "1m"), name
+    assert not any("alert" in r for g in kept.values() for r in g["rules"])
+    # the global interval for the records, no alerts: still a pack of its own
+    alone = fleet.with_intervals(full, "", tmp_path, fleet.NO_ALERTS)
+    assert alone.label == "node-no-alerts"
+    assert all(
+        g.get("interval") in (None, "2m30s")
+        for path in alone.files
+        for g in yaml.safe_load(path.read_text())["groups"]
+    )
+
+
+def test_a_batch_measures_every_record_interval_with_every_alert_interval(tmp_path: Path) -> None:
+    args = fleet.argparse.Namespace(
+        rules=fleet.RULES,
+        gpus=[800],
+        layout=["node"],
+        mix=["1"],
+        record_interval=["1m", "2m"],
+        alert_interval=["", fleet.NO_ALERTS],
+        pack=[],
+        pool_pods_per_model=[],
+        pool_models=8,
+        state="healthy",
+    )
+    (batch,) = fleet.batches(args, tmp_path)
+    measured = {(p.label, p.record_interval, p.alert_interval) for _, packs in batch for p in packs}
+    assert measured == {
+        ("node-records1m", "1m", ""),
+        ("node-records2m", "2m", ""),
+        ("node-records1m-no-alerts", "1m", fleet.NO_ALERTS),
+        ("node-records2m-no-alerts", "2m", fleet.NO_ALERTS),
+    }
+    assert fleet._name({"layout": "node", "pack": "p", "alert_interval": fleet.NO_ALERTS}) == (
+        "node (p, records global, alerts none (records only))"
+    )
+
+
 def test_a_batch_measures_every_pack_of_a_layout_at_every_record_interval(tmp_path: Path) -> None:
     args = fleet.argparse.Namespace(
         rules=fleet.RULES,
@@ -245,7 +301,7 @@ def test_a_batch_measures_every_pack_of_a_layout_at_every_record_interval(tmp_pa
         layout=["sidecar", "node"],
         mix=["1"],
         record_interval=["1m", ""],
-        alert_interval="",
+        alert_interval=[""],
         pack=[fleet._layout_pack(f"node={fleet.RULES / 'node'}")],
         pool_pods_per_model=[],
         pool_models=8,
