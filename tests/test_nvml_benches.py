@@ -4,29 +4,18 @@ stand-in, times the new calls and keeps what they answered."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pynvml
 import pytest
-from support.paths import ROOT
+from support.paths import bench_script
 from support.pynvml_fake import L4_LINKLESS, fake_pynvml, gb200
 
 
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_poll_benchmark_boards_make_the_counted_calls() -> None:
-    bench = _load(ROOT / "bench" / "nvml_poll.py", "nvml_poll_bench")
+    bench = bench_script("nvml_poll", "nvml_poll_bench")
     before = bench.measure("h100 (before)", 20)
     assert before["calls_per_poll"] == 10 and before["new_calls_per_poll"] == {}
     after = bench.measure("h100", 20)
@@ -44,7 +33,7 @@ def test_gpu_timing_script_times_the_new_calls(
 ) -> None:
     fake = fake_pynvml([gb200(), L4_LINKLESS], driver="590.48.01")
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    timing = _load(ROOT / "bench" / "gpu" / "nvml_timing.py", "nvml_timing_bench")
+    timing = bench_script("gpu/nvml_timing", "nvml_timing_bench")
     out = tmp_path / "timing.json"
     monkeypatch.setattr(sys, "argv", ["nvml_timing.py", "--calls", "3", "--out", str(out)])
     assert timing.main() == 0

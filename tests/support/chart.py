@@ -6,11 +6,8 @@ cert-manager's)."""
 from __future__ import annotations
 
 import copy
-import functools
-import importlib.util
 import json
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -22,7 +19,8 @@ import kubernetes_validate
 import yaml
 from helm_python import _native
 
-ROOT = Path(__file__).resolve().parents[2]
+from support.paths import ROOT, build_tool
+
 CHART = ROOT / "helm" / "inference-bottleneck-exporter"
 CRDS = ROOT / "tests" / "fixtures" / "crds"
 RELEASE = "ibe"
@@ -74,15 +72,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 
-@functools.cache
 def chart_tool() -> ModuleType:
     """``build-tools/chart.py`` (a script, not a package) as a module."""
-    spec = importlib.util.spec_from_file_location("chart_tool", ROOT / "build-tools" / "chart.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return build_tool("chart")
 
 
 class _Loader(yaml.SafeLoader):
