@@ -38,6 +38,7 @@ PROFILE_OF_FIXTURE = {
     "cluster-join": "sidecar",
     "gpu-cost": "sidecar",
     "gpu-cost-dcgm": "dcgm",
+    "gpu-cost-node": "node",
     "gpu-peaks-dcgm": "dcgm",
     "throttle-reasons": "sidecar",
     "slo-objectives": "sidecar",

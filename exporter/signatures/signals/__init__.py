@@ -151,6 +151,7 @@ SIGNALS: tuple[Declaration, ...] = (
     shared_gpu_signals.GPU_OTHER_TENANTS,
     shared_gpu_signals.GPU_OWN_UTILIZATION,
     link_signals.NVLINK_UTILIZATION,
+    energy_signals.GPU_ENERGY_SHARE,
     energy_signals.POWER,
     energy_signals.IDLE_ENERGY,
     energy_signals.COST,

@@ -44,12 +44,12 @@ from exporter.signatures.promql_text import by, num, on
 from exporter.signatures.signals import dcgm_fields
 from exporter.signatures.signals.dcgm_fields import dcgm_quantity
 from exporter.signatures.signals.dcgm_join import dcgm_per_target
-from exporter.signatures.signals.node_join import agent_gpu, node_per_gpu, pod_labels
+from exporter.signatures.signals.node_join import agent_gpu, pod_labels
 from exporter.signatures.signals.roofline_signals import product_matcher
 from exporter.signatures.signals.shared_gpu_signals import GPU_DEVICE_UTILIZATION, GPU_ENGINE_SHARE
 from exporter.signatures.signals.signal import ByLayout, Rule, Signal
 from exporter.signatures.signals.signal_groups import ENERGY_GROUP, GPU_GROUP, POOL_GROUP
-from exporter.signatures.site import SiteConfig
+from exporter.signatures.site import CLUSTER, SiteConfig
 
 if TYPE_CHECKING:
     from exporter.signatures.signals.signal_context import SignalContext
@@ -91,22 +91,57 @@ def _own_sidecar(ctx: SignalContext, per_gpu: PerGpu) -> str:
     )
 
 
-def _own_node(ctx: SignalContext, per_gpu: PerGpu) -> str:
-    """Per target, the sum over the GPUs its pod holds of ``per_gpu`` (the node agent's series,
-    one copy per pod holding the GPU): a shared GPU's times the pod's share where known (the
-    agent maps processes to pods: hostPID), else split evenly between the pods holding it
-    (``inference_gpu_pods``, the node's own: one series per agent and GPU). The mapped GPUs
-    are matched on the mapping's series directly: ``and`` keeps the left side's series
-    whatever the right side's count, so no ``group`` is needed (no measurable cost either
-    way at 4,000 GPUs: one aggregation fewer)."""
-    gpu, agent = on((*ctx.join, *GPU_LABELS)), on(agent_gpu(ctx))
-    value = per_gpu(ctx)
+def _energy_share_node(ctx: SignalContext) -> str:
+    """The target's share (0-1) of each GPU its pod holds: the pod's share of a shared GPU's
+    work where the agent maps its processes to pods (hostPID), else an even split between the
+    pods holding it (``inference_gpu_pods``, the node's own), else the whole GPU. One series
+    per target and GPU, the GPUs of :data:`GPU_DEVICE_UTILIZATION`: the power, idle-energy and
+    cost records weigh each GPU's own series by it, so the joins that decide the weight are
+    evaluated once a minute and not once per record (``docs/scale.md``)."""
+    gpu, device = on((*ctx.join, *GPU_LABELS)), ctx.name(GPU_DEVICE_UTILIZATION)
+    cluster = (CLUSTER,) if CLUSTER in ctx.join else ()
+    # One weight per GPU whichever agent reports it: a GPU's UUID names it on every node.
+    any_agent = (*cluster, *GPU_LABELS)
     pods = ctx.sidecar_series("inference_gpu_pods")
     mapped = ctx.sidecar_series("inference_gpu_pod_utilization_ratio")
-    known = node_per_gpu(ctx, f"{value}\nand {agent}\n{mapped}")
-    even = node_per_gpu(ctx, f"(\n{value}\n/ {agent} group_left ()\n{pods}\nor {agent}\n{value}\n)")
+    whole = f"0 * {device} + 1"
+    known = f"{_share(ctx)}\nand {on(any_agent)}\n{mapped}"
+    even = f"(\n{whole}\n)\n/ {on(any_agent)} group_left ()\nmax {by(any_agent)} ({pods})"
+    return f"{known}\nor {gpu}\n{even}\nor {gpu}\n{whole}"
+
+
+#: The target's share of each of its pod's GPUs in the node layout: what its power, idle
+#: energy and cost count of the GPU.
+GPU_ENERGY_SHARE = Signal(
+    "inference_gpu:energy_share:ratio{rate}",
+    "ratio",
+    GPU_GROUP,
+    ByLayout(
+        sidecar=None,
+        node=Rule(
+            _energy_share_node,
+            "the target's share (0-1) of each GPU its pod holds, by which its power, idle "
+            "energy and cost count the GPU: the pod's own share of a shared GPU's work where "
+            "the node agent maps processes to pods, else an even split between the pods "
+            "holding it, else 1",
+        ),
+        dcgm=None,
+    ),
+    "share of the GPU's energy",
+)
+
+
+def _own_node(ctx: SignalContext, per_gpu: PerGpu) -> str:
+    """Per target, the sum over the GPUs its pod holds of ``per_gpu`` (the node agent's series,
+    one copy per pod holding the GPU) times the target's share of the GPU
+    (:data:`GPU_ENERGY_SHARE`). The share is on the left: it carries the target's labels, so
+    the agent's copies need no join to the target-info signal; the weight and the value meet
+    on the pod and the GPU."""
+    held = (*pod_labels(ctx), *GPU_LABELS)
+    value = f"max {by(held)} ({per_gpu(ctx)})"
     return (
-        f"sum {ctx.by_target} (\n{known}\n* {gpu} group_left ()\n{_share(ctx)}\nor {gpu}\n{even}\n)"
+        f"sum {ctx.by_target} (\n{ctx.name(GPU_ENERGY_SHARE)}\n* {on(held)} group_left ()\n"
+        f"{value}\n)"
     )
 
 
