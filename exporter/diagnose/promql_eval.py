@@ -245,6 +245,10 @@ class Evaluator:
             if hi < lo:
                 return []
             return [Sample(s.without_name(), _go_max(lo, _go_min(hi, s.value))) for s in vector]
+        if func in {"clamp_min", "clamp_max"}:
+            vector, bound = self._vector(args[0]), self._scalar(args[1])
+            clamp = _go_max if func == "clamp_min" else _go_min
+            return [Sample(s.without_name(), clamp(bound, s.value)) for s in vector]
         if func in _ELEMENTWISE:
             fn = _ELEMENTWISE[func]
             return [Sample(s.without_name(), fn(s.value)) for s in self._vector(args[0])]

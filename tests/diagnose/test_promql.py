@@ -344,6 +344,9 @@ def test_nan_through_functions_and_aggregations() -> None:
     # clamp: NaN stays NaN (Go's math.Max and math.Min)
     assert math.isnan(values(ev.eval(parse("clamp(g, 0, 1)")))[(("gpu", "0"),)])
     assert ev.eval(parse("clamp(g, 1, 0)")) == []
+    assert math.isnan(values(ev.eval(parse("clamp_min(g, 0)")))[(("gpu", "0"),)])
+    assert values(ev.eval(parse("clamp_min(g, 2)")))[(("gpu", "1"),)] == 2
+    assert values(ev.eval(parse("clamp_max(g, 0.5)")))[(("gpu", "1"),)] == 0.5
     # max_over_time: a NaN gives way to any number, wherever it stands
     over = values(ev.eval(parse("max_over_time(g[1m])")))
     assert over == {(("gpu", "0"),): 2, (("gpu", "1"),): 3}

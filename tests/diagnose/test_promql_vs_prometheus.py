@@ -824,6 +824,7 @@ EXTRA = (
     "avg_over_time(inference_kv_cache_usage_ratio[W])",
     "clamp(inference_kv_cache_usage_ratio, 0.2, 0.45)",
     "clamp(inference_kv_cache_usage_ratio, 1, 0)",
+    "clamp_max(inference_kv_cache_usage_ratio, 0.4)",
     "floor(inference_queue_depth) + ceil(inference_queue_depth) - abs(-inference_queue_depth)",
     "inference_gpu_memory_used_bytes / ignoring (uuid) inference_gpu_memory_total_bytes",
     "inference_gpu_busy_seconds_total > on (instance, gpu) inference_gpu_dram_active_seconds_total",

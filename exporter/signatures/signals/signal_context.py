@@ -69,17 +69,17 @@ class SignalContext:
         the KV transfer where it is part of that wait (:data:`DECODES`): the
         transfer has a share of its own, counted once. At most the queue time is taken
         away (an engine that starts the queue clock after the transfer loses no more than
-        its queue); engines without transfer metrics keep their queue time as it is."""
+        its queue); engines without transfer metrics keep their queue time as it is.
+
+        ``max(queue - transfer, 0)`` where a transfer is counted, else the queue: each rate
+        read twice at most (the queue) and once (the transfer), where taking away
+        ``min(transfer, queue)`` read the queue four times and the transfer twice."""
         group, match = by(labels), on(labels)
         queue = self.sidecar_series("inference_queue_time_seconds_sum", *matchers)
         transfer = self.sidecar_series("inference_kv_transfer_seconds_sum", DECODES, *matchers)
         waited = f"sum {group} (rate({queue}[{window}]))"
         moved = f"sum {group} (rate({transfer}[{window}]))"
-        return (
-            f"(\n{waited}\n- {match}\n(\n{moved} < {match} {waited}\n"
-            f"or {match}\n{waited} and {match} {moved}\n"
-            f"or {match}\n0 * {waited}\n)\n)"
-        )
+        return f"(\nclamp_min(\n{waited}\n- {match}\n{moved},\n0\n)\nor {match}\n{waited}\n)"
 
     def history(self, seconds: float) -> str:
         """The cold-start guard's history record of ``seconds``, for an expression that reads
