@@ -44,12 +44,12 @@ from exporter.signatures.promql_text import by, num, on
 from exporter.signatures.signals import dcgm_fields
 from exporter.signatures.signals.dcgm_fields import dcgm_quantity
 from exporter.signatures.signals.dcgm_join import dcgm_per_target
-from exporter.signatures.signals.node_join import agent_gpu, pod_labels
+from exporter.signatures.signals.node_join import cluster_labels, pod_labels
 from exporter.signatures.signals.roofline_signals import product_matcher
 from exporter.signatures.signals.shared_gpu_signals import GPU_DEVICE_UTILIZATION, GPU_ENGINE_SHARE
 from exporter.signatures.signals.signal import ByLayout, Rule, Signal
 from exporter.signatures.signals.signal_groups import ENERGY_GROUP, GPU_GROUP, POOL_GROUP
-from exporter.signatures.site import CLUSTER, SiteConfig
+from exporter.signatures.site import SiteConfig
 
 if TYPE_CHECKING:
     from exporter.signatures.signals.signal_context import SignalContext
@@ -99,9 +99,8 @@ def _energy_share_node(ctx: SignalContext) -> str:
     cost records weigh each GPU's own series by it, so the joins that decide the weight are
     evaluated once a minute and not once per record (``docs/scale.md``)."""
     gpu, device = on((*ctx.join, *GPU_LABELS)), ctx.name(GPU_DEVICE_UTILIZATION)
-    cluster = (CLUSTER,) if CLUSTER in ctx.join else ()
     # One weight per GPU whichever agent reports it: a GPU's UUID names it on every node.
-    any_agent = (*cluster, *GPU_LABELS)
+    any_agent = (*cluster_labels(ctx), *GPU_LABELS)
     pods = ctx.sidecar_series("inference_gpu_pods")
     mapped = ctx.sidecar_series("inference_gpu_pod_utilization_ratio")
     whole = f"0 * {device} + 1"
@@ -257,7 +256,7 @@ COST = Signal(
             only_if=priced,
         ),
         node=Rule(
-            lambda ctx: _own_node(ctx, lambda c: _info_prices(c, (*pod_labels(c), *agent_gpu(c)))),
+            lambda ctx: _own_node(ctx, lambda c: _info_prices(c, (*pod_labels(c), *GPU_LABELS))),
             _COST_HELP + " (the GPUs the pod holds, the node agent's)",
             only_if=priced,
         ),

@@ -30,11 +30,15 @@ def pod_labels(ctx: SignalContext) -> tuple[str, ...]:
     return tuple(label for label in (CLUSTER, "namespace", "pod") if label in ctx.join)
 
 
+def cluster_labels(ctx: SignalContext) -> tuple[str, ...]:
+    """``cluster`` where the join labels name it (a pack for several clusters), else none."""
+    return (CLUSTER,) if CLUSTER in ctx.join else ()
+
+
 def agent_gpu(ctx: SignalContext) -> tuple[str, ...]:
     """The labels naming one GPU of one node agent: its scrape target's ``instance``, whatever
     the join labels are."""
-    agent = (CLUSTER, "instance") if CLUSTER in ctx.join else ("instance",)
-    return (*agent, *GPU_LABELS)
+    return (*cluster_labels(ctx), "instance", *GPU_LABELS)
 
 
 def pods(ctx: SignalContext, *matchers: str) -> str:

@@ -16,10 +16,15 @@ from exporter.signatures.signals import dcgm_fields
 from exporter.signatures.signals.dcgm_fields import dcgm_quantity
 from exporter.signatures.signals.dcgm_join import dcgm_per_gpu
 from exporter.signatures.signals.gpu_signals import GPU_UTILIZATION
-from exporter.signatures.signals.node_join import agent_gpu, node_per_gpu, pod_labels, pods
+from exporter.signatures.signals.node_join import (
+    agent_gpu,
+    cluster_labels,
+    node_per_gpu,
+    pod_labels,
+    pods,
+)
 from exporter.signatures.signals.signal import ByLayout, Rule, Signal
 from exporter.signatures.signals.signal_groups import GPU_GROUP
-from exporter.signatures.site import CLUSTER
 
 if TYPE_CHECKING:
     from exporter.signatures.signals.signal_context import SignalContext
@@ -92,7 +97,7 @@ def node_pod_share(ctx: SignalContext) -> str:
     rate = ctx.window("rate")
     util = ctx.sidecar_series("inference_gpu_pod_utilization_ratio")
     host = ctx.sidecar_series("inference_gpu_pod_unattributed_processes", 'reason="host"')
-    cluster = (CLUSTER,) if CLUSTER in ctx.join else ()
+    cluster = cluster_labels(ctx)
     by_uid = by((*agent, "uid"))
     share = (
         f"sum {by_uid} (\nlabel_replace(avg_over_time({util}[{rate}]), "
