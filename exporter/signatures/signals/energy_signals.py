@@ -269,41 +269,98 @@ COST = Signal(
 # --- per token --------------------------------------------------------------------------------
 
 
+def _model_rate(metric: str) -> Callable[[SignalContext], str]:
+    def expr(ctx: SignalContext) -> str:
+        series = ctx.sidecar_series(metric)
+        return f"sum {by((*ctx.join, 'model'))} (rate({series}[{ctx.window('rate')}]))"
+
+    return expr
+
+
+def _computed_prompt(ctx: SignalContext) -> str:
+    prompt = _model_rate("inference_prompt_tokens_total")(ctx)
+    cached = _model_rate("inference_prompt_tokens_cached_total")(ctx)
+    return f"{prompt}\n-\n(\n{cached}\nor\n0 * {prompt}\n)"
+
+
+# The engine's counters per target and model, each read once for every record below (PromQL
+# has no common subexpressions): the energy per token read them twelve times an evaluation, the
+# pools' figures eight more. First in the energy group, so its records read this evaluation's.
+
+#: Tokens generated per second, per target and model.
+MODEL_GENERATED = Signal(
+    "inference:model_generation_tokens:rate{rate}",
+    "tokens_per_second",
+    ENERGY_GROUP,
+    Rule(_model_rate("inference_generation_tokens_total"), "tokens generated per second"),
+    "tokens/s",
+)
+
+#: Prompt tokens computed per second (prefix-cache hits left out), per target and model.
+MODEL_PROMPT_COMPUTED = Signal(
+    "inference:model_prompt_tokens_computed:rate{rate}",
+    "tokens_per_second",
+    ENERGY_GROUP,
+    Rule(
+        _computed_prompt,
+        "prompt tokens computed per second: prompt tokens less those served from the prefix "
+        "cache, where the engine counts them",
+    ),
+    "prompt tokens/s computed",
+)
+
+#: Requests in prefill, mean over the window (prefill seconds per second), per target and model.
+MODEL_PREFILL = Signal(
+    "inference:model_prefill_seconds:rate{rate}",
+    "requests",
+    ENERGY_GROUP,
+    Rule(
+        _model_rate("inference_prefill_time_seconds_sum"),
+        "seconds per second the requests spend in prefill (the requests in prefill, mean)",
+    ),
+    "in prefill",
+)
+
+#: Requests in decode, mean over the window (decode seconds per second), per target and model.
+MODEL_DECODE = Signal(
+    "inference:model_decode_seconds:rate{rate}",
+    "requests",
+    ENERGY_GROUP,
+    Rule(
+        _model_rate("inference_decode_time_seconds_sum"),
+        "seconds per second the requests spend in decode (the requests in decode, mean)",
+    ),
+    "in decode",
+)
+
+_PHASES = {"prefill": MODEL_PREFILL, "decode": MODEL_DECODE}
+
+
 class _Tokens:
-    """The engine's counters per target and model over the rate window."""
+    """The engine's counters per target and model over the rate window, from the records
+    above."""
 
     def __init__(self, ctx: SignalContext) -> None:
         self.ctx = ctx
-        self.by_model = by((*ctx.join, "model"))
         self.on_model = on((*ctx.join, "model"))
         self.to_target = f"{on(ctx.join)} group_left ()"
 
-    def rate(self, metric: str) -> str:
-        series = self.ctx.sidecar_series(metric)
-        return f"sum {self.by_model} (rate({series}[{self.ctx.window('rate')}]))"
-
     def generated(self) -> str:
-        return self.rate("inference_generation_tokens_total")
+        return self.ctx.name(MODEL_GENERATED)
 
     def computed_prompt(self) -> str:
         """Prompt tokens less those served from the prefix cache (where counted)."""
-        prompt = self.rate("inference_prompt_tokens_total")
-        cached = self.rate("inference_prompt_tokens_cached_total")
-        return f"(\n{prompt}\n-\n({cached}\nor\n0 * {prompt})\n)"
+        return self.ctx.name(MODEL_PROMPT_COMPUTED)
 
     def engine_seconds(self) -> str:
         """Seconds per second the target's requests spend in prefill and decode, all models."""
-        ctx, rate = self.ctx, self.ctx.window("rate")
-        prefill, decode = (
-            f"sum {ctx.by_target} "
-            f"(rate({ctx.sidecar_series(f'inference_{phase}_time_seconds_sum')}[{rate}]))"
-            for phase in ("prefill", "decode")
-        )
+        ctx = self.ctx
+        prefill, decode = (f"sum {ctx.by_target} ({ctx.name(s)})" for s in _PHASES.values())
         return f"(\n{prefill}\n+ {on(ctx.join)}\n{decode}\n)"
 
     def share(self, phase: str) -> str:
         """Each model's share of the target's engine time spent in ``phase``."""
-        seconds = self.rate(f"inference_{phase}_time_seconds_sum")
+        seconds = self.ctx.name(_PHASES[phase])
         return f"{seconds}\n/ {self.to_target}\n({self.engine_seconds()} > 0)"
 
 

@@ -62,8 +62,52 @@ class _PerModel:
 
     def share_of_e2e(self, metric: str) -> str:
         """A latency sum's rate as a share of the end-to-end latency's."""
-        e2e = self.rate("inference_e2e_request_latency_seconds_sum")
-        return f"{self.rate(metric)}\n/\n({e2e} > 0)"
+        return f"{self.rate(metric)}\n/\n({self.ctx.name(MODEL_E2E_SECONDS)} > 0)"
+
+
+# --- the engine's counters the records below read more than once -----------------------------
+
+
+def _model_rate(metric: str) -> Callable[[SignalContext], str]:
+    return lambda ctx: _PerModel(ctx).rate(metric)
+
+
+# Each read once per evaluation for the records below (PromQL has no common subexpressions):
+# the end-to-end latency's sum five times, its count three, the prompt tokens three. First in
+# the roofline group, so its records read this evaluation's.
+
+#: End-to-end seconds of the requests finished per second, per target and model.
+MODEL_E2E_SECONDS = Signal(
+    "inference:model_e2e_seconds:rate{latency}",
+    "requests",
+    ROOFLINE_GROUP,
+    Rule(
+        _model_rate("inference_e2e_request_latency_seconds_sum"),
+        "end-to-end seconds of the requests finished per second (the requests in the engine, mean)",
+    ),
+    "in the engine",
+)
+
+#: Requests finished per second, per target and model.
+MODEL_REQUESTS = Signal(
+    "inference:model_requests_finished:rate{latency}",
+    "requests_per_second",
+    ROOFLINE_GROUP,
+    Rule(
+        _model_rate("inference_e2e_request_latency_seconds_count"),
+        "requests finished per second",
+    ),
+    "finished/s",
+)
+
+#: Prompt tokens per second (prefix-cache hits included), per target and model.
+MODEL_PROMPT = Signal(
+    "inference:model_prompt_tokens:rate{latency}",
+    "tokens_per_second",
+    ROOFLINE_GROUP,
+    Rule(_model_rate("inference_prompt_tokens_total"), "prompt tokens per second"),
+    "prompt tokens/s",
+)
 
 
 # --- the GPUs' peaks --------------------------------------------------------------------------
@@ -302,7 +346,7 @@ ROOFLINE_THROUGHPUT = Signal(
 
 def _prefill_efficiency(ctx: SignalContext) -> str:
     m = _PerModel(ctx)
-    prompt = m.rate("inference_prompt_tokens_total")
+    prompt = ctx.name(MODEL_PROMPT)
     cached = m.rate("inference_prompt_tokens_cached_total")
     return (
         f"{m.max('inference_model_flops_per_token')}\n* {m.on_model}\n"
@@ -330,11 +374,11 @@ PREFILL_EFFICIENCY = Signal(
 
 
 def _e2e(m: _PerModel) -> str:
-    return m.rate("inference_e2e_request_latency_seconds_sum")
+    return m.ctx.name(MODEL_E2E_SECONDS)
 
 
 def _requests(m: _PerModel) -> str:
-    return m.rate("inference_e2e_request_latency_seconds_count")
+    return m.ctx.name(MODEL_REQUESTS)
 
 
 E2E_MEAN = Signal(
@@ -427,10 +471,7 @@ PROMPT_TOKENS = Signal(
     "tokens",
     ROOFLINE_GROUP,
     Rule(
-        lambda ctx: (
-            f"{_PerModel(ctx).rate('inference_prompt_tokens_total')}\n/\n"
-            f"({_requests(_PerModel(ctx))} > 0)"
-        ),
+        lambda ctx: f"{ctx.name(MODEL_PROMPT)}\n/\n({_requests(_PerModel(ctx))} > 0)",
         "workload shape: mean prompt tokens per finished request",
     ),
     "prompt",
