@@ -45,7 +45,7 @@ from exporter.signatures.signals import dcgm_fields
 from exporter.signatures.signals.dcgm_fields import dcgm_quantity
 from exporter.signatures.signals.dcgm_join import dcgm_per_target
 from exporter.signatures.signals.node_join import cluster_labels, pod_labels
-from exporter.signatures.signals.roofline_signals import product_matcher
+from exporter.signatures.signals.roofline_signals import model_rate, product_matcher
 from exporter.signatures.signals.shared_gpu_signals import GPU_DEVICE_UTILIZATION, GPU_ENGINE_SHARE
 from exporter.signatures.signals.signal import ByLayout, Rule, Signal
 from exporter.signatures.signals.signal_groups import ENERGY_GROUP, GPU_GROUP, POOL_GROUP
@@ -269,17 +269,9 @@ COST = Signal(
 # --- per token --------------------------------------------------------------------------------
 
 
-def _model_rate(metric: str) -> Callable[[SignalContext], str]:
-    def expr(ctx: SignalContext) -> str:
-        series = ctx.sidecar_series(metric)
-        return f"sum {by((*ctx.join, 'model'))} (rate({series}[{ctx.window('rate')}]))"
-
-    return expr
-
-
 def _computed_prompt(ctx: SignalContext) -> str:
-    prompt = _model_rate("inference_prompt_tokens_total")(ctx)
-    cached = _model_rate("inference_prompt_tokens_cached_total")(ctx)
+    prompt = model_rate("inference_prompt_tokens_total", "rate")(ctx)
+    cached = model_rate("inference_prompt_tokens_cached_total", "rate")(ctx)
     return f"{prompt}\n-\n(\n{cached}\nor\n0 * {prompt}\n)"
 
 
@@ -292,7 +284,7 @@ MODEL_GENERATED = Signal(
     "inference:model_generation_tokens:rate{rate}",
     "tokens_per_second",
     ENERGY_GROUP,
-    Rule(_model_rate("inference_generation_tokens_total"), "tokens generated per second"),
+    Rule(model_rate("inference_generation_tokens_total", "rate"), "tokens generated per second"),
     "tokens/s",
 )
 
@@ -315,7 +307,7 @@ MODEL_PREFILL = Signal(
     "requests",
     ENERGY_GROUP,
     Rule(
-        _model_rate("inference_prefill_time_seconds_sum"),
+        model_rate("inference_prefill_time_seconds_sum", "rate"),
         "seconds per second the requests spend in prefill (the requests in prefill, mean)",
     ),
     "in prefill",
@@ -327,7 +319,7 @@ MODEL_DECODE = Signal(
     "requests",
     ENERGY_GROUP,
     Rule(
-        _model_rate("inference_decode_time_seconds_sum"),
+        model_rate("inference_decode_time_seconds_sum", "rate"),
         "seconds per second the requests spend in decode (the requests in decode, mean)",
     ),
     "in decode",

@@ -37,28 +37,29 @@ _BANDWIDTH = "inference_gpu_peak_memory_bandwidth_bytes_per_second"
 
 
 class _PerModel:
-    """PromQL over the sidecar's series, one series per target and ``model``."""
+    """PromQL over the sidecar's series, one series per target and ``model``, over the site
+    config's ``window`` (the latency window unless told)."""
 
-    def __init__(self, ctx: SignalContext) -> None:
+    def __init__(self, ctx: SignalContext, window: str = "latency") -> None:
         self.ctx = ctx
         self.by_model = by((*ctx.join, "model"))
         self.on_model = on((*ctx.join, "model"))
         self.to_target = f"{on(ctx.join)} group_left ()"
-        self.latency = ctx.window("latency")
+        self.window = ctx.window(window)
 
     def max(self, metric: str) -> str:
         """The largest value of a model gauge (the model facts)."""
         return f"max {self.by_model} ({self.ctx.sidecar_series(metric)})"
 
     def rate(self, metric: str, *matchers: str) -> str:
-        """A counter's rate over the latency window."""
+        """A counter's rate over the window."""
         series = self.ctx.sidecar_series(metric, *matchers)
-        return f"sum {self.by_model} (rate({series}[{self.latency}]))"
+        return f"sum {self.by_model} (rate({series}[{self.window}]))"
 
     def mean(self, metric: str, *matchers: str) -> str:
-        """A gauge's mean over the latency window."""
+        """A gauge's mean over the window."""
         series = self.ctx.sidecar_series(metric, *matchers)
-        return f"sum {self.by_model} (avg_over_time({series}[{self.latency}]))"
+        return f"sum {self.by_model} (avg_over_time({series}[{self.window}]))"
 
     def share_of_e2e(self, metric: str) -> str:
         """A latency sum's rate as a share of the end-to-end latency's."""
@@ -68,8 +69,9 @@ class _PerModel:
 # --- the engine's counters the records below read more than once -----------------------------
 
 
-def _model_rate(metric: str) -> Callable[[SignalContext], str]:
-    return lambda ctx: _PerModel(ctx).rate(metric)
+def model_rate(metric: str, window: str = "latency") -> Callable[[SignalContext], str]:
+    """A record of ``metric``'s rate per target and model over the site config's ``window``."""
+    return lambda ctx: _PerModel(ctx, window).rate(metric)
 
 
 # Each read once per evaluation for the records below (PromQL has no common subexpressions):
@@ -82,7 +84,7 @@ MODEL_E2E_SECONDS = Signal(
     "requests",
     ROOFLINE_GROUP,
     Rule(
-        _model_rate("inference_e2e_request_latency_seconds_sum"),
+        model_rate("inference_e2e_request_latency_seconds_sum"),
         "end-to-end seconds of the requests finished per second (the requests in the engine, mean)",
     ),
     "in the engine",
@@ -94,7 +96,7 @@ MODEL_REQUESTS = Signal(
     "requests_per_second",
     ROOFLINE_GROUP,
     Rule(
-        _model_rate("inference_e2e_request_latency_seconds_count"),
+        model_rate("inference_e2e_request_latency_seconds_count"),
         "requests finished per second",
     ),
     "finished/s",
@@ -105,7 +107,7 @@ MODEL_PROMPT = Signal(
     "inference:model_prompt_tokens:rate{latency}",
     "tokens_per_second",
     ROOFLINE_GROUP,
-    Rule(_model_rate("inference_prompt_tokens_total"), "prompt tokens per second"),
+    Rule(model_rate("inference_prompt_tokens_total"), "prompt tokens per second"),
     "prompt tokens/s",
 )
 
@@ -220,7 +222,7 @@ def _kv_cache_bytes(ctx: SignalContext) -> str:
     m = _PerModel(ctx)
     usage = ctx.sidecar_series("inference_kv_cache_usage_ratio", DECODES)
     return (
-        f"max {m.by_model} (avg_over_time({usage}[{m.latency}]))\n"
+        f"max {m.by_model} (avg_over_time({usage}[{m.window}]))\n"
         f"* {m.on_model}\n{m.max('inference_kv_cache_capacity_tokens')}\n"
         f"* {m.on_model}\n{m.max('inference_model_kv_cache_bytes_per_token')}"
     )
@@ -395,7 +397,7 @@ E2E_MEAN = Signal(
 
 def _budget_queue(ctx: SignalContext) -> str:
     m = _PerModel(ctx)
-    return f"{ctx.queue_less_transfer((*ctx.join, 'model'), m.latency)}\n/\n({_e2e(m)} > 0)"
+    return f"{ctx.queue_less_transfer((*ctx.join, 'model'), m.window)}\n/\n({_e2e(m)} > 0)"
 
 
 BUDGET_QUEUE = Signal(
