@@ -378,7 +378,8 @@ def _set_objectives(
     rules reloaded with them. Where that fails the drill runs on without them and
     ``watch.error`` says why (its checks of the advice still run)."""
     assert sized.calibration is not None
-    keep_up = KEEP_UP if scenario.sizing == KEEP_UP_DRILL else 0.0
+    share = float((sized.plan or {}).get("keep_up", KEEP_UP))
+    keep_up = share if scenario.sizing == KEEP_UP_DRILL else 0.0
     disagg = isinstance(scenario, DisaggScenario)
     objectives = drill_slo.choose(
         sized.calibration,

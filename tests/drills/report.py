@@ -43,6 +43,10 @@ from drills.sizing import (
     OVERHEAD_BATCH,
     OVERHEAD_STEPS,
     OVERLOAD,
+    SOFTIRQ_ENGINE_MAX,
+    SOFTIRQ_KEEP_UP,
+    SOFTIRQ_REACH,
+    SOFTIRQ_TARGET,
     TOKENIZER_CPU,
     TOKENIZER_STEPS,
     TOKENIZER_TTFTS,
@@ -476,7 +480,12 @@ def _sizing_text() -> list[str]:
         f"{KV_WAITING_MAX:g} where fewer than {MIN_RATE:g} a second would finish); "
         "`decode-pool-short`: "
         f"requests decode {DECODE_TTFTS:g}x as long as their first token takes (the prefill "
-        "server a quarter busy); `softirq` paces itself (below).",
+        "server a quarter busy); `softirq`: half a keep-up load "
+        f"({SOFTIRQ_KEEP_UP:g} of what the full batch serves) and a flood that takes the share "
+        "of the engine's core that stretches a healthy step to "
+        f"{SOFTIRQ_REACH:g} of the drill's inter-token objective (a step taking 1 / (1 - share) "
+        f"as long), at most {SOFTIRQ_ENGINE_MAX:.0%} of the core and at least "
+        f"{SOFTIRQ_TARGET:.0%} of the node; the flood paces itself to that (below).",
         "",
         "`frontend-gil`'s cause is one thread holding a core, and its alert reads the busiest "
         "engine thread's share of one: where the node's other runnable threads hold one "
@@ -581,10 +590,11 @@ def render(session: Session, *, previous: str = "") -> str:
         "busy GPU's mean climbs over 60 %. In the first half minute the tokenizer median "
         "comes from a handful of probes (one a second), and "
         "`InferenceTokenizerSlowerThanDecode` can hold for a few evaluations; its 90 s `for` "
-        "outlasts that. In softirq the flood's own CPU (about half a core on 2 CPUs) can leave "
-        "the engine behind for a few seconds, and `InferenceGPUStarvedQueueGrowing` goes "
-        "pending - the consequence the softirq signature warns of - without reaching its "
-        "minute. Other pending-only entries come from whatever else the machine ran at the "
+        "outlasts that. In softirq the flood's own CPU can leave the engine behind for a few "
+        "seconds, and `InferenceGPUStarvedQueueGrowing` goes pending - the consequence the "
+        "softirq signature warns of - without reaching its minute (with a full keep-up load "
+        "and 41 to 49 % of the engine's core flooded it did, in two of three runs: the reason "
+        "softirq's load is half of one). Other pending-only entries come from whatever else the machine ran at the "
         "time (the drills measure the whole node).",
         "",
         *_slo_text(),
@@ -621,7 +631,9 @@ def render(session: Session, *, previous: str = "") -> str:
         "packets in NET_RX softirq context; the receiving socket (64 KiB buffer) is never read, "
         "so the kernel drops the packets after the receive work. The helper is pinned to the "
         "last CPU and paces itself (reading `/proc/stat` twice a second) so that softirq takes "
-        "15 % of the node's CPU time - three times the signature's threshold - but never more "
+        "the drill's share of the node's CPU time (`softirq_target`; at least 15 %, three times "
+        "the signature's threshold; the engine's default where it floods from its start) but "
+        "never more "
         "than 90 % of its own core (on a large node the busiest core then crosses the "
         "signature's 50 % instead), at most 100,000 sends/s. The reference engine (its "
         "front-end and the model worker it spawns) runs on that same core, as a server does "
@@ -807,7 +819,8 @@ def _slo_text() -> list[str]:
         "(either window, once it holds only the load) - and a healthy drill's burn over the "
         f"long window stays under {BURN_FLOOR:g} at every look. softirq's objectives come "
         "from its engine before the flood starts (the flood waits for the drill's sizes), on "
-        "the core the engine runs on. With the worker slowed, exempt, with the reason: "
+        "the core the engine runs on, at its half load; the flood is sized against its "
+        "inter-token objective (above). With the worker slowed, exempt, with the reason: "
         + "; ".join(f"{name}: {why}" for name, why in SLOW_NO_FLOOR.items())
         + ".",
         "",

@@ -42,7 +42,10 @@ How each kind of drill uses them:
   fewer would finish under :data:`MIN_RATE` a second); the decode pool's requests
   decode :data:`DECODE_TTFTS` times as long as their first token takes (with shorter prompts,
   whose prefill takes in proportion to its tokens, where such requests would finish fewer
-  than :data:`MIN_RATE` a second).
+  than :data:`MIN_RATE` a second); the softirq flood takes the share of the engine's core
+  that stretches a healthy decode step to :data:`SOFTIRQ_REACH` of the drill's inter-token
+  objective (at most :data:`SOFTIRQ_ENGINE_MAX`), under half a keep-up load
+  (:data:`SOFTIRQ_KEEP_UP`).
 """
 
 from __future__ import annotations
@@ -53,12 +56,28 @@ from typing import Any
 
 from drills.calibrate import Calibration
 from drills.scenarios import Load
+from drills.slo import choose, healthy_estimate
 
 from exporter.lab.refengine.inject import INJECTION_SIZES, SOFTIRQ_CORE_CAP
 
-# The softirq flood's share of the node's CPU time (three times the signature's 5 %: the
-# engine's default) and the most of its own core it takes.
+# The softirq flood's share of the node's CPU time at least (three times the signature's 5 %:
+# the engine's default) and the most of its own core it takes.
 SOFTIRQ_TARGET = INJECTION_SIZES["softirq_target"].default
+# The flood's share of the engine's core is sized against the drill's inter-token objective: the
+# share that stretches a healthy step (drills.slo.healthy_estimate) to SOFTIRQ_REACH of the
+# objective, a step taking 1 / (1 - share) as long. With 30 % of the core (the flood's size until
+# 2026-12-07) the median gap came out at 0.89 to 0.92 times that in three runs, at 0.49 to 0.6
+# of the objective, and burned the budget 0.4x to 3.1x over 1m (once under 1 in a CI run): the
+# tail past the objective is thin until the median nears it. Sized so, at SOFTIRQ_KEEP_UP, three
+# runs (33 to 50 % of the core) burned 6.5x to 15.8x over 1m and the same drill without the
+# flood 0.09x at most (two runs, 2026-12-07). At most SOFTIRQ_ENGINE_MAX of the core.
+SOFTIRQ_REACH = 0.75
+SOFTIRQ_ENGINE_MAX = 0.5
+# The softirq drill's load, as a share of what the full batch serves: half a keep-up load. At
+# KEEP_UP the engine's batch of two or three sequences keeps its core about 45 % busy (by the
+# calibration's steps), and a flood of 41 to 49 % of that core tipped it into a batch of 9 to 10
+# and a growing queue in two of three runs (2026-12-07); at half the load it has room.
+SOFTIRQ_KEEP_UP = 0.15
 KEEP_UP = 0.3  # a keep-up load: at most this share of what the full batch serves
 OVERLOAD = 3.0  # an overload: this many times what the admitted sequences serve
 MIN_RATE = 0.25  # requests a second below which requests are shortened (7 in 30 s)
@@ -140,6 +159,8 @@ class Plan:
     # "itl"), in seconds: the drill's objective for that kind lies between a healthy request
     # and one delayed so much (drills.slo.choose).
     adds: dict[str, float] = field(default_factory=dict)
+    # A keep-up load's share of what the full batch serves (drills.slo.choose's ``keep_up``).
+    keep_up: float = KEEP_UP
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,28 +176,30 @@ def _longest(limit: float, engine: Engine, served: Any, base: int) -> int:
 
 
 def keep_up(engine: Engine, base: Load, plan: Plan, overhead_s: float = 0.0) -> Load:
-    """At most KEEP_UP of what the full batch serves; shorter requests below MIN_RATE."""
+    """At most ``plan.keep_up`` (:data:`KEEP_UP` unless the drill says) of what the full batch
+    serves; shorter requests below MIN_RATE."""
+    share = plan.keep_up
     full = engine.served_full(base.output_tokens, overhead_s)
-    if KEEP_UP * full >= base.rate:
+    if share * full >= base.rate:
         plan.served = full
         plan.how.append(
             f"the full batch serves {full:.2f}/s: the drill's {base.rate:g}/s is within "
-            f"{KEEP_UP:g} of it"
+            f"{share:g} of it"
         )
         return base
     output = _longest(
-        MIN_RATE / KEEP_UP,
+        MIN_RATE / share,
         engine,
         lambda o: engine.served_full(o, overhead_s),
         base.output_tokens,
     )
     full_then = engine.served_full(output, overhead_s)
-    rate = min(base.rate, KEEP_UP * full_then)
+    rate = min(base.rate, share * full_then)
     plan.served = full_then
     shorter = f", requests of {output} tokens" if output != base.output_tokens else ""
     plan.how.append(
         f"the full batch serves {full:.2f}/s of {base.output_tokens}-token requests: "
-        f"{rate:.2f}/s{shorter} ({KEEP_UP:g} of {full_then:.2f}/s)"
+        f"{rate:.2f}/s{shorter} ({share:g} of {full_then:.2f}/s)"
     )
     return Load(rate=round(rate, 3), prompt_tokens=base.prompt_tokens, output_tokens=output)
 
@@ -253,11 +276,13 @@ def plan(
             out.how.append(f"the drill's own {base.rate:g}/s is more, and offered")
             out.load = Load(base.rate, out.load.prompt_tokens, out.load.output_tokens)
     else:
+        if "softirq" in injections and cpus:
+            out.keep_up = SOFTIRQ_KEEP_UP
         out.load = keep_up(engine, base, out)
     if "tokenizer-slow" in injections:
         _tokenizer(engine, cal, out)
     if "softirq" in injections and cpus:
-        _softirq(out, cpus)
+        _softirq(out, cpus, cal, out.keep_up if kind == KEEP_UP_DRILL else 0.0)
     if "frontend-gil" in injections:
         ms = GIL_CORES * 1000.0 / out.load.rate
         out.sizes["gil_request_ms"] = round(ms, 1)
@@ -269,16 +294,29 @@ def plan(
     return out
 
 
-def _softirq(plan: Plan, cpus: int) -> None:
-    """The flood starts after the calibration, at :data:`SOFTIRQ_TARGET` of the node: the
-    drill's objectives come from the engine without it (drills.slo's margins, as a healthy
-    drill's). The engine runs on the flood's core (``exporter.lab.refengine.inject.pin_engine``),
-    of which the flood keeps that share times the node's CPUs in softirq (at most its cap)."""
-    share = min(SOFTIRQ_CORE_CAP, SOFTIRQ_TARGET * cpus)
-    plan.sizes["softirq_target"] = SOFTIRQ_TARGET
+def _softirq(plan: Plan, cpus: int, cal: Calibration, keep_up: float) -> None:
+    """The flood starts after the calibration: the drill's objectives come from the engine
+    without it (drills.slo's margins, as a healthy drill's). The engine runs on the flood's core
+    (``exporter.lab.refengine.inject.pin_engine``), of which the flood takes the share that
+    stretches a healthy step to :data:`SOFTIRQ_REACH` of the drill's inter-token objective (so
+    that the cause burns an objective the healthy engine keeps), at most
+    :data:`SOFTIRQ_ENGINE_MAX`; and never less than :data:`SOFTIRQ_TARGET` of the node (three
+    times the signature's threshold) or, where that is more than one core, the flood's cap of
+    its core (:data:`SOFTIRQ_CORE_CAP`: the busiest core then crosses the signature's share)."""
+    measured = cal.to_json()
+    _, healthy = healthy_estimate(measured, keep_up)
+    objective = choose(measured, keep_up).itl_s
+    wanted = 1.0 - healthy / (SOFTIRQ_REACH * objective)
+    floor = min(SOFTIRQ_CORE_CAP, SOFTIRQ_TARGET * cpus)
+    share = max(floor, min(SOFTIRQ_ENGINE_MAX, wanted))
+    target = round(share / cpus, 4)
+    plan.sizes["softirq_target"] = target
+    stretched = healthy / (1.0 - share)
     plan.how.append(
-        f"once calibrated, the flood keeps {SOFTIRQ_TARGET:.0%} of the node's {cpus} CPUs in "
-        f"softirq: {share:.0%} of the core the engine runs on"
+        f"once calibrated, the flood keeps {target:.1%} of the node's {cpus} CPUs in softirq: "
+        f"{share:.0%} of the core the engine runs on, a healthy step of "
+        f"{healthy * 1000:.1f} ms stretched to {stretched * 1000:.1f} ms, "
+        f"{stretched / objective:.2f} of the {objective * 1000:g} ms objective"
     )
 
 

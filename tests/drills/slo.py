@@ -93,8 +93,10 @@ BURN_FLOOR = 1.0
 #: checked at the engine's own speed only.
 SLOW_NO_FLOOR = {
     "softirq": (
-        "the flood keeps 30 % of the engine's core in softirq (15 % of 2 CPUs); at the "
-        "engine's speed, under the load's 384 tokens/s, that burns the healthy margins "
+        "measured when the flood kept 30 % of the engine's core in softirq (15 % of 2 CPUs) "
+        "under a full keep-up load (since 2026-12-07 it is sized against the objective, up "
+        "to half the core, at half that load; not measured 8x slower since); at the "
+        "engine's speed, under the load's 384 tokens/s, that burned the healthy margins "
         "(2026-12-05 22:53: median first token 71.8 ms and gaps of 7.2 ms on estimates of "
         "26.3 and 4.6 ms, burn 4.5 and 8.0 over 1m), but 8x slower the load that keeps up is "
         "a fifteenth of that in tokens (0.27/s of 97) and the flood only delays the worker's "
