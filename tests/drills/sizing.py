@@ -67,10 +67,10 @@ SOFTIRQ_TARGET = INJECTION_SIZES["softirq_target"].default
 # share that stretches a healthy step (drills.slo.healthy_estimate) to SOFTIRQ_REACH of the
 # objective, a step taking 1 / (1 - share) as long. With 30 % of the core (the flood's size until
 # 2026-12-07) the median gap came out at 0.89 to 0.92 times that in three runs, at 0.49 to 0.6
-# of the objective, and burned the budget 0.4x to 3.1x over 1m (once under 1 in a CI run): the
-# tail past the objective is thin until the median nears it. Sized so, at SOFTIRQ_KEEP_UP, three
-# runs (33 to 50 % of the core) burned 6.5x to 15.8x over 1m and the same drill without the
-# flood 0.09x at most (two runs, 2026-12-07). At most SOFTIRQ_ENGINE_MAX of the core.
+# of the objective, and burned the budget 0.4x to 3.1x over 1m (under 1 in a CI run): the tail
+# past the objective is thin until the median nears it. Sized so, at SOFTIRQ_KEEP_UP, four runs
+# (33 to 50 % of the core) burned 8.4x to 13x over 1m and the same drill without the flood
+# 0.09x at most (two runs; docs/slo.md). At most SOFTIRQ_ENGINE_MAX of the core.
 SOFTIRQ_REACH = 0.75
 SOFTIRQ_ENGINE_MAX = 0.5
 # The softirq drill's load, as a share of what the full batch serves: half a keep-up load. At
