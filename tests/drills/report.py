@@ -592,10 +592,11 @@ def render(session: Session, *, previous: str = "") -> str:
         "`InferenceTokenizerSlowerThanDecode` can hold for a few evaluations; its 90 s `for` "
         "outlasts that. In softirq the flood's own CPU can leave the engine behind for a few "
         "seconds, and `InferenceGPUStarvedQueueGrowing` goes pending - the consequence the "
-        "softirq signature warns of - without reaching its minute (with a full keep-up load "
-        "and 41 to 49 % of the engine's core flooded it did, in two of three runs: the reason "
-        "softirq's load is half of one). Other pending-only entries come from whatever else the machine ran at the "
-        "time (the drills measure the whole node).",
+        "softirq signature warns of - without reaching its minute (under a full keep-up load "
+        "and with 41 to 49 % of the engine's core flooded, the engine fell behind for good in "
+        "two of three runs, a batch of 9 to 10 and a growing queue: the reason softirq's load "
+        "is half of one). Other pending-only entries come from whatever else the machine ran "
+        "at the time (the drills measure the whole node).",
         "",
         *_slo_text(),
         *_external_text(),
