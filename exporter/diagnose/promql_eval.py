@@ -231,10 +231,12 @@ class Evaluator:
             assert isinstance(rng, Range)
             window = Window(self._ms[0], self._ms[-1])
             out: Vector = []
+            # Prometheus 2.x keeps the metric name through last_over_time alone.
+            keep_name = func == "last_over_time"
             for labels, points in self.series(rng).items():
                 value = _RANGE_FUNCTIONS[func](points, window)
                 if value is not None:
-                    out.append(Sample(_drop_name(labels), value))
+                    out.append(Sample(labels if keep_name else _drop_name(labels), value))
             return out
         if func == "histogram_quantile":
             quantile = self._scalar(args[0])
@@ -701,12 +703,18 @@ def _max_over(points: list[Point], window: Window) -> float | None:
     return top
 
 
+def _last(points: list[Point], window: Window) -> float | None:
+    """The newest sample in the window (the pack reads a fact or a state as last scraped)."""
+    return points[-1][1] if points else None
+
+
 _RANGE_FUNCTIONS: dict[str, Callable[[list[Point], Window], float | None]] = {
     "rate": _rate,
     "increase": _increase,
     "deriv": _deriv,
     "avg_over_time": _avg,
     "max_over_time": _max_over,
+    "last_over_time": _last,
     "changes": _changes,
 }
 

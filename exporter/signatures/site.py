@@ -172,6 +172,7 @@ class Windows:
     pulsing: float = 600.0
     xid: float = 600.0
     baseline: float = 3600.0
+    last_sample: float = 60.0
 
 
 WINDOW_HELP = {
@@ -181,6 +182,12 @@ WINDOW_HELP = {
     "pulsing": "share of idle and saturated utilisation samples",
     "xid": "new Xid errors",
     "baseline": "how far back generation speed per request is compared",
+    "last_sample": (
+        "how long a series read as it is now (model size, GPU peaks and count, the engines "
+        "of a pool, queue depths, KV-cache use, the sidecar's join labels) keeps its last "
+        "sample through missed scrapes, so one failed scrape restarts no alert's `for`; at "
+        "least twice the scrape interval"
+    ),
 }
 
 

@@ -105,7 +105,7 @@ STARVED = "InferenceGPUStarvedQueueGrowing"
         (
             {"windows": {"hourly": "1h"}},
             "windows.hourly: unknown key (known: rate, latency, "
-            "queue_trend, pulsing, xid, baseline)",
+            "queue_trend, pulsing, xid, baseline, last_sample)",
         ),
         (
             {"signatures": {"InferenceGPUIdle": {}}},

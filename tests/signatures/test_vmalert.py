@@ -69,7 +69,14 @@ TESTS = [
     )
 ]
 COLD_START = ROOT / "tests" / "promtool" / "sidecar" / "coldstart.yaml"
-NODE_TESTS = sorted((ROOT / "tests" / "promtool" / "node").glob("*.yaml"))
+# The replay imports samples a minute apart and evaluates every minute: a failed scrape's
+# staleness markers, 30 s apart (missed_scrape.yaml), are promtool's alone.
+MISSED_SCRAPE = "missed_scrape.yaml"
+NODE_TESTS = sorted(
+    path
+    for path in (ROOT / "tests" / "promtool" / "node").glob("*.yaml")
+    if path.name != MISSED_SCRAPE
+)
 # Between two test groups: longer than any window, offset (the 1h baseline) and lookback.
 GAP_S = 2 * 3600
 HOUR = 3600

@@ -173,6 +173,9 @@ SIGNALS: tuple[Declaration, ...] = (
 )
 
 _RANGE = re.compile(r"\[([0-9smhdwy]+)\]")
+# A fact or join read as its last sample through missed scrapes (SignalContext.latest): its
+# range is no history the record needs, the value is right from the first sample.
+_LATEST = re.compile(r"last_over_time\([^\[\]]*\[[0-9smhdwy]+\]\)")
 
 
 def signals(cfg: SiteConfig) -> list[Signal]:
@@ -199,14 +202,16 @@ def recording_rules(cfg: SiteConfig) -> list[RecordingRule]:
 
 def resolve_windows(rules: Sequence[RecordingRule]) -> list[RecordingRule]:
     """``rules`` with each ``window=None`` replaced by the history the record needs: the
-    longest range its expression reads, or the longest window of the records it reads
-    (records are resolved in order, so a record reads only records above it)."""
+    longest range its expression reads (not a ``last_over_time`` of
+    :meth:`SignalContext.latest`), or the longest window of the records it reads (records are
+    resolved in order, so a record reads only records above it)."""
     known: dict[str, float] = {}
     resolved = []
     for rule in rules:
         window = rule.window
         if window is None:
-            ranges = [parse_duration(text) for text in _RANGE.findall(rule.expr)]
+            read = _LATEST.sub("", rule.expr)
+            ranges = [parse_duration(text) for text in _RANGE.findall(read)]
             inner = [known.get(name, 0.0) for name in RECORD_NAME.findall(rule.expr)]
             window = max([0.0, *ranges, *inner])
         known[rule.record] = window

@@ -44,10 +44,11 @@ from exporter.signatures.promql_text import by, num, on
 from exporter.signatures.signals import dcgm_fields
 from exporter.signatures.signals.dcgm_fields import dcgm_quantity
 from exporter.signatures.signals.dcgm_join import dcgm_per_target
-from exporter.signatures.signals.node_join import cluster_labels, pod_labels
+from exporter.signatures.signals.node_join import cluster_labels
 from exporter.signatures.signals.roofline_signals import model_rate, product_matcher
 from exporter.signatures.signals.shared_gpu_signals import GPU_DEVICE_UTILIZATION, GPU_ENGINE_SHARE
 from exporter.signatures.signals.signal import ByLayout, Rule, Signal
+from exporter.signatures.signals.signal_context import pod_labels
 from exporter.signatures.signals.signal_groups import ENERGY_GROUP, GPU_GROUP, POOL_GROUP
 from exporter.signatures.site import SiteConfig
 
@@ -518,7 +519,8 @@ POOL_COST_PER_PROMPT = _pool_signal(
 
 
 def _pool_idle(ctx: SignalContext) -> str:
-    models = f"group {by((*ctx.join, 'model'))} ({ctx.sidecar_series('inference_engine_info')})"
+    info = ctx.latest(ctx.sidecar_series("inference_engine_info"))
+    models = f"group {by((*ctx.join, 'model'))} ({info})"
     pool, to_models = by(_pool(ctx)), f"{on(ctx.join)} group_right ()"
     idle = f"{ctx.name(IDLE_ENERGY)}\n* {on(ctx.join)}\n{ctx.name(POWER)}"
     spent = f"sum {pool} (\n(\n{idle}\n)\n* {to_models}\n{models}\n)"

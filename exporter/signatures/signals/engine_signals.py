@@ -84,13 +84,14 @@ TRAFFIC = Signal(
 
 
 def engine_queue(ctx: SignalContext) -> str:
-    """Requests waiting in the engine's own queue, per target (its gateway's share left out)."""
-    return f"sum {ctx.by_target} ({ctx.sidecar_series('inference_queue_depth')})"
+    """Requests waiting in the engine's own queue, per target (its gateway's share left out),
+    as last scraped (:meth:`SignalContext.latest`)."""
+    return f"sum {ctx.by_target} ({ctx.latest(ctx.sidecar_series('inference_queue_depth'))})"
 
 
 def _queue_depth(ctx: SignalContext) -> str:
     # The share has the join labels alone, never an engine series' labels: `or` adds it.
-    queue = ctx.sidecar_series("inference_queue_depth")
+    queue = ctx.latest(ctx.sidecar_series("inference_queue_depth"))
     return f"sum {ctx.by_target} (\n{queue}\nor\n{ctx.name(QUEUE_SHARE)}\n)"
 
 
@@ -181,7 +182,8 @@ QUEUE_WAIT_SHARE = Signal(
 
 
 def _kv_cache(ctx: SignalContext) -> str:
-    return f"max {ctx.by_target} ({ctx.sidecar_series('inference_kv_cache_usage_ratio')})"
+    usage = ctx.latest(ctx.sidecar_series("inference_kv_cache_usage_ratio"))
+    return f"max {ctx.by_target} ({usage})"
 
 
 #: KV-cache usage now (the roofline's KV bytes are in :mod:`.roofline`).

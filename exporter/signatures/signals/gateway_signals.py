@@ -54,11 +54,12 @@ def engine_targets(ctx: SignalContext) -> str:
     may poll a gateway next to its engine: that target is an engine target too)."""
     gateways = regex_alternatives(GATEWAYS)
     info = ctx.sidecar_series("inference_engine_info", f'engine!~"{gateways}"')
-    return f"group {by((*ctx.join, 'model'))} ({info})"
+    return f"group {by((*ctx.join, 'model'))} ({ctx.latest(info)})"
 
 
 def _queue(ctx: SignalContext) -> str:
-    return f"sum {by(_per_gateway(ctx))} ({ctx.sidecar_series(GATEWAY_QUEUE_METRIC)})"
+    queue = ctx.latest(ctx.sidecar_series(GATEWAY_QUEUE_METRIC))
+    return f"sum {by(_per_gateway(ctx))} ({queue})"
 
 
 GATEWAY_QUEUE = Signal(

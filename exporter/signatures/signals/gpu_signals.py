@@ -20,9 +20,9 @@ from exporter.signatures.signals.node_join import (
     agent_gpu,
     node_per_gpu,
     node_per_target,
-    pod_labels,
 )
 from exporter.signatures.signals.signal import ByLayout, Raw, Rule, Signal
+from exporter.signatures.signals.signal_context import pod_labels
 from exporter.signatures.signals.signal_groups import GPU_GROUP, GPU_STATE_GROUP
 
 if TYPE_CHECKING:

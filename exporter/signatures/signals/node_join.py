@@ -18,16 +18,12 @@ from typing import TYPE_CHECKING
 
 from exporter.metrics import GPU_LABELS
 from exporter.signatures.promql_text import by, on, selector
+from exporter.signatures.signals.signal_context import pod_labels
 from exporter.signatures.signals.target_signals import TARGET_INFO
 from exporter.signatures.site import CLUSTER
 
 if TYPE_CHECKING:
     from exporter.signatures.signals.signal_context import SignalContext
-
-
-def pod_labels(ctx: SignalContext) -> tuple[str, ...]:
-    """The labels naming the pod that holds a GPU."""
-    return tuple(label for label in (CLUSTER, "namespace", "pod") if label in ctx.join)
 
 
 def cluster_labels(ctx: SignalContext) -> tuple[str, ...]:

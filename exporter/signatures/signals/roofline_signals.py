@@ -48,8 +48,8 @@ class _PerModel:
         self.window = ctx.window(window)
 
     def max(self, metric: str) -> str:
-        """The largest value of a model gauge (the model facts)."""
-        return f"max {self.by_model} ({self.ctx.sidecar_series(metric)})"
+        """The largest value of a model gauge (the model facts), through missed scrapes."""
+        return f"max {self.by_model} ({self.ctx.latest(self.ctx.sidecar_series(metric))})"
 
     def rate(self, metric: str, *matchers: str) -> str:
         """A counter's rate over the window."""
@@ -116,11 +116,11 @@ MODEL_PROMPT = Signal(
 
 
 def _sidecar_peak(ctx: SignalContext, metric: str, *matchers: str) -> str:
-    return f"min {ctx.by_target} ({ctx.sidecar_series(metric, *matchers)})"
+    return f"min {ctx.by_target} ({ctx.latest(ctx.sidecar_series(metric, *matchers))})"
 
 
 def _node_peak(ctx: SignalContext, metric: str, *matchers: str) -> str:
-    return node_per_target(ctx, "min", ctx.sidecar_series(metric, *matchers))
+    return node_per_target(ctx, "min", ctx.latest(ctx.sidecar_series(metric, *matchers)))
 
 
 def site_peaks(product: ProductPeaks) -> Peaks:

@@ -20,10 +20,10 @@ from exporter.signatures.signals.node_join import (
     agent_gpu,
     cluster_labels,
     node_per_gpu,
-    pod_labels,
     pods,
 )
 from exporter.signatures.signals.signal import ByLayout, Rule, Signal
+from exporter.signatures.signals.signal_context import pod_labels
 from exporter.signatures.signals.signal_groups import GPU_GROUP
 
 if TYPE_CHECKING:

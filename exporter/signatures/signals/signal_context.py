@@ -14,7 +14,7 @@ from exporter.config import format_duration
 from exporter.metrics import GPU_LABELS
 from exporter.signatures.promql_text import by, on, selector
 from exporter.signatures.signals.guard_signals import HISTORY
-from exporter.signatures.site import SiteConfig
+from exporter.signatures.site import CLUSTER, SiteConfig
 
 if TYPE_CHECKING:
     from exporter.signatures.signals.signal import Signal
@@ -29,6 +29,11 @@ DECODES = 'role!="prefill"'
 
 #: Join labels that name one pod: a pool is what the other join labels and the model share.
 POD_LABELS = ("pod", "instance")
+
+
+def pod_labels(ctx: SignalContext) -> tuple[str, ...]:
+    """The labels naming the pod that holds a GPU (the node layout's join)."""
+    return tuple(label for label in (CLUSTER, "namespace", "pod") if label in ctx.join)
 
 
 def pool_labels(join: Sequence[str]) -> tuple[str, ...]:
@@ -63,6 +68,14 @@ class SignalContext:
     def sidecar_series(self, metric: str, *matchers: str) -> str:
         """``metric{...}`` with the site's sidecar matchers and ``matchers``."""
         return selector(metric, self.cfg.selectors.sidecar, *matchers)
+
+    def latest(self, series: str) -> str:
+        """``series`` as its last sample within the ``last_sample`` window: a fact, a state or
+        a join read as it is now, through missed scrapes. A failed scrape marks every series of
+        the target stale at once, and an instant read then finds nothing for one
+        evaluation: every alert that reads the record restarts its ``for`` (a 15m ``for``
+        with one failed scrape of the target in each 15m never fires)."""
+        return f"last_over_time({series}[{self.window('last_sample')}])"
 
     def queue_less_transfer(self, labels: Sequence[str], window: str, *matchers: str) -> str:
         """Seconds per second requests wait in the engines' queue, grouped by ``labels``, less
