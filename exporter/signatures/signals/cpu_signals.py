@@ -55,7 +55,7 @@ def _without_agents(expr: Callable[[SignalContext], str]) -> Callable[[SignalCon
     """``expr`` but for the node agents' own targets (the ``node`` layout)."""
 
     def without(ctx: SignalContext) -> str:
-        agents = ctx.latest(ctx.sidecar_series(*AGENT))
+        agents = ctx.latest(*AGENT)
         return f"(\n{expr(ctx)}\n)\nunless {on(ctx.join)}\n{agents}"
 
     return without

@@ -519,7 +519,7 @@ POOL_COST_PER_PROMPT = _pool_signal(
 
 
 def _pool_idle(ctx: SignalContext) -> str:
-    info = ctx.latest(ctx.sidecar_series("inference_engine_info"))
+    info = ctx.latest("inference_engine_info")
     models = f"group {by((*ctx.join, 'model'))} ({info})"
     pool, to_models = by(_pool(ctx)), f"{on(ctx.join)} group_right ()"
     idle = f"{ctx.name(IDLE_ENERGY)}\n* {on(ctx.join)}\n{ctx.name(POWER)}"

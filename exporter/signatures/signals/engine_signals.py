@@ -86,12 +86,12 @@ TRAFFIC = Signal(
 def engine_queue(ctx: SignalContext) -> str:
     """Requests waiting in the engine's own queue, per target (its gateway's share left out),
     as last scraped (:meth:`SignalContext.latest`)."""
-    return f"sum {ctx.by_target} ({ctx.latest(ctx.sidecar_series('inference_queue_depth'))})"
+    return f"sum {ctx.by_target} ({ctx.latest('inference_queue_depth')})"
 
 
 def _queue_depth(ctx: SignalContext) -> str:
     # The share has the join labels alone, never an engine series' labels: `or` adds it.
-    queue = ctx.latest(ctx.sidecar_series("inference_queue_depth"))
+    queue = ctx.latest("inference_queue_depth")
     return f"sum {ctx.by_target} (\n{queue}\nor\n{ctx.name(QUEUE_SHARE)}\n)"
 
 
@@ -182,7 +182,7 @@ QUEUE_WAIT_SHARE = Signal(
 
 
 def _kv_cache(ctx: SignalContext) -> str:
-    usage = ctx.latest(ctx.sidecar_series("inference_kv_cache_usage_ratio"))
+    usage = ctx.latest("inference_kv_cache_usage_ratio")
     return f"max {ctx.by_target} ({usage})"
 
 

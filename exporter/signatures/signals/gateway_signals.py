@@ -53,12 +53,12 @@ def engine_targets(ctx: SignalContext) -> str:
     """1 per engine target and model: the targets' engine info but a gateway's own (a sidecar
     may poll a gateway next to its engine: that target is an engine target too)."""
     gateways = regex_alternatives(GATEWAYS)
-    info = ctx.sidecar_series("inference_engine_info", f'engine!~"{gateways}"')
-    return f"group {by((*ctx.join, 'model'))} ({ctx.latest(info)})"
+    info = ctx.latest("inference_engine_info", f'engine!~"{gateways}"')
+    return f"group {by((*ctx.join, 'model'))} ({info})"
 
 
 def _queue(ctx: SignalContext) -> str:
-    queue = ctx.latest(ctx.sidecar_series(GATEWAY_QUEUE_METRIC))
+    queue = ctx.latest(GATEWAY_QUEUE_METRIC)
     return f"sum {by(_per_gateway(ctx))} ({queue})"
 
 

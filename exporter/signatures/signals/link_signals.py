@@ -41,11 +41,11 @@ _PEAK = "inference_gpu_nvlink_peak_bytes_per_second"
 
 
 def _gpus_sidecar(ctx: SignalContext) -> str:
-    return f"count {ctx.by_target} ({ctx.latest(ctx.sidecar_series('inference_gpu_up'))})"
+    return f"count {ctx.by_target} ({ctx.latest('inference_gpu_up')})"
 
 
 def _gpus_node(ctx: SignalContext) -> str:
-    return node_per_target(ctx, "count", ctx.latest(ctx.sidecar_series("inference_gpu_up")))
+    return node_per_target(ctx, "count", ctx.latest("inference_gpu_up"))
 
 
 def _gpus_dcgm(ctx: SignalContext) -> str:
@@ -94,7 +94,7 @@ def _per_gpu(ctx: SignalContext) -> str:
         f"rate({ctx.sidecar_series(_TRANSMIT)}[{rate}])",
         f"rate({ctx.sidecar_series(_RECEIVE)}[{rate}])",
     )
-    return f"{moved}\n/\n({ctx.latest(ctx.sidecar_series(_PEAK))} > 0)"
+    return f"{moved}\n/\n({ctx.latest(_PEAK)} > 0)"
 
 
 def _nvlink_dcgm(ctx: SignalContext) -> str:
@@ -105,7 +105,7 @@ def _nvlink_dcgm(ctx: SignalContext) -> str:
             for quantity in (dcgm_fields.NVLINK_TX, dcgm_fields.NVLINK_RX)
         )
     )
-    own = f"min {ctx.by_target} ({ctx.latest(ctx.sidecar_series(_PEAK))} > 0)"
+    own = f"min {ctx.by_target} ({ctx.latest(_PEAK)} > 0)"
     peak = f"(\n{own}\nor\n{product_peak(ctx, lambda peaks: peaks.nvlink_bandwidth)}\n)"
     return f"{dcgm_per_target(ctx, moved)}\n/ {on(ctx.join)}\n{peak}"
 

@@ -35,7 +35,7 @@ def _mine(role: Role) -> str:
 
 
 def _engines(ctx: SignalContext, role: Role) -> str:
-    info = ctx.latest(ctx.sidecar_series("inference_engine_info", _mine(role)))
+    info = ctx.latest("inference_engine_info", _mine(role))
     return f"count {by(_labels(ctx))} ({info})"
 
 

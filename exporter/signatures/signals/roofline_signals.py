@@ -49,7 +49,7 @@ class _PerModel:
 
     def max(self, metric: str) -> str:
         """The largest value of a model gauge (the model facts), through missed scrapes."""
-        return f"max {self.by_model} ({self.ctx.latest(self.ctx.sidecar_series(metric))})"
+        return f"max {self.by_model} ({self.ctx.latest(metric)})"
 
     def rate(self, metric: str, *matchers: str) -> str:
         """A counter's rate over the window."""
@@ -116,11 +116,11 @@ MODEL_PROMPT = Signal(
 
 
 def _sidecar_peak(ctx: SignalContext, metric: str, *matchers: str) -> str:
-    return f"min {ctx.by_target} ({ctx.latest(ctx.sidecar_series(metric, *matchers))})"
+    return f"min {ctx.by_target} ({ctx.latest(metric, *matchers)})"
 
 
 def _node_peak(ctx: SignalContext, metric: str, *matchers: str) -> str:
-    return node_per_target(ctx, "min", ctx.latest(ctx.sidecar_series(metric, *matchers)))
+    return node_per_target(ctx, "min", ctx.latest(metric, *matchers))
 
 
 def site_peaks(product: ProductPeaks) -> Peaks:

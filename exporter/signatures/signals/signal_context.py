@@ -69,12 +69,13 @@ class SignalContext:
         """``metric{...}`` with the site's sidecar matchers and ``matchers``."""
         return selector(metric, self.cfg.selectors.sidecar, *matchers)
 
-    def latest(self, series: str) -> str:
-        """``series`` as its last sample within the ``last_sample`` window: a fact, a state or
-        a join read as it is now, through missed scrapes. A failed scrape marks every series of
-        the target stale at once, and an instant read then finds nothing for one
-        evaluation: every alert that reads the record restarts its ``for`` (a 15m ``for``
-        with one failed scrape of the target in each 15m never fires)."""
+    def latest(self, metric: str, *matchers: str) -> str:
+        """:meth:`sidecar_series` as its last sample within the ``last_sample`` window: a
+        fact, a state or a join read as it is now, through missed scrapes. A failed scrape
+        marks every series of the target stale at once, and an instant read then finds
+        nothing for one evaluation: every alert that reads the record restarts its ``for``
+        (a 15m ``for`` with one failed scrape of the target in each 15m never fires)."""
+        series = self.sidecar_series(metric, *matchers)
         return f"last_over_time({series}[{self.window('last_sample')}])"
 
     def queue_less_transfer(self, labels: Sequence[str], window: str, *matchers: str) -> str:

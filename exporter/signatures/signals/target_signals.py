@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from exporter.signatures.signals.signal_context import SignalContext
 
 
-def _through_missed_scrapes(ctx: SignalContext, info: str, one_per: Sequence[str]) -> str:
-    """One series per target from the build-info selector ``info``: the target as scraped
+def _through_missed_scrapes(ctx: SignalContext, one_per: Sequence[str], *matchers: str) -> str:
+    """One series per target from the sidecars' build info (``matchers`` narrow it): as scraped
     now, else (a failed scrape marks every series of the target stale, and every GPU record
     joined to it would vanish for an evaluation and restart its alerts' ``for``) as last
     scraped within the ``last_sample`` window. The last samples hold only where they name one
@@ -26,15 +26,15 @@ def _through_missed_scrapes(ctx: SignalContext, info: str, one_per: Sequence[str
     reader's join, for every pod; then the target scraped now stands alone (none, if its
     scrape failed)."""
     group, match = by(ctx.join), on(one_per)
-    last = f"group {group} ({ctx.latest(info)})"
+    last = f"group {group} ({ctx.latest(BUILD_INFO, *matchers)})"
     # `or` without `on`: where the fallback is held back, the target scraped now has other
     # labels (its new instance) and still comes in; where both hold, they are one series.
     unique = f"(\n{last}\nunless {match}\ncount {by(one_per)} ({last}) > 1\n)"
-    return f"{unique}\nor\ngroup {group} ({info})"
+    return f"{unique}\nor\ngroup {group} ({ctx.sidecar_series(BUILD_INFO, *matchers)})"
 
 
 def _target_info(ctx: SignalContext) -> str:
-    return _through_missed_scrapes(ctx, ctx.sidecar_series(BUILD_INFO), ctx.cfg.dcgm.target_labels)
+    return _through_missed_scrapes(ctx, ctx.cfg.dcgm.target_labels)
 
 
 _JOIN = Rule(
@@ -50,8 +50,7 @@ _IS_POD = ('namespace!=""', 'pod!=""')
 def _target_pods(ctx: SignalContext) -> str:
     """Pods only: the node agent's series name the pod holding each GPU, and static targets
     (no pod) would all meet in one empty match group of the readers' joins."""
-    pods = ctx.sidecar_series(BUILD_INFO, *_IS_POD)
-    return _through_missed_scrapes(ctx, pods, pod_labels(ctx))
+    return _through_missed_scrapes(ctx, pod_labels(ctx), *_IS_POD)
 
 
 #: 1 per sidecar scrape target, with its join labels: what a GPU series from the node agent or
