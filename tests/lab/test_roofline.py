@@ -18,7 +18,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.backends.hfmodel import load_model
-from exporter.lab.refengine.gputrace import measure_host, write_trace
+from exporter.lab.refengine.gputrace import (
+    BUS_WIDTH_BITS,
+    FLOPS_PER_CLOCK,
+    measure_host,
+    write_trace,
+)
 from exporter.lab.stack import Stack, StackConfig
 
 
@@ -73,7 +78,13 @@ def test_sidecar_reports_the_reference_models_facts_and_the_hosts_peaks(tmp_path
     assert kv == 2 * layers * d * 4 == 8192
     assert value(metrics, "inference_model_flops_per_token", **model) == facts.flops_per_token
     gpu = {"gpu": "0"}
+    # The trace gives the peaks as NVML facts, whole MHz of clock: the host's rates within half
+    # a MHz (at a few GB/s, a MHz of a 64-bit bus is 0.25 % of the rate).
+    nvml = host.facts()
+    per_mhz = BUS_WIDTH_BITS / 8 * 2e6
     bandwidth = value(metrics, "inference_gpu_peak_memory_bandwidth_bytes_per_second", **gpu)
-    assert bandwidth == pytest.approx(host.memory_bandwidth, rel=1e-3)
+    assert bandwidth == pytest.approx(nvml.max_memory_clock_mhz * per_mhz, rel=1e-9)
+    assert abs(bandwidth - host.memory_bandwidth) <= per_mhz / 2
     flops = value(metrics, "inference_gpu_peak_flops", precision="bf16", **gpu)
-    assert flops == pytest.approx(host.matmul_flops, rel=1e-2)
+    assert flops == pytest.approx(nvml.max_sm_clock_mhz * FLOPS_PER_CLOCK * 1e6, rel=1e-9)
+    assert abs(flops - host.matmul_flops) <= FLOPS_PER_CLOCK * 1e6 / 2
