@@ -387,8 +387,10 @@ def test_any_member_zero_is_filtered_before_the_aggregation() -> None:
     failing series instead of every collector's, GPU's or target's (the collectors' series are
     the costliest alert input at 10,000 GPUs; docs/scale.md). The alerts' promtool suites
     check both the firing and the silent cases of each such alert."""
-    late = re.compile(r"min by \([^()]*\) \([^()]*(?:\{[^{}]*\})?\)\s*==\s*0")
-    early = re.compile(r"min by \([^()]*\) \([^()]*(?:\{[^{}]*\})? == 0\)")
+    # A state read as it is now or as its last sample (``last_over_time(x[1m])``).
+    state = r"(?:[a-z_]+(?:\{[^{}]*\})?|last_over_time\([a-z_]+(?:\{[^{}]*\})?\[[0-9a-z]+\]\))"
+    late = re.compile(rf"min by \([^()]*\) \({state}\)\s*==\s*0")
+    early = re.compile(rf"min by \([^()]*\) \({state} == 0\)")
     seen = dict.fromkeys(GENERATED, 0)
     for path in GENERATED:
         for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]:

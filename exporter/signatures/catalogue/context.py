@@ -67,6 +67,13 @@ class Context:
         """``metric{...}`` with the site's sidecar matchers and ``matchers``."""
         return selector(metric, self.cfg.selectors.sidecar, *matchers)
 
+    def latest(self, metric: str, *matchers: str) -> str:
+        """:meth:`selector` as its last sample within the ``last_sample`` window: a state an
+        alert reads as it is now (a collector's success, NVML up, a GPU lost), held through
+        one failed scrape of the target, which marks all its series stale at once and would
+        restart the alert's ``for`` (:meth:`SignalContext.latest` for the records)."""
+        return self.signal_context.latest(metric, *matchers)
+
     def rate(self, metric: str) -> str:
         """``rate(metric{...}[<rate window>])`` of a sidecar counter."""
         return f"rate({self.selector(metric)}[{self.window('rate')}])"

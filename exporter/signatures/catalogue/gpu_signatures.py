@@ -167,7 +167,7 @@ def gpu_lost(ctx: Context) -> Signature:
     hold = ctx.for_duration(alert)
     rule = AlertRule(
         severity="critical",
-        expr=f"min {ctx.by('gpu', 'uuid')} ({ctx.selector('inference_gpu_up')} == 0)",
+        expr=f"min {ctx.by('gpu', 'uuid')} ({ctx.latest('inference_gpu_up')} == 0)",
         for_seconds=ctx.for_seconds(alert),
         summary="GPU {labels.gpu} lost on {target}",
         description=(

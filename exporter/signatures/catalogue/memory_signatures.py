@@ -99,7 +99,7 @@ def gpu_memory_headroom_low(ctx: Context) -> Signature:
     kv_cache_above = ctx.ratio(alert, "kv_cache_above")
     framebuffer_above = ctx.ratio(alert, "framebuffer_above")
     engines = regex_alternatives(ctx.cfg.names(alert, "preallocating_engines"))
-    preallocating = ctx.selector("inference_engine_up", f'engine=~"{engines}"')
+    preallocating = ctx.latest("inference_engine_up", f'engine=~"{engines}"')
     kv_rule = AlertRule(
         severity="warning",
         expr=f"{ctx.name(KV_CACHE)} > {num(kv_cache_above)}",

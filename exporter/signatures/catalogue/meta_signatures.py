@@ -66,7 +66,7 @@ def exporter_down(ctx: Context) -> Signature:
 def collector_failing(ctx: Context) -> Signature:
     alert = "InferenceCollectorFailing"
     hold = ctx.for_duration(alert)
-    success = ctx.selector("inference_scrape_collector_success")
+    success = ctx.latest("inference_scrape_collector_success")
     rule = AlertRule(
         severity="warning",
         expr=f"min {ctx.by('collector')} ({success} == 0)",
@@ -121,7 +121,7 @@ def engine_metrics_down(ctx: Context) -> Signature:
     failures = ctx.selector("inference_engine_poll_failures_total")
     rule = AlertRule(
         severity="warning",
-        expr=f"min {ctx.by('engine')} ({ctx.selector('inference_engine_up')} == 0)",
+        expr=f"min {ctx.by('engine')} ({ctx.latest('inference_engine_up')} == 0)",
         for_seconds=ctx.for_seconds(alert),
         summary="Engine metrics unreadable on {target}",
         description=(
@@ -169,7 +169,7 @@ def nvml_unavailable(ctx: Context) -> Signature:
     hold = ctx.for_duration(alert)
     rule = AlertRule(
         severity="warning",
-        expr=f"min {ctx.by()} ({ctx.selector('inference_nvml_up')} == 0)",
+        expr=f"min {ctx.by()} ({ctx.latest('inference_nvml_up')} == 0)",
         for_seconds=ctx.for_seconds(alert),
         summary="NVML unavailable in the sidecar of {target}",
         description=(
@@ -198,9 +198,9 @@ def nvml_unavailable(ctx: Context) -> Signature:
 def gpu_attribution_uncertain(ctx: Context) -> Signature:
     alert = "InferenceGPUAttributionUncertain"
     hold = ctx.for_duration(alert)
-    all_visible = ctx.selector("inference_gpu_attribution_info", 'method="all-visible"')
-    engine = ctx.selector("inference_gpu_processes", 'owner="engine"')
-    other = ctx.selector("inference_gpu_processes", 'owner="other"')
+    all_visible = ctx.latest("inference_gpu_attribution_info", 'method="all-visible"')
+    engine = ctx.latest("inference_gpu_processes", 'owner="engine"')
+    other = ctx.latest("inference_gpu_processes", 'owner="other"')
     foreign = (
         f"count {ctx.by()} (\n{engine} == 0\nand {on((*ctx.join, 'gpu', 'uuid'))}\n{other} > 0\n)"
     )
@@ -265,7 +265,7 @@ def _gpu_source(ctx: Context) -> str:
 def gpu_metrics_missing(ctx: Context) -> Signature:
     alert = "InferenceGPUMetricsMissing"
     hold = ctx.for_duration(alert)
-    nvml_down = f"min {ctx.by()} ({ctx.selector('inference_nvml_up')} == 0)"
+    nvml_down = f"min {ctx.by()} ({ctx.latest('inference_nvml_up')} == 0)"
     rule = AlertRule(
         severity="warning",
         expr=(

@@ -196,7 +196,7 @@ def gateway_stale_endpoints(ctx: Context) -> Signature:
     gateway = by((*ctx.join, "model"))
     per_gateway = on((*ctx.join, "model"))
     pool = pool_of(ctx.signal_context)
-    stale = ctx.selector("inference_gateway_stale_endpoints")
+    stale = ctx.latest("inference_gateway_stale_endpoints")
     # The effective saturation is the larger of the stages': the largest of them all.
     saturation = ctx.selector("inference_gateway_pool_saturation")
     expr = (
@@ -208,7 +208,7 @@ def gateway_stale_endpoints(ctx: Context) -> Signature:
         f"and {on(pool)}\n{ctx.name(POOL_GPU_UTILIZATION)} < {num(util)}"
     )
     # The pool's records have no pod: read through the gateway's own series.
-    mine = f"group {by(pool)} ({stale}{TARGET})"
+    mine = f"group {by(pool)} ({ctx.selector('inference_gateway_stale_endpoints')}{TARGET})"
     rule = AlertRule(
         severity="critical",
         expr=expr,

@@ -339,14 +339,14 @@ SM_ACTIVE = Signal(
 
 
 def _memory_used_sidecar(ctx: SignalContext) -> str:
-    used = ctx.sidecar_series("inference_gpu_memory_used_bytes")
-    total = ctx.sidecar_series("inference_gpu_memory_total_bytes")
+    used = ctx.latest("inference_gpu_memory_used_bytes")
+    total = ctx.latest("inference_gpu_memory_total_bytes")
     return f"max {ctx.by_gpu} (\n{used}\n/\n{total}\n)"
 
 
 def _memory_used_node(ctx: SignalContext) -> str:
-    used = ctx.sidecar_series("inference_gpu_memory_used_bytes")
-    total = ctx.sidecar_series("inference_gpu_memory_total_bytes")
+    used = ctx.latest("inference_gpu_memory_used_bytes")
+    total = ctx.latest("inference_gpu_memory_total_bytes")
     return node_per_gpu(ctx, f"{used}\n/\n{total}")
 
 
@@ -514,7 +514,7 @@ DCGM_CLOCK_REASONS = Signal(
 
 def _throttled(ctx: SignalContext) -> str:
     reasons = regex_alternatives(ctx.cfg.names(THROTTLED, "reasons"))
-    return ctx.sidecar_series("inference_gpu_clock_event_active", f'reason=~"{reasons}"')
+    return ctx.latest("inference_gpu_clock_event_active", f'reason=~"{reasons}"')
 
 
 def _from_mask(ctx: SignalContext) -> bool:
@@ -538,7 +538,7 @@ def _decoded(ctx: SignalContext, mask: str) -> str:
 
 
 def _throttle_mask_sidecar(ctx: SignalContext) -> str:
-    return f"max {by((*ctx.join, *GPU_LABELS))} ({ctx.sidecar_series(_MASK)} > 0)"
+    return f"max {by((*ctx.join, *GPU_LABELS))} ({ctx.latest(_MASK)} > 0)"
 
 
 #: The throttling reasons' bitmask of each GPU that has one active; absent otherwise. Read
@@ -554,7 +554,7 @@ THROTTLE_REASON_MASK = Signal(
             "active (inference_gpu_clock_throttle_reasons); absent otherwise",
         ),
         node=Rule(
-            lambda ctx: node_per_gpu(ctx, f"{ctx.sidecar_series(_MASK)} > 0"),
+            lambda ctx: node_per_gpu(ctx, f"{ctx.latest(_MASK)} > 0"),
             "bitmask of the active throttling clock event reasons per GPU while any is "
             "active (the node agent's inference_gpu_clock_throttle_reasons); absent otherwise",
         ),

@@ -161,7 +161,7 @@ def _holding_expr(ctx: SignalContext, sig: Signature) -> str:
     if is_gateway_signature(sig):
         fed = (*ctx.cfg.gateway.labels, "model")
         gateways = regex_alternatives(GATEWAYS)
-        engines = ctx.sidecar_series("inference_engine_info", f'engine!~"{gateways}"')
+        engines = ctx.latest("inference_engine_info", f'engine!~"{gateways}"')
         expr += (
             f"\nor\ngroup {by(labels)} (\n{engines}\nand {on(fed)}\ngroup {by(fed)} (\n{body}\n)\n)"
         )
