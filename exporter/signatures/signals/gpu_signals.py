@@ -351,8 +351,8 @@ def _memory_used_node(ctx: SignalContext) -> str:
 
 
 def _memory_used_dcgm(ctx: SignalContext) -> str:
-    used = dcgm_quantity(ctx, dcgm_fields.FB_USED)
-    free = dcgm_quantity(ctx, dcgm_fields.FB_FREE)
+    used = dcgm_quantity(ctx, dcgm_fields.FB_USED, ctx.last)
+    free = dcgm_quantity(ctx, dcgm_fields.FB_FREE, ctx.last)
     return dcgm_per_gpu(ctx, f"{used}\n/\n(\n{used}\n+\n{free}\n)")
 
 
@@ -492,7 +492,7 @@ XID_NEW = Signal(
 def _dcgm_clock_reasons(ctx: SignalContext) -> str:
     # DCGM 3.3 renamed the field; either name, one unit (a bitmask).
     names = "|".join(sorted(dcgm_fields.CLOCK_REASONS.metrics))
-    return dcgm_per_gpu(ctx, dcgm_series(ctx, "", f'__name__=~"{names}"'))
+    return dcgm_per_gpu(ctx, ctx.last(dcgm_series(ctx, "", f'__name__=~"{names}"')))
 
 
 #: dcgm-exporter's clock event reason bitmask per GPU.

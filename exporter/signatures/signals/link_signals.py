@@ -49,7 +49,7 @@ def _gpus_node(ctx: SignalContext) -> str:
 
 
 def _gpus_dcgm(ctx: SignalContext) -> str:
-    gpus = dcgm_quantity(ctx, dcgm_fields.UTILIZATION, scale=False)
+    gpus = dcgm_quantity(ctx, dcgm_fields.UTILIZATION, ctx.last, scale=False)
     return dcgm_per_target(ctx, gpus, "count")
 
 

@@ -157,7 +157,7 @@ def product_peak(ctx: SignalContext, figure: Callable[[Peaks], float | None]) ->
 
 def _dcgm_gpus(ctx: SignalContext, matcher: str) -> str:
     """The GPUs dcgm-exporter reports utilisation of (either generation), of ``matcher``."""
-    return dcgm_quantity(ctx, dcgm_fields.UTILIZATION, lambda s: s, matcher, scale=False)
+    return dcgm_quantity(ctx, dcgm_fields.UTILIZATION, ctx.last, matcher, scale=False)
 
 
 def product_matcher(products: Sequence[str], label: str = "modelName") -> str:

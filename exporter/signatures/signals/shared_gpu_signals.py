@@ -108,10 +108,7 @@ def node_pod_share(ctx: SignalContext) -> str:
     )
     shared = f"(\n{pods_on_gpu} > 1\nor\nmax {by(agent)} (max_over_time({host}[{rate}])) > 0\n)"
     # kube-state-metrics' names through one failed scrape of it, as the sidecars' facts are.
-    names = (
-        f"max {by((*cluster, 'uid', 'namespace', 'pod'))} "
-        f"(last_over_time(kube_pod_info[{ctx.window('last_sample')}]))"
-    )
+    names = f"max {by((*cluster, 'uid', 'namespace', 'pod'))} ({ctx.last('kube_pod_info')})"
     named = (
         f"(\n{share}\nand {on(agent)}\n{shared}\n)\n"
         f"* {on((*cluster, 'uid'))} group_left (namespace, pod)\n{names}"

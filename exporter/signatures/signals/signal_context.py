@@ -75,7 +75,11 @@ class SignalContext:
         marks every series of the target stale at once, and an instant read then finds
         nothing for one evaluation: every alert that reads the record restarts its ``for``
         (a 15m ``for`` with one failed scrape of the target in each 15m never fires)."""
-        series = self.sidecar_series(metric, *matchers)
+        return self.last(self.sidecar_series(metric, *matchers))
+
+    def last(self, series: str) -> str:
+        """Any series selector (kube-state-metrics', dcgm-exporter's) as its last sample within
+        the ``last_sample`` window, as :meth:`latest` reads the sidecars'."""
         return f"last_over_time({series}[{self.window('last_sample')}])"
 
     def queue_less_transfer(self, labels: Sequence[str], window: str, *matchers: str) -> str:

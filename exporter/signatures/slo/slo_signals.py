@@ -231,7 +231,7 @@ def _gateway_failures(ctx: SignalContext, m: Sequence[str], base: str) -> str:
     gateways = regex_alternatives(GATEWAYS)
     engines = _series("inference_engine_info", [*m, f'engine!~"{gateways}"', DECODES])
     # Through a failed scrape of the engines, not onto the gateway's own labels for a moment.
-    engines = f"last_over_time({engines}[{ctx.window('last_sample')}])"
+    engines = ctx.last(engines)
     both = tuple(dict.fromkeys((*pool, *fed)))
     fed_engines = f"group {by(both)} ({engines})"
     return (
