@@ -10,12 +10,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
 from exporter.signatures import signals as signals_package
-from exporter.signatures.definitions import RECORD_NAME
-from exporter.signatures.signals import SIGNALS, recording_rules, signals
+from exporter.signatures.definitions import RECORD_NAME, RecordingRule
+from exporter.signatures.signals import SIGNALS, recording_rules, resolve_windows, signals
 from exporter.signatures.signals.engine_signals import QUEUE_DEPTH
 from exporter.signatures.signals.gpu_signals import TEMPERATURE, UTILIZATION_SAMPLES
 from exporter.signatures.signals.pool_signals import POOL_QUEUE
@@ -107,3 +108,21 @@ def test_every_gpu_signal_says_what_each_layout_does() -> None:
             for fill in fills:
                 if isinstance(fill, Raw):
                     assert ":" not in fill.metric, sig.name
+
+
+def test_only_the_last_sample_window_is_no_history() -> None:
+    """A state read as its last sample (``last_over_time`` over the site's ``last_sample``)
+    needs no history; ``last_over_time`` over any other range is history like any range, and
+    a record over records takes the longest of theirs."""
+    rules = resolve_windows(
+        [
+            RecordingRule("inference:a:last", 'max(last_over_time(x{job="j"}[1m]))', "a"),
+            RecordingRule("inference:b:last1h", "max(last_over_time(x[1h]))", "b"),
+            RecordingRule("inference:c:mix", "last_over_time(y[1m]) * rate(z[5m])", "c"),
+            RecordingRule("inference:d:sum", "inference:a:last + inference:b:last1h", "d"),
+        ],
+        "1m",
+    )
+    assert [rule.window for rule in rules] == [0.0, 3600.0, 300.0, 3600.0]
+    # With the site's last_sample at 2m, a 1m last_over_time is history again.
+    assert resolve_windows([replace(rules[0], window=None)], "2m")[0].window == 60.0

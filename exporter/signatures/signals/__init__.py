@@ -173,9 +173,13 @@ SIGNALS: tuple[Declaration, ...] = (
 )
 
 _RANGE = re.compile(r"\[([0-9smhdwy]+)\]")
-# A fact or join read as its last sample through missed scrapes (SignalContext.latest): its
-# range is no history the record needs, the value is right from the first sample.
-_LATEST = re.compile(r"last_over_time\([^\[\]]*\[[0-9smhdwy]+\]\)")
+
+
+def _last_sample_reads(window: str) -> re.Pattern[str]:
+    """A fact or state read as its last sample through missed scrapes (SignalContext.last,
+    over the site's ``last_sample`` ``window``): its range is no history the record needs, the
+    value is right from the first sample. A ``last_over_time`` over any other range is history."""
+    return re.compile(rf"last_over_time\([^\[\]]*\[{re.escape(window)}\]\)")
 
 
 def signals(cfg: SiteConfig) -> list[Signal]:
@@ -193,24 +197,25 @@ def recording_rules(cfg: SiteConfig) -> list[RecordingRule]:
     """
     ctx = SignalContext(cfg)
     built = [sig.rule(ctx) for entry in SIGNALS for sig in entry.members(cfg)]
-    rules = resolve_windows([rule for rule in built if rule is not None])
+    rules = resolve_windows([rule for rule in built if rule is not None], ctx.window("last_sample"))
     windows = sorted(({rule.window or 0.0 for rule in rules} | ctx.history_windows) - {0.0})
     history = [HISTORY.at(seconds).rule(ctx) for seconds in windows]
     ordered = [*(rule for rule in history if rule is not None), *rules]
     return [rule for group in RECORD_GROUPS for rule in ordered if rule.group == group]
 
 
-def resolve_windows(rules: Sequence[RecordingRule]) -> list[RecordingRule]:
+def resolve_windows(rules: Sequence[RecordingRule], last_sample: str) -> list[RecordingRule]:
     """``rules`` with each ``window=None`` replaced by the history the record needs: the
-    longest range its expression reads (not a ``last_over_time`` of
-    :meth:`SignalContext.latest`), or the longest window of the records it reads (records are
-    resolved in order, so a record reads only records above it)."""
+    longest range its expression reads (not a ``last_over_time`` over ``last_sample``, the
+    site's window of :meth:`SignalContext.last`), or the longest window of the records it reads
+    (records are resolved in order, so a record reads only records above it)."""
+    latest = _last_sample_reads(last_sample)
     known: dict[str, float] = {}
     resolved = []
     for rule in rules:
         window = rule.window
         if window is None:
-            read = _LATEST.sub("", rule.expr)
+            read = latest.sub("", rule.expr)
             ranges = [parse_duration(text) for text in _RANGE.findall(read)]
             inner = [known.get(name, 0.0) for name in RECORD_NAME.findall(rule.expr)]
             window = max([0.0, *ranges, *inner])
