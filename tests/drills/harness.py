@@ -180,6 +180,18 @@ class AlertSeen:
     severity: str = ""
     description: str = ""
     summary: str = ""  # as the alert fired (a burn-rate page names its cause here)
+    # When its `for` began again before it fired (Prometheus gave it a new activeAt: its
+    # condition lapsed for an evaluation), seconds after the load started.
+    restarted_at: list[float] = field(default_factory=list)
+
+    def told(self) -> str:
+        """As a failing drill's message tells it."""
+        fired = "never" if self.firing_at is None else f"{self.firing_at}s"
+        text = f"pending {self.pending_at}s, firing {fired}"
+        if self.restarted_at:
+            again = ", ".join(f"{t:g}" for t in self.restarted_at)
+            text += f", its `for` began again at {again} s"
+        return text
 
 
 @dataclass
@@ -627,6 +639,7 @@ def _observe(
     end = t0 + result.sized.deadline_s
     restart = scenario.restart_at_s
     sampled = -drill_slo.SAMPLE_S
+    active: dict[str, str] = {}
     while time.monotonic() < end:
         now = time.monotonic() - t0
         if now - sampled >= drill_slo.SAMPLE_S:
@@ -636,16 +649,7 @@ def _observe(
             stack.restart_engine()
             result.restarted_at = round(now, 1)
             restart = None
-        for alert in stack.alerts():
-            name = alert["labels"]["alertname"]
-            seen = result.alerts.setdefault(name, AlertSeen())
-            seen.severity = alert["labels"].get("severity", "")
-            if seen.pending_at is None:
-                seen.pending_at = round(now, 1)
-            if alert["state"] == "firing" and seen.firing_at is None:
-                seen.firing_at = round(now, 1)
-                seen.description = alert.get("annotations", {}).get("description", "")
-                seen.summary = alert.get("annotations", {}).get("summary", "")
+        see_alerts(result.alerts, stack.alerts(), now, active)
         for child in stack.children:
             if not child.alive():
                 result.error = f"{child.name} exited: {child.log_tail(5)}"
@@ -666,6 +670,34 @@ def _observe(
             if len(pages) >= PAGES_FOR_DEDUP:
                 return
         time.sleep(POLL_S)
+
+
+def see_alerts(
+    seen_by_name: dict[str, AlertSeen],
+    alerts: list[dict[str, Any]],
+    now: float,
+    active: dict[str, str],
+) -> None:
+    """Note what Prometheus lists ``now``: when each alert first pended and fired, and each time
+    a pending one's ``activeAt`` moved (its condition lapsed for an evaluation and its ``for``
+    began again: what a drill whose alert never fired asks first). ``active`` holds each listed
+    alert's last ``activeAt`` by its labels, from one call to the next, so a lapse is seen
+    even where no poll caught the alert missing."""
+    for alert in alerts:
+        labels = alert["labels"]
+        seen = seen_by_name.setdefault(labels["alertname"], AlertSeen())
+        seen.severity = labels.get("severity", "")
+        if seen.pending_at is None:
+            seen.pending_at = round(now, 1)
+        key = json.dumps(labels, sort_keys=True)
+        began = str(alert.get("activeAt", ""))
+        if key in active and active[key] != began and seen.firing_at is None:
+            seen.restarted_at.append(round(now, 1))
+        active[key] = began
+        if alert["state"] == "firing" and seen.firing_at is None:
+            seen.firing_at = round(now, 1)
+            seen.description = alert.get("annotations", {}).get("description", "")
+            seen.summary = alert.get("annotations", {}).get("summary", "")
 
 
 # How far back the drill reads the verdicts: every query of one look at one time, which the
@@ -907,6 +939,7 @@ def _follow(
 ) -> None:
     urls = {"prefill": stack.prefill_url, "decode": stack.engine_url}
     end = result.sized.deadline_s
+    active: dict[str, str] = {}
     while (now := time.monotonic() - t0) < end:
         watch.samples.append(_slo_sample(stack, now, scenario.signature, pool=True))
         for role, url in urls.items():
@@ -915,19 +948,12 @@ def _follow(
                 result.missed_polls += 1
             else:
                 result.samples.setdefault(role, []).append((round(now, 1), values))
-        for alert in stack.alerts():
-            name = alert["labels"]["alertname"]
-            seen = result.alerts.setdefault(name, AlertSeen())
-            pods = result.pods.setdefault(name, [])
+        alerts = stack.alerts()
+        see_alerts(result.alerts, alerts, now, active)
+        for alert in alerts:
+            pods = result.pods.setdefault(alert["labels"]["alertname"], [])
             if alert["labels"].get("pod", "") not in pods:
                 pods.append(alert["labels"].get("pod", ""))
-            if seen.pending_at is None:
-                seen.pending_at = round(now, 1)
-            seen.severity = alert["labels"].get("severity", "")
-            if alert["state"] == "firing" and seen.firing_at is None:
-                seen.firing_at = round(now, 1)
-                seen.description = alert.get("annotations", {}).get("description", "")
-                seen.summary = alert.get("annotations", {}).get("summary", "")
         for child in stack.children:
             if not child.alive():
                 result.error = f"{child.name} exited: {child.log_tail(5)}"

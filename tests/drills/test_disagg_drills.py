@@ -38,10 +38,7 @@ RECEIVER = {"critical": "pagerduty", "warning": "pagerduty-low-urgency"}
 
 
 def _explain(result: DisaggResult) -> str:
-    alerts = {
-        name: f"pending {seen.pending_at}s, firing {seen.firing_at}s"
-        for name, seen in result.alerts.items()
-    }
+    alerts = {name: seen.told() for name, seen in result.alerts.items()}
     return (
         f"\n  share: {result.transfer_share()}"
         f"\n  alerts: {alerts}\n  signals: {result.signals}"

@@ -55,10 +55,7 @@ def timed(scenarios: tuple[Scenario, ...]) -> list[object]:
 
 
 def _explain(result: DrillResult) -> str:
-    alerts = {
-        name: f"pending {seen.pending_at}s, firing {seen.firing_at}s"
-        for name, seen in result.alerts.items()
-    }
+    alerts = {name: seen.told() for name, seen in result.alerts.items()}
     return (
         f"\n  alerts: {alerts}\n  signals: {result.signals}\n  error: {result.error or '-'}"
         f"\n  logs: {result.workdir}"

@@ -45,10 +45,7 @@ RECEIVER = {"critical": "pagerduty", "warning": "pagerduty-low-urgency"}
 
 
 def _explain(result: DrillResult) -> str:
-    alerts = {
-        name: f"pending {seen.pending_at}s, firing {seen.firing_at}s"
-        for name, seen in result.alerts.items()
-    }
+    alerts = {name: seen.told() for name, seen in result.alerts.items()}
     samples = result.slo.get("samples") or [{}]
     return (
         f"\n  alerts: {alerts}\n  signals: {result.signals}\n  load: {result.load}"
