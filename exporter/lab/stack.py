@@ -53,6 +53,7 @@ import sys
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -647,6 +648,27 @@ class Stack:
             return []
         result: list[dict[str, Any]] = json.loads(body)["data"]["result"]
         return result
+
+    def scraped_every_target(self) -> bool:
+        """Whether Prometheus has scraped each of its targets at least once (a failed scrape
+        counts: its ``up`` is 0). Before, the pack sees no exporter where one runs."""
+        targets = self._api("/api/v1/targets").get("activeTargets", [])
+        return bool(targets) and all(t.get("health", "unknown") != "unknown" for t in targets)
+
+    def evaluated_since(self, when: float) -> bool:
+        """Whether Prometheus has evaluated every rule group since ``when`` (a Unix time)."""
+        groups = self._api("/api/v1/rules").get("groups", [])
+        return bool(groups) and all(
+            datetime.fromisoformat(g["lastEvaluation"]).timestamp() > when for g in groups
+        )
+
+    def _api(self, path: str) -> dict[str, Any]:
+        """The ``data`` of a Prometheus API answer; empty where it did not answer 200."""
+        status, body = http_get(self.prometheus_url + path)
+        if status != 200:
+            return {}
+        data: dict[str, Any] = json.loads(body)["data"]
+        return data
 
     def scalar(self, expr: str) -> float | None:
         result = self.query(expr)

@@ -383,10 +383,6 @@ def beside(name: str, signature: str | None, samples: Sequence[Sample]) -> str:
     """What held beside ``signature`` in ``samples`` and how the pack advised then, for a
     failure's message: a signature the drill does not inject that held while its own cause
     was building (on the capacity drill: what closed the gate)."""
-    # A look before the load began (the first is a moment before it) can precede Prometheus's
-    # first scrape of the exporters, where InferenceExporterDown's absent(up) holds with
-    # nothing wrong: two failed drills' messages read it as a failed scrape.
-    samples = [s for s in samples if s.at >= 0]
     if not samples:
         return ""
     counts: dict[str, int] = {}

@@ -3,14 +3,15 @@
 What is checked: an alert's first pending and firing moments, and each time a pending alert's
 `for` began again (a new activeAt), whether or not a poll caught it missing in between; a
 restart after it fired is not one (it resolved and came back); the failing drill's message
-tells the restarts.
+tells the restarts. The first look at the pack waits for Prometheus's first scrape of every
+target and an evaluation of every group after it, read a moment back.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from drills.harness import AlertSeen, see_alerts
+from drills.harness import LOOK_BACK_S, AlertSeen, FirstLook, see_alerts
 
 DECODE = "InferenceDecodeOverheadBound"
 
@@ -53,3 +54,47 @@ def test_each_pod_keeps_its_own_for() -> None:
     see_alerts(seen, [_alert("pending", "t1", "a"), _alert("pending", "t2", "b")], 12.0, active)
     assert seen[DECODE].restarted_at == []
     assert AlertSeen(pending_at=3.0).told() == "pending 3.0s, firing never"
+
+
+class _Prometheus:
+    """What FirstLook asks of the stack, scripted: when every target was first scraped and
+    when every rule group was last evaluated (Unix times; None: not yet)."""
+
+    def __init__(self) -> None:
+        self.scraped: float | None = None
+        self.evaluated: float | None = None
+        self.down = False  # the API does not answer
+
+    def scraped_every_target(self) -> bool:
+        if self.down:
+            raise OSError("connection refused")
+        return self.scraped is not None
+
+    def evaluated_since(self, when: float) -> bool:
+        if self.down:
+            raise OSError("connection refused")
+        return self.evaluated is not None and self.evaluated > when
+
+
+def test_the_first_look_waits_for_a_scrape_of_every_target_then_an_evaluation() -> None:
+    prom, now = _Prometheus(), [100.0]
+    first = FirstLook(prom, clock=lambda: now[0])
+    prom.down = True
+    assert not first.ready()  # Prometheus not answering yet
+    prom.down = False
+    prom.evaluated = 100.5  # groups evaluated before any scrape: absent(up) holds there
+    now[0] = 101.0
+    assert not first.ready()
+    prom.scraped = 101.0
+    now[0] = 101.2
+    assert not first.ready()  # scraped, seen at 101.2; no evaluation since
+    now[0] = 102.0
+    assert not first.ready()
+    prom.evaluated = 102.5
+    now[0] = 102.6
+    assert not first.ready()  # evaluated since, seen at 102.6: a look now reads 1 s back
+    now[0] = 102.6 + LOOK_BACK_S
+    assert first.ready()
+    prom.down = True  # once ready, it stays so without asking again
+    now[0] = 200.0
+    assert first.ready()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from support.paths import ROOT
 
 from exporter.config import parse_duration
 from exporter.lab.layouts import Target, rule_profile, scrape_configs
-from exporter.lab.processes import http_get
+from exporter.lab.processes import http_get, wait_until
 from exporter.lab.stack import (
     PREFILL_TARGET_LABELS,
     TARGET_LABELS,
@@ -163,6 +164,12 @@ def test_prometheus_later_starts_when_told_with_the_rules_recorded_before(tmp_pa
             for rule in group["rules"]
         }
         assert durations["InferenceHBMBandwidthSaturated"] == 30  # the site's 5m at 1/10
+        # what a drill waits for before it reads the pack: every target scraped (a failed
+        # scrape counts), then every rule group evaluated since
+        wait_until(stack.scraped_every_target, 15, "a scrape of the target")
+        scraped = time.time()
+        assert not stack.evaluated_since(scraped + 3600)
+        wait_until(lambda: stack.evaluated_since(scraped), 15, "an evaluation after it")
         with pytest.raises(StackError, match="prometheus_later"):
             stack.start_prometheus()  # once only
     finally:
