@@ -632,21 +632,16 @@ class Stack:
     # --- Prometheus API --------------------------------------------------------------------------
     def alerts(self) -> list[dict[str, Any]]:
         """Prometheus's active alerts (pending and firing)."""
-        status, body = http_get(self.prometheus_url + "/api/v1/alerts")
-        if status != 200:
-            return []
-        alerts: list[dict[str, Any]] = json.loads(body)["data"]["alerts"]
+        data = self._api("/api/v1/alerts")
+        alerts: list[dict[str, Any]] = data["alerts"] if data else []
         return alerts
 
     def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
         """An instant query's result, now or ``at`` (a Unix time: several queries that must
         see one rule evaluation's results ask at one time a moment back)."""
         params = {"query": expr, **({"time": f"{at:.3f}"} if at is not None else {})}
-        url = self.prometheus_url + "/api/v1/query?" + urllib.parse.urlencode(params)
-        status, body = http_get(url)
-        if status != 200:
-            return []
-        result: list[dict[str, Any]] = json.loads(body)["data"]["result"]
+        data = self._api("/api/v1/query?" + urllib.parse.urlencode(params))
+        result: list[dict[str, Any]] = data["result"] if data else []
         return result
 
     def scraped_every_target(self) -> bool:
