@@ -1238,6 +1238,7 @@ def measure_side_by_side(  # noqa: PLR0917
     binary: str = "prometheus",
     evaluation_interval_s: float = EVALUATION_INTERVAL_S,
     memory_limit: str = "",
+    profile_s: int = PROFILE_S,
 ) -> list[dict[str, Any]]:
     """Every scenario's simulator and, per pack, a Prometheus over it, all at once: one warm-up,
     one measuring window, so every number of the batch met the same machine."""
@@ -1292,7 +1293,7 @@ def measure_side_by_side(  # noqa: PLR0917
         load0 = os.getloadavg()
         loads = [load0[0]]
         # Each Prometheus's own CPU profile over most of the window, all at once.
-        seconds = max(10, min(PROFILE_S, round(measure_min * 60) - 20))
+        seconds = max(10, min(profile_s, round(measure_min * 60) - 20))
         with ThreadPoolExecutor(max_workers=max(1, len(instances))) as pool:
             profiles = {id(i): pool.submit(cpu_profile, i.api, seconds) for i in instances}
             while time.monotonic() - wall0 < measure_min * 60:
@@ -1582,6 +1583,7 @@ def run(args: argparse.Namespace) -> int:
             binary,
             args.evaluation_interval,
             args.prometheus_memory_limit,
+            args.profile,
         )
         for result in results:
             long = ("rules_ms", "rule_costs", "cold_start")
@@ -1601,6 +1603,7 @@ def run(args: argparse.Namespace) -> int:
         "prometheus_memory_limit": args.prometheus_memory_limit,
         "warmup_min": args.warmup,
         "measure_min": args.measure,
+        "profile_s": args.profile,
         "rules": str(args.rules),
         "series_per_pod_exposition": per_pod,
         "scales": scales,
@@ -1934,6 +1937,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_run.add_argument("--warmup", type=float, default=11.0, help="minutes before measuring")
     p_run.add_argument("--measure", type=float, default=5.0, help="minutes of measurement")
     p_run.add_argument(
+        "--profile",
+        type=int,
+        default=PROFILE_S,
+        metavar="SECONDS",
+        help=f"length of each Prometheus's CPU profile in the window (default {PROFILE_S}); "
+        "a multiple of the groups' intervals, so that it holds whole evaluations of each",
+    )
+    p_run.add_argument(
         "--cost-repeat",
         type=int,
         default=3,
@@ -2020,6 +2031,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if not 1 <= args.evaluation_interval <= 3600:
             print("fleet: --evaluation-interval must be 1 to 3600 seconds", file=sys.stderr)
+            return 2
+        if not 10 <= args.profile <= 3600:
+            print("fleet: --profile must be 10 to 3600 seconds", file=sys.stderr)
             return 2
         if args.prometheus_memory_limit and not re.fullmatch(
             r"[0-9]+(B|KiB|MiB|GiB|TiB)", args.prometheus_memory_limit

@@ -430,3 +430,13 @@ def test_a_malformed_interval_exits_2_with_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert f"fleet: {flag} must be a duration" in err
+
+
+@pytest.mark.parametrize("seconds", ["5", "7200"])
+def test_a_profile_out_of_range_exits_2_with_one_line(
+    seconds: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert fleet.main(["run", "--gpus", "16", "--profile", seconds]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "fleet: --profile must be 10 to 3600 seconds" in err
