@@ -265,3 +265,17 @@ def test_values_table_is_current_and_complete() -> None:
 def test_app_version_is_the_exporters() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == exporter.__version__
+
+
+@pytest.mark.parametrize("interval", ["5m", "300s", "10m", "1h", "4m60s", "every minute"])
+def test_a_record_interval_of_five_minutes_or_more_is_refused(interval: str) -> None:
+    # Prometheus looks back 5m for a series' latest sample: at 5m or more, the alerts and
+    # records that read a record find none between its evaluations
+    with pytest.raises(helm.HelmError, match="recordInterval"):
+        render({"prometheusRule": {"recordInterval": interval}})
+
+
+@pytest.mark.parametrize("interval", ["90s", "2m30s", "4m59s", "299s"])
+def test_a_record_interval_under_five_minutes_is_taken(interval: str) -> None:
+    intervals = rendered_intervals({"prometheusRule": {"recordInterval": interval}})
+    assert intervals["inference.records.gpu"] == interval
