@@ -29,6 +29,7 @@ Results go to ``bench/results/series-reads-<stamp>.json`` (and ``series-reads-la
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -162,7 +163,7 @@ def measure(
             counts[read.query] = count(read.query)
         return counts[read.query]
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for rule in rules:
         raw = sum(series(r) for r in rule.reads if not r.recorded)
         recorded = sum(series(r) for r in rule.reads if r.recorded)
@@ -243,6 +244,7 @@ def api_cost(api: Api, at: float, repeat: int) -> Callable[[str], float]:
 class Started:
     processes: list[subprocess.Popen[bytes]]
     workdir: Path
+    targets: int = 0
 
     def stop(self) -> None:
         for proc in reversed(self.processes):
@@ -262,6 +264,7 @@ def start(args: argparse.Namespace, pack: Path, binary: str) -> tuple[Api, Start
         exposition = workdir / "exposition.json"
         exposition.write_text(json.dumps(captured))
         scenario = Scenario(args.gpus, args.layout, "default", 0, 0, "healthy")
+        started.targets = len(scenario.pods()) + len(scenario.agents())
         sim, targets, node_targets = _start_simulator(scenario, workdir / "sim", exposition)
         started.processes.append(sim)
         prom, api = _start_prometheus(
@@ -274,11 +277,19 @@ def start(args: argparse.Namespace, pack: Path, binary: str) -> tuple[Api, Start
     return api, started
 
 
-def _wait(api: Api, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        time.sleep(min(30.0, max(0.0, deadline - time.monotonic())))
-    api.scalar("count(up)")
+def warm_up(api: Api, started: Started, seconds: float) -> None:
+    """Every target up (within 10 minutes), then ``seconds`` for the windows to fill."""
+    deadline = time.monotonic() + 600
+    while True:
+        with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
+            if api.scalar("count(up == 1)") >= started.targets:
+                break
+        if time.monotonic() > deadline or any(p.poll() is not None for p in started.processes):
+            raise RuntimeError(
+                f"the fleet's {started.targets} targets are not up ({started.workdir})"
+            )
+        time.sleep(2)
+    time.sleep(seconds)
 
 
 def head_series(api: Api) -> int:
@@ -342,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"warming up for {args.warmup:g} minutes", flush=True)
     try:
         if running is not None:
-            _wait(api, args.warmup * 60)
+            warm_up(api, running, args.warmup * 60)
         rules = pack_rules(pack_of(args.pack).files)
         at = time.time()
         result = measure(rules, api_count(api), api_cost(api, at, args.repeat))
