@@ -19,9 +19,9 @@ Against a Prometheus already loaded with the pack and scraping a fleet::
     python bench/series_reads.py --url http://127.0.0.1:9090 --pack alert_rules/node
 
 or a fleet and Prometheus of its own (``bench/fleet.py``'s simulator; every group at the
-global 15 s, so every record exists after the warm-up)::
+global 15 s; the records exist once their 10-minute windows hold data, hence the warm-up)::
 
-    python bench/series_reads.py --gpus 2000 --layout node --pack alert_rules/node --warmup 6
+    python bench/series_reads.py --gpus 2000 --layout node --pack alert_rules/node --warmup 11
 
 Results go to ``bench/results/series-reads-<stamp>.json`` (and ``series-reads-latest.json``).
 """
@@ -267,6 +267,7 @@ def start(args: argparse.Namespace, pack: Path, binary: str) -> tuple[Api, Start
         started.targets = len(scenario.pods()) + len(scenario.agents())
         sim, targets, node_targets = _start_simulator(scenario, workdir / "sim", exposition)
         started.processes.append(sim)
+        (workdir / "prom").mkdir()
         prom, api = _start_prometheus(
             workdir / "prom", targets, node_targets, pack_of(pack), binary
         )
@@ -326,7 +327,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--url", help="a Prometheus loaded with the pack (else one is started)")
     parser.add_argument("--gpus", type=int, default=2000)
     parser.add_argument("--layout", choices=("sidecar", "node", "dcgm"), default="node")
-    parser.add_argument("--warmup", type=float, default=6.0, help="minutes before measuring")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=11.0,
+        help="minutes before measuring (the records' 10-minute windows and cold-start guard)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="evaluations of each rule")
     parser.add_argument("--prometheus", default="prometheus")
     parser.add_argument("--label", default="")
@@ -378,6 +384,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in (args.out / f"{name}.json", args.out / "series-reads-latest.json"):
         path.write_text(json.dumps(out, indent=2) + "\n")
     print("\n".join(report(result)))
+    if result["total"]["recorded_series"] == 0:
+        print(
+            "series_reads: no record of the pack has a series yet (a longer --warmup): "
+            "the fit's recorded term means nothing",
+            file=sys.stderr,
+        )
     print(f"wrote {args.out / f'{name}.json'}")
     return 0
 
