@@ -748,6 +748,16 @@ def capture(workdir: Path, kind: str = "sidecar", args: Sequence[str] = ()) -> t
 # --- the simulator server -----------------------------------------------------------------------
 
 
+def capture_all(workdir: Path) -> dict[str, dict[str, Any]]:
+    """Every kind of exposition the fleets serve (:data:`CAPTURES`), captured now: kind -> its
+    text and age, as ``--exposition`` files hold them."""
+    captured: dict[str, dict[str, Any]] = {}
+    for kind in CAPTURES:
+        text, age = capture(workdir, kind)
+        captured[kind] = {"text": text, "age_s": age}
+    return captured
+
+
 async def _serve(bodies: dict[str, list[Body]], port: int, ready: Path | None) -> None:
     from aiohttp import web  # noqa: PLC0415
 
@@ -829,10 +839,7 @@ def _templates(args: argparse.Namespace, workdir: Path) -> dict[str, Template]:
         if "text" in data:
             data = {"sidecar": data}
     else:
-        data = {}
-        for kind in CAPTURES:
-            text, age = capture(workdir, kind)
-            data[kind] = {"text": text, "age_s": age}
+        data = capture_all(workdir)
     return {kind: Template.parse(d["text"], d["age_s"]) for kind, d in data.items()}
 
 
@@ -1554,10 +1561,7 @@ def run(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="fleet-"))
     started = dt.datetime.now(dt.UTC)
     print(f"capturing the expositions (work dir {workdir})", flush=True)
-    captured = {}
-    for kind in CAPTURES:
-        text, age = capture(workdir, kind)
-        captured[kind] = {"text": text, "age_s": age}
+    captured = capture_all(workdir)
     exposition = workdir / "exposition.json"
     exposition.write_text(json.dumps(captured))
     per_pod = {

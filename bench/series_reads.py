@@ -53,12 +53,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import machine  # noqa: E402
 from fleet import (  # noqa: E402
-    CAPTURES,
     Api,
     Scenario,
     _start_prometheus,
     _start_simulator,
-    capture,
+    capture_all,
     pack_of,
 )
 
@@ -257,12 +256,8 @@ def start(args: argparse.Namespace, pack: Path, binary: str) -> tuple[Api, Start
     workdir = Path(tempfile.mkdtemp(prefix="series-reads-"))
     started = Started([], workdir)
     try:
-        captured = {}
-        for kind in CAPTURES:
-            text, age = capture(workdir, kind)
-            captured[kind] = {"text": text, "age_s": age}
         exposition = workdir / "exposition.json"
-        exposition.write_text(json.dumps(captured))
+        exposition.write_text(json.dumps(capture_all(workdir)))
         scenario = Scenario(args.gpus, args.layout, "default", 0, 0, "healthy")
         started.targets = len(scenario.pods()) + len(scenario.agents())
         sim, targets, node_targets = _start_simulator(scenario, workdir / "sim", exposition)
